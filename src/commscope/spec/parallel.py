@@ -1,0 +1,112 @@
+"""The parallelism configuration, with Megatron-LM's names and defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from commscope.errors import ConfigError, check
+from commscope.units import canonical_dtype
+
+Recompute = Literal["none", "selective", "full"]
+Schedule = Literal["1f1b", "gpipe"]
+
+#: Megatron-core's default rank order: tp innermost, pp outermost.
+DEFAULT_ORDER = "tp-cp-ep-dp-pp"
+ORDER_TOKENS = ("tp", "cp", "ep", "dp", "pp")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParallelSpec:
+    """How one training iteration is split over GPUs (world size = tp x cp x dp x pp)."""
+
+    tp: int = 1
+    """Tensor-parallel size (t)."""
+    pp: int = 1
+    """Pipeline-parallel size (p)."""
+    dp: int = 1
+    """Data-parallel size (d), not counting cp."""
+    cp: int = 1
+    """Context-parallel size (c): the sequence is split over c ranks, ring attention between them."""
+    ep: int = 1
+    """Expert-parallel size; folded inside dp x cp as Megatron-core does (ep must divide dp x cp)."""
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism: TP all-reduces become all-gather + reduce-scatter."""
+    zero_stage: int = 0
+    """0: all-reduce gradients; 1/2: reduce-scatter gradients, all-gather parameters; 3: also gather parameters per layer."""
+    distributed_optimizer: bool = False
+    """Megatron's distributed optimizer (communicates like ZeRO-1)."""
+    recompute: Recompute = "none"
+    """Activation recomputation: ``full`` replays each layer's forward (and its TP communication) in backward."""
+    virtual_pipeline_size: int = 1
+    """Model chunks per pipeline rank (v); > 1 selects the interleaved 1F1B schedule."""
+    schedule: Schedule = "1f1b"
+    """Pipeline schedule: ``1f1b`` (PipeDream-flush, Megatron's default) or ``gpipe``."""
+    global_batch_size: int = 512
+    """Sequences per iteration (gb)."""
+    micro_batch_size: int = 1
+    """Sequences per micro-batch (b)."""
+    order: str = DEFAULT_ORDER
+    """Rank order of the axes, innermost first (Megatron ``--order``)."""
+    grad_reduce_dtype: str | None = None
+    """dtype of gradient reduction; default fp32 for bf16 models (Megatron accumulates bf16 grads in fp32), else the model dtype."""
+    grad_bucket_size: int | None = None
+    """Elements per DP gradient bucket; ``None``: one bucket per stage (Megatron without --overlap-grad-reduce)."""
+    pipeline_layers: tuple[int, ...] | None = None
+    """Explicit layers per pipeline stage (sums to num_layers); default: an even split."""
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp", "cp", "ep", "virtual_pipeline_size", "global_batch_size", "micro_batch_size"):
+            value = getattr(self, name)
+            check(isinstance(value, int) and not isinstance(value, bool) and value >= 1, name, value, "must be a positive integer")
+        check(self.zero_stage in (0, 1, 2, 3), "zero_stage", self.zero_stage, "valid: 0, 1, 2, 3")
+        check(self.recompute in ("none", "selective", "full"), "recompute", self.recompute, "valid: none, selective, full")
+        check(self.schedule in ("1f1b", "gpipe"), "schedule", self.schedule, "valid: 1f1b, gpipe")
+        check(not (self.zero_stage == 3 and self.distributed_optimizer), "zero_stage", self.zero_stage,
+              "ZeRO-3 and the distributed optimizer exclude each other; choose one")
+        check(self.virtual_pipeline_size == 1 or self.pp > 1, "virtual_pipeline_size", self.virtual_pipeline_size,
+              "needs pp > 1 (interleaving splits each pipeline stage)")
+        check(self.virtual_pipeline_size == 1 or self.schedule == "1f1b", "schedule", self.schedule,
+              "the interleaved schedule (virtual_pipeline_size > 1) is a 1F1B schedule")
+        check((self.dp * self.cp) % self.ep == 0, "ep", self.ep,
+              f"must divide dp x cp = {self.dp * self.cp} (expert parallelism is folded inside data and context parallelism)")
+        tokens = self.order.split("-")
+        check(sorted(tokens) == sorted(ORDER_TOKENS), "order", self.order,
+              f"must name each of {', '.join(ORDER_TOKENS)} once, separated by '-', e.g. {DEFAULT_ORDER}")
+        check(self.global_batch_size % (self.micro_batch_size * self.dp) == 0, "global_batch_size", self.global_batch_size,
+              f"must be divisible by micro_batch_size x dp = {self.micro_batch_size} x {self.dp} = {self.micro_batch_size * self.dp}")
+        if self.grad_reduce_dtype is not None:
+            try:
+                object.__setattr__(self, "grad_reduce_dtype", canonical_dtype(self.grad_reduce_dtype))
+            except ValueError as exc:
+                raise ConfigError("grad_reduce_dtype", self.grad_reduce_dtype, str(exc).split("; ", 1)[-1]) from None
+        check(self.grad_bucket_size is None or self.grad_bucket_size >= 1, "grad_bucket_size", self.grad_bucket_size,
+              "must be a positive number of elements or unset")
+        if self.pipeline_layers is not None:
+            object.__setattr__(self, "pipeline_layers", tuple(int(x) for x in self.pipeline_layers))
+            check(len(self.pipeline_layers) == self.pp * self.virtual_pipeline_size, "pipeline_layers", self.pipeline_layers,
+                  f"needs one entry per pipeline stage and virtual chunk: pp x virtual_pipeline_size = {self.pp * self.virtual_pipeline_size}")
+            check(all(x >= 0 for x in self.pipeline_layers), "pipeline_layers", self.pipeline_layers, "entries must be >= 0")
+        if self.virtual_pipeline_size > 1:
+            m = self.num_micro_batches
+            check(m % self.pp == 0, "global_batch_size", self.global_batch_size,
+                  f"the interleaved schedule needs the number of micro-batches ({m}) to be a multiple of pp={self.pp}")
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def num_micro_batches(self) -> int:
+        """m = gb / (b d)."""
+        return self.global_batch_size // (self.micro_batch_size * self.dp)
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert-data-parallel size: dp x cp / ep."""
+        return self.dp * self.cp // self.ep
+
+    @property
+    def shards_optimizer(self) -> bool:
+        """Gradients are reduce-scattered and parameters all-gathered (ZeRO >= 1 or distributed optimizer)."""
+        return self.zero_stage >= 1 or self.distributed_optimizer

@@ -1,0 +1,93 @@
+"""Named unit constants. Formulas use these instead of bare powers of ten.
+
+Everything inside commscope is SI: bytes, seconds, bytes per second, FLOP per second.
+Human units (GB/s, MiB, us) appear only where values are read from files or shown.
+"""
+
+from __future__ import annotations
+
+KB = 1_000
+MB = 1_000_000
+GB = 1_000_000_000
+TB = 1_000_000_000_000
+
+KiB = 1 << 10
+MiB = 1 << 20
+GiB = 1 << 30
+TiB = 1 << 40
+
+US = 1e-6  # one microsecond, in seconds
+MS = 1e-3  # one millisecond, in seconds
+NS = 1e-9  # one nanosecond, in seconds
+
+TFLOP = 1e12  # FLOP
+GBIT = 1e9 / 8  # one gigabit, in bytes (for link rates given in Gb/s)
+
+#: Bytes per element of each dtype commscope knows, by the names torch and Megatron use.
+DTYPE_BYTES: dict[str, int] = {
+    "fp32": 4,
+    "float32": 4,
+    "tf32": 4,
+    "fp16": 2,
+    "float16": 2,
+    "bf16": 2,
+    "bfloat16": 2,
+    "fp8": 1,
+    "float8": 1,
+    "int8": 1,
+    "uint8": 1,
+    "int32": 4,
+    "int64": 8,
+    "float64": 8,
+    "fp64": 8,
+}
+
+#: Canonical short names.
+_CANONICAL = {
+    "float32": "fp32",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "float8": "fp8",
+    "float64": "fp64",
+}
+
+
+def canonical_dtype(name: str) -> str:
+    """Return the short canonical name of a dtype (``bfloat16`` -> ``bf16``); raise for unknown names."""
+    key = str(name).strip().lower().removeprefix("torch.")
+    if key not in DTYPE_BYTES:
+        raise ValueError(f"unknown dtype {name!r}; valid: {', '.join(sorted(set(_CANONICAL.get(k, k) for k in DTYPE_BYTES)))}")
+    return _CANONICAL.get(key, key)
+
+
+def dtype_bytes(name: str) -> int:
+    """Bytes per element of ``name`` (``bf16`` -> 2)."""
+    return DTYPE_BYTES[canonical_dtype(name)]
+
+
+_SIZE_SUFFIX = {"": 1, "B": 1, "K": KiB, "KB": KiB, "KIB": KiB, "M": MiB, "MB": MiB, "MIB": MiB, "G": GiB, "GB": GiB, "GIB": GiB, "T": TiB, "TB": TiB, "TIB": TiB}
+
+
+def parse_size_bytes(text: str | int) -> int:
+    """Parse ``8``, ``64K``, ``1M``, ``2G`` (binary multiples, as nccl-tests reads them) into bytes."""
+    if isinstance(text, int):
+        return text
+    s = str(text).strip().upper()
+    num = s.rstrip("KMGTIB")
+    suffix = s[len(num):]
+    if suffix not in _SIZE_SUFFIX or not num:
+        raise ValueError(f"cannot read size {text!r}: expected a number with an optional K, M, G or T suffix, e.g. 64M")
+    try:
+        value = float(num)
+    except ValueError:
+        raise ValueError(f"cannot read size {text!r}: expected a number with an optional K, M, G or T suffix, e.g. 64M") from None
+    return int(value * _SIZE_SUFFIX[suffix])
+
+
+def format_bytes(size_bytes: float) -> str:
+    """Human-readable binary size: ``format_bytes(3 * MiB) == '3.00 MiB'``."""
+    value = float(size_bytes)
+    for unit, scale in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{value:.0f} B"
