@@ -1,0 +1,97 @@
+"""The Python API: one call from specs to the communication of an iteration.
+
+    >>> import commscope
+    >>> pred = commscope.predict(model="gpt-1.5b", cluster="dgx1-v100",
+    ...                          parallel=commscope.ParallelSpec(tp=2, pp=4, dp=4, global_batch_size=512, micro_batch_size=4))
+    >>> pred.summary()["bytes_by_axis"]["tp"] > 0
+    True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from commscope.record import REPORT_AXES
+from commscope.spec.cluster import ClusterSpec
+from commscope.spec.model import ModelSpec
+from commscope.spec.parallel import ParallelSpec
+from commscope.traffic import TrafficMatrix, traffic_of
+from commscope.workload.base import Workload
+from commscope.workload.dense import build_workload
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prediction:
+    """The predicted communication of one iteration: the op list and its traffic matrix."""
+
+    model: ModelSpec
+    parallel: ParallelSpec
+    cluster: ClusterSpec
+    workload: Workload
+    traffic: TrafficMatrix
+
+    @property
+    def num_ops(self) -> int:
+        """Op invocations per iteration: a collective counts once per group, a send and its recv separately."""
+        return sum(s.num_ops for s in self.workload.opsets)
+
+    def summary(self) -> dict[str, Any]:
+        """The headline numbers (JSON-ready). Bytes are wire bytes of the traffic matrix per iteration,
+        except ``logical_bytes_by_axis``: the sum of the ops' message sizes (nccl-tests convention)."""
+        tm = self.traffic
+        by_axis = tm.bytes_by_axis()
+        logical = self.workload.logical_bytes_by_axis()
+        out_axes = {a: by_axis[a] for a in REPORT_AXES}
+        if by_axis.get("other"):
+            out_axes["other"] = by_axis["other"]
+        return {
+            "model": self.model.name,
+            "cluster": self.cluster.name,
+            "world_size": tm.world_size,
+            "num_nodes": tm.num_nodes,
+            "gpus_per_node": tm.gpus_per_node,
+            "parallel": {"tp": self.parallel.tp, "pp": self.parallel.pp, "dp": self.parallel.dp, "cp": self.parallel.cp,
+                         "ep": self.parallel.ep, "num_micro_batches": self.parallel.num_micro_batches,
+                         "order": self.parallel.order},
+            "algorithm": tm.algorithm,
+            "num_ops": self.num_ops,
+            "total_bytes": tm.total_bytes,
+            "bytes_by_axis": out_axes,
+            "bytes_by_link": tm.bytes_by_link(),
+            "bytes_by_axis_and_link": tm.bytes_by_axis_and_link(),
+            "logical_bytes_by_axis": {a: logical[a] for a in REPORT_AXES},
+            "num_pairs": tm.num_pairs,
+            "max_pair_bytes": tm.max_pair_bytes,
+            "notes": list(self.workload.notes),
+        }
+
+
+def _as_model(model: ModelSpec | str) -> ModelSpec:
+    if isinstance(model, ModelSpec):
+        return model
+    from commscope.spec.files import load_model
+
+    return load_model(model)
+
+
+def _as_cluster(cluster: ClusterSpec | str) -> ClusterSpec:
+    if isinstance(cluster, ClusterSpec):
+        return cluster
+    from commscope.spec.files import load_cluster
+
+    return load_cluster(cluster)
+
+
+def predict(model: ModelSpec | str, parallel: ParallelSpec, cluster: ClusterSpec | str = "dgx-a100", *,
+            algorithm: str = "ring", routing: Any = None) -> Prediction:
+    """Predict every op of one iteration and its per-GPU-pair traffic.
+
+    ``model`` and ``cluster`` are specs, preset names (``commscope presets``) or file paths.
+    ``algorithm`` decomposes collectives (``ring``, ``direct``, ``tree``, ``hierarchical``).
+    """
+    model_spec = _as_model(model)
+    cluster_spec = _as_cluster(cluster)
+    workload = build_workload(model_spec, parallel, routing=routing)
+    traffic = traffic_of(workload, cluster_spec.gpus_per_node, algorithm=algorithm)
+    return Prediction(model=model_spec, parallel=parallel, cluster=cluster_spec, workload=workload, traffic=traffic)

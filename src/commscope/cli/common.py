@@ -1,0 +1,163 @@
+"""Flags shared by the commands that describe a job (Megatron-LM's spellings), and their resolution.
+
+Precedence: a flag given on the command line > the ``--model``/``--cluster``/``--parallel`` preset or file >
+the built-in defaults below.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields, replace
+from typing import Any
+
+from commscope.errors import ConfigError
+from commscope.spec.cluster import ClusterSpec
+from commscope.spec.model import ModelSpec
+from commscope.spec.parallel import ParallelSpec
+
+#: The job `commscope traffic` describes when given no flags: the seed talk's 1.5B GPT on a DGX-1.
+DEFAULT_MODEL = "gpt-1.5b"
+DEFAULT_CLUSTER = "dgx1-v100"
+DEFAULT_PARALLEL = {"tp": 2, "pp": 4, "dp": 4, "global_batch_size": 512, "micro_batch_size": 4}
+
+# (flags, dest, type, help) — dest is the spec field
+_MODEL_FLAGS: list[tuple[tuple[str, ...], str, Any, str]] = [
+    (("--num-layers",), "num_layers", int, "transformer layers"),
+    (("--hidden-size",), "hidden_size", int, "model width h"),
+    (("--num-attention-heads", "--num-heads"), "num_heads", int, "attention heads"),
+    (("--num-query-groups",), "num_query_groups", int, "key/value heads (GQA)"),
+    (("--ffn-hidden-size",), "ffn_hidden_size", int, "MLP width (default 4h)"),
+    (("--kv-channels", "--head-dim"), "head_dim", int, "width of one head"),
+    (("--vocab-size",), "vocab_size", int, "vocabulary before padding"),
+    (("--seq-length", "--seq-len"), "seq_len", int, "sequence length s"),
+    (("--make-vocab-size-divisible-by",), "make_vocab_size_divisible_by", int, "vocabulary padding multiple (x tp)"),
+    (("--num-experts",), "num_experts", int, "routed experts per MoE layer (0: dense)"),
+    (("--moe-router-topk", "--top-k"), "top_k", int, "experts per token"),
+    (("--moe-layer-freq",), "moe_layer_freq", int, "every k-th layer is MoE"),
+    (("--moe-ffn-hidden-size",), "moe_ffn_hidden_size", int, "width of one expert"),
+    (("--dtype",), "dtype", str, "parameter/activation dtype: bf16, fp16, fp32"),
+]
+_PARALLEL_FLAGS: list[tuple[tuple[str, ...], str, Any, str]] = [
+    (("--tp", "--tensor-model-parallel-size"), "tp", int, f"tensor-parallel size (default {DEFAULT_PARALLEL['tp']})"),
+    (("--pp", "--pipeline-model-parallel-size"), "pp", int, f"pipeline-parallel size (default {DEFAULT_PARALLEL['pp']})"),
+    (("--dp", "--data-parallel-size"), "dp", int, f"data-parallel size (default {DEFAULT_PARALLEL['dp']}, or --gpus / (tp pp cp))"),
+    (("--cp", "--context-parallel-size"), "cp", int, "context-parallel size (default 1)"),
+    (("--ep", "--expert-model-parallel-size"), "ep", int, "expert-parallel size, inside dp x cp (default 1)"),
+    (("--zero-stage",), "zero_stage", int, "ZeRO stage 0-3 (default 0)"),
+    (("--recompute", "--recompute-granularity"), "recompute", str, "activation recomputation: none, selective, full"),
+    (("--virtual-pipeline-size", "--num-virtual-stages-per-pipeline-rank"), "virtual_pipeline_size", int,
+     "model chunks per pipeline rank (interleaved schedule when > 1)"),
+    (("--schedule",), "schedule", str, "pipeline schedule: 1f1b or gpipe"),
+    (("--global-batch-size",), "global_batch_size", int, f"sequences per iteration (default {DEFAULT_PARALLEL['global_batch_size']})"),
+    (("--micro-batch-size",), "micro_batch_size", int, f"sequences per micro-batch (default {DEFAULT_PARALLEL['micro_batch_size']})"),
+    (("--order",), "order", str, "rank order, innermost first (default tp-cp-ep-dp-pp)"),
+    (("--grad-reduce-dtype",), "grad_reduce_dtype", str, "gradient-reduction dtype (default fp32 for bf16 models)"),
+    (("--grad-bucket-size",), "grad_bucket_size", int, "elements per DP gradient bucket (default: one bucket)"),
+]
+
+
+def _positive_int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, e.g. 7,8,8,7; got {text!r}") from None
+
+
+def add_job_args(parser: argparse.ArgumentParser) -> None:
+    """Add model, parallelism and cluster flags."""
+    g = parser.add_argument_group("model")
+    g.add_argument("--model", default=None, help=f"preset name (see `commscope presets`), a TOML/JSON/YAML spec, or a Hugging Face config.json (default {DEFAULT_MODEL})")
+    for flags, dest, typ, text in _MODEL_FLAGS:
+        g.add_argument(*flags, dest=f"model.{dest}", type=typ, default=None, help=text)
+    g.add_argument("--tied-embeddings", dest="model.tied_embeddings", action=argparse.BooleanOptionalAction, default=None,
+                   help="input embedding and output layer share weights")
+    g.add_argument("--untie-embeddings-and-output-weights", dest="model.tied_embeddings", action="store_const", const=False,
+                   help="Megatron's spelling of --no-tied-embeddings")
+    g.add_argument("--bf16", dest="model.dtype", action="store_const", const="bf16", help="same as --dtype bf16")
+    g.add_argument("--fp16", dest="model.dtype", action="store_const", const="fp16", help="same as --dtype fp16")
+
+    g = parser.add_argument_group("parallelism")
+    g.add_argument("--parallel", default=None, help="a TOML/JSON/YAML file with ParallelSpec fields (flags override it)")
+    for flags, dest, typ, text in _PARALLEL_FLAGS:
+        g.add_argument(*flags, dest=f"parallel.{dest}", type=typ, default=None, help=text)
+    g.add_argument("--sequence-parallel", dest="parallel.sequence_parallel", action=argparse.BooleanOptionalAction,
+                   default=None, help="Megatron sequence parallelism")
+    g.add_argument("--use-distributed-optimizer", "--distributed-optimizer", dest="parallel.distributed_optimizer",
+                   action=argparse.BooleanOptionalAction, default=None, help="Megatron's distributed optimizer")
+    g.add_argument("--pipeline-layers", dest="parallel.pipeline_layers", type=_positive_int_list, default=None,
+                   help="explicit layers per pipeline stage (and virtual chunk), e.g. 7,8,8,7")
+    g.add_argument("--gpus", "--num-gpus", dest="gpus", type=int, default=None,
+                   help="total GPUs: checked against tp x pp x dp x cp, or used to derive dp when --dp is not given")
+
+    g = parser.add_argument_group("cluster")
+    g.add_argument("--cluster", default=None, help=f"preset name or TOML/JSON/YAML file (default {DEFAULT_CLUSTER})")
+    g.add_argument("--gpus-per-node", dest="cluster.gpus_per_node", type=int, default=None, help="GPUs per node")
+
+
+def _given(args: argparse.Namespace, prefix: str) -> dict[str, Any]:
+    return {k.split(".", 1)[1]: v for k, v in vars(args).items() if k.startswith(prefix + ".") and v is not None}
+
+
+def _replace(spec: Any, overrides: dict[str, Any]) -> Any:
+    valid = {f.name for f in fields(spec)}
+    unknown = set(overrides) - valid
+    if unknown:
+        raise ConfigError(sorted(unknown)[0], overrides[sorted(unknown)[0]], f"not a field of {type(spec).__name__}")
+    return replace(spec, **overrides) if overrides else spec
+
+
+def resolve_model(args: argparse.Namespace) -> ModelSpec:
+    from commscope.spec.files import load_model
+
+    model = load_model(args.model or DEFAULT_MODEL)
+    return _replace(model, _given(args, "model"))
+
+
+def resolve_cluster(args: argparse.Namespace) -> ClusterSpec:
+    from commscope.spec.files import load_cluster
+
+    cluster = load_cluster(args.cluster or DEFAULT_CLUSTER)
+    return _replace(cluster, _given(args, "cluster"))
+
+
+def resolve_parallel(args: argparse.Namespace) -> ParallelSpec:
+    from commscope.spec.files import load_parallel
+
+    values: dict[str, Any] = dict(DEFAULT_PARALLEL)
+    if args.parallel:
+        from commscope.spec.files import parallel_to_mapping
+
+        values = {**values, **parallel_to_mapping(load_parallel(args.parallel))}
+    given = _given(args, "parallel")
+    values.update(given)
+    gpus = getattr(args, "gpus", None)
+    if gpus is not None:
+        if gpus < 1:
+            raise ConfigError("gpus", gpus, "must be a positive integer")
+        per_replica = values.get("tp", 1) * values.get("pp", 1) * values.get("cp", 1)
+        if "dp" not in given and not (args.parallel and "dp" in parallel_file_keys(args.parallel)):
+            if gpus % per_replica:
+                raise ConfigError("gpus", gpus, f"must be a multiple of tp x pp x cp = {per_replica}")
+            values["dp"] = gpus // per_replica
+        world = per_replica * values.get("dp", 1)
+        if world != gpus:
+            raise ConfigError("gpus", gpus, f"does not match tp x pp x dp x cp = {values.get('tp', 1)} x {values.get('pp', 1)} x "
+                              f"{values.get('dp', 1)} x {values.get('cp', 1)} = {world}")
+    return ParallelSpec(**values)
+
+
+def parallel_file_keys(path: str) -> set[str]:
+    from commscope.spec.files import read_mapping
+
+    return set(read_mapping(path))
+
+
+def resolve_job(args: argparse.Namespace) -> tuple[ModelSpec, ParallelSpec, ClusterSpec]:
+    """Model, parallelism and cluster from flags, files and presets; raises ConfigError on bad input."""
+    from commscope.workload.dense import check_job
+
+    model = resolve_model(args)
+    parallel = resolve_parallel(args)
+    cluster = resolve_cluster(args)
+    check_job(model, parallel)
+    return model, parallel, cluster

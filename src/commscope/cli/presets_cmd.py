@@ -1,0 +1,34 @@
+"""``commscope presets``: the built-in models and clusters, with their sources."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("presets", help="list the built-in model and cluster presets",
+                       description="List the built-in model and cluster presets with their sources.")
+    p.add_argument("kind", nargs="?", choices=("models", "clusters"), help="only this kind")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from commscope.presets import list_presets
+
+    table = list_presets()
+    if args.kind:
+        table = {args.kind: table[args.kind]}
+    if args.json:
+        json.dump(table, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    for kind, rows in table.items():
+        print(f"{kind}:")
+        for row in rows:
+            desc = row.get("description", "")
+            print(f"  {row['name']:<20} {desc}")
+        print()
+    return 0

@@ -1,0 +1,64 @@
+"""All Hypothesis strategies of the test suite, in one place."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from commscope.spec.model import ModelSpec
+from commscope.spec.parallel import ParallelSpec
+
+ORDERS = ["tp-cp-ep-dp-pp", "tp-cp-dp-ep-pp", "tp-pp-cp-ep-dp", "dp-tp-cp-ep-pp", "pp-tp-ep-cp-dp"]
+
+
+@st.composite
+def jobs(draw, *, max_world: int = 64, moe: bool | None = False):
+    """A random valid (ModelSpec, ParallelSpec) pair with world size <= max_world."""
+    tp = draw(st.sampled_from([1, 2, 4]))
+    pp = draw(st.sampled_from([1, 2, 3, 4]))
+    cp = draw(st.sampled_from([1, 1, 2]))
+    dp = draw(st.sampled_from([1, 2, 3, 4]))
+    while tp * pp * dp * cp > max_world:
+        dp = max(1, dp // 2)
+        pp = max(1, pp - 1)
+    v = draw(st.sampled_from([1, 1, 2])) if pp > 1 else 1
+    heads = tp * draw(st.sampled_from([1, 2, 3]))
+    head_dim = draw(st.sampled_from([8, 16]))
+    layers = pp * v * draw(st.integers(1, 3))
+    is_moe = draw(st.booleans()) if moe is None else moe
+    ep = 1
+    num_experts = 0
+    if is_moe:
+        ep = draw(st.sampled_from([d for d in (1, 2, 4) if (dp * cp) % d == 0]))
+        num_experts = ep * draw(st.sampled_from([1, 2]))
+    model = ModelSpec(
+        name="rand",
+        num_layers=layers,
+        hidden_size=heads * head_dim,
+        num_heads=heads,
+        num_query_groups=draw(st.sampled_from([heads, tp])) if heads % tp == 0 else heads,
+        vocab_size=draw(st.integers(100, 1000)),
+        make_vocab_size_divisible_by=draw(st.sampled_from([1, 8, 128])),
+        seq_len=cp * tp * draw(st.sampled_from([4, 8])),
+        tied_embeddings=draw(st.booleans()),
+        position_embedding=draw(st.sampled_from(["learned", "rope"])),
+        gated_mlp=draw(st.booleans()),
+        bias=draw(st.booleans()),
+        normalization=draw(st.sampled_from(["layernorm", "rmsnorm"])),
+        dtype=draw(st.sampled_from(["bf16", "fp16", "fp32"])),
+        num_experts=num_experts,
+        top_k=1 if num_experts < 2 else 2,
+    )
+    mb = draw(st.sampled_from([1, 2]))
+    m = draw(st.integers(1, 3)) * (pp if v > 1 else 1)
+    parallel = ParallelSpec(
+        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep,
+        sequence_parallel=draw(st.booleans()),
+        zero_stage=draw(st.sampled_from([0, 0, 1, 3])),
+        recompute=draw(st.sampled_from(["none", "selective", "full"])),
+        virtual_pipeline_size=v,
+        global_batch_size=m * mb * dp,
+        micro_batch_size=mb,
+        order=draw(st.sampled_from(ORDERS)),
+        grad_bucket_size=draw(st.sampled_from([None, None, 1000])),
+    )
+    return model, parallel
