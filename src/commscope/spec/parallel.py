@@ -52,6 +52,8 @@ class ParallelSpec:
     """dtype of gradient reduction; default fp32 for bf16 models (Megatron accumulates bf16 grads in fp32), else the model dtype."""
     grad_bucket_size: int | None = None
     """Elements per DP gradient bucket; ``None``: one bucket per stage (Megatron without --overlap-grad-reduce)."""
+    overlap_grad_reduce: bool = False
+    """Megatron --overlap-grad-reduce: DP gradient reduction runs in buckets during the last backward pass."""
     pipeline_layers: tuple[int, ...] | None = None
     """Explicit layers per pipeline stage (sums to num_layers); default: an even split."""
 

@@ -54,6 +54,7 @@ def check_job(model: ModelSpec, parallel: ParallelSpec) -> None:
         check(sum(parallel.pipeline_layers) == model.num_layers, "pipeline_layers", parallel.pipeline_layers,
               f"must sum to num_layers={model.num_layers}")
     if model.is_moe:
+        check(model.moe_ffn % t == 0, "tp", t, f"must divide moe_ffn_hidden_size={model.moe_ffn}")
         check(model.num_experts % parallel.ep == 0, "ep", parallel.ep, f"must divide num_experts={model.num_experts}")
     else:
         check(parallel.ep == 1, "ep", parallel.ep, f"needs an MoE model (num_experts > 0); {model.name} is dense")

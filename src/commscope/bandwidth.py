@@ -1,0 +1,228 @@
+"""Effective-bandwidth models: how long one collective of S bytes over a group of n GPUs takes.
+
+Time follows nccl-tests' definitions (NVIDIA/nccl-tests doc/PERFORMANCE.md [nccl-tests-perf]):
+algbw = S / t and busbw = algbw x f(op, n) with
+
+    f = 2 (n-1)/n   all_reduce
+    f = (n-1)/n     all_gather, reduce_scatter, all_to_all
+    f = 1           broadcast, reduce, send/recv
+
+so an op takes t = S f / busbw. busbw is what a link tier sustains per GPU, independent of n for ring
+algorithms, which is why presets store it.
+
+:class:`AlphaBeta` adds a latency term per algorithm step (Hockney's alpha-beta model [thakur-2005]):
+
+    t = steps(op, n) x alpha + S f / busbw_eff
+
+with steps = 2(n-1) for a ring all_reduce, n-1 for all_gather / reduce_scatter / all_to_all / broadcast /
+reduce, 1 for send/recv. The tier follows from the layout: a group inside one node uses the intra-node
+links; a group spanning N nodes with k members on each runs hierarchically (NVLink inside, k NICs between
+nodes: NCCL's rings cross each node boundary once per channel, so the k NICs of the group's members
+carry the whole ring and its bus bandwidth is
+
+    busbw_eff = min(B_intra, k x B_inter)
+
+Worked example, DGX A100 (B_intra 230 GB/s, B_inter 24 GB/s per GPU): an all_reduce over 16 GPUs on
+2 nodes (k = 8) gets min(230, 8 x 24) = 192 GB/s, the published plateau for that setup (GTC24 S62129 in
+published_busbw.csv); over 2 GPUs on 2 nodes (k = 1), 24 GB/s. B_inter is a per-GPU share (NICs per node
+x NIC rate / GPUs per node), so a DP group with one GPU per node shares no NIC with the other DP groups.
+
+:class:`MeasuredTable` interpolates measured busbw (nccl-tests output or commscope bench JSON) in log
+size for each (op, group size), and says when a query falls outside what was measured.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from commscope.errors import ConfigError
+from commscope.spec.cluster import ClusterSpec
+
+#: nccl-tests' bus-bandwidth factors.
+def busbw_factor(op: str, n: int) -> float:
+    """f(op, n) of nccl-tests: busbw = algbw x f. ``busbw_factor('all_reduce', 8) == 1.75``."""
+    if n < 1:
+        raise ValueError(f"group size n={n} must be >= 1")
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all", "alltoall"):
+        return (n - 1) / n
+    if op in ("broadcast", "reduce", "send", "recv", "sendrecv", "gather", "scatter"):
+        return 1.0
+    raise ValueError(f"no bus-bandwidth factor for op {op!r}")
+
+
+def algorithm_steps(op: str, n: int) -> int:
+    """Latency-bound steps of the ring/direct algorithm: 2(n-1) for all_reduce, n-1 for the others, 1 for p2p."""
+    if op in ("send", "recv", "sendrecv"):
+        return 1
+    if op == "all_reduce":
+        return 2 * (n - 1)
+    return max(1, n - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSpan:
+    """Where a group's members sit: n ranks on num_nodes nodes with at most per_node on any node."""
+
+    n: int
+    num_nodes: int
+    per_node: int
+
+    @classmethod
+    def of(cls, group, gpus_per_node: int) -> "GroupSpan":
+        nodes = np.asarray(group) // gpus_per_node
+        uniq, counts = np.unique(nodes, return_counts=True)
+        return cls(n=len(nodes), num_nodes=len(uniq), per_node=int(counts.min()))
+
+    @property
+    def intra_node(self) -> bool:
+        return self.num_nodes == 1
+
+
+class BandwidthModel(Protocol):
+    """What the estimator needs: the time of one op, and what the model had to assume."""
+
+    def op_time_s(self, op: str, size_bytes: float, span: GroupSpan) -> float: ...
+
+    def busbw_bytes_per_s(self, op: str, size_bytes: float, span: GroupSpan) -> float: ...
+
+    @property
+    def notes(self) -> list[str]: ...
+
+
+@dataclass(slots=True)
+class AlphaBeta:
+    """Alpha-beta model per link tier, from a ClusterSpec."""
+
+    cluster: ClusterSpec
+    notes: list[str] = field(default_factory=list)
+
+    def busbw_bytes_per_s(self, op: str, size_bytes: float, span: GroupSpan) -> float:
+        """Large-message bus bandwidth of ``op`` on ``span`` (no latency term)."""
+        intra = self.cluster.intra_node.bandwidth_bytes_per_s
+        inter = self.cluster.inter_node.bandwidth_bytes_per_s
+        if span.intra_node:
+            return intra
+        if op in ("send", "recv", "sendrecv"):
+            return inter
+        if op == "all_to_all":
+            # each rank sends (n - k)/n of its buffer off-node through its own NIC, k/n inside the node
+            n, k = span.n, span.per_node
+            f = busbw_factor(op, n)
+            t = max((n - k) / n / inter, (k - 1) / n / intra)
+            return f / t
+        return min(intra, span.per_node * inter)
+
+    def latency_s(self, op: str, span: GroupSpan) -> float:
+        tier = self.cluster.intra_node if span.intra_node else self.cluster.inter_node
+        return algorithm_steps(op, span.n) * tier.latency_s
+
+    def op_time_s(self, op: str, size_bytes: float, span: GroupSpan) -> float:
+        if span.n < 2 or size_bytes <= 0:
+            return 0.0
+        f = busbw_factor(op, span.n if op not in ("send", "recv") else 2)
+        return self.latency_s(op, span) + size_bytes * f / self.busbw_bytes_per_s(op, size_bytes, span)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TableRow:
+    """One measured point: ``op`` over ``group_size`` ranks at ``size_bytes`` reached ``busbw_bytes_per_s``."""
+
+    op: str
+    group_size: int
+    size_bytes: int
+    busbw_bytes_per_s: float
+    intra_node: bool | None = None
+    """True/False when known whether the group stayed inside one node; None: unknown (applies to both)."""
+
+
+@dataclass(slots=True)
+class MeasuredTable:
+    """Bus bandwidth interpolated from measurements, per (op, group size), linear in log2(size).
+
+    Queries outside the measured sizes use the nearest measured busbw and add a note; a query for an op
+    that was never measured raises ConfigError naming the op and the sizes it needed. Ops with no
+    measurement for the requested group size use the closest measured group size (noted).
+    """
+
+    rows: list[TableRow]
+    source: str = "measured table"
+    fallback: AlphaBeta | None = None
+    """Used for ops the table lacks, when given (noted); otherwise such a query raises."""
+    notes: list[str] = field(default_factory=list)
+    _curves: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.rows:
+            raise ConfigError("bandwidth", self.source, "has no rows (expected op, group size, size and busbw per row)")
+        curves: dict[tuple[str, int, bool | None], list[tuple[int, float]]] = {}
+        for r in self.rows:
+            if r.busbw_bytes_per_s <= 0 or r.size_bytes <= 0:
+                continue
+            op = "send" if r.op in ("sendrecv", "recv") else r.op
+            curves.setdefault((op, r.group_size, r.intra_node), []).append((r.size_bytes, r.busbw_bytes_per_s))
+        for key, pts in curves.items():
+            pts.sort()
+            by_size: dict[int, list[float]] = {}
+            for s, b in pts:
+                by_size.setdefault(s, []).append(b)
+            sizes = np.array(sorted(by_size), dtype=float)
+            bw = np.array([float(np.median(by_size[s])) for s in sorted(by_size)])
+            self._curves[key] = (np.log2(sizes), bw)
+
+    def ops(self) -> set[str]:
+        return {k[0] for k in self._curves}
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def _curve(self, op: str, span: GroupSpan):
+        op = "send" if op in ("sendrecv", "recv") else op
+        keys = [k for k in self._curves if k[0] == op and (k[2] is None or k[2] == span.intra_node)]
+        if not keys:
+            return None
+        best = min(keys, key=lambda k: (abs(math.log2(k[1]) - math.log2(max(span.n, 1))), k[1]))
+        if best[1] != span.n:
+            self._note(f"{self.source}: no {op} measured over {span.n} ranks; used {best[1]} ranks")
+        return self._curves[best]
+
+    def busbw_bytes_per_s(self, op: str, size_bytes: float, span: GroupSpan) -> float:
+        curve = self._curve(op, span)
+        if curve is None:
+            if self.fallback is not None:
+                self._note(f"{self.source}: no {op} measurements; used the cluster preset's alpha-beta model")
+                return self.fallback.busbw_bytes_per_s(op, size_bytes, span)
+            have = ", ".join(sorted(self.ops())) or "none"
+            raise ConfigError("bandwidth", self.source,
+                              f"lacks {op} (needed for {span.n} ranks at {int(size_bytes):,} bytes); it has: {have}")
+        logs, bw = curve
+        x = math.log2(max(size_bytes, 1))
+        if x < logs[0] or x > logs[-1]:
+            self._note(f"{self.source}: {op} at {int(size_bytes):,} bytes is outside the measured "
+                       f"{int(2 ** logs[0]):,}-{int(2 ** logs[-1]):,} bytes; extrapolated with the nearest busbw")
+        return float(np.interp(x, logs, bw))
+
+    def op_time_s(self, op: str, size_bytes: float, span: GroupSpan) -> float:
+        if span.n < 2 or size_bytes <= 0:
+            return 0.0
+        f = busbw_factor(op, span.n if op not in ("send", "recv") else 2)
+        return size_bytes * f / self.busbw_bytes_per_s(op, size_bytes, span)
+
+
+def table_from_bench_rows(rows, *, source: str, fallback: AlphaBeta | None = None) -> MeasuredTable:
+    """A MeasuredTable from objects with op, group_size, size_bytes, busbw_bytes_per_s (e.g. parsed nccl-tests)."""
+    table_rows = []
+    for r in rows:
+        n = getattr(r, "group_size", None)
+        if not n:
+            raise ConfigError("bandwidth", source, f"row for {r.op} at {r.size_bytes} bytes has no group size")
+        table_rows.append(TableRow(op=r.op, group_size=int(n), size_bytes=int(r.size_bytes),
+                                   busbw_bytes_per_s=float(r.busbw_bytes_per_s),
+                                   intra_node=getattr(r, "intra_node", None)))
+    return MeasuredTable(rows=table_rows, source=source, fallback=fallback)

@@ -1,0 +1,72 @@
+"""``commscope estimate``: iteration time, communication and bubble ratios."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from commscope.cli.common import add_job_args, resolve_job
+from commscope.estimate import METHODS
+from commscope.traffic import ALGORITHMS
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("estimate", help="estimate iteration time, communication and bubble ratios",
+                       description="Estimate the time of one training iteration: compute, TP, PP, DP, CP, EP "
+                                   "communication and the pipeline bubble, with ratios and throughput.")
+    add_job_args(p)
+    g = p.add_argument_group("estimate")
+    g.add_argument("--method", choices=METHODS, default="refined",
+                   help="refined (per-op, default) or seed (the talk's formulation, term by term)")
+    g.add_argument("--gpu-util", type=float, default=None, help="achieved fraction u of peak FLOP/s (default: the cluster's)")
+    g.add_argument("--bandwidth", type=Path, default=None,
+                   help="measured bandwidth: nccl-tests output (.txt/.log) or a table (.json/.toml/.csv with op, group_size, "
+                        "size_bytes, busbw_GBps); ops it lacks fall back to the cluster preset (noted)")
+    g.add_argument("--overlap-grad-reduce", dest="parallel.overlap_grad_reduce", action=argparse.BooleanOptionalAction,
+                   default=None, help="DP gradient reduction overlaps the last backward pass (Megatron)")
+    g.add_argument("--algorithm", choices=ALGORITHMS, default="ring", help=argparse.SUPPRESS)
+    g.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from commscope.api import predict
+    from commscope.bandwidth import AlphaBeta
+    from commscope.estimate import estimate
+
+    model, parallel, cluster = resolve_job(args)
+    pred = predict(model, parallel, cluster, algorithm=args.algorithm)
+    bw = None
+    if args.bandwidth is not None:
+        from commscope.io.bandwidth_file import read_bandwidth
+
+        bw = read_bandwidth(args.bandwidth, fallback=AlphaBeta(cluster))
+    est = estimate(pred, method=args.method, gpu_util=args.gpu_util, bandwidth=bw)
+    if args.json:
+        json.dump({"model": model.name, "cluster": cluster.name, **est.to_dict()}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(format_estimate(est, title=f"{model.name} on {cluster.name}: {parallel.world_size} GPUs, tp={parallel.tp} "
+                                         f"pp={parallel.pp} dp={parallel.dp} cp={parallel.cp} ep={parallel.ep}, "
+                                         f"{parallel.num_micro_batches} micro-batches"))
+    return 0
+
+
+def format_estimate(est, *, title: str) -> str:
+    total = est.iteration_time_s or 1.0
+    rows = [("compute", est.compute_s), ("TP", est.tp_s), ("PP", est.pp_s), ("DP", est.dp_s), ("embedding sync", est.emb_s),
+            ("CP (exposed)", est.cp_s), ("EP", est.ep_s), ("bubble", est.bubble_s)]
+    lines = [title, f"method: {est.method}, u = {est.gpu_util:.2f} of {est.peak_flops / 1e12:.0f} TFLOP/s peak", "",
+             f"{'term':<16}{'time':>12}{'share':>9}"]
+    for name, value in rows:
+        lines.append(f"{name:<16}{value * 1e3:>9.1f} ms{value / total:>9.1%}")
+    lines += [f"{'iteration':<16}{est.iteration_time_s * 1e3:>9.1f} ms", "",
+              f"communication ratio {est.comm_ratio:.1%}   bubble ratio {est.bubble_ratio:.1%}",
+              f"{est.tokens_per_s:,.0f} tokens/s   {est.tflops_per_gpu:.1f} TFLOP/s per GPU   MFU {est.mfu:.1%}"]
+    if est.effective_bandwidth_bytes_per_s:
+        eff = ", ".join(f"{k} {v / 1e9:.1f}" for k, v in est.effective_bandwidth_bytes_per_s.items())
+        lines.append(f"effective bus bandwidth (GB/s): {eff}")
+    lines += [f"note: {n}" for n in est.notes]
+    return "\n".join(lines)
