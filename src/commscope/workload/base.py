@@ -82,22 +82,28 @@ class OpSet:
             rank, peer = group[0], group[1]
         elif self.op == "recv":
             rank, peer = group[1], group[0]
-        splits = None
-        if self.splits is not None:
+        if self.op == "all_to_all" and self.splits is not None:
+            # Each rank sends its own row of the split matrix: one record per issuing rank, as measured.
             mat = self.splits if self.splits.ndim == 2 else self.splits[row]
-            splits = tuple(int(x) for x in mat.sum(axis=0))  # bytes received per member: informative only
+            for pos, member in enumerate(group):
+                sends = tuple(int(x) for x in mat[pos])
+                per_rank = OpSet(op=self.op, axis=self.axis, name=self.name, size_bytes=sum(sends), dtype=self.dtype,
+                                 phase=self.phase, groups=self.groups[row:row + 1], layers=self.layers,
+                                 micro_batches=self.micro_batches, repeat=self.repeat)
+                for op in per_rank.row_ops(0, detail):
+                    yield op.with_(rank=member, splits=sends)
+            return
         base = dict(op=self.op, axis=self.axis, group=group, size_bytes=self.size_bytes, dtype=self.dtype,
                     rank=rank, peer=peer, phase=self.phase, name=self.name)
         if detail == "group":
             layer = self.layers[0] if len(self.layers) == 1 else None
-            yield CommOp(**base, layer=layer, count=self.count, splits=None if splits is None else splits)
+            yield CommOp(**base, layer=layer, count=self.count)
             return
         layers = self.layers or (None,)
         mbs = range(self.micro_batches) if self.micro_batches else (None,)
         for mb in mbs:
             for layer in layers:
-                yield CommOp(**base, layer=layer, micro_batch=mb, count=self.repeat,
-                             splits=None if splits is None else splits)
+                yield CommOp(**base, layer=layer, micro_batch=mb, count=self.repeat)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,10 +123,12 @@ class Workload:
         return self.layout.world_size
 
     def num_ops(self, detail: Detail = "full") -> int:
-        """How many CommOp records :meth:`ops` yields."""
+        """How many CommOp records :meth:`ops` yields (all_to_all with splits: one per issuing rank)."""
+        def per_row(s: OpSet) -> int:
+            return s.group_size if (s.op == "all_to_all" and s.splits is not None) else 1
         if detail == "group":
-            return sum(s.num_groups for s in self.opsets)
-        return sum(s.num_groups * max(1, len(s.layers)) * (s.micro_batches or 1) for s in self.opsets)
+            return sum(s.num_groups * per_row(s) for s in self.opsets)
+        return sum(s.num_groups * per_row(s) * max(1, len(s.layers)) * (s.micro_batches or 1) for s in self.opsets)
 
     def ops(self, detail: Detail = "full") -> Iterator[CommOp]:
         """Every CommOp of the iteration; ``detail="group"`` aggregates each group row with a count."""

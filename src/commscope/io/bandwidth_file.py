@@ -1,0 +1,70 @@
+"""Reading a measured bandwidth table for ``estimate --bandwidth``.
+
+Accepted: nccl-tests / rccl-tests stdout (parsed by :mod:`commscope.io.nccl_tests`), or a table as JSON
+(a list of rows, or ``{"rows": [...]}``), TOML (``[[rows]]``) or CSV with the columns
+``op, group_size, size_bytes`` and ``busbw_GBps`` (or ``busbw_bytes_per_s``), optionally ``intra_node``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import tomllib
+from pathlib import Path
+
+from commscope.bandwidth import AlphaBeta, MeasuredTable, TableRow, table_from_bench_rows
+from commscope.errors import ConfigError
+from commscope.units import GB
+
+_REQUIRED = ("op", "group_size", "size_bytes")
+
+
+def _rows_from_mappings(items, source: str) -> list[TableRow]:
+    rows = []
+    for i, item in enumerate(items, start=1):
+        missing = [k for k in _REQUIRED if k not in item]
+        if "busbw_GBps" not in item and "busbw_bytes_per_s" not in item:
+            missing.append("busbw_GBps")
+        if missing:
+            raise ConfigError(f"row {i}", dict(item), f"lacks {', '.join(missing)}", source=source)
+        try:
+            busbw = float(item["busbw_bytes_per_s"]) if "busbw_bytes_per_s" in item else float(item["busbw_GBps"]) * GB
+            intra = item.get("intra_node")
+            if isinstance(intra, str):
+                intra = {"true": True, "false": False, "": None}.get(intra.strip().lower())
+            rows.append(TableRow(op=str(item["op"]), group_size=int(item["group_size"]),
+                                 size_bytes=int(float(item["size_bytes"])), busbw_bytes_per_s=busbw, intra_node=intra))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"row {i}", dict(item), f"has a non-numeric value ({exc})", source=source) from None
+    return rows
+
+
+def read_bandwidth(path: Path, *, fallback: AlphaBeta | None = None) -> MeasuredTable:
+    """A MeasuredTable from ``path``; raises ConfigError naming the file for anything malformed."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("bandwidth", str(path), "no such file")
+    source = path.name
+    suffix = path.suffix.lower()
+    text = path.read_text(errors="replace")
+    try:
+        if suffix == ".json":
+            data = json.loads(text)
+            items = data.get("rows", data) if isinstance(data, dict) else data
+            return MeasuredTable(rows=_rows_from_mappings(items, source), source=source, fallback=fallback)
+        if suffix == ".toml":
+            data = tomllib.loads(text)
+            return MeasuredTable(rows=_rows_from_mappings(data.get("rows", []), source), source=source, fallback=fallback)
+        if suffix == ".csv":
+            return MeasuredTable(rows=_rows_from_mappings(list(csv.DictReader(text.splitlines())), source), source=source,
+                                 fallback=fallback)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError("bandwidth", source, f"is not valid {suffix[1:].upper()}: {exc}") from None
+    from commscope.io.nccl_tests import parse_nccl_tests
+
+    try:
+        result = parse_nccl_tests(path)
+    except ValueError as exc:
+        raise ConfigError("bandwidth", source, str(exc)) from None
+    rows = [r for r in result.rows if not r.in_place]
+    return table_from_bench_rows(rows, source=source, fallback=fallback)

@@ -1,0 +1,462 @@
+"""Op logs on disk: :class:`~commscope.record.CommOp` records as JSON Lines or CSV.
+
+JSON Lines (``.jsonl``, or ``.jsonl.gz`` compressed) is the lossless format: one JSON object per line,
+exactly :meth:`CommOp.to_dict` (``None`` fields left out), optionally preceded by one header line::
+
+    {"commscope_header": {"format": "commscope.ops", "format_version": 1, "world_size": 32, ...}}
+    {"op":"all_reduce","axis":"tp","group":[0,1],"size_bytes":18874368,"dtype":"bf16","phase":"fwd",...}
+    {"op":"send","axis":"pp","group":[0,8],"size_bytes":9437184,"dtype":"bf16","rank":0,"peer":8,...}
+
+Readers are forgiving in the way a log reader must be: a truncated or corrupt line (a rank killed while
+writing, a disk that filled up) is reported in :attr:`OpLog.problems` with its line number and skipped,
+never a reason to lose the rest. Only a missing file, or one without a single valid line, is an error.
+
+CSV (``.csv``, ``.csv.gz``) is for spreadsheets and pandas: one row per op with the columns of
+:data:`CSV_COLUMNS`; ``group`` and ``splits`` are ranks (bytes) joined by spaces, an empty cell is ``None``.
+CSV does not carry :attr:`CommOp.extra` (use JSON Lines when that matters).
+"""
+
+from __future__ import annotations
+
+import csv
+import contextlib
+import dataclasses
+import gc
+import gzip
+import io
+import json
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from commscope.record import CommOp
+
+#: Key of the optional first line of a JSONL op log.
+HEADER_KEY = "commscope_header"
+#: Value of ``header["format"]`` written by :func:`write_ops_jsonl`.
+FORMAT_NAME = "commscope.ops"
+#: Bumped when the line format changes incompatibly.
+FORMAT_VERSION = 1
+#: Columns of an op-log CSV, in order.
+CSV_COLUMNS: tuple[str, ...] = (
+    "op", "axis", "name", "group", "rank", "peer", "size_bytes", "dtype", "phase", "micro_batch", "layer",
+    "count", "splits", "t_start_ns", "t_end_ns", "backend_op",
+)
+_CSV_REQUIRED = ("op", "axis", "group", "size_bytes")
+_CSV_OPTIONAL_INT = ("rank", "peer", "micro_batch", "layer", "t_start_ns", "t_end_ns")
+#: At most this many problems are listed one by one; the rest are counted in one last entry.
+MAX_PROBLEMS = 100
+_BATCH = 8192
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpLog:
+    """What an op-log file held."""
+
+    ops: list[CommOp]
+    """The valid records, in file order."""
+    header: dict[str, Any] = field(default_factory=dict)
+    """The ``commscope_header`` object of the first line; empty when the file has none."""
+    problems: list[str] = field(default_factory=list)
+    """One line per skipped line or other oddity: ``ops.jsonl line 812: truncated JSON, skipped``."""
+
+
+# ----------------------------------------------------------------------------------------------- files
+
+
+def _is_gzip(path: Path) -> bool:
+    return path.suffix == ".gz"
+
+
+def _open_text_write(path: Path) -> IO[str]:
+    if _is_gzip(path):
+        return gzip.open(path, "wt", encoding="utf-8", newline="\n", compresslevel=6)
+    return open(path, "w", encoding="utf-8", newline="\n")
+
+
+def _open_binary_read(path: Path) -> IO[bytes]:
+    if not path.exists():
+        raise ValueError(f"{path}: no such file")
+    if path.is_dir():
+        raise ValueError(f"{path}: is a directory, expected an op-log file")
+    if _is_gzip(path):
+        return gzip.open(path, "rb")
+    return open(path, "rb")
+
+
+def _lines(fh: IO[bytes], name: str, problems: list[str]) -> Iterator[tuple[int, bytes]]:
+    """(1-based line number, raw line) pairs; a broken compressed stream ends the iteration with a problem."""
+    lineno = 0
+    try:
+        for lineno, raw in enumerate(fh, start=1):
+            yield lineno, raw
+    except (EOFError, OSError, zlib.error) as exc:
+        problems.append(f"{name} line {lineno + 1}: compressed stream ends early or is corrupt ({exc}); "
+                        f"kept the {lineno} lines before it")
+
+
+class _Problems(list):
+    """A list of problem lines that stops growing after MAX_PROBLEMS and counts the rest."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropped = 0
+
+    def append(self, item: str) -> None:  # type: ignore[override]
+        if len(self) < MAX_PROBLEMS:
+            super().append(item)
+        else:
+            self.dropped += 1
+
+    def finish(self) -> list[str]:
+        out = list(self)
+        if self.dropped:
+            out.append(f"... and {self.dropped} more problems not listed")
+        return out
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a reader builds a million small objects (none cyclic):
+    otherwise its repeated full collections cost as much as the parsing."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+# ----------------------------------------------------------------------------------------------- JSONL
+
+
+_QUOTED: dict[str, str] = {}
+
+
+def _q(text: str) -> str:
+    """JSON string literal of ``text`` (memoised: op logs repeat a few dozen distinct strings)."""
+    out = _QUOTED.get(text)
+    if out is None:
+        out = json.dumps(text)
+        if len(_QUOTED) < 65536:
+            _QUOTED[text] = out
+    return out
+
+
+def _json_default(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (Path, set, frozenset)):
+        return str(value) if isinstance(value, Path) else sorted(value)
+    raise TypeError(f"{type(value).__name__} is not JSON-serialisable")
+
+
+def _op_line(op: CommOp) -> str:
+    """``json.dumps(op.to_dict(), separators=(",", ":"))``, built by hand (about 5x faster)."""
+    parts = ['{"op":', _q(op.op), ',"axis":', _q(op.axis), ',"group":[', ",".join(map(str, op.group)),
+             '],"size_bytes":', str(op.size_bytes), ',"dtype":', _q(op.dtype)]
+    if op.rank is not None:
+        parts += (',"rank":', str(op.rank))
+    if op.peer is not None:
+        parts += (',"peer":', str(op.peer))
+    if op.splits is not None:
+        parts += (',"splits":[', ",".join(map(str, op.splits)), "]")
+    if op.phase is not None:
+        parts += (',"phase":', _q(op.phase))
+    if op.micro_batch is not None:
+        parts += (',"micro_batch":', str(op.micro_batch))
+    if op.layer is not None:
+        parts += (',"layer":', str(op.layer))
+    parts += (',"count":', str(op.count))
+    if op.name:
+        parts += (',"name":', _q(op.name))
+    if op.t_start_ns is not None:
+        parts += (',"t_start_ns":', str(op.t_start_ns))
+    if op.t_end_ns is not None:
+        parts += (',"t_end_ns":', str(op.t_end_ns))
+    if op.backend_op is not None:
+        parts += (',"backend_op":', _q(op.backend_op))
+    if op.extra:
+        try:
+            extra = json.dumps(dict(op.extra), separators=(",", ":"), default=_json_default)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"CommOp.extra={op.extra!r} cannot be written as JSON: {exc}") from None
+        parts += (',"extra":', extra)
+    parts.append("}")
+    return "".join(parts)
+
+
+def _package_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("commscope")
+    except Exception:  # not installed (running from a source tree)
+        return "unknown"
+
+
+def write_ops_jsonl(path: str | Path, ops: Iterable[CommOp], *, header: dict[str, Any] | None = None) -> int:
+    """Write ``ops`` to ``path`` as JSON Lines, streaming; returns the number of ops written.
+
+    ``header`` (metadata such as ``world_size``, the model and parallel inputs) goes on a first line
+    ``{"commscope_header": {...}}``, with ``format``, ``format_version`` and ``commscope_version`` added
+    unless given. Without ``header`` the file holds op lines only. A path ending in ``.gz`` is gzip-compressed.
+    Each op line is exactly ``json.dumps(op.to_dict(), separators=(",", ":"))``.
+    """
+    path = Path(path)
+    written = 0
+    with _open_text_write(path) as fh:
+        if header is not None:
+            meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "commscope_version": _package_version()}
+            meta.update(header)
+            try:
+                line = json.dumps({HEADER_KEY: meta}, separators=(",", ":"), default=_json_default)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"header for {path} cannot be written as JSON: {exc}") from None
+            fh.write(line + "\n")
+        batch: list[str] = []
+        for op in ops:
+            batch.append(_op_line(op))
+            if len(batch) >= _BATCH:
+                batch.append("")
+                fh.write("\n".join(batch))
+                written += len(batch) - 1
+                batch = []
+        if batch:
+            batch.append("")
+            fh.write("\n".join(batch))
+            written += len(batch) - 1
+    return written
+
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(CommOp))
+
+
+def _op_from_obj(obj: dict[str, Any]) -> CommOp:
+    """``CommOp.from_dict(obj)`` for the common case (no ``extra``), about twice as fast; any oddity goes
+    through ``from_dict`` itself, for its error message."""
+    if "extra" in obj or not obj.keys() <= _FIELDS:
+        return CommOp.from_dict(obj)
+    try:
+        obj["group"] = tuple(map(int, obj["group"]))
+        splits = obj.get("splits")
+        if splits is not None:
+            obj["splits"] = tuple(map(int, splits))
+    except (KeyError, TypeError, ValueError):
+        return CommOp.from_dict(obj)
+    return CommOp(**obj)
+
+
+def read_ops_jsonl(path: str | Path) -> OpLog:
+    """Read a JSON Lines op log written by :func:`write_ops_jsonl` (or any producer of the same lines).
+
+    Blank lines are ignored. A line that is not valid JSON, not an object or not a valid CommOp is skipped
+    and reported in :attr:`OpLog.problems` as ``<file> line <n>: <what>, skipped``; a second header (logs
+    concatenated with ``cat``) is reported and ignored. Raises ``ValueError`` naming the file when it does
+    not exist or holds no valid line at all.
+    """
+    path = Path(path)
+    name = path.name
+    problems = _Problems()
+    ops: list[CommOp] = []
+    header: dict[str, Any] | None = None
+    num_lines = 0
+    with _open_binary_read(path) as fh, _gc_paused():
+        for lineno, raw in _lines(fh, name, problems):
+            num_lines = lineno
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+            except ValueError as exc:
+                if not raw.endswith(b"\n"):  # only the last line of a file can lack its newline
+                    problems.append(f"{name} line {lineno}: truncated JSON, skipped")
+                else:
+                    what = f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+                    problems.append(f"{name} line {lineno}: invalid JSON ({what}), skipped")
+                continue
+            if not isinstance(obj, dict):
+                problems.append(f"{name} line {lineno}: expected a JSON object, got {type(obj).__name__}, skipped")
+                continue
+            if HEADER_KEY in obj:
+                value = obj[HEADER_KEY]
+                if not isinstance(value, dict):
+                    problems.append(f"{name} line {lineno}: {HEADER_KEY} is not an object, ignored")
+                elif header is None and not ops:
+                    header = value
+                else:
+                    problems.append(f"{name} line {lineno}: another {HEADER_KEY} (files concatenated?), ignored")
+                continue
+            try:
+                ops.append(_op_from_obj(obj))
+            except (TypeError, ValueError) as exc:
+                problems.append(f"{name} line {lineno}: not a valid CommOp ({exc}), skipped")
+    if not ops and header is None:
+        found = "; ".join(problems[:3])
+        if num_lines == 0:
+            raise ValueError(f"{path}: empty file, expected JSON Lines of CommOps")
+        raise ValueError(f"{path}: no valid line in {num_lines} lines" + (f" ({found})" if found else ""))
+    return OpLog(ops=ops, header=header or {}, problems=problems.finish())
+
+
+# ----------------------------------------------------------------------------------------------- CSV
+
+
+def _join(values: tuple[int, ...] | None) -> str:
+    return "" if values is None else " ".join(map(str, values))
+
+
+def _csv_row(op: CommOp) -> tuple[Any, ...]:
+    def opt(value: Any) -> Any:
+        return "" if value is None else value
+
+    return (op.op, op.axis, op.name, _join(op.group), opt(op.rank), opt(op.peer), op.size_bytes, op.dtype,
+            opt(op.phase), opt(op.micro_batch), opt(op.layer), op.count, _join(op.splits), opt(op.t_start_ns),
+            opt(op.t_end_ns), opt(op.backend_op))
+
+
+def write_ops_csv(path: str | Path, ops: Iterable[CommOp]) -> int:
+    """Write ``ops`` to ``path`` as CSV with the columns :data:`CSV_COLUMNS`; returns the number of rows.
+
+    ``group`` and ``splits`` are space-joined; ``None`` is an empty cell; ``extra`` is not written.
+    A path ending in ``.gz`` is gzip-compressed.
+    """
+    path = Path(path)
+    written = 0
+    with _open_text_write(path) as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(CSV_COLUMNS)
+        batch: list[tuple[Any, ...]] = []
+        for op in ops:
+            batch.append(_csv_row(op))
+            if len(batch) >= _BATCH:
+                writer.writerows(batch)
+                written += len(batch)
+                batch = []
+        writer.writerows(batch)
+        written += len(batch)
+    return written
+
+
+def _ints(cell: str, column: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in cell.split())
+    except ValueError:
+        raise ValueError(f"{column}={cell!r}: expected integers separated by spaces") from None
+
+
+def _int(cell: str, column: str) -> int:
+    try:
+        return int(cell)
+    except ValueError:
+        raise ValueError(f"{column}={cell!r}: expected an integer") from None
+
+
+def _op_from_row(row: list[str], index: dict[str, int]) -> CommOp:
+    def cell(column: str) -> str:
+        k = index.get(column)
+        return "" if k is None else row[k].strip()
+
+    kwargs: dict[str, Any] = {"op": cell("op"), "axis": cell("axis"), "group": _ints(cell("group"), "group"),
+                              "size_bytes": _int(cell("size_bytes"), "size_bytes")}
+    for column in _CSV_OPTIONAL_INT:
+        text = cell(column)
+        if text:
+            kwargs[column] = _int(text, column)
+    for column in ("dtype", "phase", "backend_op", "name"):
+        text = cell(column)
+        if text:
+            kwargs[column] = text
+    if text := cell("count"):
+        kwargs["count"] = _int(text, "count")
+    if text := cell("splits"):
+        kwargs["splits"] = _ints(text, "splits")
+    return CommOp(**kwargs)
+
+
+class _LineTracker:
+    """Feeds text lines to csv.reader and remembers whether the last one had its newline."""
+
+    def __init__(self, fh: Iterable[str]) -> None:
+        self._fh = fh
+        self.last_complete = True
+
+    def __iter__(self) -> Iterator[str]:
+        for line in self._fh:
+            self.last_complete = line.endswith("\n")
+            yield line
+
+
+def read_ops_csv(path: str | Path) -> OpLog:
+    """Read an op-log CSV written by :func:`write_ops_csv` (columns may come in any order).
+
+    The columns ``op``, ``axis``, ``group`` and ``size_bytes`` are required; other known columns are optional
+    and unknown ones are reported and ignored. A bad row is reported in :attr:`OpLog.problems` with its line
+    number and skipped. Raises ``ValueError`` naming the file when it is missing, has no header, lacks a
+    required column, or has data rows none of which is valid (a header alone is an empty log).
+    """
+    path = Path(path)
+    name = path.name
+    problems = _Problems()
+    ops: list[CommOp] = []
+    with _open_binary_read(path) as raw, _gc_paused():
+        text = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
+        tracker = _LineTracker(text)
+        reader = csv.reader(tracker)
+        try:
+            columns = [c.strip() for c in next(reader)]
+        except StopIteration:
+            raise ValueError(f"{path}: empty file, expected a CSV header {','.join(CSV_COLUMNS)}") from None
+        missing = [c for c in _CSV_REQUIRED if c not in columns]
+        if missing:
+            raise ValueError(f"{path} line 1: missing column(s) {', '.join(missing)}; "
+                             f"expected a header {','.join(CSV_COLUMNS)}")
+        unknown = [c for c in columns if c not in CSV_COLUMNS]
+        if unknown:
+            problems.append(f"{name} line 1: unknown column(s) {', '.join(unknown)}, ignored")
+        index = {c: k for k, c in enumerate(columns) if c in CSV_COLUMNS}
+        num_rows = 0
+        try:
+            for row in reader:
+                lineno = reader.line_num
+                if not row or not any(c.strip() for c in row):
+                    continue
+                num_rows += 1
+                if len(row) != len(columns):
+                    why = "truncated row" if not tracker.last_complete else "wrong number of fields"
+                    problems.append(f"{name} line {lineno}: {why} ({len(row)} fields, expected {len(columns)}), skipped")
+                    continue
+                try:
+                    ops.append(_op_from_row(row, index))
+                except (TypeError, ValueError) as exc:
+                    problems.append(f"{name} line {lineno}: {exc}, skipped")
+        except csv.Error as exc:
+            problems.append(f"{name} line {reader.line_num}: unreadable CSV ({exc}); stopped reading")
+        except (EOFError, OSError, zlib.error) as exc:
+            problems.append(f"{name} line {reader.line_num + 1}: compressed stream ends early or is corrupt ({exc}); "
+                            f"kept the rows before it")
+    if not ops and num_rows:
+        found = "; ".join(problems[:3])
+        raise ValueError(f"{path}: no valid row in {num_rows} rows" + (f" ({found})" if found else ""))
+    return OpLog(ops=ops, header={}, problems=problems.finish())
+
+
+__all__ = [
+    "CSV_COLUMNS",
+    "FORMAT_VERSION",
+    "HEADER_KEY",
+    "OpLog",
+    "read_ops_csv",
+    "read_ops_jsonl",
+    "write_ops_csv",
+    "write_ops_jsonl",
+]

@@ -1,0 +1,139 @@
+"""The commands as a user runs them: exit codes, files written, JSON keys, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from commscope.cli.main import main
+
+JSON_KEYS = {"world_size", "num_ops", "total_bytes", "bytes_by_axis", "bytes_by_link", "num_pairs", "max_pair_bytes"}
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_traffic_defaults_json(capsys):
+    code, out, err = run(capsys, "traffic", "--json")
+    assert code == 0, err
+    s = json.loads(out)
+    assert JSON_KEYS <= set(s)
+    assert set(s["bytes_by_axis"]) >= {"tp", "pp", "dp", "emb", "cp", "ep"}
+    assert set(s["bytes_by_link"]) == {"intra_node", "inter_node"}
+    assert s["world_size"] == 32
+    assert s["total_bytes"] == sum(s["bytes_by_axis"].values()) == sum(s["bytes_by_link"].values())
+    assert s["bytes_by_axis"]["cp"] == 0 and s["bytes_by_axis"]["ep"] == 0
+
+
+def test_traffic_issue_example_writes_outputs(capsys, tmp_path):
+    out_dir = tmp_path / "run"
+    code, out, err = run(capsys, "traffic", "--model", "gpt-1.5b", "--tp", "2", "--pp", "4", "--dp", "4",
+                         "--global-batch-size", "512", "--micro-batch-size", "4", "--cluster", "dgx1-v100",
+                         "--out", str(out_dir))
+    assert code == 0, err
+    for name in ("ops.jsonl", "ops.csv", "traffic.csv", "traffic.npz", "summary.json", "inputs.json"):
+        assert (out_dir / name).stat().st_size > 0, name
+    pytest.importorskip("matplotlib")
+    assert (out_dir / "heatmap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the triplet file sums to the summary's total
+    summary = json.loads((out_dir / "summary.json").read_text())
+    rows = np.loadtxt(out_dir / "traffic.csv", delimiter=",", skiprows=1, usecols=(0, 1, 3), dtype=np.int64)
+    assert rows[:, 2].sum() == summary["total_bytes"]
+    assert (rows[:, 0] != rows[:, 1]).all()
+    # the op list holds every op of the iteration with its fields
+    from commscope.io.oplog import read_ops_jsonl
+
+    log = read_ops_jsonl(out_dir / "ops.jsonl")
+    assert not log.problems
+    assert sum(op.count for op in log.ops) == summary["num_ops"]
+    first = log.ops[0]
+    assert first.axis and first.group and first.phase and first.dtype
+
+
+def test_flags_override_preset_and_aliases(capsys):
+    code, out, _ = run(capsys, "traffic", "--model", "gpt-1.5b", "--tensor-model-parallel-size", "4",
+                       "--pipeline-model-parallel-size", "2", "--num-layers", "8", "--gpus", "64", "--json")
+    assert code == 0
+    s = json.loads(out)
+    assert s["parallel"]["tp"] == 4 and s["parallel"]["pp"] == 2 and s["parallel"]["dp"] == 8
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--tp", "5"], "tp=5: must divide num_heads=24"),
+        (["--tp", "2", "--pp", "4", "--dp", "4", "--gpus", "64"], "gpus=64: does not match"),
+        (["--pp", "5"], "pp=5: must divide num_layers=24"),
+        (["--global-batch-size", "100"], "global_batch_size=100: must be divisible by micro_batch_size x dp"),
+        (["--order", "tp-dp-pp"], "order='tp-dp-pp'"),
+        (["--model", "gpt-15b"], "model='gpt-15b'"),
+        (["--cluster", "dgx-z100"], "cluster='dgx-z100'"),
+        (["--zero-stage", "4"], "zero_stage=4"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(capsys, argv, needle):
+    code, out, err = run(capsys, "traffic", *argv)
+    assert code == 2
+    assert needle in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_malformed_model_file(capsys, tmp_path):
+    bad = tmp_path / "model.toml"
+    bad.write_text("num_layers = 4\nhidden_size = = 3\n")
+    code, _, err = run(capsys, "traffic", "--model", str(bad))
+    assert code == 2 and "model.toml" in err and "Traceback" not in err
+
+
+def test_estimate_json_and_seed(capsys):
+    code, out, err = run(capsys, "estimate", "--model", "gpt-3b", "--tp", "2", "--pp", "4", "--dp", "4",
+                         "--global-batch-size", "512", "--micro-batch-size", "4", "--cluster", "dgx1-v100", "--json")
+    assert code == 0, err
+    e = json.loads(out)
+    for key in ("iteration_time_s", "compute_s", "tp_s", "pp_s", "dp_s", "ep_s", "cp_s", "bubble_s", "comm_ratio",
+                "bubble_ratio", "tokens_per_s", "tflops_per_gpu", "mfu", "method"):
+        assert key in e
+    code, out, _ = run(capsys, "estimate", "--method", "seed", "--gpu-util", "0.4", "--json")
+    seed = json.loads(out)
+    assert seed["method"] == "seed"
+    m = 512 // (4 * 4)
+    assert seed["bubble_ratio"] == pytest.approx((4 - 1) / (4 - 1 + m), rel=0.02)
+    code, out, _ = run(capsys, "estimate")
+    assert code == 0 and "bubble ratio" in out and "iteration" in out
+
+
+def test_estimate_bandwidth_file_missing_op(capsys, tmp_path):
+    table = tmp_path / "bw.json"
+    table.write_text(json.dumps([{"op": "all_reduce", "group_size": 2, "size_bytes": 1 << 20, "busbw_GBps": 50}]))
+    code, out, err = run(capsys, "estimate", "--bandwidth", str(table), "--json")
+    assert code == 0, err  # ops it lacks fall back to the preset, with a note
+    assert any("no send measurements" in n for n in json.loads(out)["notes"])
+    bad = tmp_path / "bw2.json"
+    bad.write_text(json.dumps([{"op": "all_reduce", "size_bytes": 10}]))
+    code, _, err = run(capsys, "estimate", "--bandwidth", str(bad))
+    assert code == 2 and "group_size" in err and "bw2.json" in err
+
+
+def test_presets_lists_required_names(capsys):
+    code, out, _ = run(capsys, "presets", "--json")
+    assert code == 0
+    table = json.loads(out)
+    models = {r["name"] for r in table["models"]}
+    clusters = {r["name"] for r in table["clusters"]}
+    assert {"gpt-1.5b", "gpt-3b", "gpt3-175b", "llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b",
+            "deepseek-moe-16b"} <= models
+    assert {"rtx3090-pcie", "dgx1-v100", "dgx-a100", "dgx-h100"} <= clusters
+
+
+def test_console_script_installed():
+    proc = subprocess.run([sys.executable, "-m", "commscope.cli.main", "traffic", "--tp", "3", "--pp", "5"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
