@@ -95,6 +95,39 @@ class BandwidthModel(Protocol):
     def notes(self) -> list[str]: ...
 
 
+def alpha_beta_time_s(cluster: ClusterSpec, op: str, size_bytes, n, num_nodes, per_node):
+    """Vectorised alpha-beta time of ``op`` (arrays broadcast): the formula of the module docstring.
+
+    ``n`` ranks on ``num_nodes`` nodes with ``per_node`` ranks on each; size 0 or n < 2 takes 0 s.
+    """
+    size = np.asarray(size_bytes, dtype=np.float64)
+    n = np.asarray(n, dtype=np.int64)
+    nodes = np.asarray(num_nodes, dtype=np.int64)
+    k = np.asarray(per_node, dtype=np.int64)
+    intra_bw = cluster.intra_node.bandwidth_bytes_per_s
+    inter_bw = cluster.inter_node.bandwidth_bytes_per_s
+    inside = nodes <= 1
+    if op in ("send", "recv", "sendrecv"):
+        f = np.ones_like(size)
+        steps = np.ones_like(n)
+        bw = np.where(inside, intra_bw, inter_bw)
+    elif op == "all_to_all":
+        nn = np.maximum(n, 1)
+        f = (nn - 1) / nn
+        steps = np.maximum(nn - 1, 1)
+        t_unit = np.maximum((nn - k) / nn / inter_bw, (k - 1) / nn / intra_bw)
+        bw = np.where(inside, intra_bw, f / np.where(t_unit > 0, t_unit, np.inf))
+    else:
+        nn = np.maximum(n, 1)
+        f = 2 * (nn - 1) / nn if op == "all_reduce" else ((nn - 1) / nn if op in ("all_gather", "reduce_scatter") else 1.0)
+        f = np.broadcast_to(f, np.broadcast_shapes(np.shape(f), size.shape)).astype(np.float64)
+        steps = 2 * (nn - 1) if op == "all_reduce" else np.maximum(nn - 1, 1)
+        bw = np.where(inside, intra_bw, np.minimum(intra_bw, k * inter_bw))
+    alpha = np.where(inside, cluster.intra_node.latency_s, cluster.inter_node.latency_s)
+    t = steps * alpha + size * f / bw
+    return np.where((n < 2) | (size <= 0), 0.0, t)
+
+
 @dataclass(slots=True)
 class AlphaBeta:
     """Alpha-beta model per link tier, from a ClusterSpec."""
@@ -104,29 +137,15 @@ class AlphaBeta:
 
     def busbw_bytes_per_s(self, op: str, size_bytes: float, span: GroupSpan) -> float:
         """Large-message bus bandwidth of ``op`` on ``span`` (no latency term)."""
-        intra = self.cluster.intra_node.bandwidth_bytes_per_s
-        inter = self.cluster.inter_node.bandwidth_bytes_per_s
-        if span.intra_node:
-            return intra
-        if op in ("send", "recv", "sendrecv"):
-            return inter
-        if op == "all_to_all":
-            # each rank sends (n - k)/n of its buffer off-node through its own NIC, k/n inside the node
-            n, k = span.n, span.per_node
-            f = busbw_factor(op, n)
-            t = max((n - k) / n / inter, (k - 1) / n / intra)
-            return f / t
-        return min(intra, span.per_node * inter)
-
-    def latency_s(self, op: str, span: GroupSpan) -> float:
-        tier = self.cluster.intra_node if span.intra_node else self.cluster.inter_node
-        return algorithm_steps(op, span.n) * tier.latency_s
+        if span.n < 2:
+            return self.cluster.intra_node.bandwidth_bytes_per_s
+        t = float(alpha_beta_time_s(self.cluster, op, 1.0, span.n, span.num_nodes, span.per_node)
+                  - alpha_beta_time_s(self.cluster, op, 0.5, span.n, span.num_nodes, span.per_node)) * 2
+        f = busbw_factor(op, span.n if op not in ("send", "recv") else 2)
+        return f / t
 
     def op_time_s(self, op: str, size_bytes: float, span: GroupSpan) -> float:
-        if span.n < 2 or size_bytes <= 0:
-            return 0.0
-        f = busbw_factor(op, span.n if op not in ("send", "recv") else 2)
-        return self.latency_s(op, span) + size_bytes * f / self.busbw_bytes_per_s(op, size_bytes, span)
+        return float(alpha_beta_time_s(self.cluster, op, size_bytes, span.n, span.num_nodes, span.per_node))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

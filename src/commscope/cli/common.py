@@ -65,6 +65,12 @@ def _positive_int_list(text: str) -> tuple[int, ...]:
 
 def add_job_args(parser: argparse.ArgumentParser) -> None:
     """Add model, parallelism and cluster flags."""
+    add_model_args(parser)
+    add_parallel_args(parser)
+    add_cluster_args(parser)
+
+
+def add_model_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("model")
     g.add_argument("--model", default=None, help=f"preset name (see `commscope presets`), a TOML/JSON/YAML spec, or a Hugging Face config.json (default {DEFAULT_MODEL})")
     for flags, dest, typ, text in _MODEL_FLAGS:
@@ -76,6 +82,8 @@ def add_job_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--bf16", dest="model.dtype", action="store_const", const="bf16", help="same as --dtype bf16")
     g.add_argument("--fp16", dest="model.dtype", action="store_const", const="fp16", help="same as --dtype fp16")
 
+
+def add_parallel_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("parallelism")
     g.add_argument("--parallel", default=None, help="a TOML/JSON/YAML file with ParallelSpec fields (flags override it)")
     for flags, dest, typ, text in _PARALLEL_FLAGS:
@@ -89,6 +97,8 @@ def add_job_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--gpus", "--num-gpus", dest="gpus", type=int, default=None,
                    help="total GPUs: checked against tp x pp x dp x cp, or used to derive dp when --dp is not given")
 
+
+def add_cluster_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("cluster")
     g.add_argument("--cluster", default=None, help=f"preset name or TOML/JSON/YAML file (default {DEFAULT_CLUSTER})")
     g.add_argument("--gpus-per-node", dest="cluster.gpus_per_node", type=int, default=None, help="GPUs per node")

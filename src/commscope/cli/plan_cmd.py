@@ -1,0 +1,71 @@
+"""``commscope plan``: the fastest valid configurations of a model on N GPUs that fit in memory."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from commscope.cli.common import add_cluster_args, add_model_args, resolve_cluster, resolve_model
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, e.g. 1,2,4; got {text!r}") from None
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="rank parallelism configurations by predicted iteration time",
+                       description="Enumerate valid (tp, pp, dp, cp, ep, micro-batch, virtual pipeline, sequence "
+                                   "parallelism, recomputation, ZeRO) for a model on N GPUs, drop those that do not fit "
+                                   "in memory, and rank the rest by predicted iteration time.")
+    add_model_args(p)
+    add_cluster_args(p)
+    g = p.add_argument_group("search")
+    g.add_argument("--gpus", "--num-gpus", type=int, required=True, help="total GPUs")
+    g.add_argument("--global-batch-size", type=int, default=None, help="sequences per iteration (default 512)")
+    g.add_argument("--top", type=int, default=10, help="configurations to show (default 10)")
+    g.add_argument("--micro-batch-sizes", type=_ints, default=(1, 2, 4, 8), help="candidates (default 1,2,4,8)")
+    g.add_argument("--virtual-pipeline-sizes", type=_ints, default=(1, 2, 4), help="candidates (default 1,2,4)")
+    g.add_argument("--cp-sizes", type=_ints, default=(1,), help="context-parallel candidates (default 1)")
+    g.add_argument("--ep-sizes", type=_ints, default=None, help="expert-parallel candidates (default: divisors of num_experts)")
+    g.add_argument("--max-tp", type=int, default=None, help="largest tp (default: GPUs per node)")
+    g.add_argument("--refine", type=int, default=64, help="screened candidates re-estimated op by op (default 64)")
+    g.add_argument("--gpu-util", type=float, default=None, help="achieved fraction of peak FLOP/s (default: the cluster's)")
+    g.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from commscope.errors import ConfigError
+    from commscope.plan import PlanSpace, ProgressBar, plan
+
+    model = resolve_model(args)
+    cluster = resolve_cluster(args)
+    if args.top < 1:
+        raise ConfigError("top", args.top, "must be >= 1")
+    space = PlanSpace(micro_batch_sizes=args.micro_batch_sizes, virtual_pipeline_sizes=args.virtual_pipeline_sizes,
+                      cp_sizes=args.cp_sizes, ep_sizes=args.ep_sizes, max_tp=args.max_tp)
+    result = plan(model, cluster, args.gpus, args.global_batch_size or 512, top=args.top, space=space,
+                  refine=args.refine, gpu_util=args.gpu_util,
+                  progress=None if args.json else ProgressBar("estimating"))
+    if args.json:
+        json.dump(result.to_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    print(f"{model.name} on {args.gpus} x {cluster.gpu} ({cluster.name}), global batch {result.global_batch_size}: "
+          f"{result.num_candidates:,} candidates, {result.num_valid:,} valid, {result.num_fit:,} fit in memory; "
+          f"screened in {result.screen_s:.2f} s, top {len(result.entries)} estimated op by op in {result.rank_s:.2f} s")
+    print()
+    head = (f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>4} {'cp':>3} {'ep':>3} {'mb':>3} {'v':>2} {'sp':>3} {'recomp':>9} "
+            f"{'zero':>6} {'iter s':>8} {'TFLOP/s':>8} {'MFU':>6} {'mem GiB':>8}  why")
+    print(head)
+    for i, e in enumerate(result.entries, start=1):
+        p, est = e.parallel, e.estimate
+        zero = "dist" if p.distributed_optimizer else str(p.zero_stage)
+        print(f"{i:>3} {p.tp:>3} {p.pp:>3} {p.dp:>4} {p.cp:>3} {p.ep:>3} {p.micro_batch_size:>3} "
+              f"{p.virtual_pipeline_size:>2} {'y' if p.sequence_parallel else 'n':>3} {p.recompute:>9} {zero:>6} "
+              f"{est.iteration_time_s:>8.3f} {est.tflops_per_gpu:>8.1f} {est.mfu:>6.1%} {e.memory_bytes / 2**30:>8.1f}  {e.reason}")
+    return 0

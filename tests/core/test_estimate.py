@@ -1,0 +1,111 @@
+"""Properties of the iteration-time model (issue: estimate)."""
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commscope.api import predict
+from commscope.bandwidth import AlphaBeta, GroupSpan, MeasuredTable, TableRow, busbw_factor
+from commscope.errors import ConfigError
+from commscope.estimate import estimate
+from commscope.spec.cluster import ClusterSpec, LinkTier
+from commscope.spec.model import ModelSpec
+from commscope.spec.parallel import ParallelSpec
+from strategies import jobs
+
+CLUSTER = ClusterSpec(name="test", gpu="X", gpus_per_node=4, peak_flops={"bf16": 100e12, "fp16": 100e12, "fp32": 20e12},
+                      gpu_util=0.5, intra_node=LinkTier(name="nv", bandwidth_bytes_per_s=100e9, latency_s=3e-6),
+                      inter_node=LinkTier(name="ib", bandwidth_bytes_per_s=10e9, latency_s=8e-6))
+
+
+def _slower(cluster: ClusterSpec, factor: float) -> ClusterSpec:
+    return replace(cluster,
+                   intra_node=replace(cluster.intra_node, bandwidth_bytes_per_s=cluster.intra_node.bandwidth_bytes_per_s / factor),
+                   inter_node=replace(cluster.inter_node, bandwidth_bytes_per_s=cluster.inter_node.bandwidth_bytes_per_s / factor))
+
+
+def test_nccl_tests_factors():
+    assert busbw_factor("all_reduce", 8) == 1.75
+    assert busbw_factor("all_gather", 4) == 0.75
+    assert busbw_factor("reduce_scatter", 2) == 0.5
+    assert busbw_factor("all_to_all", 8) == 0.875
+    assert busbw_factor("broadcast", 8) == busbw_factor("send", 2) == 1.0
+
+
+def test_time_grows_with_bytes_and_falls_with_bandwidth():
+    ab = AlphaBeta(CLUSTER)
+    for span in (GroupSpan(4, 1, 4), GroupSpan(8, 2, 4), GroupSpan(2, 2, 1)):
+        for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "broadcast"):
+            times = [ab.op_time_s(op, s, span) for s in (1, 1 << 10, 1 << 20, 1 << 30)]
+            assert times == sorted(times) and times[0] > 0, (op, span)
+            assert AlphaBeta(_slower(CLUSTER, 2)).op_time_s(op, 1 << 24, span) > ab.op_time_s(op, 1 << 24, span)
+
+
+@settings(max_examples=40, deadline=None)
+@given(jobs(max_world=32), st.sampled_from(["refined", "seed"]))
+def test_ratios_and_monotonicity(job, method):
+    model, parallel = job
+    pred = predict(model, parallel, CLUSTER)
+    e = estimate(pred, method=method)
+    terms = e.compute_s + e.tp_s + e.pp_s + e.dp_s + e.ep_s + e.cp_s + e.emb_s + e.bubble_s
+    assert e.iteration_time_s == pytest.approx(terms)
+    assert 0 <= e.comm_ratio <= 1 and 0 <= e.bubble_ratio <= 1
+    assert e.comm_ratio + e.bubble_ratio <= 1 + 1e-12
+    assert e.comm_ratio == pytest.approx(e.comm_s / e.iteration_time_s)
+    if parallel.pp == 1:
+        assert e.bubble_s == 0
+    if method == "seed":
+        m = parallel.num_micro_batches
+        # R_bubble ~= (p-1)/(p-1+m) exactly when communication is small; bounded by it in general
+        assert e.bubble_s == pytest.approx((parallel.pp - 1) * (e.compute_s + e.pp_s + e.tp_s) / m)
+    # slower links never make the iteration faster
+    slow = estimate(predict(model, parallel, _slower(CLUSTER, 4)), method=method)
+    assert slow.iteration_time_s >= e.iteration_time_s - 1e-12
+
+
+def test_seed_bubble_ratio_matches_closed_form():
+    model = ModelSpec(name="x", num_layers=8, hidden_size=256, num_heads=8, seq_len=128)
+    fast = replace(CLUSTER, intra_node=replace(CLUSTER.intra_node, bandwidth_bytes_per_s=1e18, latency_s=0),
+                   inter_node=replace(CLUSTER.inter_node, bandwidth_bytes_per_s=1e18, latency_s=0))
+    for p, m in ((2, 8), (4, 4), (4, 16), (8, 32)):
+        parallel = ParallelSpec(pp=p, dp=1, global_batch_size=m, micro_batch_size=1)
+        e = estimate(predict(model, parallel, fast), method="seed")
+        assert e.bubble_ratio == pytest.approx((p - 1) / (p - 1 + m), rel=1e-6)
+
+
+def test_interleaving_shrinks_the_bubble():
+    model = ModelSpec(name="x", num_layers=16, hidden_size=512, num_heads=8, seq_len=256)
+    base = ParallelSpec(pp=4, dp=1, global_batch_size=8)
+    e1 = estimate(predict(model, base, CLUSTER))
+    e2 = estimate(predict(model, replace(base, virtual_pipeline_size=2), CLUSTER))
+    assert e2.bubble_s == pytest.approx(e1.bubble_s / 2, rel=0.2)
+
+
+def test_overlap_hides_dp_time():
+    model = ModelSpec(name="x", num_layers=8, hidden_size=1024, num_heads=8, seq_len=512)
+    base = ParallelSpec(dp=8, global_batch_size=64)
+    plain = estimate(predict(model, base, CLUSTER))
+    overlapped = estimate(predict(model, replace(base, overlap_grad_reduce=True), CLUSTER))
+    assert overlapped.dp_s < plain.dp_s
+
+
+def test_measured_table_interpolates_and_notes_extrapolation():
+    rows = [TableRow(op="all_reduce", group_size=4, size_bytes=s, busbw_bytes_per_s=b)
+            for s, b in ((1 << 20, 10e9), (1 << 24, 50e9), (1 << 28, 90e9))]
+    table = MeasuredTable(rows=rows, source="t.json")
+    span = GroupSpan(4, 1, 4)
+    assert table.busbw_bytes_per_s("all_reduce", 1 << 22, span) == pytest.approx(30e9)
+    assert not table.notes
+    table.busbw_bytes_per_s("all_reduce", 1 << 30, span)
+    assert "outside the measured" in table.notes[0]
+    with pytest.raises(ConfigError, match="lacks all_gather"):
+        table.op_time_s("all_gather", 1 << 20, span)
+
+
+def test_bad_gpu_util():
+    pred = predict(ModelSpec(name="x", num_layers=2, hidden_size=64, num_heads=2, seq_len=16),
+                   ParallelSpec(global_batch_size=1), CLUSTER)
+    with pytest.raises(ConfigError, match="gpu_util=1.5"):
+        estimate(pred, gpu_util=1.5)

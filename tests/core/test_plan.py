@@ -1,0 +1,60 @@
+"""The planner: every configuration it returns is valid, fits and is ranked by the exact estimate."""
+
+import numpy as np
+import pytest
+
+from commscope.errors import ConfigError
+from commscope.plan import PlanSpace, candidates, plan, screen_time_s, valid_mask
+from commscope.spec.files import load_cluster, load_model
+from commscope.workload.dense import check_job
+
+
+def test_plan_llama_on_h100():
+    model, cluster = load_model("llama3-70b"), load_cluster("dgx-h100")
+    result = plan(model, cluster, 256, 512, top=5, refine=16)
+    assert 0 < len(result.entries) <= 5
+    times = [e.estimate.iteration_time_s for e in result.entries]
+    assert times == sorted(times)
+    for e in result.entries:
+        p = e.parallel
+        check_job(model, p)  # raises if invalid
+        assert p.world_size == 256
+        assert e.memory_bytes <= 0.9 * cluster.memory_bytes
+        assert e.reason.startswith("largest cost")
+    assert result.num_candidates >= result.num_valid >= result.num_fit > 0
+
+
+def test_vectorised_validity_agrees_with_check_job():
+    model, cluster = load_model("gpt-3b"), load_cluster("dgx-a100")
+    c = candidates(model, 48, cluster, 96, PlanSpace(cp_sizes=(1, 2)))
+    ok = valid_mask(model, c)
+    from commscope.spec.parallel import ParallelSpec
+
+    checked = 0
+    for i in range(0, c["tp"].size, 7):
+        try:
+            p = ParallelSpec(tp=int(c["tp"][i]), pp=int(c["pp"][i]), dp=int(c["dp"][i]), cp=int(c["cp"][i]),
+                             micro_batch_size=int(c["mb"][i]), global_batch_size=96,
+                             virtual_pipeline_size=int(c["v"][i]), sequence_parallel=bool(c["sp"][i]))
+            check_job(model, p)
+            valid = not (c["sp"][i] and c["tp"][i] == 1)
+        except (ConfigError, ZeroDivisionError):
+            valid = False
+        assert bool(ok[i]) == valid, {k: int(v[i]) for k, v in c.items()}
+        checked += 1
+    assert checked > 100
+
+
+def test_screen_is_vectorised_and_positive():
+    model, cluster = load_model("gpt3-13b"), load_cluster("dgx-a100")
+    c = candidates(model, 1024, cluster, 1024, PlanSpace(cp_sizes=(1, 2, 4)))
+    ok = valid_mask(model, c)
+    c = {k: v[ok] for k, v in c.items()}
+    t = screen_time_s(model, cluster, c)
+    assert t.shape == c["tp"].shape and np.all(t > 0) and np.all(np.isfinite(t))
+
+
+def test_nothing_fits_is_a_clear_error():
+    model, cluster = load_model("llama3-405b"), load_cluster("rtx3090-pcie")
+    with pytest.raises(ConfigError, match="fits in"):
+        plan(model, cluster, 8, 64)
