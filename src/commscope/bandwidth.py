@@ -4,7 +4,7 @@ Time follows nccl-tests' definitions (NVIDIA/nccl-tests doc/PERFORMANCE.md [nccl
 algbw = S / t and busbw = algbw x f(op, n) with
 
     f = 2 (n-1)/n   all_reduce
-    f = (n-1)/n     all_gather, reduce_scatter, all_to_all
+    f = (n-1)/n     all_gather, reduce_scatter, all_to_all, gather, scatter
     f = 1           broadcast, reduce, send/recv
 
 so an op takes t = S f / busbw. busbw is what a link tier sustains per GPU, independent of n for ring
@@ -49,9 +49,9 @@ def busbw_factor(op: str, n: int) -> float:
         raise ValueError(f"group size n={n} must be >= 1")
     if op == "all_reduce":
         return 2 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all", "alltoall"):
+    if op in ("all_gather", "reduce_scatter", "all_to_all", "alltoall", "gather", "scatter"):
         return (n - 1) / n
-    if op in ("broadcast", "reduce", "send", "recv", "sendrecv", "gather", "scatter"):
+    if op in ("broadcast", "reduce", "send", "recv", "sendrecv"):
         return 1.0
     raise ValueError(f"no bus-bandwidth factor for op {op!r}")
 

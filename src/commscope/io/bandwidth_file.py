@@ -66,5 +66,6 @@ def read_bandwidth(path: Path, *, fallback: AlphaBeta | None = None) -> Measured
         result = parse_nccl_tests(path)
     except ValueError as exc:
         raise ConfigError("bandwidth", source, str(exc)) from None
-    rows = [r for r in result.rows if not r.in_place]
+    # out-of-place rows that passed nccl-tests' own check and moved data
+    rows = [r for r in result.rows if not r.in_place and r.size_bytes > 0 and not r.failed_check]
     return table_from_bench_rows(rows, source=source, fallback=fallback)
