@@ -1,0 +1,320 @@
+"""A process group that records every op and hands it to the real backend.
+
+``RecordingProcessGroup`` subclasses ``torch.distributed.ProcessGroup``; the creator registered as the
+``commscope`` backend builds the real backend (gloo on CPU, NCCL on CUDA) for the same store and ranks and
+wraps it. Because c10d dispatches through the process group object, this sees every op of DDP's C++
+reducer, FSDP2, DTensor (its functional collectives included) and pipelining, not only direct
+``torch.distributed`` calls (DESIGN.md, "Real components").
+
+Nothing about the op changes: the wrapper forwards the same tensors and options and returns the real
+backend's Work; the completion time is taken from the Work's future callback, never by waiting.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+BACKEND_NAME = "commscope"
+INNER_BACKEND_ENV = "COMMSCOPE_INNER_BACKEND"
+
+_DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
+                torch.int64: "int64", torch.int32: "int32", torch.uint8: "uint8", torch.int8: "int8", torch.bool: "bool"}
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _dtype(t: torch.Tensor) -> str:
+    return _DTYPE_NAMES.get(t.dtype, str(t.dtype).removeprefix("torch."))
+
+
+class RecordingProcessGroup(dist.ProcessGroup):
+    """Forwards every op to ``inner`` and reports it to ``sink(record_dict)``."""
+
+    def __init__(self, inner: Any, rank: int, size: int, global_ranks: list[int], group_name: str, inner_name: str,
+                 sink) -> None:
+        super().__init__(rank, size)
+        self._inner = inner
+        self._ranks = list(global_ranks)
+        self._group_name = group_name
+        self._inner_name = inner_name
+        self._sink = sink
+        self._seq = 0
+
+    # ----- identity -----
+    def getBackendName(self) -> str:  # noqa: N802 (c10d's name)
+        return BACKEND_NAME
+
+    @property
+    def group_name(self) -> str:
+        return self._group_name
+
+    @property
+    def group_desc(self) -> str:
+        return getattr(self, "_desc", self._group_name)
+
+    def _set_group_desc(self, desc: str) -> None:
+        self._desc = desc
+        super()._set_group_desc(desc)
+
+    @property
+    def inner(self) -> Any:
+        return self._inner
+
+    def __repr__(self) -> str:
+        return f"RecordingProcessGroup({self._inner_name}, ranks={self._ranks})"
+
+    # ----- recording -----
+    def _record(self, op: str, work, *, size_bytes: int, dtype: str, bytes_in: int, bytes_out: int,
+                peer: int | None = None, splits=None, backend_op: str | None = None, root: int | None = None):
+        self._seq += 1
+        rec = {"op": op, "group": self._ranks, "rank": self._ranks[self.rank()], "size_bytes": int(size_bytes),
+               "dtype": dtype, "t_start_ns": self._t0, "backend": self._inner_name,
+               "group_name": self._group_name, "seq": self._seq, "bytes_in": int(bytes_in), "bytes_out": int(bytes_out)}
+        if peer is not None:
+            rec["peer"] = self._ranks[peer]
+        if splits is not None:
+            rec["splits"] = [int(x) for x in splits]
+        if backend_op is not None and backend_op != op:
+            rec["backend_op"] = backend_op
+        if root is not None:
+            rec["root"] = self._ranks[root]
+        sink = self._sink
+        try:
+            fut = work.get_future()
+        except Exception:  # gloo's send/recv and reduce-scatter works have no future: the sink polls them
+            rec["t_end_ns"] = None
+            rec["_work"] = work
+            sink(rec)
+            return work
+
+        def done(_f, rec=rec):
+            rec["t_end_ns"] = time.time_ns()
+            sink(rec)
+
+        fut.add_done_callback(done)
+        return work
+
+    def _start(self) -> None:
+        self._t0 = time.time_ns()
+
+    # ----- collectives (names as c10d's Python process-group trampoline calls them) -----
+    def allreduce(self, tensors, opts=None):
+        self._start()
+        work = self._inner.allreduce(tensors, opts) if opts is not None else self._inner.allreduce(tensors)
+        n = sum(_nbytes(t) for t in tensors)
+        return self._record("all_reduce", work, size_bytes=n, dtype=_dtype(tensors[0]), bytes_in=n, bytes_out=n)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        self._start()
+        work = self._inner.allreduce_coalesced(tensors, opts) if opts is not None else self._inner.allreduce_coalesced(tensors)
+        n = sum(_nbytes(t) for t in tensors)
+        return self._record("all_reduce", work, size_bytes=n, dtype=_dtype(tensors[0]), bytes_in=n, bytes_out=n)
+
+    def allgather(self, output_lists, input_tensors, opts=None):
+        self._start()
+        work = self._inner.allgather(output_lists, input_tensors, opts) if opts is not None else \
+            self._inner.allgather(output_lists, input_tensors)
+        n_in = sum(_nbytes(t) for t in input_tensors)
+        n_out = sum(_nbytes(t) for lst in output_lists for t in lst)
+        return self._record("all_gather", work, size_bytes=n_out, dtype=_dtype(input_tensors[0]), bytes_in=n_in, bytes_out=n_out)
+
+    def all_gather_single(self, output, input, opts=None):  # C++ _allgather_base
+        self._start()
+        work = self._inner._allgather_base(output, input, opts) if opts is not None else self._inner._allgather_base(output, input)
+        return self._record("all_gather", work, size_bytes=_nbytes(output), dtype=_dtype(input), bytes_in=_nbytes(input),
+                            bytes_out=_nbytes(output))
+
+    def _coalesced(self, issue, pairs):
+        """Issue several ops as one coalesced batch of the inner backend (c10d's own coalescing), one Work."""
+        inner = self._inner
+        device = pairs[0][0].device
+        if getattr(inner, "supports_coalescing", False):
+            inner._start_coalescing(device)
+            for out, inp in pairs:
+                issue(out, inp)
+            return inner._end_coalescing(device)
+        work = None
+        for out, inp in pairs:
+            work = issue(out, inp)
+            work.wait()  # no coalescing in this backend: complete all but the last before returning
+        return work
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        self._start()
+        work = self._coalesced(lambda o, i: self._inner._allgather_base(o, i), list(zip(outputs, inputs)))
+        for k, (out, inp) in enumerate(zip(outputs, inputs)):
+            last = k == len(outputs) - 1
+            rec_work = work if last else _DoneWork()
+            self._record("all_gather", rec_work, size_bytes=_nbytes(out), dtype=_dtype(inp), bytes_in=_nbytes(inp),
+                         bytes_out=_nbytes(out))
+        return work
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        return self.allgather_into_tensor_coalesced(outputs, inputs, opts)
+
+    def reduce_scatter(self, outputs, input_lists, opts=None):
+        self._start()
+        work = self._inner.reduce_scatter(outputs, input_lists, opts) if opts is not None else \
+            self._inner.reduce_scatter(outputs, input_lists)
+        n_in = sum(_nbytes(t) for lst in input_lists for t in lst)
+        return self._record("reduce_scatter", work, size_bytes=n_in, dtype=_dtype(outputs[0]), bytes_in=n_in,
+                            bytes_out=sum(_nbytes(t) for t in outputs), backend_op=self._rs_backend_op())
+
+    def reduce_scatter_single(self, output, input, opts=None):  # C++ _reduce_scatter_base
+        self._start()
+        work = self._inner._reduce_scatter_base(output, input, opts) if opts is not None else \
+            self._inner._reduce_scatter_base(output, input)
+        return self._record("reduce_scatter", work, size_bytes=_nbytes(input), dtype=_dtype(input), bytes_in=_nbytes(input),
+                            bytes_out=_nbytes(output), backend_op=self._rs_backend_op())
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        self._start()
+        work = self._coalesced(lambda o, i: self._inner._reduce_scatter_base(o, i, opts) if opts is not None
+                               else self._inner._reduce_scatter_base(o, i), list(zip(outputs, inputs)))
+        for k, (out, inp) in enumerate(zip(outputs, inputs)):
+            rec_work = work if k == len(outputs) - 1 else _DoneWork()
+            self._record("reduce_scatter", rec_work, size_bytes=_nbytes(inp), dtype=_dtype(inp), bytes_in=_nbytes(inp),
+                         bytes_out=_nbytes(out), backend_op=self._rs_backend_op())
+        return work
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        return self.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
+
+    def _rs_backend_op(self) -> str:
+        # gloo has no native reduce-scatter: it all-reduces the whole input and keeps its slice (DESIGN.md)
+        return "all_reduce" if self._inner_name == "gloo" else "reduce_scatter"
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):  # C++ alltoall_base
+        self._start()
+        out_splits = list(output_split_sizes or [])
+        in_splits = list(input_split_sizes or [])
+        args = (output, input, out_splits, in_splits) + ((opts,) if opts is not None else ())
+        work = self._inner.alltoall_base(*args)
+        n = self.size()
+        row_bytes = (input.numel() // max(input.shape[0], 1)) * input.element_size() if input.dim() else input.element_size()
+        sends = [s * row_bytes for s in in_splits] if in_splits else [_nbytes(input) // n] * n
+        return self._record("all_to_all", work, size_bytes=_nbytes(input), dtype=_dtype(input), bytes_in=_nbytes(input),
+                            bytes_out=_nbytes(output), splits=sends)
+
+    def alltoall(self, outputs, inputs, opts=None):
+        self._start()
+        work = self._inner.alltoall(outputs, inputs, opts) if opts is not None else self._inner.alltoall(outputs, inputs)
+        sends = [_nbytes(t) for t in inputs]
+        return self._record("all_to_all", work, size_bytes=sum(sends), dtype=_dtype(inputs[0]), bytes_in=sum(sends),
+                            bytes_out=sum(_nbytes(t) for t in outputs), splits=sends)
+
+    def broadcast(self, tensors, opts=None):
+        self._start()
+        work = self._inner.broadcast(tensors, opts) if opts is not None else self._inner.broadcast(tensors)
+        n = sum(_nbytes(t) for t in tensors)
+        root = getattr(opts, "rootRank", 0) if opts is not None else 0
+        return self._record("broadcast", work, size_bytes=n, dtype=_dtype(tensors[0]), bytes_in=n, bytes_out=n, root=root)
+
+    def reduce(self, tensors, opts=None):
+        self._start()
+        work = self._inner.reduce(tensors, opts) if opts is not None else self._inner.reduce(tensors)
+        n = sum(_nbytes(t) for t in tensors)
+        root = getattr(opts, "rootRank", 0) if opts is not None else 0
+        return self._record("reduce", work, size_bytes=n, dtype=_dtype(tensors[0]), bytes_in=n, bytes_out=n, root=root)
+
+    def gather(self, output_lists, inputs, opts=None):
+        self._start()
+        work = self._inner.gather(output_lists, inputs, opts) if opts is not None else self._inner.gather(output_lists, inputs)
+        n_in = sum(_nbytes(t) for t in inputs)
+        return self._record("gather", work, size_bytes=n_in * self.size(), dtype=_dtype(inputs[0]), bytes_in=n_in,
+                            bytes_out=sum(_nbytes(t) for lst in output_lists for t in lst))
+
+    def scatter(self, outputs, input_lists, opts=None):
+        self._start()
+        work = self._inner.scatter(outputs, input_lists, opts) if opts is not None else self._inner.scatter(outputs, input_lists)
+        n_out = sum(_nbytes(t) for t in outputs)
+        return self._record("scatter", work, size_bytes=n_out * self.size(), dtype=_dtype(outputs[0]),
+                            bytes_in=sum(_nbytes(t) for lst in input_lists for t in lst), bytes_out=n_out)
+
+    def barrier(self, opts=None):
+        self._start()
+        work = self._inner.barrier(opts) if opts is not None else self._inner.barrier()
+        return self._record("barrier", work, size_bytes=0, dtype="none", bytes_in=0, bytes_out=0)
+
+    def send(self, tensors, dst, tag=0):
+        self._start()
+        work = self._inner.send(tensors, dst, tag)
+        n = sum(_nbytes(t) for t in tensors)
+        return self._record("send", work, size_bytes=n, dtype=_dtype(tensors[0]), bytes_in=n, bytes_out=0, peer=dst)
+
+    def recv(self, tensors, src, tag=0):
+        self._start()
+        work = self._inner.recv(tensors, src, tag)
+        n = sum(_nbytes(t) for t in tensors)
+        return self._record("recv", work, size_bytes=n, dtype=_dtype(tensors[0]), bytes_in=0, bytes_out=n, peer=src)
+
+    def recv_anysource(self, tensors, tag=0):
+        self._start()
+        work = self._inner.recv_anysource(tensors, tag)
+        n = sum(_nbytes(t) for t in tensors)
+        return self._record("recv", work, size_bytes=n, dtype=_dtype(tensors[0]), bytes_in=0, bytes_out=n)
+
+
+class _DoneWork:
+    """Stands in for the members of a coalesced batch: their completion is the batch's (recorded on the last)."""
+
+    def get_future(self):
+        raise RuntimeError("no future")
+
+    def is_completed(self) -> bool:
+        return True
+
+
+def _inner_backend_name() -> str:
+    name = os.environ.get(INNER_BACKEND_ENV)
+    if name:
+        return name
+    return "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+
+
+_SINK = None  # set by commscope.capture.recorder when recording starts; one per process
+
+
+def set_sink(sink) -> None:
+    global _SINK
+    _SINK = sink
+
+
+def _current_sink(rec: dict) -> None:
+    """Hand a record to the active sink (none: recording stopped, the op still runs)."""
+    sink = _SINK
+    if sink is not None:
+        sink(rec)
+
+
+def _create(opts, pg_options=None):
+    """Creator registered with c10d (extended API: it gets the group's global ranks)."""
+    inner_name = _inner_backend_name()
+    store, rank, size = opts.store, opts.group_rank, opts.group_size
+    timeout = opts.timeout if isinstance(opts.timeout, timedelta) else timedelta(seconds=1800)
+    if inner_name == "gloo":
+        inner = dist.ProcessGroupGloo(store, rank, size, timeout)
+    elif inner_name == "nccl":
+        from torch.distributed import ProcessGroupNCCL
+
+        nccl_opts = ProcessGroupNCCL.Options()
+        nccl_opts._timeout = timeout
+        inner = ProcessGroupNCCL(store, rank, size, nccl_opts)
+    else:
+        raise ValueError(f"{INNER_BACKEND_ENV}={inner_name!r}: valid: gloo, nccl")
+    ranks = list(opts.global_ranks_in_group) or list(range(size))
+    return RecordingProcessGroup(inner, rank, size, ranks, str(opts.group_id), inner_name, _current_sink)
+
+
+def register() -> None:
+    """Make ``commscope`` a torch.distributed backend (idempotent)."""
+    if BACKEND_NAME.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu", "cuda"])

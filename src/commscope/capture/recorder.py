@@ -1,0 +1,228 @@
+"""Recording a real torch.distributed job: one JSONL log of CommOps per rank.
+
+    with commscope.capture.record("logs/"):      # before init_process_group
+        train()
+
+``record`` routes ``init_process_group`` (and every group created from it: ``new_group``, DeviceMesh
+dimensions, pipelining's groups) through the ``commscope`` backend, which wraps the backend the job asked
+for (gloo, or NCCL on GPUs) and records each op. Records are flushed in bounded batches (at most
+``batch`` records or ``flush_s`` seconds unwritten), so a crashed job keeps all but its last batch; a
+reader skips a truncated final line and says so.
+
+The same works for jobs started by torchrun or Slurm: ``commscope record --out logs -- torchrun ...``
+sets ``COMMSCOPE_RECORD`` and puts a ``sitecustomize`` on ``PYTHONPATH`` that calls
+:func:`install_from_env` in every rank.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+RECORD_ENV = "COMMSCOPE_RECORD"
+LOG_FORMAT = "commscope-ops"
+
+
+class RankLog:
+    """Thread-safe JSONL writer for one rank (callbacks arrive on the backend's threads)."""
+
+    def __init__(self, logdir: Path, *, batch: int = 256, flush_s: float = 1.0) -> None:
+        self.logdir = Path(logdir)
+        self.batch = batch
+        self.flush_s = flush_s
+        self._lock = threading.Lock()
+        self._buf: list[str] = []
+        self._file = None
+        self._last_flush = time.monotonic()
+        self._pending: list[tuple[Any, dict]] = []  # works without a future: (work, record)
+        self._poller: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.num_records = 0
+        self.rank: int | None = None
+
+    # ----- records -----
+    def __call__(self, rec: dict) -> None:
+        if rec.get("t_end_ns", 0) is None and "_work" in rec:
+            work = rec.pop("_work")
+            with self._lock:
+                self._pending.append((work, rec))
+            self._ensure_poller()
+            return
+        rec.pop("_work", None)
+        self._append(rec)
+
+    def _append(self, rec: dict) -> None:
+        line = json.dumps(_to_commop_dict(rec), separators=(",", ":"))
+        with self._lock:
+            if self._file is None:
+                self._open(rec)
+            self._buf.append(line)
+            self.num_records += 1
+            if len(self._buf) >= self.batch or time.monotonic() - self._last_flush >= self.flush_s:
+                self._flush_locked()
+
+    def _open(self, rec: dict) -> None:
+        import torch
+
+        self.rank = int(rec["rank"])
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        path = self.logdir / f"rank{self.rank:05d}.jsonl"
+        self._file = path.open("a", encoding="utf-8")
+        world = None
+        with contextlib.suppress(Exception):
+            import torch.distributed as dist
+
+            world = dist.get_world_size() if dist.is_initialized() else None
+        header = {"commscope_header": {"format": LOG_FORMAT, "format_version": 1, "kind": "measured", "rank": self.rank,
+                                       "world_size": world, "hostname": socket.gethostname(), "pid": os.getpid(),
+                                       "torch": torch.__version__, "backend": rec.get("backend"),
+                                       "started_ns": time.time_ns()}}
+        self._file.write(json.dumps(header) + "\n")
+        self._file.flush()
+
+    def _flush_locked(self) -> None:
+        if self._file is not None and self._buf:
+            self._file.write("\n".join(self._buf) + "\n")
+            self._file.flush()
+            self._buf.clear()
+        self._last_flush = time.monotonic()
+
+    def flush(self) -> None:
+        self._drain_pending(final=True)
+        with self._lock:
+            self._flush_locked()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._poller is not None:
+            self._poller.join(timeout=1.0)
+        self.flush()
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    # ----- completion of works that have no future -----
+    def _ensure_poller(self) -> None:
+        if self._poller is None or not self._poller.is_alive():
+            self._poller = threading.Thread(target=self._poll, name="commscope-poller", daemon=True)
+            self._poller.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            if not self._drain_pending(final=False):
+                self._stop.wait(0.001)
+
+    def _drain_pending(self, *, final: bool) -> int:
+        done = []
+        with self._lock:
+            still = []
+            for work, rec in self._pending:
+                completed = False
+                with contextlib.suppress(Exception):
+                    completed = work.is_completed()
+                if completed or final:
+                    if completed:
+                        rec["t_end_ns"] = time.time_ns()
+                    done.append(rec)
+                else:
+                    still.append((work, rec))
+            self._pending = still
+        for rec in done:
+            self._append(rec)
+        return len(done)
+
+
+def _to_commop_dict(rec: dict) -> dict:
+    """The recorder's raw record as a CommOp dict (axis unknown until attributed from a layout)."""
+    out = {"op": rec["op"], "axis": "other", "group": rec["group"], "size_bytes": rec["size_bytes"],
+           "dtype": rec["dtype"], "rank": rec["rank"]}
+    for key in ("peer", "splits", "t_start_ns", "t_end_ns", "backend_op"):
+        if rec.get(key) is not None:
+            out[key] = rec[key]
+    extra = {k: rec[k] for k in ("group_name", "seq", "bytes_in", "bytes_out", "backend", "root") if k in rec}
+    out["extra"] = extra
+    return out
+
+
+_ACTIVE: RankLog | None = None
+_ORIGINAL_INIT = None
+
+
+def _patched_init(backend: str | None = None, *args, **kwargs):
+    """init_process_group that records: the requested backend becomes the inner one of ``commscope``."""
+    from commscope.capture.pg import BACKEND_NAME, INNER_BACKEND_ENV
+
+    requested = kwargs.pop("backend", backend)
+    if requested not in (None, BACKEND_NAME):
+        name = str(requested).lower()
+        inner = "nccl" if "nccl" in name and ("cuda" not in name or "cuda:nccl" in name) else "gloo"
+        if "," in name:  # "cpu:gloo,cuda:nccl": one wrapper per process, pick the device the job uses
+            import torch
+
+            inner = "nccl" if torch.cuda.is_available() and "nccl" in name else "gloo"
+        os.environ[INNER_BACKEND_ENV] = inner
+    return _ORIGINAL_INIT(BACKEND_NAME, *args, **kwargs)
+
+
+def start(logdir: str | os.PathLike, *, batch: int = 256, flush_s: float = 1.0) -> RankLog:
+    """Start recording into ``logdir`` (call before init_process_group); returns this process's log."""
+    global _ACTIVE, _ORIGINAL_INIT
+    import torch.distributed as dist
+
+    from commscope.capture import pg
+
+    if dist.is_available() and dist.is_initialized():
+        default = dist.group.WORLD
+        if not isinstance(default, pg.RecordingProcessGroup):
+            raise RuntimeError("commscope.capture.record() must start before torch.distributed.init_process_group(); "
+                               "the default process group already exists and cannot be wrapped")
+    pg.register()
+    log = RankLog(Path(logdir), batch=batch, flush_s=flush_s)
+    pg.set_sink(log)
+    _ACTIVE = log
+    if _ORIGINAL_INIT is None:
+        _ORIGINAL_INIT = dist.init_process_group
+        dist.init_process_group = _patched_init
+    atexit.register(log.close)
+    return log
+
+
+def stop() -> None:
+    """Flush and close this process's log and restore init_process_group."""
+    global _ACTIVE, _ORIGINAL_INIT
+    import torch.distributed as dist
+
+    from commscope.capture import pg
+
+    if _ACTIVE is not None:
+        _ACTIVE.close()
+        _ACTIVE = None
+    pg.set_sink(None)
+    if _ORIGINAL_INIT is not None:
+        dist.init_process_group = _ORIGINAL_INIT
+        _ORIGINAL_INIT = None
+
+
+@contextlib.contextmanager
+def record(logdir: str | os.PathLike, **kwargs: Any) -> Iterator[RankLog]:
+    """Record every communication op of this process into ``logdir/rank#####.jsonl``."""
+    log = start(logdir, **kwargs)
+    try:
+        yield log
+    finally:
+        stop()
+
+
+def install_from_env() -> None:
+    """Start recording when ``COMMSCOPE_RECORD`` names a directory (used by ``commscope record``)."""
+    logdir = os.environ.get(RECORD_ENV)
+    if logdir:
+        start(logdir)

@@ -1,0 +1,251 @@
+"""Start N torch.distributed ranks on this machine from one Python process, and collect what they return.
+
+    from commscope.launch import spawn
+
+    def work(rank, world_size, scale):
+        t = torch.full((4,), float(rank))
+        torch.distributed.all_reduce(t)
+        return float(t[0]) * scale
+
+    spawn(work, 4, args=(2.0,))          # [12.0, 12.0, 12.0, 12.0], in rank order
+
+Why fork: every rank of a torchrun job imports torch itself (1-3 s of CPU each); on a 2-core machine 8 ranks
+take ~16-27 s just to start. Forked children share the parent's already-imported torch (copy-on-write), so
+8 ranks start in a fraction of a second and a small job finishes in ~2-10 s. ``fork`` is used where the
+platform has it and the backend runs on the CPU; ``spawn`` (children import everything again; ``fn`` must
+then be a module-level function) is the fallback, and the choice for NCCL, because a CUDA context does not
+survive a fork.
+
+Rendezvous goes through a ``FileStore`` in a fresh temporary directory rather than a TCP port: a port that
+looks free can be taken by another process before rank 0 binds it (the classic flaky-test race), and a
+``TCPStore`` server in the parent would run a thread across the fork. The store only exchanges addresses;
+gloo and NCCL open their own connections (on this machine: loopback) afterwards.
+
+Each child runs ``fn(rank, world_size, *args)`` between ``init_process_group`` and
+``destroy_process_group`` with ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
+``MASTER_ADDR`` set, and one intra-op thread (``torch.set_num_threads(1)``: N ranks share the machine's
+cores, and GNU OpenMP's pool must not be used in a child forked from a parent that used it). Results come
+back pickled through one pipe per rank. If a rank raises, every rank is stopped and :class:`LaunchError`
+names the rank and carries its traceback; a rank still running at ``timeout_s`` is killed the same way.
+
+:func:`ranks_from_env` reads the same variables from a job started by torchrun or Slurm.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import shutil
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from commscope.errors import ConfigError
+
+__all__ = ["LaunchError", "RankEnv", "ranks_from_env", "spawn"]
+
+#: Seconds a stopped rank gets to exit after SIGTERM before SIGKILL.
+_TERM_GRACE_S = 2.0
+
+
+class LaunchError(RuntimeError):
+    """A rank failed or hung. ``rank`` is the first rank that failed (None: several hung), ``details`` its traceback."""
+
+    def __init__(self, message: str, *, rank: int | None, details: str = "", timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.details = details
+        self.timed_out = timed_out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankEnv:
+    """Where this process sits in a job started by torchrun (or Slurm with the same variables)."""
+
+    rank: int
+    """Global rank (``RANK``)."""
+    world_size: int
+    """Number of ranks (``WORLD_SIZE``)."""
+    local_rank: int
+    """Rank on this node (``LOCAL_RANK``; 0 when unset), e.g. the index of this rank's GPU."""
+    local_world_size: int
+    """Ranks on this node (``LOCAL_WORLD_SIZE``; ``world_size`` when unset)."""
+
+
+def ranks_from_env(environ: Mapping[str, str] | None = None) -> RankEnv | None:
+    """The torchrun variables of this process, or None when ``RANK``/``WORLD_SIZE`` are not set.
+
+    Raises ConfigError when they are set but are not integers or are inconsistent (rank >= world size).
+    """
+    env = os.environ if environ is None else environ
+    if "RANK" not in env or "WORLD_SIZE" not in env:
+        return None
+    values = {}
+    for key, default in (("RANK", None), ("WORLD_SIZE", None), ("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", None)):
+        text = env.get(key, default)
+        if text is None:
+            continue
+        try:
+            values[key] = int(text)
+        except ValueError:
+            raise ConfigError(key, text, "must be an integer (set by torchrun)") from None
+    world = values["WORLD_SIZE"]
+    if world < 1 or not 0 <= values["RANK"] < world:
+        raise ConfigError("RANK", values["RANK"], f"must be in [0, WORLD_SIZE={world})")
+    return RankEnv(rank=values["RANK"], world_size=world, local_rank=values["LOCAL_RANK"],
+                   local_world_size=values.get("LOCAL_WORLD_SIZE", world))
+
+
+def _start_method(backend: str) -> str:
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and "nccl" not in backend:
+        return "fork"
+    return "spawn"
+
+
+def _child(fn: Callable[..., Any], rank: int, world_size: int, args: Sequence[Any], backend: str, store_path: str,
+           timeout_s: float, env: Mapping[str, str], conn: multiprocessing.connection.Connection) -> None:
+    """Body of one rank: init, run, destroy, send ("ok", value) or ("error", traceback, when) back."""
+    try:
+        os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+                           "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1"})
+        os.environ.update(env)
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(1)
+        device_id = None
+        if "nccl" in backend and torch.cuda.is_available():
+            device_id = torch.device("cuda", rank % torch.cuda.device_count())
+            torch.cuda.set_device(device_id)
+        store = dist.FileStore(store_path, world_size)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                                timeout=timedelta(seconds=timeout_s), device_id=device_id)
+        value = fn(rank, world_size, *args)
+        dist.destroy_process_group()
+        conn.send(("ok", value))
+    except BaseException:  # noqa: BLE001 - everything a rank raises goes back to the parent
+        # Report before anything closes this rank's connections: peers then fail *after* this moment, so
+        # the parent can name the rank that failed first. No destroy_process_group: peers may be stuck in a
+        # collective with this rank, and the parent stops them all.
+        when = time.time()
+        try:
+            conn.send(("error", traceback.format_exc(), when))
+        except Exception:  # noqa: BLE001 - e.g. a broken pipe; the exit code still tells the parent
+            pass
+        conn.close()
+        os._exit(1)  # skip interpreter teardown: a forked child must not run the parent's atexit hooks
+    conn.close()
+
+
+def _stop(procs: Sequence[Any]) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + _TERM_GRACE_S
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def spawn(fn: Callable[..., Any], nproc: int, *, args: Sequence[Any] = (), backend: str = "gloo",
+          timeout_s: float = 120.0, env: Mapping[str, str] | None = None,
+          start_method: str | None = None) -> list[Any]:
+    """Run ``fn(rank, nproc, *args)`` on ``nproc`` ranks of a fresh process group; return the values in rank order.
+
+    ``backend``: the torch.distributed backend (``gloo``; ``nccl`` puts rank r on ``cuda:r``).
+    ``timeout_s``: wall-clock limit for the whole job (start, ``fn`` and teardown); also the process
+    group's collective timeout. ``env``: extra environment variables for the ranks.
+    ``start_method``: ``fork`` (default where available and the backend is not NCCL) or ``spawn``.
+
+    Raises LaunchError (a RuntimeError) naming the failing rank with its traceback, or the hung ranks.
+    """
+    if nproc < 1:
+        raise ConfigError("nproc", nproc, "must be >= 1")
+    if timeout_s <= 0:
+        raise ConfigError("timeout_s", timeout_s, "must be > 0")
+    method = start_method or _start_method(backend)
+    ctx = multiprocessing.get_context(method)
+    tmpdir = tempfile.mkdtemp(prefix="commscope-launch-")
+    store_path = os.path.join(tmpdir, "store")
+    procs, conns = [], []
+    try:
+        for rank in range(nproc):
+            parent_end, child_end = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_child, name=f"commscope-rank-{rank}", daemon=True,
+                            args=(fn, rank, nproc, tuple(args), backend, store_path, timeout_s, dict(env or {}),
+                                  child_end))
+            p.start()
+            child_end.close()
+            procs.append(p)
+            conns.append(parent_end)
+        return _collect(procs, conns, timeout_s)
+    finally:
+        _stop(procs)
+        for c in conns:
+            c.close()
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _collect(procs, conns, timeout_s: float) -> list[Any]:
+    nproc = len(procs)
+    deadline = time.monotonic() + timeout_s
+    results: dict[int, Any] = {}
+    errors: list[tuple[float, int, str]] = []
+    rank_of_conn = {id(c): r for r, c in enumerate(conns)}
+    rank_of_sentinel = {p.sentinel: r for r, p in enumerate(procs)}
+    pending_conns = list(conns)
+    exited: set[int] = set()
+    first_error_at: float | None = None
+    while len(results) < nproc:
+        now = time.monotonic()
+        if first_error_at is not None and now - first_error_at > 0.5:
+            break  # a short grace to hear from other failing ranks, so the earliest failure is the one named
+        if now >= deadline:
+            break
+        wait_s = deadline - now if first_error_at is None else 0.5 - (now - first_error_at)
+        sentinels = [p.sentinel for r, p in enumerate(procs) if r not in exited]
+        ready = multiprocessing.connection.wait(pending_conns + sentinels, timeout=max(0.0, wait_s))
+        for obj in ready:
+            if isinstance(obj, int):  # a process sentinel: that rank exited
+                exited.add(rank_of_sentinel[obj])
+                continue
+            rank = rank_of_conn[id(obj)]
+            try:
+                message = obj.recv()
+            except (EOFError, OSError):
+                pending_conns.remove(obj)
+                continue
+            pending_conns.remove(obj)
+            if message[0] == "ok":
+                results[rank] = message[1]
+            else:
+                errors.append((message[2], rank, message[1]))
+                first_error_at = first_error_at or time.monotonic()
+        # a rank that exited without a message (killed, os._exit, segfault) is a failure too
+        for rank in sorted(exited):
+            conn = conns[rank]
+            if rank not in results and conn in pending_conns and not conn.poll():
+                pending_conns.remove(conn)
+                code = procs[rank].exitcode
+                errors.append((time.time(), rank, f"rank {rank} exited with code {code} without returning a result\n"))
+                first_error_at = first_error_at or time.monotonic()
+    if errors:
+        errors.sort()
+        _, rank, text = errors[0]
+        others = sorted({r for _, r, _ in errors[1:]} - {rank})
+        also = f" (ranks {', '.join(map(str, others))} failed after it)" if others else ""
+        raise LaunchError(f"rank {rank} of {nproc} failed{also}:\n{text}", rank=rank, details=text)
+    if len(results) < nproc:
+        hung = [r for r in range(nproc) if r not in results]
+        raise LaunchError(f"rank(s) {', '.join(map(str, hung))} of {nproc} still running after timeout_s={timeout_s:g}; "
+                          f"all ranks were killed", rank=hung[0] if len(hung) == 1 else None, timed_out=True)
+    return [results[r] for r in range(nproc)]

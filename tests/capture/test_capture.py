@@ -1,0 +1,213 @@
+"""Recording real gloo ranks: every op of DDP, FSDP2, DTensor TP (+SP) and pipelining is seen, exactly."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+from commscope.capture import pg as cpg  # noqa: E402
+from commscope.capture.recorder import RankLog  # noqa: E402
+from commscope.io.oplog import read_ops_jsonl  # noqa: E402
+from commscope.launch import spawn  # noqa: E402
+
+ENV = {cpg.INNER_BACKEND_ENV: "gloo"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _registered():
+    cpg.register()
+
+
+def _with_log(logdir: str):
+    log = RankLog(Path(logdir), batch=8)
+    cpg.set_sink(log)
+    return log
+
+
+def _ops(logdir: Path, rank: int):
+    log = read_ops_jsonl(logdir / f"rank{rank:05d}.jsonl")
+    assert not log.problems, log.problems
+    return log
+
+
+def _ddp(rank, world, logdir):
+    log = _with_log(logdir)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        ddp(torch.randn(8, 16)).sum().backward()
+        opt.step()
+    log.close()
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def test_ddp_reducer_all_reduces_are_recorded(tmp_path):
+    param_bytes = spawn(_ddp, 2, args=(str(tmp_path),), backend="commscope", env=ENV, timeout_s=120)[0]
+    for rank in range(2):
+        ops = _ops(tmp_path, rank).ops
+        grads = [o for o in ops if o.op == "all_reduce"]
+        # DDP's C++ reducer: every gradient byte all-reduced once per step (2 steps)
+        assert sum(o.size_bytes for o in grads) == 2 * param_bytes
+        assert all(o.group == (0, 1) and o.rank == rank and o.dtype == "fp32" for o in grads)
+        assert all(o.t_end_ns is not None and o.t_end_ns >= o.t_start_ns for o in grads)
+        # setup: DDP broadcasts the parameters from rank 0 once
+        assert sum(o.size_bytes for o in ops if o.op == "broadcast") >= param_bytes
+
+
+def _fsdp(rank, world, logdir):
+    from torch.distributed.fsdp import fully_shard
+
+    log = _with_log(logdir)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Linear(16, 16))
+    for layer in model:
+        fully_shard(layer)
+    fully_shard(model)
+    model(torch.randn(4, 16)).sum().backward()
+    log.close()
+    return [p.numel() for p in model.parameters()]
+
+
+def test_fsdp2_gathers_and_reduce_scatters(tmp_path):
+    spawn(_fsdp, 2, args=(str(tmp_path),), backend="commscope", env=ENV, timeout_s=120)
+    ops = _ops(tmp_path, 0).ops
+    layer_bytes = (16 * 16 + 16) * 4
+    gathers = [o for o in ops if o.op == "all_gather"]
+    scatters = [o for o in ops if o.op == "reduce_scatter"]
+    # each layer: all-gather forward, again backward (reshard after forward), reduce-scatter its gradients
+    assert [o.size_bytes for o in gathers] == [layer_bytes] * 4
+    assert [o.size_bytes for o in scatters] == [layer_bytes] * 2
+    assert all(o.backend_op == "all_reduce" for o in scatters)  # gloo runs reduce_scatter as all_reduce
+
+
+def _tp(rank, world, logdir, sequence_parallel):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel,
+                                                   parallelize_module)
+
+    log = _with_log(logdir)
+    torch.manual_seed(0)
+    mesh = init_device_mesh("cpu", (world,))
+    block = torch.nn.ModuleDict({"norm": torch.nn.LayerNorm(16), "up": torch.nn.Linear(16, 32),
+                                 "down": torch.nn.Linear(32, 16)})
+    if sequence_parallel:
+        plan = {"norm": SequenceParallel(), "up": ColwiseParallel(input_layouts=Shard(1)),
+                "down": RowwiseParallel(output_layouts=Shard(1))}
+    else:
+        plan = {"up": ColwiseParallel(), "down": RowwiseParallel()}
+    parallelize_module(block, mesh, plan)
+    x = torch.randn(2, 8, 16)
+    if sequence_parallel:
+        x = x.chunk(world, dim=1)[rank]
+    setup_ops = log.num_records
+    y = block["down"](torch.relu(block["up"](block["norm"](x))))
+    y.sum().backward()
+    log.close()
+    return setup_ops
+
+
+@pytest.mark.parametrize("sequence_parallel", [False, True])
+def test_dtensor_tensor_parallel(tmp_path, sequence_parallel):
+    setup = spawn(_tp, 2, args=(str(tmp_path), sequence_parallel), backend="commscope", env=ENV, timeout_s=120)[0]
+    ops = _ops(tmp_path, 0).ops[setup:]
+    act = 2 * 8 * 16 * 4  # (b, s, h) fp32
+    kinds = sorted((o.op, o.size_bytes) for o in ops)
+    if sequence_parallel:
+        # forward: all-gather the sequence before up, reduce-scatter after down; backward: the conjugates
+        assert kinds.count(("all_gather", act)) >= 2 and kinds.count(("reduce_scatter", act)) >= 2
+    else:
+        # forward all-reduce after the row-parallel layer; backward all-reduce of the column layer's input grad
+        assert kinds.count(("all_reduce", act)) == 2
+
+
+def _pipeline(rank, world, logdir, schedule_name):
+    from torch.distributed.pipelining import PipelineStage, ScheduleGPipe, Schedule1F1B
+
+    log = _with_log(logdir)
+    torch.manual_seed(0)
+    stage_mod = torch.nn.Linear(16, 16)
+    stage = PipelineStage(stage_mod, rank, world, torch.device("cpu"))
+    cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule_name]
+    sched = cls(stage, n_microbatches=4, loss_fn=lambda out, tgt: out.sum())
+    x = torch.randn(8, 16)
+    if rank == 0:
+        sched.step(x)
+    else:
+        sched.step(target=torch.zeros(8, 16), losses=[])
+    log.close()
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_pipelining_p2p(tmp_path, schedule):
+    spawn(_pipeline, 2, args=(str(tmp_path), schedule), backend="commscope", env=ENV, timeout_s=120)
+    mb_bytes = 2 * 16 * 4  # micro-batch of 2 rows of 16 fp32
+    for rank, (send_peer, recv_peer) in ((0, (1, 1)), (1, (0, 0))):
+        ops = _ops(tmp_path, rank).ops
+        sends = [o for o in ops if o.op == "send" and o.size_bytes == mb_bytes]
+        recvs = [o for o in ops if o.op == "recv" and o.size_bytes == mb_bytes]
+        # 4 micro-batches: activations forward from stage 0, gradients back from stage 1
+        assert len(sends) == 4 and len(recvs) == 4, [(o.op, o.size_bytes) for o in ops]
+        assert {o.peer for o in sends} == {send_peer}
+        assert all(o.t_end_ns is not None for o in sends + recvs)
+
+
+def _user_job(rank, world, logdir, store_path, crash):
+    """A user's script: record() first, then its own init_process_group('gloo')."""
+    import commscope.capture
+
+    with commscope.capture.record(logdir, batch=4, flush_s=60):
+        dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
+        assert isinstance(dist.group.WORLD, cpg.RecordingProcessGroup)
+        t = torch.ones(256)
+        for i in range(10):
+            dist.all_reduce(t)
+            if crash and rank == 1 and i == 6:
+                os._exit(3)  # a crash: no flush, no cleanup
+        dist.destroy_process_group()
+
+
+def _run_user_job(tmp_path: Path, crash: bool):
+    ctx = multiprocessing.get_context("fork")
+    store = tmp_path / "store"
+    procs = [ctx.Process(target=_user_job, args=(r, 2, str(tmp_path / "logs"), str(store), crash)) for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        if p.is_alive():
+            p.kill()
+    return [p.exitcode for p in procs]
+
+
+def test_record_context_manager_wraps_a_users_gloo_job(tmp_path):
+    codes = _run_user_job(tmp_path, crash=False)
+    assert codes == [0, 0]
+    for rank in range(2):
+        log = _ops(tmp_path / "logs", rank)
+        assert log.header.get("kind") == "measured" and log.header.get("rank") == rank
+        assert [o.op for o in log.ops] == ["all_reduce"] * 10
+        assert all(o.size_bytes == 1024 for o in log.ops)
+
+
+def test_crashed_rank_keeps_its_flushed_batches(tmp_path):
+    codes = _run_user_job(tmp_path, crash=True)
+    assert codes[1] == 3
+    log = read_ops_jsonl(tmp_path / "logs" / "rank00001.jsonl")
+    # batches of 4 records: the 6 completed all-reduces before the crash keep at least one full batch
+    assert 4 <= len(log.ops) <= 7
+    # and a torn final line is reported, never fatal
+    path = tmp_path / "logs" / "rank00001.jsonl"
+    path.write_text(path.read_text() + '{"op": "all_re')
+    torn = read_ops_jsonl(path)
+    assert len(torn.ops) == len(log.ops) and any("truncated" in p for p in torn.problems)
