@@ -83,7 +83,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from commscope.errors import ConfigError, check
+from commscope.errors import check
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 from commscope.spec.params import LayerParams, embedding_params, layer_params, stage_params
@@ -244,7 +244,9 @@ def _chunk_passes_in_flight(parallel: ParallelSpec, stage: int) -> list[int]:
 # ----- scalar, per stage -----------------------------------------------------------------------------------------
 
 
-def memory_per_stage(model: ModelSpec, parallel: ParallelSpec, *, optimizer: str = "adam") -> tuple[MemoryBreakdown, ...]:
+def memory_per_stage(
+    model: ModelSpec, parallel: ParallelSpec, *, optimizer: str = "adam"
+) -> tuple[MemoryBreakdown, ...]:
     """Peak memory of one GPU of each pipeline stage (index = stage). See the module docstring for the formulas."""
     K = optimizer_bytes_per_param(model, optimizer)
     check_job(model, parallel)
@@ -304,12 +306,15 @@ def memory_per_gpu(model: ModelSpec, parallel: ParallelSpec, *, optimizer: str =
 def _codes(value: ArrayLike, codes: dict[str, int], name: str) -> np.ndarray:
     """Names or integer codes -> an int64 array of codes; unknown names raise ConfigError."""
     arr = np.asarray(value)
-    if arr.dtype.kind in "UO":
-        bad = [str(x) for x in np.unique(arr) if str(x) not in codes]
-        check(not bad, name, bad[0] if bad else None, f"valid: {', '.join(codes)} (or their codes {list(codes.values())})")
-        lookup = np.vectorize(codes.__getitem__, otypes=[np.int64])
-        return lookup(arr.astype(str))
-    return arr.astype(np.int64)
+    if arr.dtype.kind not in "UO":
+        return arr.astype(np.int64)
+    out = np.full(arr.shape, -1, dtype=np.int64)
+    for label, code in codes.items():
+        out[arr == label] = code  # one vectorised comparison per name, no Python loop over the elements
+    unknown = out < 0
+    check(not unknown.any(), name, str(arr[unknown].flat[0]) if unknown.any() else None,
+          f"valid: {', '.join(codes)} (or their codes {list(codes.values())})")
+    return out
 
 
 def _layer_kind_params(model: ModelSpec, moe: bool) -> LayerParams:
@@ -344,8 +349,9 @@ def total_memory_bytes(
 
     When all layers are of one kind (dense, or all MoE) only the first and the last pipeline stage are
     evaluated (with an even split no middle stage holds more than the first: fewer micro-batches in flight,
-    no embedding); when dense and MoE layers mix, every stage; the result is the largest. Parameters use exact division by t where Megatron's integer shards
-    round down (Megatron's shapes divide evenly, so both agree). Returns float64 bytes.
+    no embedding); when dense and MoE layers mix, every stage; the result is the largest. Parameters are
+    divided exactly by t where Megatron's integer shards round down (its shapes divide evenly, so both
+    agree). Returns float64 bytes.
     """
     K = optimizer_bytes_per_param(model, optimizer)
     t, p, d, c, e, b, gb, v = (np.asarray(x, dtype=np.int64) for x in

@@ -13,6 +13,7 @@ backend's Work; the completion time is taken from the Work's future callback, ne
 from __future__ import annotations
 
 import os
+import threading
 import time
 from datetime import timedelta
 from typing import Any
@@ -97,8 +98,12 @@ class RecordingProcessGroup(dist.ProcessGroup):
 
         def done(_f, rec=rec):
             rec["t_end_ns"] = time.time_ns()
-            sink(rec)
+            try:
+                sink(rec)
+            finally:
+                _inflight(-1)
 
+        _inflight(+1)
         fut.add_done_callback(done)
         return work
 
@@ -281,6 +286,22 @@ def _inner_backend_name() -> str:
 
 
 _SINK = None  # set by commscope.capture.recorder when recording starts; one per process
+_INFLIGHT = 0  # ops whose completion callback has not run yet
+_INFLIGHT_COND = threading.Condition()
+
+
+def _inflight(delta: int) -> None:
+    global _INFLIGHT
+    with _INFLIGHT_COND:
+        _INFLIGHT += delta
+        if _INFLIGHT <= 0:
+            _INFLIGHT_COND.notify_all()
+
+
+def wait_inflight(timeout_s: float = 2.0) -> bool:
+    """Wait until every recorded op's completion callback has run; False on timeout."""
+    with _INFLIGHT_COND:
+        return _INFLIGHT_COND.wait_for(lambda: _INFLIGHT <= 0, timeout=timeout_s)
 
 
 def set_sink(sink) -> None:

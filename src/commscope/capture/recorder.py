@@ -74,7 +74,10 @@ class RankLog:
         self.rank = int(rec["rank"])
         self.logdir.mkdir(parents=True, exist_ok=True)
         path = self.logdir / f"rank{self.rank:05d}.jsonl"
+        fresh = not path.exists() or path.stat().st_size == 0
         self._file = path.open("a", encoding="utf-8")
+        if not fresh:  # reopened (a late record after close, or a second recording session): no second header
+            return
         world = None
         with contextlib.suppress(Exception):
             import torch.distributed as dist
@@ -100,6 +103,9 @@ class RankLog:
             self._flush_locked()
 
     def close(self) -> None:
+        from commscope.capture.pg import wait_inflight
+
+        wait_inflight(2.0)  # completion callbacks of ops still in flight land before the file closes
         self._stop.set()
         if self._poller is not None:
             self._poller.join(timeout=1.0)
@@ -108,6 +114,8 @@ class RankLog:
             if self._file is not None:
                 self._file.close()
                 self._file = None
+                # the completion marker: a log without it is reported as unfinished
+                (self.logdir / f"rank{self.rank:05d}.done").write_text(f"{self.num_records}\n")
 
     # ----- completion of works that have no future -----
     def _ensure_poller(self) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from commscope.errors import ConfigError
 
-_COMMANDS = ("traffic", "estimate", "plan", "presets")
+_COMMANDS = ("traffic", "estimate", "plan", "presets", "record", "summarize", "bench", "fit")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,177 @@
+"""What a recorded run did: ops by kind and axis, message sizes, and its traffic matrix.
+
+Measured logs hold one record per rank per op. A collective therefore appears once on every member;
+:func:`logical_ops` keeps it once (from the group's lowest rank) and keeps point-to-point ops on the
+sending side, so that measured ops can be decomposed into flows by exactly the code that decomposes
+predictions (:func:`commscope.traffic.build_traffic`).
+
+Two views of a measured matrix: ``logical`` decomposes the ops as called; ``wire`` decomposes what the
+backend ran instead (gloo executes reduce_scatter as an all_reduce of the whole input).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from commscope.io.oplog import read_ops_jsonl
+from commscope.record import CommOp
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunLog:
+    """All ranks' logs of one recorded run."""
+
+    ops_by_rank: dict[int, list[CommOp]]
+    world_size: int
+    problems: tuple[str, ...] = ()
+    unfinished_ranks: tuple[int, ...] = ()
+    """Ranks whose log has no completion marker (the job crashed or is still running)."""
+    headers: dict[int, dict] = field(default_factory=dict)
+
+
+def read_run(logdir: str | Path) -> RunLog:
+    """Read every ``rank*.jsonl`` of ``logdir``; truncated lines and unfinished ranks are reported, not fatal."""
+    logdir = Path(logdir)
+    files = sorted(logdir.glob("rank*.jsonl"))
+    if not files:
+        raise ValueError(f"{logdir}: no rank*.jsonl logs (record a run with commscope.capture.record or `commscope record`)")
+    ops_by_rank: dict[int, list[CommOp]] = {}
+    problems: list[str] = []
+    headers: dict[int, dict] = {}
+    unfinished = []
+    world = 0
+    for path in files:
+        log = read_ops_jsonl(path)
+        problems += log.problems
+        rank = int(log.header.get("rank", path.stem.removeprefix("rank")))
+        headers[rank] = log.header
+        ops_by_rank[rank] = list(log.ops)
+        world = max(world, int(log.header.get("world_size") or 0), rank + 1,
+                    *(max(op.group) + 1 for op in log.ops if op.group))
+        if not path.with_suffix(".done").exists():
+            unfinished.append(rank)
+    return RunLog(ops_by_rank=ops_by_rank, world_size=world, problems=tuple(problems),
+                  unfinished_ranks=tuple(unfinished), headers=headers)
+
+
+def logical_ops(run: RunLog) -> list[CommOp]:
+    """Each collective once (from its group's lowest rank), each p2p once (its send)."""
+    out = []
+    for rank, ops in sorted(run.ops_by_rank.items()):
+        for op in ops:
+            if op.op == "recv":
+                continue
+            if op.op == "send" or op.op == "all_to_all" or rank == min(op.group):
+                out.append(op)
+    return out
+
+
+def attribute_axes(ops: list[CommOp], layout) -> list[CommOp]:
+    """Set each op's axis from the group it ran on, using a :class:`~commscope.layout.Layout`."""
+    by_group: dict[frozenset, str] = {}
+    for kind, axis in (("tp", "tp"), ("cp", "cp"), ("ep", "ep"), ("dp", "dp"), ("dp-cp", "dp"), ("expert-dp", "dp"),
+                       ("emb", "emb")):
+        for g in layout.groups(kind):
+            by_group.setdefault(frozenset(int(x) for x in g), axis)
+    pp_groups = layout.groups("pp")
+    pp_pairs = {frozenset((int(g[i]), int(g[j]))) for g in pp_groups for i in range(len(g)) for j in range(len(g)) if i != j}
+    world = frozenset(range(layout.world_size))
+    out = []
+    for op in ops:
+        members = frozenset(op.group)
+        if op.op in ("send", "recv") and op.peer is not None:
+            pair = frozenset((op.rank, op.peer))
+            axis = "pp" if pair in pp_pairs else by_group.get(members, "other")
+            if axis == "other":
+                for g in layout.groups("cp"):
+                    if pair <= frozenset(int(x) for x in g):
+                        axis = "cp"
+        else:
+            axis = by_group.get(members, "dp" if members == world and layout.parallel.dp == layout.world_size else "other")
+        out.append(op.with_(axis=axis))
+    return out
+
+
+def measured_traffic(ops: list[CommOp], world_size: int, gpus_per_node: int, *, view: str = "logical",
+                     algorithm: str = "ring"):
+    """Decompose logical measured ops into a TrafficMatrix (``view='wire'``: as the backend executed them)."""
+    from commscope.traffic import TrafficMatrix, build_traffic
+    from commscope.workload.base import OpSet
+
+    grouped: dict[tuple, int] = defaultdict(int)
+    for op in ops:
+        name = op.backend_op if (view == "wire" and op.backend_op) else op.op
+        if op.op == "send":
+            group = (op.rank, op.peer)
+        else:
+            group = op.group
+        splits = None
+        if name == "all_to_all" and op.splits is not None:
+            splits = op.splits
+        grouped[(name, op.axis, op.dtype, op.size_bytes, group, splits)] += op.count
+    opsets = []
+    a2a: dict[tuple, dict[int, tuple]] = defaultdict(dict)
+    for (name, axis, dtype, size, group, splits), count in grouped.items():
+        if name == "all_to_all":
+            continue
+        opsets.append(OpSet(op=name, axis=axis, name="measured", size_bytes=size, dtype=dtype, phase="fwd",
+                            groups=np.array([group], dtype=np.int64), repeat=count))
+    for op in ops:  # all_to_all: one op per issuing rank, each with its own send splits
+        if (op.backend_op if view == "wire" and op.backend_op else op.op) == "all_to_all":
+            n = len(op.group)
+            pos = op.group.index(op.rank)
+            mat = np.zeros((n, n), dtype=np.int64)
+            sends = op.splits if op.splits is not None else [op.size_bytes // n] * n
+            mat[pos] = sends
+            opsets.append(OpSet(op="all_to_all", axis=op.axis, name="measured", size_bytes=op.size_bytes, dtype=op.dtype,
+                                phase="fwd", groups=np.array([op.group], dtype=np.int64), repeat=op.count, splits=mat))
+    tm = build_traffic(opsets, world_size, gpus_per_node, algorithm=algorithm)
+    return TrafficMatrix(world_size=tm.world_size, gpus_per_node=tm.gpus_per_node, src=tm.src, dst=tm.dst, axis=tm.axis,
+                         bytes=tm.bytes, algorithm=algorithm, view=view)
+
+
+def size_histogram(ops: list[CommOp]) -> list[tuple[int, int, int]]:
+    """(upper bound bytes, ops, bytes) per power-of-two bin of message size."""
+    bins: Counter = Counter()
+    totals: Counter = Counter()
+    for op in ops:
+        top = 1 << max(0, int(op.size_bytes - 1).bit_length()) if op.size_bytes > 0 else 0
+        bins[top] += op.count
+        totals[top] += op.size_bytes * op.count
+    return [(k, bins[k], totals[k]) for k in sorted(bins)]
+
+
+def summary(run: RunLog, *, layout=None, gpus_per_node: int = 8) -> dict:
+    """JSON-ready summary of a recorded run."""
+    ops = logical_ops(run)
+    if layout is not None:
+        ops = attribute_axes(ops, layout)
+    by_kind: dict[str, dict] = {}
+    for op in ops:
+        key = f"{op.axis}/{op.op}"
+        row = by_kind.setdefault(key, {"axis": op.axis, "op": op.op, "count": 0, "bytes": 0, "group_sizes": set()})
+        row["count"] += op.count
+        row["bytes"] += op.size_bytes * op.count
+        row["group_sizes"].add(len(op.group))
+    for row in by_kind.values():
+        row["group_sizes"] = sorted(row["group_sizes"])
+    logical = measured_traffic(ops, run.world_size, gpus_per_node, view="logical")
+    wire = measured_traffic(ops, run.world_size, gpus_per_node, view="wire")
+    return {
+        "world_size": run.world_size,
+        "ranks_logged": sorted(run.ops_by_rank),
+        "unfinished_ranks": list(run.unfinished_ranks),
+        "problems": list(run.problems),
+        "records": sum(len(v) for v in run.ops_by_rank.values()),
+        "logical_ops": sum(op.count for op in ops),
+        "ops": sorted(by_kind.values(), key=lambda r: (r["axis"], r["op"])),
+        "size_histogram": [{"le_bytes": k, "ops": n, "bytes": b} for k, n, b in size_histogram(ops)],
+        "traffic": {"logical": {"total_bytes": logical.total_bytes, "bytes_by_axis": logical.bytes_by_axis(),
+                                "num_pairs": logical.num_pairs},
+                    "wire": {"total_bytes": wire.total_bytes, "bytes_by_axis": wire.bytes_by_axis(),
+                             "num_pairs": wire.num_pairs}},
+    }
