@@ -56,7 +56,8 @@ _PARALLEL_FLAGS: list[tuple[tuple[str, ...], str, Any, str]] = [
 ]
 
 
-def _positive_int_list(text: str) -> tuple[int, ...]:
+def int_list(text: str) -> tuple[int, ...]:
+    """argparse type: comma-separated integers (``7,8,8,7``)."""
     try:
         return tuple(int(x) for x in text.split(","))
     except ValueError:
@@ -92,7 +93,7 @@ def add_parallel_args(parser: argparse.ArgumentParser) -> None:
                    default=None, help="Megatron sequence parallelism")
     g.add_argument("--use-distributed-optimizer", "--distributed-optimizer", dest="parallel.distributed_optimizer",
                    action=argparse.BooleanOptionalAction, default=None, help="Megatron's distributed optimizer")
-    g.add_argument("--pipeline-layers", dest="parallel.pipeline_layers", type=_positive_int_list, default=None,
+    g.add_argument("--pipeline-layers", dest="parallel.pipeline_layers", type=int_list, default=None,
                    help="explicit layers per pipeline stage (and virtual chunk), e.g. 7,8,8,7")
     g.add_argument("--gpus", "--num-gpus", dest="gpus", type=int, default=None,
                    help="total GPUs: checked against tp x pp x dp x cp, or used to derive dp when --dp is not given")

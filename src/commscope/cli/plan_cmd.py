@@ -6,14 +6,7 @@ import argparse
 import json
 import sys
 
-from commscope.cli.common import add_cluster_args, add_model_args, resolve_cluster, resolve_model
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, e.g. 1,2,4; got {text!r}") from None
+from commscope.cli.common import add_cluster_args, add_model_args, int_list, resolve_cluster, resolve_model
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -27,10 +20,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--gpus", "--num-gpus", type=int, required=True, help="total GPUs")
     g.add_argument("--global-batch-size", type=int, default=None, help="sequences per iteration (default 512)")
     g.add_argument("--top", type=int, default=10, help="configurations to show (default 10)")
-    g.add_argument("--micro-batch-sizes", type=_ints, default=(1, 2, 4, 8), help="candidates (default 1,2,4,8)")
-    g.add_argument("--virtual-pipeline-sizes", type=_ints, default=(1, 2, 4), help="candidates (default 1,2,4)")
-    g.add_argument("--cp-sizes", type=_ints, default=(1,), help="context-parallel candidates (default 1)")
-    g.add_argument("--ep-sizes", type=_ints, default=None, help="expert-parallel candidates (default: divisors of num_experts)")
+    g.add_argument("--micro-batch-sizes", type=int_list, default=(1, 2, 4, 8), help="candidates (default 1,2,4,8)")
+    g.add_argument("--virtual-pipeline-sizes", type=int_list, default=(1, 2, 4), help="candidates (default 1,2,4)")
+    g.add_argument("--cp-sizes", type=int_list, default=(1,), help="context-parallel candidates (default 1)")
+    g.add_argument("--ep-sizes", type=int_list, default=None, help="expert-parallel candidates (default: divisors of num_experts)")
     g.add_argument("--max-tp", type=int, default=None, help="largest tp (default: GPUs per node)")
     g.add_argument("--refine", type=int, default=64, help="screened candidates re-estimated op by op (default 64)")
     g.add_argument("--gpu-util", type=float, default=None, help="achieved fraction of peak FLOP/s (default: the cluster's)")
