@@ -5,6 +5,6 @@
         train()
 """
 
-from commscope.capture.recorder import RankLog, install_from_env, record, start, stop
+from commscope.capture.recorder import RankLog, install_from_env, record, start, step, stop
 
-__all__ = ["RankLog", "install_from_env", "record", "start", "stop"]
+__all__ = ["RankLog", "install_from_env", "record", "start", "step", "stop"]

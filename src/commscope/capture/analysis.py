@@ -175,3 +175,56 @@ def summary(run: RunLog, *, layout=None, gpus_per_node: int = 8) -> dict:
                     "wire": {"total_bytes": wire.total_bytes, "bytes_by_axis": wire.bytes_by_axis(),
                              "num_pairs": wire.num_pairs}},
     }
+
+
+def op_step(op: CommOp) -> int | None:
+    """The training step a measured op was tagged with (None: setup)."""
+    return dict(op.extra).get("step")
+
+
+def compare(prediction, run: RunLog) -> dict:
+    """Predicted vs measured communication per axis and op kind, per iteration.
+
+    Measured: logical ops (each collective once, p2p on the send side) attributed to axes by the predicted
+    layout, ops tagged with a step averaged over the steps, untagged ones reported apart as setup.
+    Predicted: the workload's ops (send side for p2p). ``max_rel_error`` is the largest relative byte
+    difference over axes that either side uses.
+    """
+    layout = prediction.workload.layout
+    if layout.world_size != run.world_size:
+        raise ValueError(f"the prediction has {layout.world_size} ranks, the logs {run.world_size}")
+    ops = attribute_axes(logical_ops(run), layout)
+    steps = sorted({s for s in (op_step(o) for o in ops) if s is not None})
+    num_steps = max(1, len(steps))
+    measured: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    setup: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for op in ops:
+        target = setup if (steps and op_step(op) is None) else measured
+        row = target[(op.axis, op.op)]
+        row[0] += op.count
+        row[1] += op.size_bytes * op.count
+    predicted: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for s in prediction.workload.opsets:
+        if s.op == "recv":
+            continue
+        row = predicted[(s.axis, s.op)]
+        row[0] += s.num_ops
+        row[1] += s.logical_bytes
+    rows = []
+    for key in sorted(set(measured) | set(predicted)):
+        m_count, m_bytes = (x / num_steps for x in measured.get(key, (0, 0)))
+        p_count, p_bytes = predicted.get(key, (0, 0))
+        rows.append({"axis": key[0], "op": key[1], "predicted_count": p_count, "measured_count": m_count,
+                     "predicted_bytes": p_bytes, "measured_bytes": m_bytes, "diff_bytes": m_bytes - p_bytes})
+    by_axis: dict[str, dict] = {}
+    for r in rows:
+        a = by_axis.setdefault(r["axis"], {"predicted_bytes": 0, "measured_bytes": 0.0, "predicted_count": 0,
+                                           "measured_count": 0.0})
+        for k in a:
+            a[k] += r[k]
+    rel = [abs(a["measured_bytes"] - a["predicted_bytes"]) / max(a["predicted_bytes"], a["measured_bytes"], 1)
+           for a in by_axis.values()]
+    return {"steps": steps, "num_steps": num_steps, "by_axis": by_axis, "by_op": rows,
+            "setup": [{"axis": k[0], "op": k[1], "count": v[0], "bytes": v[1]} for k, v in sorted(setup.items())],
+            "max_rel_error": max(rel) if rel else 0.0, "unfinished_ranks": list(run.unfinished_ranks),
+            "problems": list(run.problems)}

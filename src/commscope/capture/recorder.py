@@ -46,9 +46,13 @@ class RankLog:
         self._stop = threading.Event()
         self.num_records = 0
         self.rank: int | None = None
+        self.step: int | None = None
+        """Training step the next records belong to (None: setup, before the first step)."""
 
     # ----- records -----
     def __call__(self, rec: dict) -> None:
+        if self.step is not None and "step" not in rec:
+            rec["step"] = self.step
         if rec.get("t_end_ns", 0) is None and "_work" in rec:
             work = rec.pop("_work")
             with self._lock:
@@ -155,7 +159,7 @@ def _to_commop_dict(rec: dict) -> dict:
     for key in ("peer", "splits", "t_start_ns", "t_end_ns", "backend_op"):
         if rec.get(key) is not None:
             out[key] = rec[key]
-    extra = {k: rec[k] for k in ("group_name", "seq", "bytes_in", "bytes_out", "backend", "root") if k in rec}
+    extra = {k: rec[k] for k in ("group_name", "seq", "bytes_in", "bytes_out", "backend", "root", "step") if k in rec}
     out["extra"] = extra
     return out
 
@@ -227,6 +231,12 @@ def record(logdir: str | os.PathLike, **kwargs: Any) -> Iterator[RankLog]:
         yield log
     finally:
         stop()
+
+
+def step(index: int) -> None:
+    """Mark that the ops from now on belong to training step ``index`` (ops before the first mark are setup)."""
+    if _ACTIVE is not None:
+        _ACTIVE.step = int(index)
 
 
 def install_from_env() -> None:
