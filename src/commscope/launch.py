@@ -25,8 +25,10 @@ Each child runs ``fn(rank, world_size, *args)`` between ``init_process_group`` a
 ``destroy_process_group`` with ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
 ``MASTER_ADDR`` set, and one intra-op thread (``torch.set_num_threads(1)``: N ranks share the machine's
 cores, and GNU OpenMP's pool must not be used in a child forked from a parent that used it). Results come
-back pickled through one pipe per rank. If a rank raises, every rank is stopped and :class:`LaunchError`
-names the rank and carries its traceback; a rank still running at ``timeout_s`` is killed the same way.
+back pickled through one pipe per rank; ranks then wait for each other (through the store) before
+destroying the group, so that none tears down while a peer is still connecting. If a rank raises, every
+rank is stopped and :class:`LaunchError` names the rank and carries its traceback; a rank still running at
+``timeout_s`` is killed the same way.
 
 :func:`ranks_from_env` reads the same variables from a job started by torchrun or Slurm.
 """
@@ -110,7 +112,7 @@ def _start_method(backend: str) -> str:
 
 def _child(fn: Callable[..., Any], rank: int, world_size: int, args: Sequence[Any], backend: str, store_path: str,
            timeout_s: float, env: Mapping[str, str], conn: multiprocessing.connection.Connection) -> None:
-    """Body of one rank: init, run, destroy, send ("ok", value) or ("error", traceback, when) back."""
+    """Body of one rank: init, run, send ("ok", value) or ("error", traceback, when) back, wait for all, destroy."""
     try:
         os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
                            "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1"})
@@ -127,8 +129,15 @@ def _child(fn: Callable[..., Any], rank: int, world_size: int, args: Sequence[An
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                                 timeout=timedelta(seconds=timeout_s), device_id=device_id)
         value = fn(rank, world_size, *args)
-        dist.destroy_process_group()
         conn.send(("ok", value))
+        # Wait for every rank to finish fn before tearing down: gloo's init returns on one rank while a peer
+        # may still be completing its connections (no init barrier by default since torch 2.3), and a rank
+        # that closed its sockets then makes that peer fail with "connectFullMesh failed: Connection closed
+        # by peer" (seen here: 8 of 300 trivial 3-rank jobs on a loaded 2-core machine). Through the store,
+        # not the process group, so a recording backend sees no extra collective.
+        store.set(f"commscope_launch/done/{rank}", "1")
+        store.wait([f"commscope_launch/done/{r}" for r in range(world_size)], timedelta(seconds=timeout_s))
+        dist.destroy_process_group()
     except BaseException:  # noqa: BLE001 - everything a rank raises goes back to the parent
         # Report before anything closes this rank's connections: peers then fail *after* this moment, so
         # the parent can name the rank that failed first. No destroy_process_group: peers may be stuck in a
@@ -187,7 +196,11 @@ def spawn(fn: Callable[..., Any], nproc: int, *, args: Sequence[Any] = (), backe
             child_end.close()
             procs.append(p)
             conns.append(parent_end)
-        return _collect(procs, conns, timeout_s)
+        values = _collect(procs, conns, timeout_s)
+        deadline = time.monotonic() + _TERM_GRACE_S
+        for p in procs:  # every value is in: give the ranks a moment to tear down cleanly
+            p.join(max(0.0, deadline - time.monotonic()))
+        return values
     finally:
         _stop(procs)
         for c in conns:
@@ -216,27 +229,28 @@ def _collect(procs, conns, timeout_s: float) -> list[Any]:
         ready = multiprocessing.connection.wait(pending_conns + sentinels, timeout=max(0.0, wait_s))
         for obj in ready:
             if isinstance(obj, int):  # a process sentinel: that rank exited
-                exited.add(rank_of_sentinel[obj])
+                rank = rank_of_sentinel[obj]
+                exited.add(rank)
+                conn = conns[rank]
+                procs[rank].join(_TERM_GRACE_S)  # reap it, so its exit code and closed pipe are visible
+                if conn in pending_conns and not conn.poll():  # no message and no EOF (a child of it holds the pipe)
+                    pending_conns.remove(conn)
+                    errors.append((time.time(), rank, f"rank {rank} exited with code {procs[rank].exitcode} "
+                                                      "without returning a result\n"))
+                    first_error_at = first_error_at or time.monotonic()
                 continue
             rank = rank_of_conn[id(obj)]
+            pending_conns.remove(obj)
             try:
                 message = obj.recv()
-            except (EOFError, OSError):
-                pending_conns.remove(obj)
-                continue
-            pending_conns.remove(obj)
+            except (EOFError, OSError):  # the rank closed its pipe without a word: it died
+                procs[rank].join(_TERM_GRACE_S)
+                message = ("error", f"rank {rank} exited with code {procs[rank].exitcode} without returning a result\n",
+                           time.time())
             if message[0] == "ok":
                 results[rank] = message[1]
             else:
                 errors.append((message[2], rank, message[1]))
-                first_error_at = first_error_at or time.monotonic()
-        # a rank that exited without a message (killed, os._exit, segfault) is a failure too
-        for rank in sorted(exited):
-            conn = conns[rank]
-            if rank not in results and conn in pending_conns and not conn.poll():
-                pending_conns.remove(conn)
-                code = procs[rank].exitcode
-                errors.append((time.time(), rank, f"rank {rank} exited with code {code} without returning a result\n"))
                 first_error_at = first_error_at or time.monotonic()
     if errors:
         errors.sort()

@@ -3,6 +3,9 @@
 Accepted: nccl-tests / rccl-tests stdout (parsed by :mod:`commscope.io.nccl_tests`), or a table as JSON
 (a list of rows, or ``{"rows": [...]}``), TOML (``[[rows]]``) or CSV with the columns
 ``op, group_size, size_bytes`` and ``busbw_GBps`` (or ``busbw_bytes_per_s``), optionally ``intra_node``.
+``commscope bench --out`` JSON is such a table (its rows must have passed their data check: ``wrong`` 0).
+A TOML file written by ``commscope fit`` (``[model] kind = "commscope-fitted-bandwidth"``) gives the fitted
+alpha-beta model (:class:`commscope.bench.fitted.FittedModel`) instead of an interpolated table.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import json
 import tomllib
 from pathlib import Path
 
-from commscope.bandwidth import AlphaBeta, MeasuredTable, TableRow, table_from_bench_rows
+from commscope.bandwidth import AlphaBeta, BandwidthModel, MeasuredTable, TableRow, table_from_bench_rows
 from commscope.errors import ConfigError
 from commscope.units import GB
 
@@ -39,8 +42,19 @@ def _rows_from_mappings(items, source: str) -> list[TableRow]:
     return rows
 
 
-def read_bandwidth(path: Path, *, fallback: AlphaBeta | None = None) -> MeasuredTable:
-    """A MeasuredTable from ``path``; raises ConfigError naming the file for anything malformed."""
+def _refuse_wrong(items, source: str) -> None:
+    """Rows of ``commscope bench`` whose data check failed must not become a bandwidth model."""
+    if not isinstance(items, list):
+        return
+    for i, item in enumerate(items, start=1):
+        if isinstance(item, dict) and item.get("wrong"):
+            raise ConfigError(f"row {i}.wrong", item["wrong"],
+                              f"{item.get('op')} at {item.get('size_bytes')} B had wrong results; measure again",
+                              source=source)
+
+
+def read_bandwidth(path: Path, *, fallback: AlphaBeta | None = None) -> BandwidthModel:
+    """A MeasuredTable (or a FittedModel, for ``commscope fit`` output) from ``path``; ConfigError for anything malformed."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError("bandwidth", str(path), "no such file")
@@ -51,9 +65,15 @@ def read_bandwidth(path: Path, *, fallback: AlphaBeta | None = None) -> Measured
         if suffix == ".json":
             data = json.loads(text)
             items = data.get("rows", data) if isinstance(data, dict) else data
+            _refuse_wrong(items, source)
             return MeasuredTable(rows=_rows_from_mappings(items, source), source=source, fallback=fallback)
         if suffix == ".toml":
             data = tomllib.loads(text)
+            model = data.get("model")
+            if isinstance(model, dict) and model.get("kind") is not None:
+                from commscope.bench.fitted import read_fitted
+
+                return read_fitted(path, fallback=fallback)
             return MeasuredTable(rows=_rows_from_mappings(data.get("rows", []), source), source=source, fallback=fallback)
         if suffix == ".csv":
             return MeasuredTable(rows=_rows_from_mappings(list(csv.DictReader(text.splitlines())), source), source=source,

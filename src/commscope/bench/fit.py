@@ -1,0 +1,352 @@
+"""Fit measured collective times into the bandwidth model the estimator uses (``commscope fit``).
+
+Input: commscope's bench JSON (median times) or nccl-tests / rccl-tests stdout (nccl-tests prints mean times;
+the out-of-place rows are used). Per (op, group size n), with S the size and t the time of each row:
+
+    t = alpha + beta S,    beta = f(op, n) / busbw      (Hockney [thakur-2005]; f from nccl-tests [nccl-tests-perf])
+
+fitted by least squares on the *relative* residual (t_fit - t) / t, i.e. weights 1/t. Plain least squares
+on t would let the largest message own the fit (its time is 10^4-10^6 x the smallest) and make alpha
+meaningless. alpha >= 0 and beta >= 0 are enforced (a two-variable non-negative least squares). Where one
+line misses some row by more than ``tolerance``, the sizes are split into up to ``max_pieces`` contiguous
+ranges, each with its own line, at the breakpoints that minimise the total squared relative error
+(dynamic programming over all splits, at least 3 sizes per piece); the fewest pieces that meet the
+tolerance win, else the best ``max_pieces`` fit. Every row's relative error is reported.
+
+Worked example (nccl-tests_allreduce_a100x8_single-node_v2.19.4.txt, all_reduce over 8 A100s, 8 B-128 MiB):
+one line (alpha 37.9 us, busbw 153.5 GB/s) misses 1 MiB by 26%; two pieces by at most 15%; three pieces
+(8 B-512 KiB: 36.1 us, 46.3 GB/s; 1-16 MiB: 53.5 us, 135.0 GB/s; 32-128 MiB: 144.8 us, 210.9 GB/s) by
+at most 4.4%, within the default tolerance of 10%.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from commscope.bench.fitted import FITTED_KIND, Curve, FittedModel, Segment, _factor, canonical_op
+from commscope.errors import ConfigError
+from commscope.units import GB, US
+
+__all__ = ["FitPoint", "FitResult", "Residual", "fit", "fit_curve", "format_fit", "load_points", "to_toml"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FitPoint:
+    """One measured row: ``op`` over ``group_size`` ranks moved ``size_bytes`` in ``time_s``."""
+
+    op: str
+    group_size: int
+    size_bytes: int
+    time_s: float
+    intra_node: bool | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Residual:
+    """How well the fit reproduces one measured row: rel_error = (fitted - measured) / measured."""
+
+    op: str
+    group_size: int
+    size_bytes: int
+    measured_time_s: float
+    fitted_time_s: float
+
+    @property
+    def rel_error(self) -> float:
+        return (self.fitted_time_s - self.measured_time_s) / self.measured_time_s
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FitResult:
+    """Fitted curves, each row's residual, and where the data came from."""
+
+    curves: tuple[Curve, ...]
+    residuals: tuple[Residual, ...]
+    source: str
+    time_kind: str
+    """``median`` (commscope bench) or ``mean`` (nccl-tests prints averages)."""
+    backend: str | None = None
+    tolerance: float = 0.1
+    max_pieces: int = 3
+
+    def model(self, **kwargs: Any) -> FittedModel:
+        return FittedModel(curves=list(self.curves), source=self.source, **kwargs)
+
+    def max_rel_error(self, op: str, group_size: int) -> float:
+        errs = [abs(r.rel_error) for r in self.residuals if r.op == op and r.group_size == group_size]
+        return max(errs) if errs else 0.0
+
+
+# --- loading ----------------------------------------------------------------------------------------------
+
+def _points_from_bench(data: dict, source: str) -> tuple[list[FitPoint], dict[str, Any]]:
+    rows = data.get("rows")
+    if not isinstance(rows, list) or not rows:
+        raise ConfigError("rows", source, "no rows: expected {\"meta\": ..., \"rows\": [...]} from `commscope bench`")
+    points = []
+    for i, row in enumerate(rows, start=1):
+        if not isinstance(row, dict):
+            raise ConfigError(f"rows[{i}]", row, "must be an object", source=source)
+        missing = [k for k in ("op", "group_size", "size_bytes", "time_s") if k not in row]
+        if missing:
+            raise ConfigError(f"rows[{i}]", {k: row[k] for k in list(row)[:4]}, f"lacks {', '.join(missing)}",
+                              source=source)
+        if row.get("wrong"):
+            raise ConfigError(f"rows[{i}].wrong", row["wrong"],
+                              f"{row['op']} at {row['size_bytes']} B had wrong results; refit from a clean run",
+                              source=source)
+        try:
+            size, t, n = int(row["size_bytes"]), float(row["time_s"]), int(row["group_size"])
+        except (TypeError, ValueError):
+            raise ConfigError(f"rows[{i}]", {k: row[k] for k in ("size_bytes", "time_s", "group_size")},
+                              "must be numbers", source=source) from None
+        if size <= 0 or not t > 0 or not math.isfinite(t) or n < 2:
+            raise ConfigError(f"rows[{i}]", {"size_bytes": size, "time_s": t, "group_size": n},
+                              "need size_bytes > 0, a finite time_s > 0 and group_size >= 2", source=source)
+        intra = row.get("intra_node")
+        points.append(FitPoint(op=canonical_op(row["op"]), group_size=n, size_bytes=size, time_s=t,
+                               intra_node=intra if isinstance(intra, bool) else None))
+    meta = data.get("meta", {}) if isinstance(data.get("meta"), dict) else {}
+    return points, {"time_kind": "median", "backend": meta.get("backend")}
+
+
+def _points_from_nccl_tests(path: Path, group_size: int | None) -> tuple[list[FitPoint], dict[str, Any]]:
+    from commscope.io.nccl_tests import parse_nccl_tests
+
+    try:
+        result = parse_nccl_tests(path)
+    except ValueError as exc:
+        raise ConfigError("input", path.name, str(exc)) from None
+    by_key: dict[tuple[str, int, int], Any] = {}
+    for row in result.rows:
+        n = group_size or getattr(row, "group_size", None)
+        if not n:
+            raise ConfigError("group_size", None, f"{path.name} does not say how many ranks ran; give --group-size N",
+                              source=path.name)
+        if n < 2:
+            continue  # one rank: busbw is 0 by definition, nothing crosses a link
+        if row.failed_check:
+            raise ConfigError("data check", row.wrong if row.wrong is not None else row.max_error,
+                              f"{row.op} at {row.size_bytes} B failed nccl-tests' data check ({row.source}); "
+                              "refit from a clean run", source=path.name)
+        t = row.time_s
+        if row.size_bytes is None or row.size_bytes <= 0 or t is None or not t > 0 or not math.isfinite(t):
+            continue  # zero-byte rows and N/A times say nothing about alpha and beta
+        key = (canonical_op(row.op), int(n), int(row.size_bytes), row.intra_node)
+        if key not in by_key or (by_key[key].in_place and not row.in_place):
+            by_key[key] = row  # the out-of-place half where there is one, as nccl-tests' summaries use
+    points = [FitPoint(op=k[0], group_size=k[1], size_bytes=k[2], time_s=float(r.time_s), intra_node=k[3])
+              for k, r in by_key.items()]
+    if not points:
+        problems = "; ".join(getattr(result, "problems", [])[:3])
+        raise ConfigError("input", path.name, "has no usable nccl-tests rows (size > 0, a time, >= 2 ranks)"
+                          + (f": {problems}" if problems else ""))
+    return points, {"time_kind": "mean", "backend": "nccl-tests"}
+
+
+def load_points(path: Path, *, group_size: int | None = None) -> tuple[list[FitPoint], dict[str, Any]]:
+    """Rows of ``path`` (bench JSON or nccl-tests stdout) as FitPoints, with ``time_kind`` and ``backend``."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("input", str(path), "no such file")
+    text = path.read_text(errors="replace")
+    if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError("input", path.name, f"is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError("input", path.name, "expected a JSON object with \"rows\" (commscope bench --out)")
+        points, info = _points_from_bench(data, path.name)
+        if group_size:
+            points = [FitPoint(op=p.op, group_size=group_size, size_bytes=p.size_bytes, time_s=p.time_s,
+                               intra_node=p.intra_node) for p in points]
+        return points, info
+    return _points_from_nccl_tests(path, group_size)
+
+
+# --- fitting ----------------------------------------------------------------------------------------------
+
+def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+    """(alpha, beta, sse) minimising sum(((alpha + beta x) / y - 1)^2) with alpha, beta >= 0."""
+    A = np.stack([1.0 / y, x / y], axis=1)  # (k, 2): residual_i = A_i . (alpha, beta) - 1
+    ones = np.ones_like(y)
+    cands = []
+    sol, *_ = np.linalg.lstsq(A, ones, rcond=None)
+    if sol[0] >= 0 and sol[1] >= 0:
+        cands.append((float(sol[0]), float(sol[1])))
+    c0 = A[:, 0] @ A[:, 0]
+    cands.append((float(A[:, 0] @ ones / c0), 0.0))  # beta = 0: constant time
+    c1 = A[:, 1] @ A[:, 1]
+    cands.append((0.0, float(A[:, 1] @ ones / c1)))  # alpha = 0: through the origin
+    best = None
+    for a, b in cands:
+        sse = float(np.sum((A @ np.array([a, b]) - 1.0) ** 2))
+        if best is None or sse < best[2] - 1e-15:
+            best = (a, b, sse)
+    assert best is not None
+    return best
+
+
+def fit_curve(sizes: Sequence[float], times: Sequence[float], *, tolerance: float = 0.1, max_pieces: int = 3,
+              min_points: int = 3) -> list[tuple[int, int, float, float]]:
+    """Piecewise fit of one curve: ``[(first_index, last_index, alpha_s, beta_s_per_byte), ...]``.
+
+    ``sizes`` ascending and distinct. With more than one piece, each covers at least ``min_points`` sizes
+    (two points always fit a line exactly, so two-point pieces would chase noise). See the module
+    docstring for the criterion.
+    """
+    x = np.asarray(sizes, dtype=float)
+    y = np.asarray(times, dtype=float)
+    k = len(x)
+    if k < 2:
+        raise ValueError("need at least 2 sizes")
+    cost: dict[tuple[int, int], tuple[float, float, float]] = {}
+    for i in range(k):
+        for j in range(i + 1, k):
+            cost[i, j] = _line(x[i:j + 1], y[i:j + 1])
+    best_pieces = None
+    m = max(2, min_points)
+    for pieces in range(1, max(1, max_pieces) + 1):
+        if pieces > 1 and m * pieces > k:
+            break
+        # dp[p][j]: least sse covering points 0..j with p pieces; back[p][j]: start of the last piece
+        dp = [[math.inf] * k for _ in range(pieces + 1)]
+        back = [[-1] * k for _ in range(pieces + 1)]
+        for j in range(1, k):
+            dp[1][j] = cost[0, j][2]
+            back[1][j] = 0
+        for p in range(2, pieces + 1):
+            for j in range(m * p - 1, k):
+                for s in range(m * (p - 1), j - m + 2):  # last piece is s..j (>= m points)
+                    v = dp[p - 1][s - 1] + cost[s, j][2]
+                    if v < dp[p][j]:
+                        dp[p][j], back[p][j] = v, s
+        segs, j = [], k - 1
+        for p in range(pieces, 0, -1):
+            s = back[p][j]
+            a, b, _ = cost[s, j]
+            segs.append((s, j, a, b))
+            j = s - 1
+        segs.reverse()
+        worst = max(abs((a + b * x[i]) / y[i] - 1) for s, e, a, b in segs for i in range(s, e + 1))
+        if best_pieces is None or worst < best_pieces[0] - 1e-12:
+            best_pieces = (worst, segs)
+        if worst <= tolerance:
+            return segs
+    assert best_pieces is not None
+    return best_pieces[1]
+
+
+def fit(points: Iterable[FitPoint], *, source: str = "measurements", time_kind: str = "median",
+        backend: str | None = None, tolerance: float = 0.1, max_pieces: int = 3) -> FitResult:
+    """Fit every (op, group size, intra_node) of ``points``; ConfigError if any has fewer than 2 sizes."""
+    if not 0 < tolerance:
+        raise ConfigError("tolerance", tolerance, "must be > 0")
+    if max_pieces < 1:
+        raise ConfigError("max_pieces", max_pieces, "must be >= 1")
+    groups: dict[tuple[str, int, bool | None], dict[int, list[float]]] = {}
+    for p in points:
+        groups.setdefault((p.op, p.group_size, p.intra_node), {}).setdefault(p.size_bytes, []).append(p.time_s)
+    if not groups:
+        raise ConfigError("input", source, "has no rows to fit")
+    curves, residuals = [], []
+    for (op, n, intra), by_size in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], str(kv[0][2]))):
+        if len(by_size) < 2:
+            only = next(iter(by_size))
+            raise ConfigError(f"{op} over {n} ranks", f"{len(by_size)} size ({only} B)",
+                              "need at least 2 message sizes to fit latency and bandwidth", source=source)
+        sizes = sorted(by_size)
+        times = [float(np.median(by_size[s])) for s in sizes]  # repeated sizes: their median
+        f = _factor(op, n)
+        pieces = fit_curve(sizes, times, tolerance=tolerance, max_pieces=max_pieces)
+        segs = tuple(Segment(size_min_bytes=int(sizes[s]), size_max_bytes=int(sizes[e]), alpha_s=a,
+                             busbw_bytes_per_s=f / b if b > 0 else math.inf) for s, e, a, b in pieces)
+        curve = Curve(op=op, group_size=n, segments=segs, intra_node=intra)
+        curves.append(curve)
+        for s, t in zip(sizes, times):
+            residuals.append(Residual(op=op, group_size=n, size_bytes=int(s), measured_time_s=t,
+                                      fitted_time_s=curve.time_s(s, f)))
+    return FitResult(curves=tuple(curves), residuals=tuple(residuals), source=source, time_kind=time_kind,
+                     backend=backend, tolerance=tolerance, max_pieces=max_pieces)
+
+
+# --- output -----------------------------------------------------------------------------------------------
+
+def _toml_float(value: float) -> str:
+    if math.isinf(value):
+        return "inf"
+    return repr(float(f"{value:.6g}"))
+
+
+def _toml_str(text: str) -> str:
+    return json.dumps(str(text))  # a JSON string is a valid TOML basic string
+
+
+def to_toml(result: FitResult, *, command: str | None = None) -> str:
+    """The fitted model as TOML for ``commscope estimate --bandwidth``, with each row's error in ``[fit]``."""
+    out = [
+        f"# commscope bandwidth model, fitted by `commscope fit` from {result.source}",
+        "# Per op and group size n: time_s = alpha_us x 1e-6 + size_bytes x f(op, n) / (busbw_GBps x 1e9),",
+        "# piecewise in size (segments); f is nccl-tests' bus-bandwidth factor (all_reduce 2(n-1)/n;",
+        "# all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast, reduce, sendrecv 1).",
+        f"# Fitted on {result.time_kind} times, least squares on relative error, "
+        f"tolerance {result.tolerance:g}, at most {result.max_pieces} segments.",
+        "# Use: commscope estimate ... --bandwidth THIS_FILE",
+        "",
+        "[model]",
+        f"kind = {_toml_str(FITTED_KIND)}",
+        "version = 1",
+        f"source = {_toml_str(result.source)}",
+        f"time = {_toml_str(result.time_kind)}",
+    ]
+    if result.backend:
+        out.append(f"backend = {_toml_str(result.backend)}")
+    out.append(f"created = {_toml_str(datetime.now(timezone.utc).isoformat(timespec='seconds'))}")
+    if command:
+        out.append(f"command = {_toml_str(command)}")
+    out.append(f"tolerance = {_toml_float(result.tolerance)}")
+    for c in result.curves:
+        out += ["", "[[curves]]", f"op = {_toml_str(c.op)}", f"group_size = {c.group_size}"]
+        if c.intra_node is not None:
+            out.append(f"intra_node = {'true' if c.intra_node else 'false'}")
+        out.append(f"max_rel_error = {_toml_float(result.max_rel_error(c.op, c.group_size))}")
+        out.append("segments = [")
+        for s in c.segments:
+            out.append(f"  {{ size_min_bytes = {s.size_min_bytes}, size_max_bytes = {s.size_max_bytes}, "
+                       f"alpha_us = {_toml_float(s.alpha_s / US)}, busbw_GBps = {_toml_float(s.busbw_bytes_per_s / GB)} }},")
+        out.append("]")
+    out += ["", "# Each measured row against the fit: rel_error = (fitted - measured) / measured.", "[fit]",
+            'columns = ["op", "group_size", "size_bytes", "measured_us", "fitted_us", "rel_error"]', "rows = ["]
+    for r in result.residuals:
+        out.append(f"  [{_toml_str(r.op)}, {r.group_size}, {r.size_bytes}, {_toml_float(r.measured_time_s / US)}, "
+                   f"{_toml_float(r.fitted_time_s / US)}, {_toml_float(r.rel_error)}],")
+    out += ["]", ""]
+    return "\n".join(out)
+
+
+def format_fit(result: FitResult) -> str:
+    """Segments per curve, then every row with its fitted time and relative error."""
+    lines = [f"# fit of {result.source} ({result.time_kind} times): t = alpha + size x f / busbw", "#",
+             f"#{'op':>15}  {'n':>4}  {'sizes (B)':>21}  {'alpha (us)':>10}  {'busbw (GB/s)':>12}  {'max |err|':>9}"]
+    for c in result.curves:
+        worst = result.max_rel_error(c.op, c.group_size)
+        for i, s in enumerate(c.segments):
+            rng = f"{s.size_min_bytes}-{s.size_max_bytes}"
+            err = f"{worst:>9.1%}" if i == 0 else ""
+            lines.append(f"{c.op if i == 0 else '':>16}  {c.group_size if i == 0 else '':>4}  {rng:>21}  "
+                         f"{s.alpha_s / US:>10.2f}  {s.busbw_bytes_per_s / GB:>12.4g}  {err}")
+    lines += ["#", f"#{'op':>15}  {'n':>4}  {'size (B)':>12}  {'measured (us)':>13}  {'fitted (us)':>11}  "
+                   f"{'rel err':>8}"]
+    for r in result.residuals:
+        lines.append(f"{r.op:>16}  {r.group_size:>4}  {r.size_bytes:>12}  {r.measured_time_s / US:>13.2f}  "
+                     f"{r.fitted_time_s / US:>11.2f}  {r.rel_error:>+8.1%}")
+    return "\n".join(lines)

@@ -1,0 +1,60 @@
+"""``commscope fit``: measured collective times -> the bandwidth model of ``estimate --bandwidth``.
+
+    commscope fit bench.json --out mycluster.toml              # commscope bench's JSON (median times)
+    commscope fit all_reduce_perf.log --out mycluster.toml     # nccl-tests / rccl-tests stdout (mean times)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from commscope.errors import ConfigError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("fit", help="fit latency and bandwidth per op and group size from bench or nccl-tests output",
+                       description="Fit t = alpha + size x f(op, n) / busbw per op and group size (piecewise in size "
+                                   "where one line does not fit) from `commscope bench` JSON or nccl-tests stdout; "
+                                   "print each row's error; write a TOML model for `commscope estimate --bandwidth`.")
+    p.add_argument("input", type=Path, help="bench JSON (commscope bench --out) or nccl-tests/rccl-tests output")
+    p.add_argument("--out", type=Path, default=None, help="write the fitted model (TOML)")
+    p.add_argument("--group-size", type=int, default=None,
+                   help="ranks the measurements ran on, when the input does not say (nccl-tests output without device lines)")
+    p.add_argument("--tolerance", type=float, default=0.1,
+                   help="largest relative error one piece may leave before the sizes are split (default 0.1)")
+    p.add_argument("--max-pieces", type=int, default=3, help="most size ranges per op and group size (default 3)")
+    p.add_argument("--json", action="store_true", help="print the fit as JSON instead of the table")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from commscope.bench.fit import fit, format_fit, load_points, to_toml
+
+    if args.group_size is not None and args.group_size < 2:
+        raise ConfigError("group_size", args.group_size, "must be >= 2")
+    points, info = load_points(args.input, group_size=args.group_size)
+    result = fit(points, source=Path(args.input).name, time_kind=info["time_kind"], backend=info.get("backend"),
+                 tolerance=args.tolerance, max_pieces=args.max_pieces)
+    if args.out is not None:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(to_toml(result))
+        print(f"commscope fit: wrote {out} (use: commscope estimate ... --bandwidth {out})", file=sys.stderr)
+    if args.json:
+        json.dump({"source": result.source, "time": result.time_kind,
+                   "curves": [{"op": c.op, "group_size": c.group_size, "intra_node": c.intra_node,
+                               "max_rel_error": result.max_rel_error(c.op, c.group_size),
+                               "segments": [{"size_min_bytes": s.size_min_bytes, "size_max_bytes": s.size_max_bytes,
+                                             "alpha_s": s.alpha_s, "busbw_bytes_per_s": s.busbw_bytes_per_s
+                                             if s.busbw_bytes_per_s != float("inf") else None}
+                                            for s in c.segments]} for c in result.curves],
+                   "rows": [{"op": r.op, "group_size": r.group_size, "size_bytes": r.size_bytes,
+                             "measured_time_s": r.measured_time_s, "fitted_time_s": r.fitted_time_s,
+                             "rel_error": r.rel_error} for r in result.residuals]}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(format_fit(result))
+    return 0

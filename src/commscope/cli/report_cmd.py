@@ -1,0 +1,141 @@
+"""``commscope report``: one self-contained HTML report (and the same pictures as PNGs)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from commscope.cli.common import add_job_args, resolve_job
+from commscope.estimate import METHODS
+from commscope.traffic import ALGORITHMS
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "report", help="write one self-contained HTML report (heatmaps, bytes, sizes, time, schedule, measured)",
+        description="Predict a job's communication and iteration time and write one HTML file that shows them: the "
+                    "traffic heatmap with a toggle per axis, bytes by axis and link class, message sizes, the "
+                    "iteration-time breakdown, the pipeline schedule, and when given measured op logs, a "
+                    "benchmark and MoE routing, those beside the prediction. The file opens offline; nothing "
+                    "in it makes a request. --png DIR writes the same pictures as PNG files.")
+    add_job_args(p)
+    g = p.add_argument_group("prediction and estimate")
+    g.add_argument("--predicted", action=argparse.BooleanOptionalAction, default=True,
+                   help="include the prediction of the job the flags describe (default; --no-predicted leaves it out)")
+    g.add_argument("--algorithm", choices=ALGORITHMS, default="ring", help="collective algorithm for the matrix (default ring)")
+    g.add_argument("--method", choices=METHODS, default="refined", help="estimate method (default refined)")
+    g.add_argument("--gpu-util", type=float, default=None, help="achieved fraction of peak FLOP/s (default: the cluster's)")
+    g.add_argument("--bandwidth", type=Path, default=None,
+                   help="measured bandwidth table or nccl-tests output for the estimate (as `commscope estimate --bandwidth`)")
+    g.add_argument("--overlap-grad-reduce", dest="parallel.overlap_grad_reduce", action=argparse.BooleanOptionalAction,
+                   default=None, help="DP gradient reduction overlaps the last backward pass (Megatron)")
+    g.add_argument("--heatmap-level", choices=("auto", "gpu", "node"), default="auto",
+                   help="heatmap cells: GPUs, nodes, or auto (GPUs up to 1,024, nodes above; default)")
+    g.add_argument("--plan-gpus", type=int, default=None, metavar="N",
+                   help="also plan the model on N GPUs and show its top configurations beside this job")
+    g.add_argument("--plan-top", type=int, default=5, help="configurations of the plan to show (default 5)")
+    m = p.add_argument_group("measured and other inputs")
+    m.add_argument("--measured", type=Path, default=None, metavar="PATH",
+                   help="a directory of per-rank JSON Lines op logs (or one log): measured vs predicted bytes per axis")
+    m.add_argument("--measured-iterations", type=int, default=None, metavar="N",
+                   help="iterations the logs cover (default: the log header's num_iterations, else 1)")
+    m.add_argument("--bench", type=Path, default=None, metavar="FILE",
+                   help='benchmark JSON {"meta": {...}, "rows": [{op, group_size, size_bytes, busbw_bytes_per_s, ...}]}: busbw curves')
+    m.add_argument("--moe", type=Path, default=None, metavar="PATH",
+                   help="an .npz with a routing array (iterations, ep, ep), or a directory of them: MoE heatmaps over iterations")
+    o = p.add_argument_group("output")
+    o.add_argument("--out", type=Path, default=None, help="the HTML file to write (e.g. report.html)")
+    o.add_argument("--png", type=Path, default=None, metavar="DIR", help="also write the pictures as PNG files into DIR")
+    o.add_argument("--title", default=None, help="report title (default: model, cluster and configuration)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from commscope.errors import ConfigError
+    from commscope.report import html as report_html
+
+    if args.out is None and args.png is None:
+        raise ConfigError("out", None, "give --out FILE.html and/or --png DIR")
+    if not args.predicted and args.measured is None and args.bench is None and args.moe is None:
+        raise ConfigError("predicted", False, "with --no-predicted, give at least one of --measured, --bench, --moe")
+    if args.plan_gpus is not None and not args.predicted:
+        raise ConfigError("plan_gpus", args.plan_gpus, "needs the prediction (drop --no-predicted)")
+    if args.plan_top < 1:
+        raise ConfigError("plan_top", args.plan_top, "must be >= 1")
+    t0 = time.perf_counter()
+    prediction = est = plan_result = None
+    if args.predicted:
+        from commscope.api import predict
+        from commscope.estimate import estimate
+
+        model, parallel, cluster = resolve_job(args)
+        prediction = predict(model, parallel, cluster, algorithm=args.algorithm)
+        bw = None
+        if args.bandwidth is not None:
+            from commscope.bandwidth import AlphaBeta
+            from commscope.io.bandwidth_file import read_bandwidth
+
+            bw = read_bandwidth(args.bandwidth, fallback=AlphaBeta(cluster))
+        est = estimate(prediction, method=args.method, gpu_util=args.gpu_util, bandwidth=bw)
+        if args.plan_gpus is not None:
+            from commscope.plan import plan
+
+            plan_result = plan(model, cluster, args.plan_gpus, parallel.global_batch_size, top=args.plan_top,
+                               gpu_util=args.gpu_util)
+    measured = bench = moe = None
+    files: dict[str, object] = {}
+    if args.measured is not None:
+        measured = report_html.load_measured(args.measured, num_iterations=args.measured_iterations)
+        files["measured"] = str(args.measured)
+    if args.bench is not None:
+        bench = report_html.load_bench(args.bench)
+        files["bench"] = str(args.bench)
+    if args.moe is not None:
+        moe = report_html.load_moe(args.moe)
+        files["moe"] = str(args.moe)
+    if args.bandwidth is not None:
+        files["bandwidth"] = str(args.bandwidth)
+    command_line = shlex.join(["commscope", *sys.argv[1:]]) if _invoked_as_cli() else None
+    data = report_html.build_report_data(prediction=prediction, estimate=est, plan=plan_result, measured=measured,
+                                         bench=bench, moe=moe, command_line=command_line or _reconstructed(args),
+                                         files=files, title=args.title, heatmap_level=args.heatmap_level)
+    if args.out is not None:
+        path = report_html.write_html(data, args.out)
+        print(f"wrote {path} ({path.stat().st_size / 1024:,.0f} KiB) in {time.perf_counter() - t0:.2f} s")
+    if args.png is not None:
+        from commscope.report.png import write_pngs
+
+        try:
+            paths = write_pngs(data, args.png, traffic=prediction.traffic if prediction is not None else None)
+        except ImportError as exc:
+            print(f"commscope report: error: {exc}", file=sys.stderr)
+            return 2
+        for path in paths:
+            print(f"wrote {path}")
+    return 0
+
+
+def _invoked_as_cli() -> bool:
+    """True when this process is the ``commscope`` command (so sys.argv is the user's command line)."""
+    return Path(sys.argv[0]).name in ("commscope", "commscope.exe", "__main__.py", "main.py") and "report" in sys.argv[1:]
+
+
+def _reconstructed(args: argparse.Namespace) -> str:
+    """A command line with the same meaning, rebuilt from the parsed flags (when called in-process)."""
+    out = ["commscope", "report"]
+    for key, value in sorted(vars(args).items()):
+        if key in ("func", "command") or value is None or (key == "predicted" and value):
+            continue
+        flag = "--" + key.split(".", 1)[-1].replace("_", "-")
+        if value is True:
+            out.append(flag)
+        elif value is False:  # a --no-... of a boolean flag
+            out.append("--no-" + flag[2:])
+        elif isinstance(value, tuple):
+            out += [flag, ",".join(str(x) for x in value)]
+        else:
+            out += [flag, str(value)]
+    return shlex.join(out)

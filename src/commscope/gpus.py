@@ -1,0 +1,363 @@
+"""One GPU as a matrix-multiply engine: SMs, CTA tile sizes, peak FLOP/s, HBM bandwidth, alignment rules.
+
+The GEMM model of :mod:`commscope.shapes` needs more of a GPU than :class:`~commscope.spec.cluster.ClusterSpec`
+holds: how many streaming multiprocessors (SMs) share the output tiles, which CTA tile sizes cuBLAS picks
+from, and which leading dimensions the tensor cores like. Those numbers live in data files,
+``presets/gpus/<name>.toml``, one per GPU, in human units with the unit in the key's name::
+
+    name = "A100-SXM4-80GB"
+    aliases = ["a100"]                 # matched against ClusterSpec.gpu, case and punctuation ignored
+    num_sms = 108
+    memory_GiB = 80
+    memory_bandwidth_GBps = 2039       # -> memory_bandwidth_bytes_per_s
+    l2_cache_MiB = 40                  # -> l2_cache_bytes
+    tile_sizes = [[256, 128], [128, 128], ...]   # CTA tiles (M x N) cuBLAS chooses from
+    tile_k = 32                        # K depth of one main-loop step of a CTA
+    kernel_overhead_us = 4             # launch + prologue/epilogue of one GEMM kernel
+    [peak_tflops]                      # dense datasheet peak of one GPU per dtype
+    bf16 = 312
+
+Sources (keys for ``docs/references.md``):
+
+- **[nvidia-matmul-guide]** NVIDIA, "Matrix Multiplication Background User's Guide" (Deep Learning Performance
+  documentation): output tiles per CTA (256x128, 128x256, 128x128, 256x64, 64x256, 128x64, 64x128, 64x64),
+  tile quantisation, wave quantisation over the SMs, the roofline by arithmetic intensity, and the tensor-core
+  alignment table: with cuBLAS >= 11 tensor cores are always used, most efficiently when M, N, K are
+  multiples of 16 bytes (8 fp16/bf16 elements, 4 tf32, 16 int8), and on A100 multiples of 128 bytes
+  (64 fp16/bf16 elements).
+- **[anthony-2024]** Q. Anthony et al., "The Case for Co-Designing Model Architectures with Hardware",
+  ICPP 2024 (arXiv:2401.14489): the same effects measured on transformer GEMMs (V100, A100, H100).
+- Datasheets and architecture white papers for SM counts, peaks, bandwidths and L2 (cited per file).
+
+Assumptions (named constants in each file, to be calibrated with ``commscope shapes --measure``):
+``achievable_fraction`` (a large, aligned GEMM reaches ~0.8 of the datasheet peak), ``memory_efficiency``
+(~0.85 of datasheet HBM bandwidth is reachable), ``partial_alignment_factor`` and ``unaligned_factor``
+(the slowdown of 16-byte-aligned-but-not-128-byte-aligned and of unaligned dimensions), and the efficiency of
+a CTA tile relative to 256x128 (default ``sqrt(I / I_256x128)`` with ``I = m n / (m + n)``, the multiply-adds
+per element a CTA loads: 128x128 -> 0.87, 128x64 -> 0.71, 64x64 -> 0.61).
+
+``L2`` size is carried as data (and shown) but not used by the model yet.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from commscope.errors import ConfigError, check
+from commscope.spec.cluster import ClusterSpec
+from commscope.units import GB, MiB, GiB, TFLOP, US, canonical_dtype
+
+__all__ = ["GpuSpec", "gpu_for_cluster", "gpu_from_mapping", "gpu_names", "gpu_preset", "load_gpu"]
+
+_US_PER_S = 1_000_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuSpec:
+    """A GPU as the GEMM model of :mod:`commscope.shapes` sees it (SI units)."""
+
+    name: str
+    """Model, e.g. ``A100-SXM4-80GB``."""
+    aliases: tuple[str, ...] = ()
+    """Substrings that identify this GPU in :attr:`ClusterSpec.gpu` (``a100``)."""
+    architecture: str = ""
+    """Architecture and compute capability, for reports."""
+    num_sms: int
+    """Streaming multiprocessors: the CTAs of one wave."""
+    peak_flops: dict[str, float] = field(default_factory=dict)
+    """Dense datasheet peak FLOP/s per dtype (tensor cores where the dtype has them)."""
+    memory_bandwidth_bytes_per_s: float
+    """Datasheet HBM (or GDDR) bandwidth."""
+    memory_bytes: int = 0
+    l2_cache_bytes: int = 0
+    """L2 cache size (data only; the model does not use it yet)."""
+    tile_sizes: tuple[tuple[int, int], ...] = ((256, 128), (128, 256), (128, 128), (256, 64), (64, 256),
+                                               (128, 64), (64, 128), (64, 64))
+    """CTA output tiles (tile_m, tile_n) the library chooses from [nvidia-matmul-guide]."""
+    tile_throughput: tuple[float, ...] | None = None
+    """Throughput of each tile relative to the best (None: ``sqrt(I / I_max)``, I = m n / (m + n))."""
+    tile_k: int = 32
+    """K depth of one main-loop step: K is padded up to a multiple of it."""
+    ctas_per_sm: int = 1
+    """CTAs of the large tiles resident on one SM at once (one wave = num_sms x ctas_per_sm tiles)."""
+    split_k: tuple[int, ...] = (1, 2, 4, 8)
+    """Split-K factors the library may use when the output tiles fill less than one wave."""
+    achievable_fraction: float = 0.8
+    """Fraction of the datasheet peak a large, aligned GEMM reaches (calibration constant)."""
+    memory_efficiency: float = 0.85
+    """Fraction of the datasheet memory bandwidth a streaming kernel reaches (calibration constant)."""
+    kernel_overhead_s: float = 4e-6
+    """Fixed cost of one GEMM kernel (launch, prologue, epilogue)."""
+    alignment_required_bytes: int = 16
+    """Dimensions that are multiples of this many bytes get the fast tensor-core paths [nvidia-matmul-guide]."""
+    alignment_optimal_bytes: int = 128
+    """Dimensions that are multiples of this many bytes are the most efficient (A100: 128 B = 64 fp16)."""
+    partial_alignment_factor: float = 0.95
+    """Throughput factor when every dimension is 16-byte aligned but some is not 128-byte aligned (assumed)."""
+    unaligned_factor: float = 0.5
+    """Throughput factor when some dimension is not 16-byte aligned (assumed; narrower loads, masked tiles)."""
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        check(isinstance(self.num_sms, int) and self.num_sms >= 1, "num_sms", self.num_sms, "must be a positive integer")
+        check(self.memory_bandwidth_bytes_per_s > 0, "memory_bandwidth_bytes_per_s", self.memory_bandwidth_bytes_per_s,
+              "must be > 0")
+        check(len(self.tile_sizes) >= 1 and all(len(t) == 2 and t[0] >= 1 and t[1] >= 1 for t in self.tile_sizes),
+              "tile_sizes", self.tile_sizes, "must be a non-empty list of [tile_m, tile_n] pairs of positive integers")
+        object.__setattr__(self, "tile_sizes", tuple((int(m), int(n)) for m, n in self.tile_sizes))
+        if self.tile_throughput is not None:
+            object.__setattr__(self, "tile_throughput", tuple(float(x) for x in self.tile_throughput))
+            check(len(self.tile_throughput) == len(self.tile_sizes) and all(0 < x <= 1 for x in self.tile_throughput),
+                  "tile_throughput", self.tile_throughput, f"needs one value in (0, 1] per tile size ({len(self.tile_sizes)})")
+        check(self.tile_k >= 1, "tile_k", self.tile_k, "must be a positive integer")
+        check(self.ctas_per_sm >= 1, "ctas_per_sm", self.ctas_per_sm, "must be a positive integer")
+        object.__setattr__(self, "split_k", tuple(int(s) for s in self.split_k))
+        check(len(self.split_k) >= 1 and 1 in self.split_k and all(s >= 1 for s in self.split_k), "split_k", self.split_k,
+              "must be a list of positive integers that contains 1")
+        for name in ("achievable_fraction", "memory_efficiency", "partial_alignment_factor", "unaligned_factor"):
+            value = getattr(self, name)
+            check(0 < value <= 1, name, value, "must be in (0, 1]")
+        check(self.kernel_overhead_s >= 0, "kernel_overhead_s", self.kernel_overhead_s, "must be >= 0")
+        check(self.alignment_required_bytes >= 1 and self.alignment_optimal_bytes % self.alignment_required_bytes == 0,
+              "alignment_optimal_bytes", self.alignment_optimal_bytes,
+              f"must be a multiple of alignment_required_bytes={self.alignment_required_bytes}")
+        for dtype, flops in self.peak_flops.items():
+            check(flops > 0, f"peak_flops.{dtype}", flops, "must be > 0")
+
+    @property
+    def tile_throughputs(self) -> tuple[float, ...]:
+        """Relative throughput of each tile: the given ``tile_throughput`` or ``sqrt(I / I_max)``.
+
+        I = m n / (m + n) is the multiply-adds per element loaded by a CTA of an m x n tile per K step
+        (operand reuse); 256x128 has I = 85.3 and 64x64 has I = 32, so 64x64 runs at sqrt(32 / 85.3) = 0.61.
+        """
+        if self.tile_throughput is not None:
+            return self.tile_throughput
+        reuse = [m * n / (m + n) for m, n in self.tile_sizes]
+        best = max(reuse)
+        return tuple(math.sqrt(r / best) for r in reuse)
+
+    def peak_flops_for(self, dtype: str) -> float:
+        """Peak FLOP/s for ``dtype``; fp16 and bf16 stand in for each other when only one is given."""
+        key = canonical_dtype(dtype)
+        for k in (key, {"bf16": "fp16", "fp16": "bf16"}.get(key, key)):
+            if k in self.peak_flops:
+                return self.peak_flops[k]
+        raise ConfigError("dtype", dtype, f"GPU {self.name!r} has no peak FLOP/s for it; it has {', '.join(sorted(self.peak_flops))}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary in human units."""
+        return {"name": self.name, "architecture": self.architecture, "num_sms": self.num_sms,
+                "peak_tflops": {k: v / TFLOP for k, v in self.peak_flops.items()},
+                "memory_bandwidth_GBps": self.memory_bandwidth_bytes_per_s / GB,
+                "l2_cache_MiB": self.l2_cache_bytes / MiB, "tile_sizes": [list(t) for t in self.tile_sizes],
+                "tile_throughput": list(self.tile_throughputs), "tile_k": self.tile_k, "ctas_per_sm": self.ctas_per_sm,
+                "split_k": list(self.split_k), "achievable_fraction": self.achievable_fraction,
+                "memory_efficiency": self.memory_efficiency, "kernel_overhead_us": self.kernel_overhead_s / US,
+                "alignment_required_bytes": self.alignment_required_bytes,
+                "alignment_optimal_bytes": self.alignment_optimal_bytes,
+                "partial_alignment_factor": self.partial_alignment_factor, "unaligned_factor": self.unaligned_factor,
+                "source": self.source}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Files
+# ---------------------------------------------------------------------------------------------------------
+
+#: Human-unit keys of a GPU file: key -> (SI field, multiplier to SI).
+GPU_UNIT_KEYS: dict[str, tuple[str, float]] = {
+    "memory_GiB": ("memory_bytes", GiB),
+    "memory_bandwidth_GBps": ("memory_bandwidth_bytes_per_s", GB),
+    "l2_cache_MiB": ("l2_cache_bytes", MiB),
+    "kernel_overhead_us": ("kernel_overhead_s", US),
+    "peak_tflops": ("peak_flops", TFLOP),
+}
+_INT_FIELDS = {"num_sms", "tile_k", "ctas_per_sm", "alignment_required_bytes", "alignment_optimal_bytes", "memory_bytes",
+               "l2_cache_bytes"}
+_FLOAT_FIELDS = {"memory_bandwidth_bytes_per_s", "achievable_fraction", "memory_efficiency", "kernel_overhead_s",
+                 "partial_alignment_factor", "unaligned_factor"}
+_STR_FIELDS = {"name", "architecture", "source"}
+_FIELDS = _INT_FIELDS | _FLOAT_FIELDS | _STR_FIELDS | {"aliases", "peak_flops", "tile_sizes", "tile_throughput", "split_k"}
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
+            dict: "a table"}.get(type(value), type(value).__name__)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def gpu_from_mapping(d: dict[str, Any], *, source: str | None = None, name: str | None = None) -> GpuSpec:
+    """A :class:`GpuSpec` from a mapping in human units (see the module docstring) or SI field names.
+
+    Every mistake raises :class:`ConfigError` naming the key and what would be valid.
+    """
+    if not isinstance(d, dict):
+        raise ConfigError("gpu", d, f"expected a table of keys to values, got {_type_name(d)}", source=source)
+    kwargs: dict[str, Any] = {"name": name} if name else {}
+    for key, value in d.items():
+        if key == "meta":
+            if isinstance(value, dict) and "source" not in d and isinstance(value.get("source"), str):
+                kwargs["source"] = value["source"]
+            continue
+        if key in GPU_UNIT_KEYS:
+            si, scale = GPU_UNIT_KEYS[key]
+            if si in d:
+                raise ConfigError(key, value, f"give either {key} or {si}, not both", source=source)
+            if key == "peak_tflops":
+                if not isinstance(value, dict) or not all(_is_number(v) for v in value.values()):
+                    raise ConfigError(key, value, "expected a table of dtype = number, e.g. bf16 = 312", source=source)
+                table = {}
+                for dtype, number in value.items():
+                    try:
+                        table[canonical_dtype(dtype)] = float(number) * scale
+                    except ValueError as exc:
+                        raise ConfigError(f"{key}.{dtype}", number, str(exc), source=source) from None
+                kwargs[si] = table
+            elif not _is_number(value):
+                raise ConfigError(key, value, f"expected a number, got {_type_name(value)}", source=source)
+            elif key == "kernel_overhead_us":
+                kwargs[si] = float(value) / _US_PER_S
+            elif si in _INT_FIELDS:
+                kwargs[si] = int(round(value * scale))
+            else:
+                kwargs[si] = float(value * scale)
+        elif key in _INT_FIELDS:
+            if not (isinstance(value, int) and not isinstance(value, bool)):
+                raise ConfigError(key, value, f"expected an integer, got {_type_name(value)}", source=source)
+            kwargs[key] = value
+        elif key in _FLOAT_FIELDS:
+            if not _is_number(value):
+                raise ConfigError(key, value, f"expected a number, got {_type_name(value)}", source=source)
+            kwargs[key] = float(value)
+        elif key in _STR_FIELDS:
+            if not isinstance(value, str):
+                raise ConfigError(key, value, f"expected a string, got {_type_name(value)}", source=source)
+            kwargs[key] = value
+        elif key == "aliases":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(key, value, "expected a list of strings", source=source)
+            kwargs[key] = tuple(value)
+        elif key == "peak_flops":
+            if not isinstance(value, dict) or not all(_is_number(v) for v in value.values()):
+                raise ConfigError(key, value, "expected a table of dtype = FLOP/s", source=source)
+            kwargs[key] = {canonical_dtype(k): float(v) for k, v in value.items()}
+        elif key in ("tile_sizes",):
+            if not isinstance(value, list) or not all(isinstance(t, list) and len(t) == 2 and all(
+                    isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in t) for t in value) or not value:
+                raise ConfigError(key, value, "expected a list of [tile_m, tile_n] pairs, e.g. [[256, 128], [128, 128]]",
+                                  source=source)
+            kwargs[key] = tuple((t[0], t[1]) for t in value)
+        elif key in ("tile_throughput", "split_k"):
+            if not isinstance(value, list) or not all(_is_number(v) for v in value):
+                raise ConfigError(key, value, "expected a list of numbers", source=source)
+            kwargs[key] = tuple(value)
+        else:
+            valid = sorted((_FIELDS - {v[0] for v in GPU_UNIT_KEYS.values()}) | set(GPU_UNIT_KEYS) | {"meta"})
+            close = difflib.get_close_matches(str(key), valid, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(str(key), value, f"unknown key in a GPU file; valid keys: {', '.join(valid)}{hint}", source=source)
+    for required in ("name", "num_sms", "memory_bandwidth_bytes_per_s"):
+        if required not in kwargs:
+            hint = " (or memory_bandwidth_GBps)" if required == "memory_bandwidth_bytes_per_s" else ""
+            raise ConfigError(required, None, f"required key missing from a GPU file{hint}", source=source)
+    try:
+        return GpuSpec(**kwargs)
+    except ConfigError as exc:
+        if exc.source is not None or source is None:
+            raise
+        raise ConfigError(exc.field, exc.value, exc.expected, source=source) from None
+
+
+def _folder() -> Any:
+    return resources.files("commscope.presets").joinpath("gpus")
+
+
+def gpu_names() -> list[str]:
+    """Sorted names of the GPU presets (``a100``, ``h100``, ``rtx3090``, ``v100``)."""
+    return sorted(e.name.removesuffix(".toml") for e in _folder().iterdir() if e.name.endswith(".toml") and e.is_file())
+
+
+def _read_preset(name: str) -> GpuSpec:
+    entry = _folder().joinpath(f"{name}.toml")
+    try:
+        d = tomllib.loads(entry.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("path", f"gpus/{name}.toml", f"malformed TOML: {exc}") from None
+    return gpu_from_mapping(d, source=f"gpus/{name}.toml")
+
+
+def gpu_preset(name: str) -> GpuSpec:
+    """The :class:`GpuSpec` of GPU preset ``name`` (``a100``, ``h100``, ``v100``, ``rtx3090``), or of the preset
+    one of whose aliases ``name`` contains (``A100-SXM4-80GB`` -> ``a100``)."""
+    key = str(name).strip().lower()
+    names = gpu_names()
+    if key in names:
+        return _read_preset(key)
+    match = _match_alias(key)
+    if match is not None:
+        return _read_preset(match)
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.5)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise ConfigError("gpu", name, f"not a GPU preset or an existing file; valid presets: {', '.join(names)}{hint}")
+
+
+def _normal(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def _match_alias(text: str) -> str | None:
+    """The preset whose longest alias occurs in ``text`` (case and punctuation ignored), or None."""
+    norm = _normal(text)
+    best: tuple[int, str] | None = None
+    for preset in gpu_names():
+        spec = _read_preset(preset)
+        for alias in (preset, *spec.aliases):
+            a = _normal(alias)
+            if a and a in norm and (best is None or len(a) > best[0]):
+                best = (len(a), preset)
+    return None if best is None else best[1]
+
+
+def load_gpu(name_or_path: str | os.PathLike[str] | GpuSpec) -> GpuSpec:
+    """A GPU from a preset name, an alias contained in a GPU model string, or a ``.toml``/``.json`` file."""
+    if isinstance(name_or_path, GpuSpec):
+        return name_or_path
+    p = Path(name_or_path)
+    if p.is_file():
+        from commscope.spec.files import read_mapping
+
+        return gpu_from_mapping(read_mapping(p), source=str(p), name=p.stem)
+    text = os.fspath(name_or_path)
+    if isinstance(name_or_path, os.PathLike) or "/" in text or p.suffix.lower() in (".toml", ".json", ".yaml", ".yml"):
+        raise ConfigError("gpu", text, "no such file")
+    return gpu_preset(text)
+
+
+def gpu_for_cluster(cluster: ClusterSpec, gpu: str | os.PathLike[str] | GpuSpec | None = None) -> GpuSpec:
+    """The GPU of ``cluster`` (matched by :attr:`ClusterSpec.gpu`, or ``gpu`` when given), with the cluster's
+    peak FLOP/s and memory bandwidth where it states them, so that the GEMM model and
+    :func:`commscope.estimate.estimate` use the same peak."""
+    if gpu is not None:
+        spec = load_gpu(gpu)
+    else:
+        match = _match_alias(cluster.gpu)
+        if match is None:
+            raise ConfigError("gpu", cluster.gpu, f"no GPU preset matches cluster {cluster.name!r}; pass --gpu with one of "
+                                                  f"{', '.join(gpu_names())} or a GPU file")
+        spec = _read_preset(match)
+    from dataclasses import replace
+
+    peak = {**spec.peak_flops, **cluster.peak_flops}
+    bandwidth = cluster.memory_bandwidth_bytes_per_s or spec.memory_bandwidth_bytes_per_s
+    return replace(spec, peak_flops=peak, memory_bandwidth_bytes_per_s=bandwidth)

@@ -1,0 +1,339 @@
+"""Other tools' records in commscope's form: one entry point, :func:`import_records`, for every format.
+
+==============  ======================================================  =========================================
+format          what it reads                                           reader
+==============  ======================================================  =========================================
+``kineto``      PyTorch profiler (Kineto) trace, ``.json(.gz)``, with   :func:`commscope.io.kineto.import_kineto`
+                ``record_param_comms`` events (NCCL runs)
+``deepspeed``   DeepSpeed comms-logger output: the ``log_summary()``    :mod:`commscope.io.deepspeed`
+                table or the per-op verbose lines
+``nccl_tests``  nccl-tests / rccl-tests stdout                          :func:`import_nccl_tests`
+``jsonl``       commscope's own op log (JSON Lines, ``.jsonl.gz`` too)  :func:`commscope.io.oplog.read_ops_jsonl`
+==============  ======================================================  =========================================
+
+Every importer returns an :class:`ImportResult`: the :class:`~commscope.record.CommOp` records, the
+``missing_fields`` that the format could not give (attribution to a parallelism axis always comes later,
+from a layout, so ``axis`` is ``"other"`` and listed there), and ``problems``: one line per event, row or
+line that was odd or skipped, with its event index or line number. ``size_bytes`` always follows nccl-tests'
+convention (see :mod:`commscope.record`), converted from whatever the tool printed.
+
+Input that cannot be read at all (not the format, invalid JSON, a broken gzip stream, no op in it) raises a
+``ValueError`` that names the file and, where it can, the line or event; single bad events or rows are
+skipped and listed in ``problems``, or raise with ``strict=True``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from commscope.record import OP_NAMES, CommOp
+
+__all__ = [
+    "FORMATS",
+    "ImportResult",
+    "detect_format",
+    "import_nccl_tests",
+    "import_records",
+]
+
+Format = Literal["kineto", "deepspeed", "nccl_tests", "jsonl"]
+#: The formats :func:`import_records` reads.
+FORMATS: tuple[str, ...] = ("kineto", "deepspeed", "nccl_tests", "jsonl")
+
+#: At most this many problems are listed one by one; the rest are counted in one last entry.
+MAX_PROBLEMS = 200
+
+#: CommOp fields an importer may be unable to give, in CommOp's order, with the ops they apply to (None: all).
+_OPTIONAL_FIELDS: tuple[tuple[str, frozenset[str] | None], ...] = (
+    ("axis", None),
+    ("group", None),
+    ("dtype", None),
+    ("rank", None),
+    ("peer", frozenset({"send", "recv"})),
+    ("splits", frozenset({"all_to_all"})),
+    ("phase", None),
+    ("micro_batch", None),
+    ("layer", None),
+    ("t_start_ns", None),
+    ("t_end_ns", None),
+)
+_FIELD_ORDER = {name: i for i, (name, _) in enumerate(_OPTIONAL_FIELDS)}
+#: The value an importer writes where a field is unknown: ``axis`` is attributed later from a layout.
+UNKNOWN_DTYPE = "unknown"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImportResult:
+    """What an imported file held, in commscope's form."""
+
+    ops: list[CommOp]
+    """The records, in time order where the format has times, else in file order."""
+    source: str
+    """The file they came from (the path as given)."""
+    format: Format
+    """``kineto``, ``deepspeed``, ``nccl_tests`` or ``jsonl``."""
+    missing_fields: tuple[str, ...]
+    """CommOp fields this file could not give (``axis`` always: it is attributed later from a layout;
+    ``peer`` only where there are point-to-point ops, ``splits`` only where there are all_to_all ops)."""
+    problems: list[str] = field(default_factory=list)
+    """``<file> event 812: ...`` / ``<file> line 12: ...`` for every skipped or suspicious item."""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """What the file says beyond the ops (world size, versions, how kernels were paired, ...); format-specific."""
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing was found wrong."""
+        return not self.problems
+
+
+# ----------------------------------------------------------------------------------------------- shared helpers
+
+
+class Problems:
+    """Problem lines of one file; stops listing after MAX_PROBLEMS, counts the rest; raises when strict."""
+
+    def __init__(self, name: str, *, strict: bool = False) -> None:
+        self.name = name
+        self.strict = strict
+        self.items: list[str] = []
+        self.dropped = 0
+
+    def add(self, where: str | None, message: str) -> None:
+        """``where`` is ``'line 12'``, ``'event 812'`` or None (the whole file)."""
+        text = f"{self.name} {where}: {message}" if where else f"{self.name}: {message}"
+        if self.strict:
+            raise ValueError(text)
+        if len(self.items) < MAX_PROBLEMS:
+            self.items.append(text)
+        else:
+            self.dropped += 1
+
+    def note(self, where: str | None, message: str) -> None:
+        """Like :meth:`add`, but never raises: for facts a user must know that are no error in the input."""
+        strict, self.strict = self.strict, False
+        try:
+            self.add(where, message)
+        finally:
+            self.strict = strict
+
+    def finish(self) -> list[str]:
+        out = list(self.items)
+        if self.dropped:
+            out.append(f"{self.name}: ... and {self.dropped} more problems not listed")
+        return out
+
+
+def read_input(path: str | Path) -> tuple[str, bytes]:
+    """(display name, content) of a file, gunzipped when it starts with the gzip magic bytes."""
+    p = Path(path)
+    name = p.name or str(path)
+    try:
+        if not p.exists():
+            raise ValueError(f"{path}: no such file")
+        if p.is_dir():
+            raise ValueError(f"{path}: is a directory, expected a file")
+        data = p.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ValueError(f"{name}: not a valid gzip file, or cut short ({exc})") from None
+    return name, data
+
+
+def missing_fields(ops: list[CommOp], always: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """``always`` plus every optional field that no op it applies to has (``axis`` counts as missing when it is
+    ``other`` everywhere, ``group`` when empty, ``dtype`` when ``unknown``); in CommOp's field order."""
+    out = set(always)
+    for name, applies in _OPTIONAL_FIELDS:
+        relevant = [op for op in ops if applies is None or op.op in applies]
+        if not relevant:
+            continue
+        if all(_is_unknown(name, getattr(op, name)) for op in relevant):
+            out.add(name)
+    return tuple(sorted(out, key=lambda n: _FIELD_ORDER.get(n, len(_FIELD_ORDER))))
+
+
+def _is_unknown(name: str, value: Any) -> bool:
+    if name == "axis":
+        return value == "other"
+    if name == "group":
+        return not value
+    if name == "dtype":
+        return value == UNKNOWN_DTYPE
+    return value is None
+
+
+def freeze_extra(items: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """CommOp.extra from a dict: None values left out, keys sorted (as :meth:`CommOp.from_dict` does)."""
+    return tuple(sorted((k, v) for k, v in items.items() if v is not None))
+
+
+# ----------------------------------------------------------------------------------------------- nccl-tests
+
+#: nccl-tests op names without a CommOp form (a ring of sends, a hypercube exchange): reported and skipped.
+_NCCL_TESTS_NO_COMMOP = frozenset({"sendrecv", "hypercube"})
+_NCCL_TESTS_OP = {"all_to_all_v": "all_to_all"}
+
+
+def import_nccl_tests(path: str | Path, *, op: str | None = None, strict: bool = False) -> ImportResult:
+    """nccl-tests / rccl-tests stdout as CommOps: one per half row (out-of-place and in-place) of each table.
+
+    A thin converter over :func:`commscope.io.nccl_tests.parse_nccl_tests`, which does the reading and checks.
+    Each op has ``size_bytes`` from the ``size`` column (nccl-tests' convention is commscope's), the element type,
+    ``group = (0, ..., n-1)`` where the log gives the number of ranks n, ``count`` = iterations x aggregated
+    iterations of the timed loop where the parameter line gives them (else 1), ``rank=None`` (a row describes
+    the whole group), and as ``extra`` the row's time and bandwidths in SI units, ``in_place``, ``wrong`` or
+    ``max_error``, and ``source`` (``file:line``). all_to_all rows get even ``splits`` (nccl-tests sends
+    ``count`` elements to every peer). ``sendrecv`` and ``hypercube`` rows have no CommOp form and are skipped
+    with a problem. The parser's own problems (failed data checks, cut tables, ...) come first in ``problems``.
+    """
+    from commscope.io.nccl_tests import parse_nccl_tests
+
+    name = Path(path).name
+    problems = Problems(name, strict=strict)
+    result = parse_nccl_tests(path, op=op)
+    for text in result.problems:
+        problems.items.append(text)
+        if strict:
+            raise ValueError(text)
+    runs = result.meta.get("runs") or []
+    ops: list[CommOp] = []
+    skipped: dict[str, int] = {}
+    row_index = 0
+    for run in runs:
+        params = run.get("params") or {}
+        iters = params.get("iters")
+        agg = params.get("agg_iters") or 1
+        count = iters * agg if isinstance(iters, int) and iters > 0 else 1
+        n = run.get("nranks")
+        for row in result.rows[row_index:row_index + run["num_rows"]]:
+            op_name = _NCCL_TESTS_OP.get(row.op, row.op)
+            if row.op in _NCCL_TESTS_NO_COMMOP or op_name not in OP_NAMES:
+                skipped[row.op] = skipped.get(row.op, 0) + 1
+                continue
+            group = tuple(range(n)) if isinstance(n, int) and n > 0 else ()
+            splits = None
+            if op_name == "all_to_all" and row.op == "all_to_all" and group and row.size_bytes % len(group) == 0:
+                splits = (row.size_bytes // len(group),) * len(group)
+            extra = {
+                "time_s": row.time_s,
+                "algbw_bytes_per_s": row.algbw_bytes_per_s,
+                "busbw_bytes_per_s": row.busbw_bytes_per_s,
+                "in_place": row.in_place,
+                "wrong": row.wrong,
+                "max_error": row.max_error,
+                "failed_check": row.failed_check or None,
+                "redop": row.redop,
+                "root": row.root,
+                "count_elements": row.count,
+                "intra_node": row.intra_node,
+                "source": row.source,
+            }
+            ops.append(CommOp(op=op_name, axis="other", group=group, size_bytes=row.size_bytes, dtype=row.dtype,
+                              splits=splits, count=count, name="nccl-tests", extra=freeze_extra(extra),
+                              backend_op=row.op if op_name != row.op else None))
+        row_index += run["num_rows"]
+    for kind, num in sorted(skipped.items()):
+        why = ("the collective is unknown (pass op=)" if kind not in _NCCL_TESTS_NO_COMMOP
+               else "not one collective on one group")
+        problems.add(None, f"{num} {kind} rows have no CommOp form ({why}); skipped")
+    meta = {k: v for k, v in result.meta.items() if k != "runs"}
+    meta["runs"] = [{k: v for k, v in r.items() if k != "devices"} for r in runs]
+    if not ops:
+        raise ValueError(f"{name}: no nccl-tests row could be converted to a CommOp"
+                         + (f" ({'; '.join(problems.finish()[:3])})" if problems.items else ""))
+    return ImportResult(ops=ops, source=str(path), format="nccl_tests",
+                        missing_fields=missing_fields(ops, ("axis", "rank", "phase", "micro_batch", "layer",
+                                                            "t_start_ns", "t_end_ns")),
+                        problems=problems.finish(), meta=meta)
+
+
+# ----------------------------------------------------------------------------------------------- commscope JSONL
+
+
+def _import_jsonl(path: str | Path) -> ImportResult:
+    from commscope.io.oplog import read_ops_jsonl
+
+    log = read_ops_jsonl(path)
+    return ImportResult(ops=log.ops, source=str(path), format="jsonl", missing_fields=missing_fields(log.ops),
+                        problems=list(log.problems), meta={"header": dict(log.header)})
+
+
+# ----------------------------------------------------------------------------------------------- detection
+
+_DEEPSPEED_RE = re.compile(r"Comm\. Op\s+Message Size\s+Count|comm op:\s*\S.*\|\s*time \(ms\):")
+_NCCL_TESTS_RE = re.compile(
+    r"^\s*#\s*nThread\s+\d|#\s*Avg bus bandwidth|[A-Za-z0-9_]_perf(?:_mpi)?\b|^\s*#\s+size\s+count\s+type"
+    r"|#\s*Collective test starting|rccl-tests:|# nccl-tests version",
+    re.M,
+)
+_HEAD_BYTES = 1 << 16
+
+
+def detect_format(path: str | Path) -> Format:
+    """The format of a file, from its content (not its name). Raises ValueError when it is none of :data:`FORMATS`."""
+    name, data = read_input(path)
+    return _detect(name, data)
+
+
+def _detect(name: str, data: bytes) -> Format:
+    head = data[:_HEAD_BYTES].decode("utf-8", errors="replace")
+    stripped = head.lstrip("\ufeff \t\r\n")
+    if not stripped:
+        raise ValueError(f"{name}: empty file, expected a Kineto trace, DeepSpeed comms log, nccl-tests output "
+                         f"or a commscope JSONL op log")
+    if stripped[0] == "{" or re.match(r"\[\s*[{\]]", stripped):  # a JSON object or a JSON array of objects
+        first = stripped.split("\n", 1)[0].strip()
+        try:
+            obj = json.loads(first)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict) and ("commscope_header" in obj or {"op", "size_bytes"} <= obj.keys()):
+            return "jsonl"
+        if stripped[0] == "[" or any(k in head for k in ('"traceEvents"', '"schemaVersion"', '"deviceProperties"',
+                                                            '"displayTimeUnit"', '"ph"')):
+            return "kineto"
+    text = data.decode("utf-8", errors="replace")
+    if _DEEPSPEED_RE.search(text):
+        return "deepspeed"
+    if _NCCL_TESTS_RE.search(text):
+        return "nccl_tests"
+    raise ValueError(f"{name}: cannot tell the format from the content; expected a PyTorch profiler (Kineto) "
+                     f"JSON trace, DeepSpeed comms-logger output ('Comm. Op  Message Size ...' table or "
+                     f"'comm op: ... | time (ms): ...' lines), nccl-tests output or a commscope JSONL op log; "
+                     f"pass format= to choose one of {', '.join(FORMATS)}")
+
+
+def import_records(path: str | Path, format: str = "auto", *, strict: bool = False) -> ImportResult:
+    """Read another tool's communication records (or commscope's own op log) into CommOps.
+
+    ``format`` is ``auto`` (decided from the content, see :func:`detect_format`) or one of :data:`FORMATS`.
+    ``strict=True`` raises a ValueError at the first skipped event, row or line instead of listing it in
+    ``problems``. Raises ValueError, naming the file, for input that cannot be read as the format at all.
+    """
+    if format not in ("auto", *FORMATS):
+        raise ValueError(f"format={format!r}: valid formats are auto, {', '.join(FORMATS)}")
+    fmt = _detect(*read_input(path)) if format == "auto" else format
+    if fmt == "kineto":
+        from commscope.io.kineto import import_kineto
+
+        return import_kineto(path, strict=strict)
+    if fmt == "deepspeed":
+        from commscope.io.deepspeed import import_deepspeed_comms
+
+        return import_deepspeed_comms(path, strict=strict)
+    if fmt == "nccl_tests":
+        return import_nccl_tests(path, strict=strict)
+    result = _import_jsonl(path)
+    if strict and result.problems:
+        raise ValueError(result.problems[0])
+    return result

@@ -1,0 +1,640 @@
+"""PyTorch profiler (Kineto) traces of NCCL runs as CommOps.
+
+A trace taken with ``torch.profiler`` on a job that uses ProcessGroupNCCL holds, for every collective or
+point-to-point call, a CPU event ``record_param_comms`` (``cat: cpu_op``) whose ``args`` describe the call
+(PyTorch >= 2.1; the field names are ``torch/csrc/profiler/util.cpp``'s ``saveNcclMeta``), and, on a GPU stream,
+the NCCL kernel that ran it (``ncclKernel_AllReduce_RING_LL_Sum_float(...)``, ``ncclDevKernel_...`` from NCCL
+2.19 on). This module reads both and pairs them.
+
+Fields of ``record_param_comms`` and how they become a :class:`~commscope.record.CommOp`
+---------------------------------------------------------------------------------------
+
+===========================  ====================================================================================
+``Collective name``          the c10d call: ``allreduce``, ``_allgather_base``, ``_reduce_scatter_base``,
+                             ``alltoall_base``, ``broadcast``, ``send``, ``recv``, ``barrier``, coalesced
+                             variants, ...; mapped by :data:`OP_NAMES`. ``wait``, ``init`` and ``coalesced``
+                             records mark work handles and communicator set-up, not data movement: skipped
+                             (counted in ``meta["skipped"]``).
+``In msg nelems``            elements of the input tensor(s) of this rank: the buffer of all_reduce / broadcast /
+                             send / recv, the per-rank shard of all_gather, the whole input (n x output) of
+                             reduce_scatter, the send buffer of all_to_all
+``Out msg nelems``           elements of the output: n x input for all_gather, input / n for reduce_scatter
+``dtype``                    c10 ScalarType name: ``Float``, ``BFloat16``, ``Half``, ``Long``, ``Byte``, ...
+``In split size``            all_to_all: the caller's ``input_split_sizes``, in rows of dimension 0 (``[]``: even);
+                             for the list form, elements per tensor. Either way bytes per unit =
+                             ``In msg nelems x element size / sum(splits)``, so ``splits`` in bytes follow.
+``Group size``               members of the process group
+``Process Group Ranks``      the group's global ranks, a string ``"[0, 1]"`` (``"[0, 1, ..., ...]"`` when longer
+                             than the profiler's limit); also ``Global rank start`` / ``stride`` for strided groups,
+                             and ``distributedInfo.pg_config`` at the top of the trace
+``Rank``, ``Dst Rank``,      newer PyTorch: ``Rank`` is the caller's rank in the group for a collective and the
+``Src Rank``                 peer's rank in the group for send / recv; ``Dst Rank`` / ``Src Rank`` the peer's
+                             global rank
+``Seq``                      the process group's sequence number (newer PyTorch), kept in ``extra``
+===========================  ====================================================================================
+
+``size_bytes`` (nccl-tests' convention): ``Out msg nelems x element size`` for all_gather and gather,
+``In msg nelems x element size`` for everything else; checked on the A100 fixture, where an all_reduce of
+2,049,000 ``Float`` elements gives 8,196,000 bytes and ``In == Out`` for all_reduce and broadcast.
+
+``rank`` is the trace's ``distributedInfo.rank`` (global), else derived from ``Rank`` and the group.
+``t_start_ns`` is the start of ``record_param_comms`` (when the CPU issued the op); ``t_end_ns`` the end of the
+last NCCL kernel paired with it (when the GPU finished it), or None when none was found. Times are Unix
+nanoseconds when the trace has ``baseTimeNanoseconds`` (Kineto writes ``ts`` in microseconds relative to it),
+else the trace's own clock; ``ts`` is a float with about 1 ns resolution at today's values.
+
+Pairing CPU events with GPU kernels, in this order of trust:
+
+1. ``External id``: Kineto gives a GPU kernel the ``External id`` of the CPU op that launched it, which for an
+   NCCL kernel is the ``record_param_comms`` event itself (true for all 21 kernels of the fixture).
+2. ``correlation``: the kernel's ``correlation`` equals that of the ``cudaLaunchKernel*`` runtime event (and the
+   id of the ``ac2g`` flow arrows between them); the launch lies inside one ``record_param_comms`` on its thread.
+3. order: what is left is paired in time order, the n-th unpaired op of a kind with the n-th unpaired kernel of
+   the matching NCCL function that starts after it. Ops paired this way say so in ``extra["pairing"]`` and in
+   ``problems``.
+
+Ops are returned in order of ``t_start_ns``. What a trace cannot give: ``axis`` (attributed later from a
+layout), ``phase``, ``micro_batch``, ``layer``; ``peer`` on older PyTorch (no ``Dst Rank`` / ``Rank``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from commscope.io.importers import ImportResult, Problems, freeze_extra, missing_fields, read_input
+from commscope.record import CommOp
+
+__all__ = ["DTYPES", "OP_NAMES", "import_kineto"]
+
+#: ``Collective name`` (lower case) -> CommOp op.
+OP_NAMES: dict[str, str] = {
+    "allreduce": "all_reduce",
+    "all_reduce": "all_reduce",
+    "allreduce_coalesced": "all_reduce",
+    "all_reduce_coalesced": "all_reduce",
+    "allreduce_sparse": "all_reduce",
+    "broadcast": "broadcast",
+    "_broadcast_oop": "broadcast",
+    "broadcast_coalesced": "broadcast",
+    "reduce": "reduce",
+    "_reduce_oop": "reduce",
+    "all_gather": "all_gather",
+    "allgather": "all_gather",
+    "_allgather_base": "all_gather",
+    "allgather_base": "all_gather",
+    "all_gather_into_tensor": "all_gather",
+    "allgather_into_tensor": "all_gather",
+    "allgather_coalesced": "all_gather",
+    "all_gather_coalesced": "all_gather",
+    "allgather_into_tensor_coalesced": "all_gather",
+    "all_gather_into_tensor_coalesced": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter",
+    "reduce_scatter_base": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "reduce_scatter_coalesced": "reduce_scatter",
+    "reduce_scatter_single": "reduce_scatter",
+    "all_gather_single": "all_gather",
+    "all_to_all": "all_to_all",
+    "alltoall": "all_to_all",
+    "alltoall_base": "all_to_all",
+    "all_to_all_single": "all_to_all",
+    "send": "send",
+    "recv": "recv",
+    "recv_anysource": "recv",
+    "barrier": "barrier",
+    "gather": "gather",
+    "scatter": "scatter",
+}
+#: Records that mark work handles or communicator set-up, not data movement.
+_MARKERS = frozenset({"wait", "init", "coalesced", "start_coalescing", "end_coalescing", "split", "abort",
+                      "shutdown", "sync", "synchronize"})
+#: c10 ScalarType names -> (commscope dtype, bytes per element).
+DTYPES: dict[str, tuple[str, int]] = {
+    "float": ("fp32", 4),
+    "double": ("fp64", 8),
+    "half": ("fp16", 2),
+    "bfloat16": ("bf16", 2),
+    "long": ("int64", 8),
+    "int": ("int32", 4),
+    "short": ("int16", 2),
+    "char": ("int8", 1),
+    "byte": ("uint8", 1),
+    "bool": ("bool", 1),
+    "uint16": ("uint16", 2),
+    "uint32": ("uint32", 4),
+    "uint64": ("uint64", 8),
+    "complexhalf": ("complex32", 4),
+    "complexfloat": ("complex64", 8),
+    "complexdouble": ("complex128", 16),
+    "float8_e4m3fn": ("fp8_e4m3", 1),
+    "float8_e4m3fnuz": ("fp8_e4m3", 1),
+    "float8_e5m2": ("fp8_e5m2", 1),
+    "float8_e5m2fnuz": ("fp8_e5m2", 1),
+    "float8_e8m0fnu": ("fp8_e8m0", 1),
+}
+#: Ops whose size is the output (gathered) buffer.
+_SIZE_FROM_OUT = frozenset({"all_gather", "gather"})
+#: NCCL kernel function (from the kernel name) -> the CommOp ops it can carry out.
+_KERNEL_FUNCS: dict[str, frozenset[str]] = {
+    "AllReduce": frozenset({"all_reduce", "barrier"}),
+    "Broadcast": frozenset({"broadcast"}),
+    "Reduce": frozenset({"reduce"}),
+    "AllGather": frozenset({"all_gather"}),
+    "ReduceScatter": frozenset({"reduce_scatter"}),
+    "SendRecv": frozenset({"send", "recv", "all_to_all", "gather", "scatter"}),
+    "Send": frozenset({"send", "all_to_all", "gather", "scatter"}),
+    "Recv": frozenset({"recv", "all_to_all", "gather", "scatter"}),
+    "AllToAll": frozenset({"all_to_all"}),
+}
+_KERNEL_BACKEND_OP = {"AllReduce": "all_reduce", "Broadcast": "broadcast", "Reduce": "reduce",
+                      "AllGather": "all_gather", "ReduceScatter": "reduce_scatter", "SendRecv": "sendrecv",
+                      "Send": "send", "Recv": "recv", "AllToAll": "all_to_all"}
+_KERNEL_RE = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)")
+_INT_RE = re.compile(r"-?\d+")
+_RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime", "hip_runtime"})
+_MAX_TIME_US = 1e17
+
+
+@dataclass(slots=True)
+class _Rpc:
+    index: int
+    ts_us: float
+    dur_us: float | None
+    thread: tuple[Any, Any]
+    coll: str
+    op: str
+    args: dict[str, Any]
+    ext_id: int | None
+    kernels: list["_Kernel"] = field(default_factory=list)
+    pairing: str | None = None
+    inside: "_Rpc | None" = None
+    """The record_param_comms this one lies within, on the same thread (a barrier's all_reduce)."""
+    container: bool = False
+    """True when another record_param_comms lies within this one: the inner one launches the kernel."""
+
+
+@dataclass(slots=True)
+class _Kernel:
+    index: int
+    ts_us: float
+    dur_us: float
+    name: str
+    func: str | None
+    coll: str | None
+    ext_id: int | None
+    correlation: int | None
+    stream: Any
+    used: bool = False
+
+
+def _number(value: Any) -> float | None:
+    """A finite time in microseconds within +-10^17 us (3,000 years), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) and abs(value) < _MAX_TIME_US else None
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer() and math.isfinite(value):
+        return int(value)
+    if isinstance(value, str) and _INT_RE.fullmatch(value.strip()):
+        return int(value.strip())
+    return None
+
+
+def _int_list(value: Any) -> tuple[list[int] | None, bool]:
+    """(integers, truncated) of ``"[0, 1, 2]"``, ``"[0, 1, ...]"`` or a JSON list; (None, False) if unreadable."""
+    if isinstance(value, list):
+        out = [_int(v) for v in value]
+        if any(v is None for v in out):
+            return None, False
+        return [v for v in out if v is not None], False
+    if not isinstance(value, str):
+        return None, False
+    text = value.strip().strip('"').strip()
+    if not (text.startswith("[") and text.endswith("]")):
+        return None, False
+    body = text[1:-1].strip()
+    if not body:
+        return [], False
+    out: list[int] = []
+    truncated = False
+    for tok in body.split(","):
+        tok = tok.strip()
+        if tok in ("...", "…"):
+            truncated = True
+            continue
+        if not _INT_RE.fullmatch(tok):
+            return None, False
+        out.append(int(tok))
+    return out, truncated
+
+
+def _str(value: Any) -> str | None:
+    return value.strip().strip('"') if isinstance(value, str) else None
+
+
+def import_kineto(path: str | Path, *, strict: bool = False) -> ImportResult:
+    """Read the communication ops of a PyTorch profiler (Kineto) trace (``.json`` or ``.json.gz``).
+
+    One CommOp per ``record_param_comms`` event that moves data (``wait`` / ``init`` / ``coalesced`` markers
+    are counted, not imported), with its NCCL kernel's completion time where one is found; see the module
+    docstring for the field semantics and the pairing. Events that cannot be read are skipped and listed in
+    ``problems`` as ``<file> event <index in traceEvents>: ...`` (``strict=True`` raises instead). Raises
+    ValueError naming the file (and the JSON line and column) when it is not a JSON Chrome/Kineto trace.
+    """
+    name, data = read_input(path)
+    problems = Problems(name, strict=strict)
+    try:
+        top = json.loads(data.decode("utf-8", errors="replace"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{name} line {exc.lineno} column {exc.colno}: invalid JSON ({exc.msg}); "
+                         f"expected a PyTorch profiler (Kineto) trace") from None
+    except RecursionError:
+        raise ValueError(f"{name}: JSON nested too deeply to be a Kineto trace") from None
+    if isinstance(top, dict):
+        events = top.get("traceEvents")
+        if not isinstance(events, list):
+            raise ValueError(f"{name}: no 'traceEvents' list at the top level; expected a PyTorch profiler "
+                             f"(Kineto) trace")
+    elif isinstance(top, list):
+        events, top = top, {}
+    else:
+        raise ValueError(f"{name}: the JSON holds a {type(top).__name__}; expected a Kineto trace object")
+
+    dist_info = top.get("distributedInfo") if isinstance(top.get("distributedInfo"), dict) else {}
+    trace_rank = _int(dist_info.get("rank"))
+    world_size = _int(dist_info.get("world_size"))
+    base_ns = _int(top.get("baseTimeNanoseconds"))
+    pg_ranks: dict[str, list[int]] = {}
+    pg_config = dist_info.get("pg_config")
+    if isinstance(pg_config, list):
+        for pg in pg_config:
+            if isinstance(pg, dict) and isinstance(pg.get("pg_name"), (str, int)):
+                ranks, truncated = _int_list(pg.get("ranks"))
+                if ranks is not None and not truncated:
+                    pg_ranks[str(pg["pg_name"])] = ranks
+
+    rpcs: list[_Rpc] = []
+    kernels: list[_Kernel] = []
+    launches: dict[int, tuple[tuple[Any, Any], float]] = {}
+    skipped: dict[str, int] = defaultdict(int)
+    num_rpc_events = 0
+    for i, ev in enumerate(events):
+        if not isinstance(ev, dict):
+            problems.add(f"event {i}", f"not a JSON object ({type(ev).__name__}), skipped")
+            continue
+        ev_name = ev.get("name")
+        cat = ev.get("cat")
+        args = ev.get("args")
+        if ev_name == "record_param_comms":
+            num_rpc_events += 1
+            rpc = _read_rpc(i, ev, problems, skipped)
+            if rpc is not None:
+                rpcs.append(rpc)
+        elif cat in ("kernel", "Kernel") and isinstance(ev_name, str):
+            m = _KERNEL_RE.match(ev_name)
+            if m:
+                k = _read_kernel(i, ev, m.group(1), problems)
+                if k is not None:
+                    kernels.append(k)
+        elif isinstance(cat, str) and cat in _RUNTIME_CATS and isinstance(args, dict):
+            corr = _int(args.get("correlation"))
+            ts = _number(ev.get("ts"))
+            if corr is not None and ts is not None:
+                launches[corr] = ((_hashable(ev.get("pid")), _hashable(ev.get("tid"))), ts)
+
+    _mark_nesting(rpcs)
+    counts = _pair(rpcs, kernels, launches)
+
+    ops: list[tuple[float, int, CommOp]] = []
+    for rpc in rpcs:
+        op = _to_commop(rpc, trace_rank=trace_rank, world_size=world_size, base_ns=base_ns, pg_ranks=pg_ranks,
+                        problems=problems)
+        if op is not None:
+            ops.append((rpc.ts_us, rpc.index, op))
+    ops.sort(key=lambda t: (t[0], t[1]))
+    result_ops = [op for _, _, op in ops]
+
+    no_kernel = [r.index for r in rpcs if not r.kernels and not r.container]
+    if no_kernel:
+        shown = ", ".join(map(str, no_kernel[:10])) + (", ..." if len(no_kernel) > 10 else "")
+        problems.note(f"event{'s' if len(no_kernel) > 1 else ''} {shown}",
+                      f"no NCCL kernel found for {len(no_kernel)} record_param_comms (the trace may end before "
+                      f"it ran); t_end_ns left empty")
+    unused = [k.index for k in kernels if not k.used]
+    if unused:
+        shown = ", ".join(map(str, unused[:10])) + (", ..." if len(unused) > 10 else "")
+        problems.note(f"event{'s' if len(unused) > 1 else ''} {shown}",
+                      f"{len(unused)} NCCL kernel(s) match no record_param_comms (issued outside c10d, or before "
+                      f"the trace started); not imported")
+    if counts["order"]:
+        problems.note(None, f"{counts['order']} op(s) paired with their NCCL kernel by order only (no External id "
+                            f"or correlation link); their t_end_ns is a best guess")
+    if num_rpc_events == 0:
+        problems.note(None, "no record_param_comms events: the trace holds no communication metadata (PyTorch "
+                            ">= 2.1 records it for ProcessGroupNCCL ops; gloo records none)")
+
+    meta = {
+        "rank": trace_rank,
+        "world_size": world_size,
+        "backend": dist_info.get("backend"),
+        "nccl_version": dist_info.get("nccl_version"),
+        "pg_config": pg_config if isinstance(pg_config, list) else None,
+        "base_time_ns": base_ns,
+        "time_base": "unix_ns" if base_ns is not None else "trace_clock",
+        "num_record_param_comms": num_rpc_events,
+        "num_nccl_kernels": len(kernels),
+        "pairing": dict(counts),
+        "skipped": dict(skipped),
+    }
+    always = ("axis", "phase", "micro_batch", "layer")
+    return ImportResult(ops=result_ops, source=str(path), format="kineto",
+                        missing_fields=missing_fields(result_ops, always), problems=problems.finish(), meta=meta)
+
+
+def _read_rpc(i: int, ev: dict[str, Any], problems: Problems, skipped: dict[str, int]) -> _Rpc | None:
+    where = f"event {i}"
+    args = ev.get("args")
+    if not isinstance(args, dict):
+        problems.add(where, "record_param_comms without 'args', skipped")
+        return None
+    coll = _str(args.get("Collective name"))
+    if coll is None:
+        problems.add(where, "record_param_comms without 'Collective name' (PyTorch before 2.1 records no "
+                            "communication metadata), skipped")
+        return None
+    key = coll.lower()
+    if key in _MARKERS:
+        skipped[key] += 1
+        return None
+    op = OP_NAMES.get(key)
+    if op is None:
+        problems.add(where, f"unknown collective {coll!r}, skipped; known: {', '.join(sorted(OP_NAMES))}")
+        return None
+    ts = _number(ev.get("ts"))
+    if ts is None:
+        problems.add(where, f"'ts'={ev.get('ts')!r} is not a time in microseconds, skipped")
+        return None
+    dur = _number(ev.get("dur"))
+    if dur is not None and dur < 0:
+        problems.add(where, f"'dur'={dur!r} is negative; ignored")
+        dur = None
+    return _Rpc(index=i, ts_us=ts, dur_us=dur, thread=(_hashable(ev.get("pid")), _hashable(ev.get("tid"))),
+                coll=coll, op=op, args=args, ext_id=_int(args.get("External id")))
+
+
+def _hashable(value: Any) -> Any:
+    return value if isinstance(value, (str, int, float, type(None))) else repr(value)
+
+
+def _read_kernel(i: int, ev: dict[str, Any], func: str, problems: Problems) -> _Kernel | None:
+    ts = _number(ev.get("ts"))
+    dur = _number(ev.get("dur"))
+    if ts is None or dur is None or dur < 0:
+        problems.add(f"event {i}", f"NCCL kernel without a valid 'ts' / 'dur' ({ev.get('ts')!r}, "
+                                   f"{ev.get('dur')!r}), skipped")
+        return None
+    args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+    coll = _str(args.get("Collective name"))
+    return _Kernel(index=i, ts_us=ts, dur_us=dur, name=str(ev["name"]), func=func,
+                   coll=OP_NAMES.get(coll.lower()) if coll else None, ext_id=_int(args.get("External id")),
+                   correlation=_int(args.get("correlation")), stream=_hashable(args.get("stream", ev.get("tid"))))
+
+
+def _mark_nesting(rpcs: list[_Rpc]) -> None:
+    """Set ``inside`` of an event that lies within another on the same thread (a barrier's all_reduce)."""
+    by_thread: dict[tuple[Any, Any], list[_Rpc]] = defaultdict(list)
+    for r in rpcs:
+        by_thread[r.thread].append(r)
+    for items in by_thread.values():
+        items.sort(key=lambda r: (r.ts_us, -(r.dur_us or 0.0)))
+        stack: list[_Rpc] = []
+        for r in items:
+            while stack and (stack[-1].dur_us is None or stack[-1].ts_us + stack[-1].dur_us < r.ts_us):
+                stack.pop()
+            if stack:
+                r.inside = stack[-1]
+                stack[-1].container = True
+            if r.dur_us is not None:
+                stack.append(r)
+
+
+def _kernel_fits(k: _Kernel, r: _Rpc) -> bool:
+    if k.coll is not None:
+        return k.coll == r.op or (r.op == "barrier" and k.coll == "all_reduce")
+    return k.func not in _KERNEL_FUNCS or r.op in _KERNEL_FUNCS[k.func]
+
+
+def _pair(rpcs: list[_Rpc], kernels: list[_Kernel],
+          launches: dict[int, tuple[tuple[Any, Any], float]]) -> dict[str, int]:
+    counts = {"external_id": 0, "correlation": 0, "order": 0, "none": 0}
+    by_ext: dict[int, list[_Rpc]] = defaultdict(list)
+    for r in rpcs:
+        if r.ext_id is not None:
+            by_ext[r.ext_id].append(r)
+    # 1. External id
+    for k in kernels:
+        if k.ext_id is None:
+            continue
+        cands = [r for r in by_ext.get(k.ext_id, ()) if _kernel_fits(k, r)]
+        if len(cands) == 1:
+            _attach(cands[0], k, "external_id")
+    # 2. correlation -> the launch -> the innermost record_param_comms around it on its thread
+    by_thread: dict[tuple[Any, Any], list[_Rpc]] = defaultdict(list)
+    for r in rpcs:
+        if r.dur_us is not None:
+            by_thread[r.thread].append(r)
+    starts: dict[tuple[Any, Any], list[float]] = {}
+    for t, items in by_thread.items():
+        items.sort(key=lambda r: r.ts_us)
+        starts[t] = [r.ts_us for r in items]
+    for k in kernels:
+        if k.used or k.correlation is None or k.correlation not in launches:
+            continue
+        thread, ts = launches[k.correlation]
+        items = by_thread.get(thread)
+        if not items:
+            continue
+        j = bisect.bisect_right(starts[thread], ts)
+        for r in reversed(items[:j]):
+            if r.ts_us <= ts <= r.ts_us + (r.dur_us or 0.0) and _kernel_fits(k, r) and r.pairing in (None,
+                                                                                                   "correlation"):
+                _attach(r, k, "correlation")
+                break
+    # 3. order, for what is left
+    free_rpcs = sorted((r for r in rpcs if not r.kernels and not r.container), key=lambda r: (r.ts_us, r.index))
+    free_kernels = sorted((k for k in kernels if not k.used), key=lambda k: (k.ts_us, k.index))
+    for r in free_rpcs:
+        for k in free_kernels:
+            if not k.used and k.ts_us >= r.ts_us and _kernel_fits(k, r):
+                _attach(r, k, "order")
+                break
+    for r in rpcs:
+        if r.pairing is not None:
+            counts[r.pairing] += 1
+        else:
+            counts["none"] += 1
+    return counts
+
+
+def _attach(r: _Rpc, k: _Kernel, how: str) -> None:
+    r.kernels.append(k)
+    k.used = True
+    if r.pairing is None:
+        r.pairing = how
+
+
+def _to_commop(r: _Rpc, *, trace_rank: int | None, world_size: int | None, base_ns: int | None,
+               pg_ranks: dict[str, list[int]], problems: Problems) -> CommOp | None:
+    where = f"event {r.index}"
+    a = r.args
+    in_n = _int(a.get("In msg nelems"))
+    out_n = _int(a.get("Out msg nelems"))
+    if in_n is None or in_n < 0 or (out_n is not None and out_n < 0):
+        problems.add(where, f"{r.coll}: 'In msg nelems'={a.get('In msg nelems')!r} / 'Out msg nelems'="
+                            f"{a.get('Out msg nelems')!r} are not element counts, skipped")
+        return None
+    dtype_name = _str(a.get("dtype"))
+    dt = DTYPES.get(dtype_name.lower()) if dtype_name else None
+    if dt is None:
+        problems.add(where, f"{r.coll}: unknown dtype {a.get('dtype')!r}, skipped; known: "
+                            f"{', '.join(sorted(DTYPES))}")
+        return None
+    dtype, elem = dt
+    nelems = out_n if r.op in _SIZE_FROM_OUT else in_n
+    if nelems is None:
+        problems.add(where, f"{r.coll}: no 'Out msg nelems', which gives the size of an {r.op}, skipped")
+        return None
+    size = nelems * elem
+
+    group = _group(r, world_size, pg_ranks, problems)
+    local = _int(a.get("Rank"))
+    rank = trace_rank
+    if rank is None and local is not None and r.op not in ("send", "recv") and 0 <= local < len(group):
+        rank = group[local]
+    if rank is not None and group and r.op not in ("send", "recv") and rank not in group:
+        problems.add(where, f"{r.coll}: the trace's rank {rank} is not in the group {list(group)}")
+    peer = None
+    if r.op in ("send", "recv"):
+        peer = _int(a.get("Dst Rank" if r.op == "send" else "Src Rank"))
+        if peer is None and local is not None and 0 <= local < len(group):
+            peer = group[local]
+        if peer is not None and rank is not None:
+            group = (rank, peer) if r.op == "send" else (peer, rank)
+        elif peer is None:
+            problems.note(where, f"{r.coll}: the trace does not say the peer (no 'Dst Rank' / 'Src Rank' / "
+                                 f"'Rank'); peer left empty")
+
+    splits = None
+    if r.op == "all_to_all" and group:
+        splits = _splits(r, size, len(group), problems)
+
+    t_start = _ns(r.ts_us, base_ns)
+    t_end = None
+    kernel_extra: dict[str, Any] = {}
+    if r.kernels:
+        # start and duration are each printed to the nanosecond: round them apart, then add
+        t_end = max(_ns(k.ts_us, base_ns) + round(k.dur_us * 1000) for k in r.kernels)
+        first = min(r.kernels, key=lambda k: k.ts_us)
+        kernel_extra = {
+            "kernel_name": first.name.split("(", 1)[0],
+            "kernel_start_ns": _ns(first.ts_us, base_ns),
+            "kernel_duration_ns": round(sum(k.dur_us for k in r.kernels) * 1000),
+            "kernel_events": tuple(k.index for k in r.kernels) if len(r.kernels) > 1 else None,
+            "stream": first.stream,
+        }
+        if t_end < t_start:
+            problems.note(where, f"{r.coll}: its kernel ends before the CPU call starts; t_end_ns left empty")
+            t_end = None
+    backend_op = None
+    if r.kernels and r.kernels[0].func in _KERNEL_BACKEND_OP:
+        run = _KERNEL_BACKEND_OP[r.kernels[0].func or ""]
+        backend_op = run if run != r.op else None
+    seq = _int(a.get("Seq"))
+    extra = {
+        "collective_name": r.coll,
+        "event_index": r.index,
+        "in_msg_nelems": in_n,
+        "out_msg_nelems": out_n,
+        "pg_name": _str(a.get("Process Group Name")),
+        "pg_desc": _str(a.get("Process Group Description")),
+        "seq": seq,
+        "cpu_duration_ns": round(r.dur_us * 1000) if r.dur_us is not None else None,
+        "thread": r.thread[1] if isinstance(r.thread[1], (int, str)) else None,
+        "pairing": r.pairing,
+        "inside": r.inside.coll if r.inside is not None else None,
+        **kernel_extra,
+    }
+    try:
+        return CommOp(op=r.op, axis="other", group=group, size_bytes=size, dtype=dtype, rank=rank, peer=peer,
+                      splits=splits, t_start_ns=t_start, t_end_ns=t_end, backend_op=backend_op,
+                      extra=freeze_extra(extra))
+    except ValueError as exc:
+        problems.add(where, f"{r.coll}: {exc}, skipped")
+        return None
+
+
+def _ns(ts_us: float, base_ns: int | None) -> int:
+    return (base_ns or 0) + round(ts_us * 1000)
+
+
+def _group(r: _Rpc, world_size: int | None, pg_ranks: dict[str, list[int]], problems: Problems) -> tuple[int, ...]:
+    where = f"event {r.index}"
+    a = r.args
+    size = _int(a.get("Group size"))
+    ranks, truncated = _int_list(a.get("Process Group Ranks"))
+    if ranks is not None and not truncated and ranks:
+        group = tuple(ranks)
+    else:
+        group = ()
+        pg = _str(a.get("Process Group Name"))
+        start, stride = _int(a.get("Global rank start")), _int(a.get("Global rank stride"))
+        if pg is not None and pg in pg_ranks and (size is None or len(pg_ranks[pg]) == size):
+            group = tuple(pg_ranks[pg])
+        elif start is not None and stride is not None and stride > 0 and size is not None and size > 0:
+            group = tuple(start + stride * j for j in range(size))
+        elif size is not None and world_size is not None and size == world_size:
+            group = tuple(range(world_size))
+        elif truncated and ranks:
+            problems.note(where, f"{r.coll}: 'Process Group Ranks' is cut short by the profiler and nothing else "
+                                 f"gives the group; group left empty")
+        else:
+            problems.note(where, f"{r.coll}: the trace does not say the group's ranks; group left empty")
+    if size is not None and group and len(group) != size:
+        problems.add(where, f"{r.coll}: 'Group size'={size} but the group has {len(group)} ranks {list(group)}")
+    return group
+
+
+def _splits(r: _Rpc, size: int, n: int, problems: Problems) -> tuple[int, ...] | None:
+    where = f"event {r.index}"
+    units, truncated = _int_list(r.args.get("In split size"))
+    if units is None or truncated:
+        problems.note(where, f"{r.coll}: 'In split size'={r.args.get('In split size')!r} unreadable; splits "
+                             f"left empty")
+        return None
+    if not units:
+        return (size // n,) * n if size % n == 0 else None
+    total = sum(units)
+    if len(units) != n or total <= 0 or size % total or any(u < 0 for u in units):
+        if total == 0 and size == 0 and len(units) == n:
+            return (0,) * n
+        problems.note(where, f"{r.coll}: 'In split size' {units} does not divide the {size} bytes of the send "
+                             f"buffer over {n} ranks; splits left empty")
+        return None
+    per_unit = size // total
+    return tuple(u * per_unit for u in units)

@@ -1,0 +1,1355 @@
+"""Model shapes against the GPU: the GEMMs of a transformer layer, their predicted efficiency, the shape rules
+they break, and nearby shapes that run faster.
+
+Co-design [anthony-2024]: models of the same size run up to 39% faster when their shapes suit the GPU's
+matrix units. This module makes that quantitative for one job (model, parallelism, cluster):
+
+1. :func:`layer_gemms` lists the GEMMs one GPU runs for one transformer layer and one micro-batch under
+   tensor (t), sequence, context (c) and expert (e) parallelism, Megatron-style [megatron-lm-2019]:
+
+   =============  =========  ==============  ============  =============  ==========================
+   GEMM           batch      M               N             K              notes
+   =============  =========  ==============  ============  =============  ==========================
+   qkv            1          b s / c         (a + 2g) d/t  h              column-parallel
+   attn_scores    b a / t    s / c           s             d              Q K^T per head
+   attn_values    b a / t    s / c           d             s              softmax(Q K^T) V per head
+   attn_proj      1          b s / c         h             a d / t        row-parallel
+   mlp_up         1          b s / c         f/t (x2 gated) h             column-parallel (gate + up fused)
+   mlp_down       1          b s / c         h             f / t          row-parallel
+   logits         1          b s / c         V' / t        h              once per model (last stage)
+   =============  =========  ==============  ============  =============  ==========================
+
+   with a heads, g query groups, d head size, f FFN width, V' the padded vocabulary. Sequence parallelism
+   all-gathers the sequence before the column-parallel GEMMs and reduce-scatters after the row-parallel ones,
+   so the GEMM shapes are those without it (only norms and dropout run on s/t). Each forward GEMM
+   C[M, N] = A[M, K] B[K, N] has two backward GEMMs: ``dgrad`` dA = dC B^T with (M, N, K) -> (M, K, N) and
+   ``wgrad`` dB = A^T dC with (M, N, K) -> (K, N, M). For the attention GEMMs both operands are
+   activations (dQ, dK; dP, dV); the names keep the operand order. FlashAttention fuses the two attention
+   GEMMs into one kernel whose tiles see the same M, N, K; the model treats them as cuBLAS batched GEMMs.
+   MoE layers replace the MLP by a router GEMM (b s/c x E x h) and ``E/e`` local experts, each a GEMM of
+   ``b s/c x top_k x e / E`` tokens (balanced routing) [megatron-core].
+
+2. :func:`gemm_timing` predicts the time of a GEMM on a :class:`~commscope.gpus.GpuSpec`
+   [nvidia-matmul-guide]:
+
+   - the output is cut into CTA tiles of tile_m x tile_n; ``ceil(M/tile_m) ceil(N/tile_n)`` tiles (times the
+     batch) are computed whole: *tile quantisation*, tile efficiency = M N / (padded M x padded N);
+   - K is padded to a multiple of the tile's K step (``tile_k``);
+   - the tiles run in waves of ``num_sms x ctas_per_sm``; the last wave may be partly empty: *wave
+     quantisation*, wave efficiency = tiles / (waves x SMs);
+   - one CTA computes its tile at ``achievable_fraction x peak / SMs x tile_throughput x alignment``:
+     ``achievable_fraction`` (~0.8) is the calibration constant for large aligned GEMMs, ``tile_throughput``
+     the relative speed of smaller tiles, ``alignment`` 1 when M, N, K are multiples of 128 bytes (64
+     fp16/bf16 elements), ``partial_alignment_factor`` when they are multiples of 16 bytes (8 elements)
+     only, ``unaligned_factor`` otherwise (the tensor-core rule of [nvidia-matmul-guide]; the factors are
+     assumptions to calibrate);
+   - the memory roofline: the operands and the result move at least once, ``B (M K + K N + M N)`` bytes per
+     GEMM, at ``memory_efficiency x`` HBM bandwidth; arithmetic intensity = FLOP / bytes;
+   - time = max(compute, memory) + split-K reduction + kernel overhead, minimised over the tile sizes and
+     (when the tiles fill less than one wave) split-K factors, as cuBLAS's heuristics choose.
+
+   Worked example (A100, 108 SMs, 312 TFLOP/s): M = N = K = 4096 in bf16 on 256x128 tiles gives 16 x 32 =
+   512 tiles in ceil(512/108) = 5 waves (wave efficiency 512/540 = 0.95); one CTA needs
+   2 x 256 x 128 x 4096 / (0.8 x 312e12 / 108) = 116 us, so 5 waves take 581 us + 4 us overhead: 235 TFLOP/s,
+   75% of peak.
+
+3. :func:`shape_rules` checks the rules of [anthony-2024] and [nvidia-matmul-guide] (hidden size, head size,
+   hidden and FFN width per TP rank, vocabulary padding, sequence length, tokens per micro-batch multiples
+   of 64; heads divisible by t; experts divisible by e; layers divisible by the pipeline) and prices each
+   broken one on this GPU: the affected GEMMs against themselves at the compute speed per FLOP they would
+   reach with the offending dimension rounded up to the next multiple of 64 (same memory traffic).
+
+4. :func:`suggest_shapes` searches nearby shapes (hidden, heads, FFN, layers) whose parameter count stays
+   within a tolerance (default 5%) and ranks them by the iteration time of :func:`commscope.estimate.estimate`
+   with a shape-aware utilisation: the cluster's ``gpu_util`` is taken as what a perfectly shaped model
+   reaches, and is scaled by this shape's GEMM efficiency over the ideal (``achievable_fraction``).
+   Communication follows from the shape through the estimate (time) and :func:`commscope.volumes.axis_volumes`
+   (bytes).
+
+The analytical functions import numpy only; :func:`measure_gemms` imports torch inside (extra ``torch``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any, Literal, Sequence
+
+import numpy as np
+
+from commscope.errors import ConfigError
+from commscope.gpus import GpuSpec, gpu_for_cluster
+from commscope.spec.cluster import ClusterSpec
+from commscope.spec.model import ModelSpec
+from commscope.spec.parallel import ParallelSpec
+from commscope.units import TFLOP, dtype_bytes
+
+__all__ = [
+    "ALIGN_ELEMENTS",
+    "ATTENTION",
+    "PASSES",
+    "SWEEP_KEYS",
+    "Gemm",
+    "GemmResult",
+    "GemmTiming",
+    "MeasuredGemm",
+    "RuleCheck",
+    "ShapeReport",
+    "Suggestion",
+    "Suggestions",
+    "SweepResult",
+    "alignment_factor",
+    "analyse_shapes",
+    "calibrated_achievable_fraction",
+    "cuda_available",
+    "gemm_timing",
+    "layer_dims",
+    "layer_gemms",
+    "measure_gemms",
+    "model_gemms",
+    "shape_rules",
+    "shape_util",
+    "suggest_shapes",
+    "sweep_shapes",
+    "time_gemms",
+]
+
+Pass = Literal["fwd", "dgrad", "wgrad"]
+PASSES: tuple[str, ...] = ("fwd", "dgrad", "wgrad")
+
+#: The multiple the shape rules ask for, in elements: 64 [anthony-2024] (128 bytes of fp16/bf16, the A100
+#: optimum of [nvidia-matmul-guide], and the narrow side of the 64/128/256-wide CTA tiles).
+ALIGN_ELEMENTS = 64
+
+#: How each dimension symbol reads in a table.
+SYMBOL_TEXT: dict[str, str] = {
+    "tokens": "b*s/cp", "seq_q": "s/cp", "seq_k": "s", "hidden": "h", "head": "d", "q_width": "a*d/t",
+    "qkv_width": "(a+2g)*d/t", "ffn_width": "f/t", "vocab_width": "V'/t", "experts": "E",
+    "expert_tokens": "b*s*k*e/E", "expert_ffn_width": "f_moe/t", "shared_ffn_width": "f_shared/t",
+}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 1. The GEMMs of a layer
+# ---------------------------------------------------------------------------------------------------------
+
+
+Dim = tuple[str, int]
+"""A GEMM dimension as (symbol, coefficient): its size is ``coefficient x dims[symbol]``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Gemm:
+    """One GEMM shape that one GPU runs per layer and micro-batch: ``batch`` x (M x K) @ (K x N), ``count`` times."""
+
+    name: str
+    """``qkv``, ``attn_scores``, ``attn_values``, ``attn_proj``, ``mlp_up``, ``mlp_down``, ``logits``, ``router``,
+    ``expert_up``, ``expert_down``, ``shared_up``, ``shared_down``."""
+    pass_: str
+    """``fwd``, ``dgrad`` (gradient of the first operand) or ``wgrad`` (of the second)."""
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+    """Independent GEMMs of the same shape in one batched call (attention: micro-batch x local heads)."""
+    count: int = 1
+    """Calls of this shape per layer (MoE: local experts)."""
+    dims: tuple[Dim, Dim, Dim]
+    """Symbols of M, N, K (see :data:`SYMBOL_TEXT`)."""
+    part: str
+    """``attention``, ``mlp``, ``moe`` or ``logits``."""
+    layer_kind: str = "dense"
+    """``dense`` or ``moe`` layer; ``model`` for the logits (once per model)."""
+    io_elements: int
+    """Elements one GEMM of the batch moves through HBM: M K + K N + M N, less the s x s score matrices that a
+    fused (flash) attention kernel keeps on chip."""
+
+    @property
+    def flop(self) -> float:
+        """2 M N K per GEMM (one multiply-add = 2 FLOP), times batch and count."""
+        return 2.0 * self.m * self.n * self.k * self.batch * self.count
+
+    @property
+    def symbols(self) -> frozenset[str]:
+        return frozenset(sym for sym, _ in self.dims)
+
+    def dim_text(self, i: int) -> str:
+        sym, coef = self.dims[i]
+        text = SYMBOL_TEXT.get(sym, sym)
+        return f"{coef}*{text}" if coef != 1 else text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "pass": self.pass_, "m": self.m, "n": self.n, "k": self.k, "batch": self.batch,
+                "count": self.count, "flop": self.flop, "io_elements": self.io_elements, "part": self.part, "layer_kind": self.layer_kind,
+                "m_dim": self.dim_text(0), "n_dim": self.dim_text(1), "k_dim": self.dim_text(2)}
+
+
+def layer_dims(model: ModelSpec, *, tp: int = 1, cp: int = 1, ep: int = 1, micro_batch_size: int = 1) -> dict[str, int]:
+    """The size of every dimension symbol for one GPU (see :data:`SYMBOL_TEXT`).
+
+    Raises :class:`ConfigError` when tp, cp or ep do not divide what they split (Megatron refuses those).
+    """
+    t, c, e, b = tp, cp, ep, micro_batch_size
+    a, g, d = model.num_heads, model.kv_heads, model.head_size
+    if a % t:
+        raise ConfigError("tp", t, f"must divide num_heads={a}")
+    if g % t and t % g:
+        raise ConfigError("tp", t, f"must divide num_query_groups={g} (or be a multiple of it)")
+    if model.ffn % t:
+        raise ConfigError("tp", t, f"must divide ffn_hidden_size={model.ffn}")
+    if model.seq_len % c:
+        raise ConfigError("cp", c, f"must divide seq_length={model.seq_len}")
+    kv_local = max(1, g // t)  # with t > g each rank keeps one (replicated) key/value head
+    dims = {
+        "tokens": b * model.seq_len // c,
+        "seq_q": model.seq_len // c,
+        "seq_k": model.seq_len,
+        "hidden": model.hidden_size,
+        "head": d,
+        "q_width": a * d // t,
+        "qkv_width": (a // t + 2 * kv_local) * d,
+        "ffn_width": model.ffn // t,
+        "vocab_width": model.padded_vocab_size(t) // t,
+    }
+    if model.is_moe:
+        if model.num_experts % e:
+            raise ConfigError("ep", e, f"must divide num_experts={model.num_experts}")
+        if model.moe_ffn % t:
+            raise ConfigError("tp", t, f"must divide moe_ffn_hidden_size={model.moe_ffn}")
+        dims["experts"] = model.num_experts
+        dims["expert_tokens"] = -(-dims["tokens"] * model.top_k * e // model.num_experts)
+        dims["expert_ffn_width"] = model.moe_ffn // t
+        if model.num_shared_experts:
+            dims["shared_ffn_width"] = model.moe_ffn * model.num_shared_experts // t
+    return dims
+
+
+# (name, part, batch symbol or None, M, N, K) of each forward GEMM; "gate" marks the x2 of a gated MLP.
+_ATTENTION = (
+    ("qkv", None, ("tokens", 1), ("qkv_width", 1), ("hidden", 1)),
+    ("attn_scores", "heads", ("seq_q", 1), ("seq_k", 1), ("head", 1)),
+    ("attn_values", "heads", ("seq_q", 1), ("head", 1), ("seq_k", 1)),
+    ("attn_proj", None, ("tokens", 1), ("hidden", 1), ("q_width", 1)),
+)
+
+
+def _backward(m: Dim, n: Dim, k: Dim) -> dict[str, tuple[Dim, Dim, Dim]]:
+    """(M, N, K) of the forward GEMM and its two backward GEMMs [nvidia-matmul-guide, "backward pass"]."""
+    return {"fwd": (m, n, k), "dgrad": (m, k, n), "wgrad": (k, n, m)}
+
+
+def _forward_specs(model: ModelSpec, layer_kind: str) -> list[tuple[str, str, str | None, int, Dim, Dim, Dim]]:
+    """(name, part, batch kind, count symbol, M, N, K) of the forward GEMMs of one layer of ``layer_kind``."""
+    up = 2 if model.gated_mlp else 1
+    specs: list[tuple[str, str, str | None, int, Dim, Dim, Dim]] = [
+        (name, "attention", batch, 1, m, n, k) for name, batch, m, n, k in _ATTENTION]
+    if layer_kind == "moe":
+        specs.append(("router", "moe", None, 1, ("tokens", 1), ("experts", 1), ("hidden", 1)))
+        specs.append(("expert_up", "moe", None, -1, ("expert_tokens", 1), ("expert_ffn_width", up), ("hidden", 1)))
+        specs.append(("expert_down", "moe", None, -1, ("expert_tokens", 1), ("hidden", 1), ("expert_ffn_width", 1)))
+        if model.num_shared_experts:
+            specs.append(("shared_up", "moe", None, 1, ("tokens", 1), ("shared_ffn_width", up), ("hidden", 1)))
+            specs.append(("shared_down", "moe", None, 1, ("tokens", 1), ("hidden", 1), ("shared_ffn_width", 1)))
+    else:
+        specs.append(("mlp_up", "mlp", None, 1, ("tokens", 1), ("ffn_width", up), ("hidden", 1)))
+        specs.append(("mlp_down", "mlp", None, 1, ("tokens", 1), ("hidden", 1), ("ffn_width", 1)))
+    return specs
+
+
+_SEQ = frozenset({"seq_q", "seq_k"})
+
+Attention = Literal["flash", "unfused"]
+ATTENTION = ("flash", "unfused")
+
+
+def _io_elements(dims3: tuple[Dim, Dim, Dim], sizes: tuple[int, int, int], attention: str) -> int:
+    """Elements of A (M x K), B (K x N) and C (M x N) that move through HBM; with ``flash`` attention the
+    s x s scores and probabilities stay on chip [FlashAttention, Dao et al. 2022]."""
+    (ms, _), (ns, _), (ks, _) = dims3
+    m, n, k = sizes
+    total = 0
+    for (r, c), (rs, cs) in (((m, k), (ms, ks)), ((k, n), (ks, ns)), ((m, n), (ms, ns))):
+        if attention == "flash" and rs in _SEQ and cs in _SEQ:
+            continue
+        total += r * c
+    return total
+
+
+def _build(name: str, part: str, pass_: str, dims3: tuple[Dim, Dim, Dim], values: dict[str, int], batch: int,
+           count: int, layer_kind: str, attention: str = "flash") -> Gemm:
+    m, n, k = (coef * values[sym] for sym, coef in dims3)
+    return Gemm(name=name, pass_=pass_, m=m, n=n, k=k, batch=batch, count=count, dims=dims3, part=part,
+                layer_kind=layer_kind, io_elements=_io_elements(dims3, (m, n, k), attention))
+
+
+def layer_gemms(model: ModelSpec, parallel: ParallelSpec | None = None, *, layer_kind: str | None = None,
+                logits: bool = False, dims: dict[str, int] | None = None, attention: str = "flash") -> tuple[Gemm, ...]:
+    """The GEMMs one GPU runs for one layer and one micro-batch: forward, dgrad and wgrad of each.
+
+    ``layer_kind`` is ``dense`` or ``moe`` (default: ``moe`` for an MoE model, else ``dense``); ``logits=True``
+    returns the output-layer GEMMs instead. ``dims`` replaces the sizes of :func:`layer_dims` (used to price
+    a rule by rounding one symbol up). ``attention="flash"`` (default, Megatron with Transformer Engine)
+    keeps the s x s score matrix on chip; ``"unfused"`` writes and reads it (the memory roofline then
+    dominates the attention GEMMs).
+
+    >>> from commscope.presets import model_preset
+    >>> [(g.name, g.m, g.n, g.k) for g in layer_gemms(model_preset("gpt3-2.7b")) if g.pass_ == "fwd"][:3]
+    [('qkv', 2048, 7680, 2560), ('attn_scores', 2048, 2048, 80), ('attn_values', 2048, 80, 2048)]
+    """
+    if attention not in ATTENTION:
+        raise ConfigError("attention", attention, f"valid: {', '.join(ATTENTION)}")
+    par = parallel or ParallelSpec()
+    values = dims if dims is not None else layer_dims(model, tp=par.tp, cp=par.cp, ep=par.ep,
+                                                       micro_batch_size=par.micro_batch_size)
+    heads_batch = par.micro_batch_size * (model.num_heads // par.tp)
+    out: list[Gemm] = []
+    if logits:
+        for pass_, d3 in _backward(("tokens", 1), ("vocab_width", 1), ("hidden", 1)).items():
+            out.append(_build("logits", "logits", pass_, d3, values, 1, 1, "model", attention))
+        return tuple(out)
+    kind = layer_kind or ("moe" if model.is_moe else "dense")
+    if kind not in ("dense", "moe"):
+        raise ConfigError("layer_kind", kind, "valid: dense, moe")
+    if kind == "moe" and not model.is_moe:
+        raise ConfigError("layer_kind", kind, f"{model.name} has no MoE layers")
+    for name, part, batch_kind, count, m, n, k in _forward_specs(model, kind):
+        batch = heads_batch if batch_kind == "heads" else 1
+        num = model.num_experts // par.ep if count == -1 else count
+        for pass_, d3 in _backward(m, n, k).items():
+            out.append(_build(name, part, pass_, d3, values, batch, num, kind, attention))
+    return tuple(out)
+
+
+def model_gemms(model: ModelSpec, parallel: ParallelSpec | None = None, *, dims: dict[str, int] | None = None,
+                attention: str = "flash") -> tuple[tuple[Gemm, int], ...]:
+    """Every GEMM shape of one micro-batch on one tensor-parallel rank with how many layers run it.
+
+    Dense layers, MoE layers and the logits (multiplicity 1); summed over the pipeline stages.
+    """
+    par = parallel or ParallelSpec()
+    num_moe = model.num_moe_layers
+    num_dense = model.num_layers - num_moe
+    out: list[tuple[Gemm, int]] = []
+    if num_dense:
+        out += [(g, num_dense) for g in layer_gemms(model, par, layer_kind="dense", dims=dims, attention=attention)]
+    if num_moe:
+        out += [(g, num_moe) for g in layer_gemms(model, par, layer_kind="moe", dims=dims, attention=attention)]
+    out += [(g, 1) for g in layer_gemms(model, par, logits=True, dims=dims, attention=attention)]
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 2. The GEMM model
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GemmTiming:
+    """Predicted execution of GEMMs (arrays, one entry per GEMM; see the module docstring, point 2)."""
+
+    time_s: np.ndarray
+    """Predicted time of one call: max(compute, memory) + split-K reduction + kernel overhead."""
+    compute_time_s: np.ndarray
+    memory_time_s: np.ndarray
+    flop: np.ndarray
+    efficiency: np.ndarray
+    """FLOP / (time x datasheet peak)."""
+    tile_m: np.ndarray
+    tile_n: np.ndarray
+    split_k: np.ndarray
+    num_tiles: np.ndarray
+    """Output tiles including the batch (CTAs before split-K)."""
+    num_waves: np.ndarray
+    tile_efficiency: np.ndarray
+    """M N over the padded M x padded N of the tiles: 1 means no tile quantisation."""
+    wave_efficiency: np.ndarray
+    """CTAs over waves x SM slots: 1 means no wave quantisation."""
+    k_efficiency: np.ndarray
+    """K over K padded to the tile's K step (and split)."""
+    tile_throughput: np.ndarray
+    """Relative speed of the chosen tile size (1 for the largest)."""
+    alignment_factor: np.ndarray
+    arithmetic_intensity: np.ndarray
+    """FLOP per byte of the operands and result moved once."""
+    memory_bound: np.ndarray
+    peak_flops: float
+
+
+def _ceil_div(a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
+    return -(-a // b)
+
+
+def alignment_factor(gpu: GpuSpec, elem_bytes: int, *dims: np.ndarray) -> np.ndarray:
+    """1 when every dimension is a multiple of ``alignment_optimal_bytes``; ``partial_alignment_factor`` when
+    every one is a multiple of ``alignment_required_bytes`` (16 B: 8 fp16 elements); else ``unaligned_factor``
+    [nvidia-matmul-guide, "Tensor Core Requirements"]."""
+    opt = np.ones(np.broadcast_shapes(*(np.shape(d) for d in dims)), dtype=bool)
+    req = opt.copy()
+    for d in dims:
+        size = np.asarray(d, dtype=np.int64) * elem_bytes
+        opt &= size % gpu.alignment_optimal_bytes == 0
+        req &= size % gpu.alignment_required_bytes == 0
+    return np.where(opt, 1.0, np.where(req, gpu.partial_alignment_factor, gpu.unaligned_factor))
+
+
+def gemm_timing(gpu: GpuSpec, m: Any, n: Any, k: Any, batch: Any = 1, *, dtype: str = "bf16",
+                io_elements: Any = None) -> GemmTiming:
+    """Predicted time and efficiency of ``batch`` x (m x k) @ (k x n) GEMMs; arguments broadcast (numpy).
+
+    ``io_elements`` (per GEMM of the batch) replaces ``m k + k n + m n`` in the memory roofline. See the module
+    docstring (point 2) for the model and a worked example.
+    """
+    m, n, k, batch = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (m, n, k, batch)))
+    if np.any(m < 1) or np.any(n < 1) or np.any(k < 1) or np.any(batch < 1):
+        raise ConfigError("gemm", (m.tolist(), n.tolist(), k.tolist()), "GEMM dimensions must be positive")
+    elem = dtype_bytes(dtype)
+    peak = gpu.peak_flops_for(dtype)
+    flop = 2.0 * m * n * k * batch
+    align = alignment_factor(gpu, elem, m, n, k)
+    slots = gpu.num_sms * gpu.ctas_per_sm
+    rate_per_slot = peak * gpu.achievable_fraction / slots  # FLOP/s of one CTA on the best tile, aligned
+    bandwidth = gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency
+    io = (m * k + k * n + m * n) if io_elements is None else np.broadcast_to(np.asarray(io_elements, dtype=np.int64), m.shape)
+    operand_bytes = elem * batch * io
+    t_mem = operand_bytes / bandwidth
+
+    shape = m.shape
+    best_t = np.full(shape, np.inf)
+    picked: dict[str, np.ndarray] = {key: np.zeros(shape) for key in (
+        "t_comp", "tile_m", "tile_n", "split", "tiles", "waves", "tile_eff", "wave_eff", "k_eff", "thr")}
+    for (tm, tn), thr in zip(gpu.tile_sizes, gpu.tile_throughputs):
+        tiles_m, tiles_n = _ceil_div(m, tm), _ceil_div(n, tn)
+        tiles = tiles_m * tiles_n * batch
+        for split in gpu.split_k:
+            k_split = _ceil_div(k, split)
+            k_steps = _ceil_div(k_split, gpu.tile_k)
+            allowed = np.ones(shape, dtype=bool) if split == 1 else (tiles < slots) & (k_split >= 2 * gpu.tile_k)
+            ctas = tiles * split
+            waves = _ceil_div(ctas, slots)
+            t_cta = 2.0 * tm * tn * k_steps * gpu.tile_k / (rate_per_slot * thr * align)
+            t_comp = waves * t_cta
+            # split-K: every split writes fp32 partial tiles that a reduction reads back and sums
+            t_reduce = 0.0 if split == 1 else 4.0 * batch * m * n * (split + 1) / bandwidth
+            t = np.maximum(t_comp, t_mem) + t_reduce + gpu.kernel_overhead_s
+            better = allowed & (t < best_t)
+            best_t = np.where(better, t, best_t)
+            for key, value in (("t_comp", t_comp), ("tile_m", tm), ("tile_n", tn), ("split", split), ("tiles", tiles),
+                               ("waves", waves), ("tile_eff", (m * n) / (tiles_m * tm * tiles_n * tn)),
+                               ("wave_eff", ctas / (waves * slots)), ("k_eff", k / (split * k_steps * gpu.tile_k)),
+                               ("thr", thr)):
+                picked[key] = np.where(better, value, picked[key])
+    return GemmTiming(
+        time_s=best_t, compute_time_s=picked["t_comp"], memory_time_s=t_mem, flop=flop,
+        efficiency=flop / (best_t * peak), tile_m=picked["tile_m"].astype(np.int64),
+        tile_n=picked["tile_n"].astype(np.int64), split_k=picked["split"].astype(np.int64),
+        num_tiles=picked["tiles"].astype(np.int64), num_waves=picked["waves"].astype(np.int64),
+        tile_efficiency=picked["tile_eff"], wave_efficiency=picked["wave_eff"], k_efficiency=picked["k_eff"],
+        tile_throughput=picked["thr"], alignment_factor=align, arithmetic_intensity=flop / operand_bytes,
+        memory_bound=t_mem > picked["t_comp"], peak_flops=peak)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GemmResult:
+    """One GEMM with its predicted execution on one GPU."""
+
+    gemm: Gemm
+    layers: int
+    """Layers (per micro-batch, summed over pipeline stages) that run this GEMM; 1 for the logits."""
+    time_s: float
+    """One layer's calls: ``count`` x the time of one (batched) call."""
+    compute_time_s: float
+    memory_time_s: float
+    efficiency: float
+    tile: tuple[int, int]
+    split_k: int
+    num_tiles: int
+    num_waves: int
+    tile_efficiency: float
+    wave_efficiency: float
+    k_efficiency: float
+    tile_throughput: float
+    alignment_factor: float
+    arithmetic_intensity: float
+    memory_bound: bool
+    broken_rules: tuple[str, ...] = ()
+    """Ids of the shape rules whose dimensions this GEMM has."""
+
+    @property
+    def achieved_flops(self) -> float:
+        return self.gemm.flop / self.time_s
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.gemm.to_dict()
+        d.update({"layers": self.layers, "time_s": self.time_s, "compute_time_s": self.compute_time_s,
+                  "memory_time_s": self.memory_time_s, "efficiency": self.efficiency,
+                  "achieved_tflops": self.achieved_flops / TFLOP, "tile": list(self.tile), "split_k": self.split_k,
+                  "num_tiles": self.num_tiles, "num_waves": self.num_waves, "tile_efficiency": self.tile_efficiency,
+                  "wave_efficiency": self.wave_efficiency, "k_efficiency": self.k_efficiency,
+                  "tile_throughput": self.tile_throughput, "alignment_factor": self.alignment_factor,
+                  "arithmetic_intensity_flop_per_byte": self.arithmetic_intensity,
+                  "bound": "memory" if self.memory_bound else "compute", "broken_rules": list(self.broken_rules)})
+        return d
+
+
+def time_gemms(gemms: Sequence[tuple[Gemm, int]], gpu: GpuSpec, dtype: str) -> tuple[GemmResult, ...]:
+    """Time every (GEMM, layers) pair with :func:`gemm_timing` in one vectorised call."""
+    if not gemms:
+        return ()
+    arr = np.array([(g.m, g.n, g.k, g.batch, g.io_elements) for g, _ in gemms], dtype=np.int64)
+    t = gemm_timing(gpu, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], dtype=dtype, io_elements=arr[:, 4])
+    out = []
+    for i, (g, layers) in enumerate(gemms):
+        out.append(GemmResult(
+            gemm=g, layers=layers, time_s=float(t.time_s[i]) * g.count, compute_time_s=float(t.compute_time_s[i]) * g.count,
+            memory_time_s=float(t.memory_time_s[i]) * g.count, efficiency=float(t.efficiency[i]),
+            tile=(int(t.tile_m[i]), int(t.tile_n[i])), split_k=int(t.split_k[i]), num_tiles=int(t.num_tiles[i]),
+            num_waves=int(t.num_waves[i]), tile_efficiency=float(t.tile_efficiency[i]),
+            wave_efficiency=float(t.wave_efficiency[i]), k_efficiency=float(t.k_efficiency[i]),
+            tile_throughput=float(t.tile_throughput[i]), alignment_factor=float(t.alignment_factor[i]),
+            arithmetic_intensity=float(t.arithmetic_intensity[i]), memory_bound=bool(t.memory_bound[i])))
+    return tuple(out)
+
+
+def _totals(results: Sequence[GemmResult]) -> tuple[float, float]:
+    """(FLOP, time) of ``results`` weighted by their layer multiplicity."""
+    flop = sum(r.gemm.flop * r.layers for r in results)
+    time = sum(r.time_s * r.layers for r in results)
+    return flop, time
+
+
+def shape_util(gpu_util: float, gemm_efficiency: float, gpu: GpuSpec) -> float:
+    """Shape-aware utilisation for :func:`commscope.estimate.estimate`: ``u x E / E_ideal``, at most 1.
+
+    ``u`` (the cluster's ``gpu_util``) is what a perfectly shaped model reaches end to end (non-GEMM kernels
+    included); ``E`` is this shape's GEMM efficiency (FLOP-weighted over every GEMM of a micro-batch) and
+    ``E_ideal = achievable_fraction``, the efficiency of a large aligned GEMM without tile or wave loss.
+    Worked example: u = 0.5, E = 0.72, E_ideal = 0.8 -> 0.45.
+    """
+    return float(min(1.0, gpu_util * gemm_efficiency / gpu.achievable_fraction))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 3. Rules
+# ---------------------------------------------------------------------------------------------------------
+
+RuleStatus = Literal["ok", "warn", "broken", "invalid"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuleCheck:
+    """One shape rule checked on a job, with what breaking it costs on this GPU."""
+
+    rule: str
+    """Id: ``hidden_size``, ``head_size``, ``hidden_per_tp``, ``ffn_per_tp``, ``vocab``, ``seq_len``, ``tokens``,
+    ``expert_tokens``, ``expert_ffn_per_tp``, ``heads_tp``, ``ffn_tp``, ``experts_ep``, ``layers_pp``."""
+    title: str
+    value: Any
+    """The checked quantity."""
+    requirement: str
+    status: str
+    """``ok``; ``warn`` (fine here, e.g. thanks to padding, but fragile); ``broken`` (costs time);
+    ``invalid`` (Megatron refuses the job)."""
+    explanation: str
+    source: str
+    affected: tuple[str, ...] = ()
+    """GEMM names whose dimensions the rule governs."""
+    fix: str = ""
+    slowdown: float | None = None
+    """Time of the affected GEMMs over their time with the compute speed per FLOP of the shape rounded up to a
+    multiple of 64 (same memory traffic), minus 1: the tile, wave and alignment loss the rule costs."""
+    time_lost_s: float | None = None
+    """GEMM time per micro-batch on one GPU lost to it (all layers)."""
+    share: float | None = None
+    """``time_lost_s`` over the GEMM time of a micro-batch."""
+
+    @property
+    def broken(self) -> bool:
+        return self.status in ("broken", "invalid")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "title": self.title, "value": self.value, "requirement": self.requirement,
+                "status": self.status, "broken": self.broken, "explanation": self.explanation, "source": self.source,
+                "affected": list(self.affected), "fix": self.fix, "slowdown": self.slowdown,
+                "time_lost_s": self.time_lost_s, "share": self.share}
+
+
+_SRC_CODESIGN = "[anthony-2024] Anthony et al. 2024, 'The Case for Co-Designing Model Architectures with Hardware'"
+_SRC_GUIDE = "[nvidia-matmul-guide] NVIDIA Matrix Multiplication Background User's Guide"
+
+
+def _round_up(x: int, multiple: int) -> int:
+    return -(-x // multiple) * multiple
+
+
+def _rule_cost(gemms: Sequence[tuple[Gemm, int]], gpu: GpuSpec, dtype: str, fixed: dict[str, int],
+               actual: dict[str, int] | None = None) -> tuple[tuple[str, ...], float | None, float | None, float | None]:
+    """(affected GEMM names, slowdown, time lost, share) of the GEMMs that use a symbol in ``fixed``.
+
+    Each affected GEMM (its dimensions as they are, or as ``actual`` sets them) is compared with itself running
+    its compute at the speed per FLOP of the same GEMM with ``fixed``'s dimensions, keeping its own memory
+    traffic and overheads: the loss from tiles, waves and alignment, not from arithmetic intensity.
+    Worked example (gpt-3b, tp 2, micro-batch 4, A100): attention x V with N = d = 96 fills 75% of a
+    128-wide tile and runs at 45% of peak, with d = 128 at 63%; over both attention GEMMs and their backward
+    GEMMs (some of which have d as K, where 96 loses nothing) the head-size rule costs +28%."""
+    syms = set(fixed)
+    affected = [(g, layers) for g, layers in gemms if g.symbols & syms]
+    if not affected:
+        return (), None, None, None
+
+    def resized(g: Gemm, values: dict[str, int]) -> Gemm:
+        m, n, k = ((coef * values[sym]) if sym in values else size for (sym, coef), size in zip(g.dims, (g.m, g.n, g.k)))
+        return dataclasses.replace(g, m=m, n=n, k=k)
+
+    base = [(resized(g, actual) if actual else g, layers) for g, layers in affected]
+    fix = [(resized(g, fixed), layers) for g, layers in affected]
+    r_base, r_fix = time_gemms(base, gpu, dtype), time_gemms(fix, gpu, dtype)
+    # the time each GEMM would take if its compute ran at the fixed shape's speed per FLOP, with its own
+    # memory traffic and overheads: isolates tile, wave and alignment losses from arithmetic intensity
+    time_b = time_alt = 0.0
+    for rb, rf in zip(r_base, r_fix):
+        rest = rb.time_s - max(rb.compute_time_s, rb.memory_time_s)
+        comp_alt = rf.compute_time_s * rb.gemm.flop / rf.gemm.flop
+        time_b += rb.time_s * rb.layers
+        time_alt += (max(comp_alt, rb.memory_time_s) + rest) * rb.layers
+    lost = time_b - time_alt
+    total = _totals(time_gemms(gemms, gpu, dtype))[1]
+    names = tuple(dict.fromkeys(g.name for g, _ in affected))
+    return names, time_b / time_alt - 1.0, lost, lost / total if total else None
+
+
+def shape_rules(model: ModelSpec, parallel: ParallelSpec | None = None, gpu: GpuSpec | None = None, *,
+                attention: str = "flash") -> tuple[RuleCheck, ...]:
+    """Check the shape rules of [anthony-2024] and [nvidia-matmul-guide] for ``model`` under ``parallel``.
+
+    With a ``gpu``, each broken rule is priced (:func:`_rule_cost`): the GEMMs it governs, timed as they are
+    and at the compute speed per FLOP they would have with the offending dimension rounded up to the next
+    multiple of :data:`ALIGN_ELEMENTS` (``slowdown``), and the GEMM time per micro-batch that costs
+    (``time_lost_s``, ``share``). Never raises for a shape; hard constraints Megatron enforces (heads
+    divisible by tp, ...) come back as ``invalid``.
+    """
+    par = parallel or ParallelSpec()
+    t, c, e, b = par.tp, par.cp, par.ep, par.micro_batch_size
+    q = ALIGN_ELEMENTS
+    rules: list[RuleCheck] = []
+
+    # -- hard constraints (Megatron refuses the job) --
+    hard = [
+        ("heads_tp", "attention heads divisible by tp", model.num_heads, f"multiple of tp={t}",
+         model.num_heads % t == 0 and (model.kv_heads % t == 0 or t % model.kv_heads == 0),
+         f"each TP rank computes a/t = {model.num_heads}/{t} whole heads (and its share of the {model.kv_heads} "
+         "key/value groups); the attention GEMMs are batched over b a/t, which must be an integer [megatron-lm-2019]",
+         [f"tp in {', '.join(str(x) for x in _divisors(model.num_heads) if x <= 8)}"]),
+        ("ffn_tp", "FFN width divisible by tp", model.ffn, f"multiple of tp={t}", model.ffn % t == 0,
+         "the MLP's column- and row-parallel GEMMs split f over tp ranks", []),
+        ("layers_pp", "layers divisible by the pipeline", model.num_layers,
+         f"multiple of pp x virtual = {par.pp * par.virtual_pipeline_size}",
+         par.pipeline_layers is not None or model.num_layers % (par.pp * par.virtual_pipeline_size) == 0,
+         "every pipeline stage (and virtual chunk) holds the same number of layers unless pipeline_layers says otherwise; "
+         "an uneven split makes the slowest stage set the pace", []),
+    ]
+    if model.is_moe:
+        hard.append(("experts_ep", "experts divisible by ep", model.num_experts, f"multiple of ep={e}",
+                     model.num_experts % e == 0,
+                     "each expert-parallel rank holds E/ep whole experts; the all-to-all dispatches to them", []))
+    valid = all(ok for *_, ok, _, _ in hard) and model.seq_len % c == 0 and (not model.is_moe or model.moe_ffn % t == 0)
+    for rule, title, value, req, ok, why, fix in hard:
+        rules.append(RuleCheck(rule=rule, title=title, value=value, requirement=req, status="ok" if ok else "invalid",
+                               explanation=why, source="Megatron-LM (check_job)", fix="" if ok else "; ".join(fix)))
+
+    # -- alignment rules, priced on the GPU --
+    dims = layer_dims(model, tp=t, cp=c, ep=e, micro_batch_size=b) if valid else None
+    gemms = model_gemms(model, par, dims=dims, attention=attention) if valid else ()
+    dtype = model.dtype
+
+    def priced(fixed: dict[str, int], actual: dict[str, int] | None = None) -> dict[str, Any]:
+        if gpu is None or not valid:
+            names = tuple(dict.fromkeys(g.name for g, _ in gemms if g.symbols & set(fixed)))
+            return {"affected": names}
+        names, slowdown, lost, share = _rule_cost(gemms, gpu, dtype, fixed, actual)
+        return {"affected": names, "slowdown": slowdown, "time_lost_s": lost, "share": share}
+
+    def aligned(rule: str, title: str, symbols: dict[str, int], value: Any, why: str, source: str, fix: str) -> None:
+        ok = all(v % q == 0 for v in symbols.values())
+        extra: dict[str, Any] = {}
+        if dims is not None:
+            present = {s: v for s, v in symbols.items() if s in dims}
+            if not ok and present:
+                extra = priced({s: _round_up(v, q) for s, v in present.items()})
+            else:
+                extra = {"affected": tuple(dict.fromkeys(g.name for g, _ in gemms if g.symbols & set(present)))}
+        rules.append(RuleCheck(rule=rule, title=title, value=value, requirement=f"multiple of {q}",
+                               status="ok" if ok else "broken", explanation=why, source=source,
+                               fix="" if ok else fix, **extra))
+
+    h, a, d, f = model.hidden_size, model.num_heads, model.head_size, model.ffn
+    aligned("hidden_size", "hidden size h", {"hidden": h}, h,
+            f"h is the K of the QKV, MLP-up and logits GEMMs and the N of the attention-output and MLP-down GEMMs "
+            f"(and M, N or K of their backward GEMMs); tensor cores need multiples of 8 elements (16 B) and A100/H100 "
+            f"are fastest at multiples of 64 (128 B) [nvidia-matmul-guide]; 64 also fills the 64/128-wide CTA tiles",
+            f"{_SRC_GUIDE}; {_SRC_CODESIGN}", f"h = {_round_up(h, q)} or {max(q, h // q * q)}")
+    head_fix = ", ".join(f"d = {dd} ({h // dd} heads)" for dd in (64, 128) if h % dd == 0 and (h // dd) % t == 0) \
+        or f"d = {_round_up(d, q)}"
+    aligned("head_size", "head size d = h/a", {"head": d}, d,
+            "d is the K of Q K^T and the N of attention x V (batched over heads); a d that is not a multiple of 64 "
+            "wastes part of every tile of both attention GEMMs, and FlashAttention kernels are fastest at d = 64 or 128",
+            f"{_SRC_CODESIGN}; {_SRC_GUIDE}", head_fix)
+    widths: dict[str, Any] = {"q_width": a * d // t if a % t == 0 else a * d / t}
+    if dims is not None:
+        widths["qkv_width"] = dims["qkv_width"]
+    aligned("hidden_per_tp", "attention width per TP rank a d / t", widths, widths["q_width"],
+            "a d / t (and (a + 2g) d / t with grouped-query attention) is the N of the QKV GEMM and the K of the "
+            "attention-output GEMM on each TP rank [anthony-2024: h/t divisible by 64]",
+            _SRC_CODESIGN, "choose heads and tp so that a d / t is a multiple of 64")
+    aligned("ffn_per_tp", "FFN width per TP rank f / t", {"ffn_width": f // t if f % t == 0 else f / t},
+            f // t if f % t == 0 else f / t,
+            "f / t is the N of the MLP-up GEMM (2 f / t gated) and the K of the MLP-down GEMM on each TP rank",
+            _SRC_CODESIGN, f"f = {_round_up(f, q * t)} (a multiple of 64 x tp = {q * t})")
+    if model.is_moe:
+        aligned("expert_ffn_per_tp", "expert FFN width per TP rank", {"expert_ffn_width": model.moe_ffn // t},
+                model.moe_ffn // t, "the N and K of every expert GEMM", _SRC_CODESIGN,
+                f"moe_ffn_hidden_size = {_round_up(model.moe_ffn, q * t)}")
+        if dims is not None:
+            aligned("expert_tokens", "tokens per expert (balanced routing)", {"expert_tokens": dims["expert_tokens"]},
+                    dims["expert_tokens"],
+                    "the M of each expert GEMM: b s top_k ep / E tokens per local expert when routing is balanced; real "
+                    "routing varies, so this is the best case", _SRC_CODESIGN, "choose b s top_k ep / E a multiple of 64")
+    aligned("seq_len", "sequence length s", {"seq_q": model.seq_len // c, "seq_k": model.seq_len}, model.seq_len,
+            "s is M and N of Q K^T and M and K of attention x V", _SRC_CODESIGN, f"s = {_round_up(model.seq_len, q * c)}")
+    aligned("tokens", "tokens per micro-batch b s / cp", {"tokens": b * model.seq_len // c}, b * model.seq_len // c,
+            "b s is the M of every linear GEMM (and the K of their weight-gradient GEMMs) [anthony-2024: b s divisible "
+            "by a power of two, no gain beyond 64]", _SRC_CODESIGN, "choose b and s so that b s / cp is a multiple of 64")
+
+    # vocabulary: Megatron pads V to a multiple of make_vocab_size_divisible_by x tp
+    v, v_pad = model.vocab_size, model.padded_vocab_size(t)
+    width = v_pad // t
+    why = (f"V' / t is the N of the logits GEMM (and of its dgrad's K, its wgrad's N), the largest single GEMM of small "
+           f"models; Megatron pads V = {v} to {v_pad} (make_vocab_size_divisible_by = "
+           f"{model.make_vocab_size_divisible_by} x tp = {t}); a multiple of 64 x tp (128 x tp as Megatron does) keeps "
+           f"every rank's share a multiple of 64 [anthony-2024: vocabulary divisible by 64]")
+    if width % q:
+        status, fix = "broken", (f"make_vocab_size_divisible_by = 128 (V' = {_round_up(v, 128 * t)}), or pad the "
+                                 f"vocabulary to a multiple of {q * t}")
+        extra = priced({"vocab_width": _round_up(width, q)}) if dims is not None else {}
+    elif v % (q * t):
+        # fine thanks to the padding; say what running it unpadded would cost (Hugging Face does not pad)
+        status, fix = "warn", (f"fine under Megatron's padding to {v_pad}; without it (e.g. Hugging Face) pad the "
+                               f"tokenizer to {_round_up(v, q * t)}")
+        extra = priced({"vocab_width": width}, actual={"vocab_width": -(-v // t)}) if dims is not None else {}
+    else:
+        status, fix, extra = "ok", "", ({"affected": ("logits",)} if dims is not None else {})
+    rules.append(RuleCheck(rule="vocab", title="vocabulary V (padded) per TP rank", value=v,
+                           requirement=f"V'/t multiple of {q}", status=status, explanation=why,
+                           source=f"{_SRC_CODESIGN}; Megatron-LM _vocab_size_with_padding", fix=fix, **extra))
+    return tuple(rules)
+
+
+def _divisors(n: int) -> list[int]:
+    return [x for x in range(1, n + 1) if n % x == 0]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 4. The report of one job
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShapeReport:
+    """Every GEMM of a job with its predicted efficiency, the shape rules, and the shape-aware estimate."""
+
+    model: ModelSpec
+    parallel: ParallelSpec
+    cluster: ClusterSpec
+    gpu: GpuSpec
+    gemms: tuple[GemmResult, ...]
+    rules: tuple[RuleCheck, ...]
+    gemm_flop: float
+    """FLOP of every GEMM of one micro-batch on one TP rank (all layers and the logits)."""
+    gemm_time_s: float
+    """Predicted time of those GEMMs."""
+    gpu_util: float
+    """Shape-aware utilisation passed to the estimate (:func:`shape_util`)."""
+    estimate: Any
+    """:class:`~commscope.estimate.Estimate` with ``gpu_util``."""
+    baseline_estimate: Any
+    """The estimate with the cluster's flat ``gpu_util``."""
+    notes: tuple[str, ...] = ()
+
+    @property
+    def gemm_efficiency(self) -> float:
+        """FLOP-weighted GEMM efficiency: gemm_flop / (gemm_time_s x peak)."""
+        return self.gemm_flop / (self.gemm_time_s * self.gpu.peak_flops_for(self.model.dtype))
+
+    @property
+    def broken_rules(self) -> tuple[RuleCheck, ...]:
+        return tuple(r for r in self.rules if r.broken)
+
+    def layer_time_s(self, layer_kind: str = "dense") -> float:
+        return sum(r.time_s for r in self.gemms if r.gemm.layer_kind == layer_kind)
+
+    def to_dict(self) -> dict[str, Any]:
+        par = self.parallel
+        return {
+            "model": self.model.name, "cluster": self.cluster.name, "gpu": self.gpu.to_dict(), "dtype": self.model.dtype,
+            "parallel": {"tp": par.tp, "pp": par.pp, "dp": par.dp, "cp": par.cp, "ep": par.ep,
+                         "micro_batch_size": par.micro_batch_size, "sequence_parallel": par.sequence_parallel},
+            "shape": _shape_dict(self.model),
+            "gemms": [r.to_dict() for r in self.gemms],
+            "rules": [r.to_dict() for r in self.rules],
+            "summary": {"gemm_flop": self.gemm_flop, "gemm_time_s": self.gemm_time_s,
+                        "gemm_efficiency": self.gemm_efficiency, "ideal_efficiency": self.gpu.achievable_fraction,
+                        "layer_time_s": self.layer_time_s("moe" if self.model.is_moe else "dense"),
+                        "gpu_util": self.gpu_util, "cluster_gpu_util": self.cluster.gpu_util,
+                        "broken_rules": [r.rule for r in self.broken_rules]},
+            "estimate": self.estimate.to_dict(),
+            "baseline_estimate": self.baseline_estimate.to_dict(),
+            "notes": list(self.notes),
+        }
+
+
+def _shape_dict(model: ModelSpec) -> dict[str, Any]:
+    return {"num_layers": model.num_layers, "hidden_size": model.hidden_size, "num_heads": model.num_heads,
+            "num_query_groups": model.kv_heads, "head_size": model.head_size, "ffn_hidden_size": model.ffn,
+            "vocab_size": model.vocab_size, "padded_vocab_size": model.padded_vocab_size(1), "seq_len": model.seq_len,
+            "num_experts": model.num_experts, "num_parameters": model.num_parameters()}
+
+
+def _gemm_efficiency(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
+                     attention: str = "flash") -> tuple[tuple[GemmResult, ...], float, float]:
+    results = time_gemms(model_gemms(model, parallel, attention=attention), gpu, model.dtype)
+    flop, time = _totals(results)
+    return results, flop, time
+
+
+def analyse_shapes(model: ModelSpec, parallel: ParallelSpec, cluster: ClusterSpec, gpu: GpuSpec | None = None,
+                   *, attention: str = "flash", bandwidth: Any = None) -> ShapeReport:
+    """GEMMs, rules and the shape-aware estimate of one job (``gpu`` defaults to the cluster's)."""
+    from commscope.api import predict
+    from commscope.estimate import estimate
+    from commscope.workload.dense import check_job
+
+    check_job(model, parallel)
+    g = gpu or gpu_for_cluster(cluster)
+    rules = shape_rules(model, parallel, g, attention=attention)
+    results, flop, time = _gemm_efficiency(model, parallel, g, attention)
+    by_gemm: dict[str, list[str]] = {}
+    for r in rules:
+        if r.broken or r.status == "warn":
+            for name in r.affected:
+                by_gemm.setdefault(name, []).append(r.rule)
+    results = tuple(dataclasses.replace(r, broken_rules=tuple(by_gemm.get(r.gemm.name, ()))) for r in results)
+    eff = flop / (time * g.peak_flops_for(model.dtype))
+    u = shape_util(cluster.gpu_util, eff, g)
+    pred = predict(model, parallel, cluster)
+    est = estimate(pred, gpu_util=u, bandwidth=bandwidth)
+    base = estimate(pred, bandwidth=bandwidth)
+    notes = [f"GEMM model on {g.name}: achievable {g.achievable_fraction:.0%} of peak for large aligned GEMMs "
+             f"(calibration constant; `--measure` on a GPU refines it)",
+             f"estimate uses u = {cluster.gpu_util:.2f} x {eff:.3f} / {g.achievable_fraction:.2f} = {u:.3f} "
+             f"(the cluster's u assumes a perfectly shaped model)",
+             ("attention GEMMs: batched over b a/t; " + (
+                 "fused (flash): the s x s scores stay on chip; the backward's recomputation of Q K^T is not counted"
+                 if attention == "flash" else "unfused: the s x s scores go through HBM"))]
+    if parallel.sequence_parallel:
+        notes.append("sequence parallelism gathers the full sequence before each column-parallel GEMM: GEMM shapes "
+                     "are those without it")
+    if model.is_moe:
+        notes.append("expert GEMMs assume balanced routing (b s top_k ep / E tokens per expert)")
+    return ShapeReport(model=model, parallel=parallel, cluster=cluster, gpu=g, gemms=results, rules=rules,
+                       gemm_flop=flop, gemm_time_s=time, gpu_util=u, estimate=est, baseline_estimate=base,
+                       notes=tuple(notes))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 5. Suggestions
+# ---------------------------------------------------------------------------------------------------------
+
+RankBy = Literal["time", "time_per_param"]
+RANK_BY = ("time", "time_per_param")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Suggestion:
+    """A shape with its shape-aware estimate and what changes against the original."""
+
+    model: ModelSpec
+    num_parameters: int
+    param_change: float
+    """Relative change of the parameter count."""
+    estimate: Any
+    gemm_efficiency: float
+    gpu_util: float
+    iteration_speedup: float
+    """Original iteration time over this one."""
+    compute_speedup: float
+    """Original compute time over this one."""
+    comm_time_change_s: float
+    """Communication time (TP + PP + DP + CP + EP + embedding) minus the original's."""
+    comm_bytes: dict[str, int]
+    """Wire bytes per iteration per axis (:func:`commscope.volumes.axis_volumes`)."""
+    comm_bytes_change: float
+    """Relative change of the total wire bytes."""
+    broken_rules: tuple[str, ...]
+    changes: str
+    """What differs from the original, e.g. ``h 3072->3200, heads 32->25``."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**_shape_dict(self.model), "param_change": self.param_change, "changes": self.changes,
+                "iteration_time_s": self.estimate.iteration_time_s, "iteration_speedup": self.iteration_speedup,
+                "compute_s": self.estimate.compute_s, "compute_speedup": self.compute_speedup,
+                "gemm_efficiency": self.gemm_efficiency, "gpu_util": self.gpu_util, "comm_s": self.estimate.comm_s,
+                "comm_time_change_s": self.comm_time_change_s, "comm_bytes": self.comm_bytes,
+                "comm_bytes_change": self.comm_bytes_change, "tokens_per_s": self.estimate.tokens_per_s,
+                "broken_rules": list(self.broken_rules)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Suggestions:
+    original: Suggestion
+    entries: tuple[Suggestion, ...]
+    """The fastest shapes, no slower than the original, best first."""
+    tolerance: float
+    rank_by: str
+    num_candidates: int
+    """Shapes generated (valid for the parallelism)."""
+    num_within_tolerance: int
+    num_estimated: int
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tolerance": self.tolerance, "rank_by": self.rank_by, "num_candidates": self.num_candidates,
+                "num_within_tolerance": self.num_within_tolerance, "num_estimated": self.num_estimated,
+                "original": self.original.to_dict(), "suggestions": [s.to_dict() for s in self.entries],
+                "notes": list(self.notes)}
+
+
+def _changes(old: ModelSpec, new: ModelSpec) -> str:
+    parts = []
+    for label, a, b in (("layers", old.num_layers, new.num_layers), ("h", old.hidden_size, new.hidden_size),
+                        ("heads", old.num_heads, new.num_heads), ("d", old.head_size, new.head_size),
+                        ("groups", old.kv_heads, new.kv_heads), ("ffn", old.ffn, new.ffn),
+                        ("moe_ffn", old.moe_ffn, new.moe_ffn)):
+        if label == "groups" and old.num_query_groups is None:
+            continue
+        if label == "moe_ffn" and not old.is_moe:
+            continue
+        if a != b:
+            parts.append(f"{label} {a}->{b}")
+    return ", ".join(parts) or "unchanged"
+
+
+def _variant(model: ModelSpec, **changes: Any) -> ModelSpec | None:
+    try:
+        return dataclasses.replace(model, **changes)
+    except (ConfigError, ValueError, TypeError):
+        return None
+
+
+def _candidate_models(model: ModelSpec, parallel: ParallelSpec, tolerance: float, hidden_range: float) -> list[ModelSpec]:
+    """Nearby shapes: h a multiple of 64 within ``hidden_range``, head size 64, 128 or the original's, query
+    groups as many as before or in the same ratio to the heads, FFN with the original ratio rounded to
+    multiples of 64 t (and 256 t), layers that keep the parameters within ``tolerance`` and divide the pipeline."""
+    t, q = parallel.tp, ALIGN_ELEMENTS
+    h0 = model.hidden_size
+    group_ratio = model.num_heads // model.kv_heads
+    lo, hi = math.ceil(h0 * (1 - hidden_range) / q) * q, math.floor(h0 * (1 + hidden_range) / q) * q
+    seen: set[tuple[int, ...]] = set()
+    out: list[ModelSpec] = []
+    for h in sorted(set(range(max(q, lo), hi + 1, q)) | {h0}):
+        for d in sorted({64, 128, model.head_size}):
+            if h % d or (h // d) % t:
+                continue
+            a = h // d
+            # grouped-query attention: keep the number of groups (as Llama 3 keeps 8 across sizes) or the ratio
+            groups = {a} if model.num_query_groups is None else {
+                x for x in (model.kv_heads, a // group_ratio if a % group_ratio == 0 else 0) if x and a % x == 0}
+            for g in sorted(x for x in groups if x % t == 0 or t % x == 0):
+                out += _shape_variants(model, parallel, h, a, d, g, tolerance, seen)
+    return out
+
+
+def _shape_variants(model: ModelSpec, parallel: ParallelSpec, h: int, a: int, d: int, g: int, tolerance: float,
+                    seen: set[tuple[int, ...]]) -> list[ModelSpec]:
+    """The candidates of one (h, heads, head size, groups): MLP widths near the original ratio, then the layer
+    counts that keep the parameters within ``tolerance``."""
+    from commscope.workload.dense import check_job
+
+    t, q = parallel.tp, ALIGN_ELEMENTS
+    h0, n0 = model.hidden_size, model.num_parameters()
+    ratio_f = model.ffn / h0
+    ratio_moe = model.moe_ffn / h0 if model.is_moe else None
+    stages = parallel.pp * parallel.virtual_pipeline_size
+    # the MLP width that matters is varied (the experts' when every layer is MoE), the other one scaled
+    vary_moe = ratio_moe is not None and model.moe_ffn_hidden_size is not None and model.num_moe_layers == model.num_layers
+    ratio, current = (ratio_moe, model.moe_ffn) if vary_moe else (ratio_f, model.ffn)
+    target = ratio * h
+    widths = {max(q * t, math.floor(target / (q * t)) * q * t), math.ceil(target / (q * t)) * q * t,
+              max(4 * q * t, round(target / (4 * q * t)) * 4 * q * t)}
+    if h == h0:
+        widths.add(current)
+    out: list[ModelSpec] = []
+    for width in sorted(widths):
+        scaled_ffn = max(q * t, round(ratio_f * h / (q * t)) * q * t) if h != h0 else model.ffn
+        changes: dict[str, Any] = {"hidden_size": h, "num_heads": a, "head_dim": None if a * d == h else d,
+                                   "ffn_hidden_size": scaled_ffn if vary_moe else width,
+                                   "num_query_groups": None if model.num_query_groups is None else g}
+        if ratio_moe is not None and model.moe_ffn_hidden_size is not None:
+            changes["moe_ffn_hidden_size"] = width if vary_moe else (
+                max(q * t, round(ratio_moe * h / (q * t)) * q * t) if h != h0 else model.moe_ffn)
+        # parameters are (close to) linear in the layers: N(L) ~ N(L0) + (L - L0) x per-layer; the range found
+        # so is widened by one layer each side and checked exactly by the caller
+        one = _variant(model, **changes)
+        step = model.moe_layer_freq if model.is_moe else 1
+        two = _variant(model, num_layers=model.num_layers + step, **changes)
+        if one is None or two is None:
+            continue
+        n_ref = one.num_parameters()
+        per_layer = (two.num_parameters() - n_ref) / step
+        l_lo = max(model.first_k_dense_layers + 1, math.ceil(model.num_layers + (n0 * (1 - tolerance) - n_ref) / per_layer) - 1)
+        l_hi = math.floor(model.num_layers + (n0 * (1 + tolerance) - n_ref) / per_layer) + 1
+        for num_layers in range(l_lo, l_hi + 1):
+            if parallel.pipeline_layers is not None and num_layers != model.num_layers:
+                continue
+            if stages > 1 and parallel.pipeline_layers is None and num_layers % stages:
+                continue
+            key = (num_layers, h, a, d, g, changes["ffn_hidden_size"], changes.get("moe_ffn_hidden_size", 0))
+            if key in seen:
+                continue
+            seen.add(key)
+            cand = _variant(one, num_layers=num_layers)
+            if cand is None:
+                continue
+            try:
+                check_job(cand, parallel)
+            except ConfigError:
+                continue
+            out.append(cand)
+    return out
+
+
+def _suggestion(model: ModelSpec, original: ModelSpec, parallel: ParallelSpec, cluster: ClusterSpec, gpu: GpuSpec,
+                ref: Suggestion | None, bandwidth: Any, attention: str) -> Suggestion:
+    from commscope.api import predict
+    from commscope.estimate import estimate
+    from commscope.volumes import axis_volumes
+
+    _, flop, time = _gemm_efficiency(model, parallel, gpu, attention)
+    eff = flop / (time * gpu.peak_flops_for(model.dtype))
+    u = shape_util(cluster.gpu_util, eff, gpu)
+    est = estimate(predict(model, parallel, cluster), gpu_util=u, bandwidth=bandwidth)
+    p = parallel
+    vol = axis_volumes(model, tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, ep=p.ep, micro_batch_size=p.micro_batch_size,
+                       global_batch_size=p.global_batch_size, virtual_pipeline_size=p.virtual_pipeline_size,
+                       sequence_parallel=p.sequence_parallel, recompute_full=p.recompute == "full",
+                       zero_stage=p.zero_stage, distributed_optimizer=p.distributed_optimizer,
+                       grad_reduce_dtype=p.grad_reduce_dtype)
+    comm = {axis: int(v) for axis, v in vol.items()}
+    total = sum(comm.values())
+    n = model.num_parameters()
+    n0 = original.num_parameters()
+    if ref is None:
+        return Suggestion(model=model, num_parameters=n, param_change=0.0, estimate=est, gemm_efficiency=eff, gpu_util=u,
+                          iteration_speedup=1.0, compute_speedup=1.0, comm_time_change_s=0.0, comm_bytes=comm,
+                          comm_bytes_change=0.0, broken_rules=_broken(model, parallel), changes="original")
+    ref_total = sum(ref.comm_bytes.values())
+    return Suggestion(
+        model=model, num_parameters=n, param_change=n / n0 - 1, estimate=est, gemm_efficiency=eff, gpu_util=u,
+        iteration_speedup=ref.estimate.iteration_time_s / est.iteration_time_s,
+        compute_speedup=ref.estimate.compute_s / est.compute_s if est.compute_s else float("inf"),
+        comm_time_change_s=est.comm_s - ref.estimate.comm_s, comm_bytes=comm,
+        comm_bytes_change=total / ref_total - 1 if ref_total else 0.0, broken_rules=_broken(model, parallel),
+        changes=_changes(original, model))
+
+
+def _broken(model: ModelSpec, parallel: ParallelSpec) -> tuple[str, ...]:
+    return tuple(r.rule for r in shape_rules(model, parallel) if r.broken)
+
+
+def suggest_shapes(model: ModelSpec, parallel: ParallelSpec, cluster: ClusterSpec, gpu: GpuSpec | None = None, *,
+                   tolerance: float = 0.05, top: int = 5, refine: int = 48, rank_by: str = "time",
+                   hidden_range: float = 0.25, attention: str = "flash", bandwidth: Any = None) -> Suggestions:
+    """Nearby shapes with parameters within ``tolerance`` that run faster, best first.
+
+    Candidates (see :func:`_candidate_models`) are screened by their GEMM time per micro-batch and parameter
+    (one vectorised call of the GEMM model); the ``refine`` best are estimated with
+    :func:`commscope.estimate.estimate` at their shape-aware utilisation and ranked by iteration time
+    (``rank_by="time"``) or iteration time per parameter (``"time_per_param"``). Only shapes no slower than
+    the original by the same measure are kept. Memory is not re-checked: parameters stay within tolerance.
+    """
+    if not 0 <= tolerance < 1:
+        raise ConfigError("tolerance", tolerance, "must be in [0, 1), e.g. 0.05 for +-5% parameters")
+    if rank_by not in RANK_BY:
+        raise ConfigError("rank_by", rank_by, f"valid: {', '.join(RANK_BY)}")
+    if top < 1:
+        raise ConfigError("top", top, "must be >= 1")
+    g = gpu or gpu_for_cluster(cluster)
+    original = _suggestion(model, model, parallel, cluster, g, None, bandwidth, attention)
+    cands = _candidate_models(model, parallel, tolerance, hidden_range)
+    n0 = model.num_parameters()
+    def shape_key(m: ModelSpec) -> tuple[int, ...]:
+        return (m.num_layers, m.hidden_size, m.num_heads, m.head_size, m.kv_heads, m.ffn, m.moe_ffn if m.is_moe else 0)
+
+    cands = [c for c in cands if shape_key(c) != shape_key(model)]
+    num_candidates = len(cands)
+    within = [c for c in cands if abs(c.num_parameters() / n0 - 1) <= tolerance]
+    # screen: GEMM time of a micro-batch (per parameter when ranking so), all candidates in one call
+    screen = []
+    if within:
+        spans, flat = [], []
+        for c in within:
+            gs = model_gemms(c, parallel, attention=attention)
+            spans.append(len(gs))
+            flat.extend(gs)
+        results = time_gemms(flat, g, model.dtype)
+        i = 0
+        for c, span in zip(within, spans):
+            time = sum(r.time_s * r.layers for r in results[i:i + span])
+            i += span
+            screen.append(time / c.num_parameters() if rank_by == "time_per_param" else time)
+    order = np.argsort(np.asarray(screen), kind="stable")[:refine] if screen else []
+    estimated = [_suggestion(within[i], model, parallel, cluster, g, original, bandwidth, attention) for i in order]
+
+    def key(s: Suggestion) -> float:
+        t = s.estimate.iteration_time_s
+        return t / s.num_parameters if rank_by == "time_per_param" else t
+
+    ref = key(original)
+    kept = sorted((s for s in estimated if key(s) <= ref), key=key)
+    heads = ", ".join(str(d) for d in sorted({64, 128, model.head_size}))
+    groups = (f", {model.kv_heads} query groups or {model.num_heads // model.kv_heads} heads per group"
+              if model.num_query_groups is not None else "")
+    notes = [f"candidates: h a multiple of {ALIGN_ELEMENTS} within +-{hidden_range:.0%} of {model.hidden_size}, head size "
+             f"{heads}{groups}, FFN at the original ratio {model.ffn / model.hidden_size:.3g} x h rounded to multiples of "
+             f"64 x tp, layers keeping parameters within +-{tolerance:.0%} and divisible by the pipeline",
+             "memory is not re-checked (parameters stay within the tolerance)"]
+    return Suggestions(original=original, entries=tuple(kept[:top]), tolerance=tolerance, rank_by=rank_by,
+                       num_candidates=num_candidates, num_within_tolerance=len(within), num_estimated=len(estimated),
+                       notes=tuple(notes))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 6. Sweeps
+# ---------------------------------------------------------------------------------------------------------
+
+#: Sweepable quantities and what varies with them.
+SWEEP_KEYS: dict[str, str] = {
+    "hidden": "hidden_size (heads kept, so the head size changes; FFN kept at the same ratio to h)",
+    "heads": "num_heads (h kept, so the head size changes; query groups kept in proportion)",
+    "ffn": "ffn_hidden_size",
+    "layers": "num_layers",
+    "seq": "seq_len",
+    "micro_batch": "micro_batch_size",
+    "vocab": "vocab_size (padded as make_vocab_size_divisible_by says)",
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SweepResult:
+    """Predicted throughput of a job as one shape quantity varies (arrays over ``values``; NaN where skipped)."""
+
+    key: str
+    values: np.ndarray
+    valid: np.ndarray
+    gemm_efficiency: np.ndarray
+    gemm_tflops_per_gpu: np.ndarray
+    """Achieved TFLOP/s of the GEMMs of a micro-batch (the co-design paper's y axis)."""
+    model_tflops_per_gpu: np.ndarray
+    """Model FLOPs per second per GPU of the whole iteration (MFU x peak; communication and bubble included)."""
+    iteration_time_s: np.ndarray
+    tokens_per_s: np.ndarray
+    num_parameters: np.ndarray
+    broken_rules: tuple[tuple[str, ...], ...]
+    skipped: tuple[str, ...]
+    """Why each skipped value was skipped."""
+    model: str
+    gpu: str
+
+    def to_dict(self) -> dict[str, Any]:
+        def clean(a: np.ndarray) -> list[Any]:
+            return [None if (isinstance(x, float) and math.isnan(x)) else x for x in a.tolist()]
+
+        return {"key": self.key, "model": self.model, "gpu": self.gpu, "values": self.values.tolist(),
+                "valid": self.valid.tolist(), "gemm_efficiency": clean(self.gemm_efficiency),
+                "gemm_tflops_per_gpu": clean(self.gemm_tflops_per_gpu),
+                "model_tflops_per_gpu": clean(self.model_tflops_per_gpu),
+                "iteration_time_s": clean(self.iteration_time_s), "tokens_per_s": clean(self.tokens_per_s),
+                "num_parameters": clean(self.num_parameters), "broken_rules": [list(r) for r in self.broken_rules],
+                "skipped": list(self.skipped)}
+
+
+def _sweep_job(model: ModelSpec, parallel: ParallelSpec, key: str, value: int) -> tuple[ModelSpec, ParallelSpec]:
+    if key == "hidden":
+        if value % model.num_heads:
+            raise ConfigError("hidden", value, f"not divisible by num_heads={model.num_heads}")
+        f = round(model.ffn / model.hidden_size * value / parallel.tp) * parallel.tp
+        return dataclasses.replace(model, hidden_size=value, head_dim=None, ffn_hidden_size=f), parallel
+    if key == "heads":
+        ratio = model.num_heads // model.kv_heads
+        if value % ratio:
+            raise ConfigError("heads", value, f"not a multiple of the query-group ratio {ratio}")
+        groups = None if model.num_query_groups is None else value // ratio
+        return dataclasses.replace(model, num_heads=value, head_dim=None, num_query_groups=groups), parallel
+    if key == "ffn":
+        return dataclasses.replace(model, ffn_hidden_size=value), parallel
+    if key == "layers":
+        return dataclasses.replace(model, num_layers=value), parallel
+    if key == "seq":
+        return dataclasses.replace(model, seq_len=value), parallel
+    if key == "micro_batch":
+        return model, dataclasses.replace(parallel, micro_batch_size=value)
+    if key == "vocab":
+        return dataclasses.replace(model, vocab_size=value), parallel
+    raise ConfigError("sweep", key, f"valid keys: {', '.join(SWEEP_KEYS)}")
+
+
+def sweep_shapes(model: ModelSpec, parallel: ParallelSpec, cluster: ClusterSpec, values: Sequence[int], *,
+                 key: str = "hidden", gpu: GpuSpec | None = None, attention: str = "flash",
+                 bandwidth: Any = None) -> SweepResult:
+    """Predicted GEMM and end-to-end throughput of the job for each value of ``key`` (see :data:`SWEEP_KEYS`).
+
+    Values that make an invalid job (heads that do not divide h, tp that does not divide the heads, ...) are
+    skipped and said why.
+    """
+    from commscope.api import predict
+    from commscope.estimate import estimate
+    from commscope.workload.dense import check_job
+
+    if key not in SWEEP_KEYS:
+        raise ConfigError("sweep", key, f"valid keys: {', '.join(SWEEP_KEYS)}")
+    if not len(values):
+        raise ConfigError("sweep", list(values), "needs at least one value")
+    g = gpu or gpu_for_cluster(cluster)
+    peak = g.peak_flops_for(model.dtype)
+    n = len(values)
+    arrays = {name: np.full(n, np.nan) for name in ("eff", "gemm", "model", "iter", "tokens", "params")}
+    valid = np.zeros(n, dtype=bool)
+    broken: list[tuple[str, ...]] = []
+    skipped: list[str] = []
+    for i, value in enumerate(values):
+        try:
+            m, p = _sweep_job(model, parallel, key, int(value))
+            check_job(m, p)
+        except (ConfigError, ValueError) as exc:
+            skipped.append(f"{key}={value}: {exc}")
+            broken.append(())
+            continue
+        _, flop, time = _gemm_efficiency(m, p, g, attention)
+        eff = flop / (time * peak)
+        est = estimate(predict(m, p, cluster), gpu_util=shape_util(cluster.gpu_util, eff, g), bandwidth=bandwidth)
+        valid[i] = True
+        arrays["eff"][i] = eff
+        arrays["gemm"][i] = flop / time / TFLOP
+        arrays["model"][i] = est.mfu * est.peak_flops / TFLOP
+        arrays["iter"][i] = est.iteration_time_s
+        arrays["tokens"][i] = est.tokens_per_s
+        arrays["params"][i] = m.num_parameters()
+        broken.append(_broken(m, p))
+    return SweepResult(key=key, values=np.asarray(values, dtype=np.int64), valid=valid, gemm_efficiency=arrays["eff"],
+                       gemm_tflops_per_gpu=arrays["gemm"], model_tflops_per_gpu=arrays["model"],
+                       iteration_time_s=arrays["iter"], tokens_per_s=arrays["tokens"], num_parameters=arrays["params"],
+                       broken_rules=tuple(broken), skipped=tuple(skipped), model=model.name, gpu=g.name)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 7. Measurement (torch, on a CUDA GPU)
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MeasuredGemm:
+    """A GEMM timed with torch on a GPU next to its prediction."""
+
+    result: GemmResult
+    measured_s: float
+    """Measured time of one layer's calls (``count`` x one call)."""
+
+    @property
+    def predicted_over_measured(self) -> float:
+        return self.result.time_s / self.measured_s
+
+    @property
+    def measured_efficiency(self) -> float:
+        return self.result.efficiency * self.result.time_s / self.measured_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.result.to_dict(), "measured_s": self.measured_s,
+                "measured_tflops": self.result.gemm.flop / self.measured_s / TFLOP,
+                "measured_efficiency": self.measured_efficiency, "predicted_over_measured": self.predicted_over_measured}
+
+
+def cuda_available() -> tuple[bool, str]:
+    """Whether torch with a CUDA GPU is importable here, and why not."""
+    try:
+        import torch
+    except ImportError:
+        return False, "PyTorch is not installed (pip install 'commscope[torch]')"
+    if not torch.cuda.is_available():
+        return False, f"torch {torch.__version__} sees no CUDA GPU on this machine"
+    return True, torch.cuda.get_device_name(0)
+
+
+def measure_gemms(results: Sequence[GemmResult], dtype: str, *, warmup: int = 3, iters: int = 10,
+                  device: str = "cuda") -> tuple[MeasuredGemm, ...]:
+    """Time each GEMM shape with ``torch.matmul`` (CUDA events after ``warmup`` calls); identical shapes once.
+
+    ``device="cuda"`` (what ``commscope shapes --measure`` uses) raises :class:`ConfigError` when torch or a
+    CUDA GPU is missing; ``device="cpu"`` times with ``time.perf_counter`` (a smoke test of this code, not a
+    comparison with the GPU model).
+    """
+    if device == "cuda":
+        ok, why = cuda_available()
+        if not ok:
+            raise ConfigError("measure", True, f"needs a CUDA GPU: {why}; run without --measure for predictions only")
+    elif device != "cpu":
+        raise ConfigError("device", device, "valid: cuda, cpu")
+    import time
+
+    import torch
+
+    tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "tf32": torch.float32}.get(dtype)
+    if tdtype is None:
+        raise ConfigError("dtype", dtype, "measurable dtypes: bf16, fp16, fp32")
+
+    def sync() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    cache: dict[tuple[int, int, int, int], float] = {}
+    out = []
+    for r in results:
+        g = r.gemm
+        shape = (g.batch, g.m, g.n, g.k)
+        if shape not in cache:
+            lead = (g.batch,) if g.batch > 1 else ()
+            a = torch.randn((*lead, g.m, g.k), device=device, dtype=tdtype)  # (batch, M, K)
+            b = torch.randn((*lead, g.k, g.n), device=device, dtype=tdtype)  # (batch, K, N)
+            c = torch.empty((*lead, g.m, g.n), device=device, dtype=tdtype)  # (batch, M, N)
+            for _ in range(warmup):
+                torch.matmul(a, b, out=c)
+            sync()
+            if device == "cuda":
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(iters):
+                    torch.matmul(a, b, out=c)
+                end.record()
+                sync()
+                cache[shape] = start.elapsed_time(end) / 1000.0 / iters
+            else:
+                t0 = time.perf_counter()
+                for _ in range(iters):
+                    torch.matmul(a, b, out=c)
+                cache[shape] = (time.perf_counter() - t0) / iters
+            del a, b, c
+        out.append(MeasuredGemm(result=r, measured_s=cache[shape] * g.count))
+    return tuple(out)
+
+
+def calibrated_achievable_fraction(measured: Sequence[MeasuredGemm], gpu: GpuSpec, *, min_flop: float = 1e9) -> float | None:
+    """``achievable_fraction`` that makes the model match the median compute-bound GEMM of ``measured``."""
+    ratios = [m.predicted_over_measured for m in measured if not m.result.memory_bound and m.result.gemm.flop >= min_flop]
+    if not ratios:
+        return None
+    return float(min(1.0, gpu.achievable_fraction * statistics.median(ratios)))
+

@@ -1,0 +1,103 @@
+"""Suggestions keep the parameters within tolerance and are no slower; sweeps; the shape-aware estimate."""
+
+from __future__ import annotations
+
+import pytest
+
+from commscope.gpus import gpu_preset
+from commscope.presets import cluster_preset, model_preset
+from commscope.shapes import analyse_shapes, shape_util, suggest_shapes, sweep_shapes
+from commscope.spec.parallel import ParallelSpec
+
+PAR = ParallelSpec(tp=2, pp=4, dp=4, global_batch_size=512, micro_batch_size=4)
+
+
+@pytest.fixture(scope="module")
+def gpt3b_a100():
+    return suggest_shapes(model_preset("gpt-3b"), PAR, cluster_preset("dgx-a100"), tolerance=0.05, top=10)
+
+
+def test_suggestions_keep_parameters_within_tolerance(gpt3b_a100):
+    s = gpt3b_a100
+    n0 = model_preset("gpt-3b").num_parameters()
+    assert s.entries, "gpt-3b's head size 96 leaves room for faster shapes"
+    for e in s.entries:
+        assert abs(e.model.num_parameters() / n0 - 1) <= 0.05
+        assert e.param_change == pytest.approx(e.model.num_parameters() / n0 - 1)
+        assert e.model.num_layers % PAR.pp == 0
+        assert e.model.num_heads % PAR.tp == 0
+
+
+def test_suggestions_are_no_slower_and_sorted(gpt3b_a100):
+    s = gpt3b_a100
+    t0 = s.original.estimate.iteration_time_s
+    times = [e.estimate.iteration_time_s for e in s.entries]
+    assert all(t <= t0 for t in times)
+    assert times == sorted(times)
+    assert all(e.iteration_speedup >= 1 for e in s.entries)
+    assert s.original.changes == "original" and s.original.iteration_speedup == 1.0
+
+
+def test_suggestions_report_communication(gpt3b_a100):
+    for e in gpt3b_a100.entries:
+        assert set(e.comm_bytes) >= {"tp", "pp", "dp"}
+        total0 = sum(gpt3b_a100.original.comm_bytes.values())
+        assert e.comm_bytes_change == pytest.approx(sum(e.comm_bytes.values()) / total0 - 1)
+        assert e.comm_time_change_s == pytest.approx(e.estimate.comm_s - gpt3b_a100.original.estimate.comm_s)
+        d = e.to_dict()
+        assert {"iteration_speedup", "compute_speedup", "comm_bytes_change", "comm_time_change_s", "changes"} <= set(d)
+
+
+def test_zero_tolerance_keeps_the_exact_parameter_count():
+    s = suggest_shapes(model_preset("gpt-3b"), PAR, cluster_preset("dgx-a100"), tolerance=0.0)
+    n0 = model_preset("gpt-3b").num_parameters()
+    assert all(e.model.num_parameters() == n0 for e in s.entries)
+
+
+def test_rank_by_time_per_parameter():
+    s = suggest_shapes(model_preset("gpt-3b"), PAR, cluster_preset("dgx-a100"), rank_by="time_per_param", top=10)
+    keys = [e.estimate.iteration_time_s / e.num_parameters for e in s.entries]
+    assert keys == sorted(keys)
+    ref = s.original.estimate.iteration_time_s / s.original.num_parameters
+    assert all(k <= ref for k in keys)
+
+
+def test_shape_aware_estimate():
+    model, cluster = model_preset("gpt-3b"), cluster_preset("dgx-a100")
+    r = analyse_shapes(model, PAR, cluster)
+    assert 0 < r.gemm_efficiency <= r.gpu.achievable_fraction
+    assert r.gpu_util == pytest.approx(shape_util(cluster.gpu_util, r.gemm_efficiency, r.gpu))
+    assert r.estimate.gpu_util == pytest.approx(r.gpu_util)
+    assert r.baseline_estimate.gpu_util == cluster.gpu_util
+    assert r.estimate.iteration_time_s >= r.baseline_estimate.iteration_time_s  # u x E / E_ideal <= u
+    assert [x.rule for x in r.broken_rules] == ["head_size"]
+    heads = [g for g in r.gemms if g.gemm.name == "attn_values"]
+    assert all("head_size" in g.broken_rules for g in heads)
+
+
+def test_shape_util_worked_example():
+    assert shape_util(0.5, 0.72, gpu_preset("a100")) == pytest.approx(0.45)
+    assert shape_util(0.9, 0.8, gpu_preset("a100")) == 0.9
+    assert shape_util(1.0, 0.8, gpu_preset("a100")) == 1.0
+
+
+def test_sweep_hidden():
+    model, cluster = model_preset("gpt-3b"), cluster_preset("dgx-a100")
+    values = [3008, 3050, 3072, 3100]  # 3050 and 3100 are not divisible by 32 heads
+    r = sweep_shapes(model, PAR, cluster, values, key="hidden")
+    assert r.valid.tolist() == [True, False, True, False]
+    assert len(r.skipped) == 2 and "3050" in r.skipped[0]
+    assert r.gemm_tflops_per_gpu[2] > r.gemm_tflops_per_gpu[0]  # 3072 (d 96) beats 3008 (d 94, unaligned)
+    assert "head_size" in r.broken_rules[0]
+    d = r.to_dict()
+    assert d["gemm_tflops_per_gpu"][1] is None and d["values"] == values
+
+
+def test_sweep_other_keys_and_errors():
+    from commscope.errors import ConfigError
+
+    model, cluster = model_preset("gpt-3b"), cluster_preset("dgx-a100")
+    r = sweep_shapes(model, PAR, cluster, [1, 2, 4], key="micro_batch")
+    assert r.valid.all()
+    with pytest.raises(ConfigError, match="valid keys"):
+        sweep_shapes(model, PAR, cluster, [1], key="width")

@@ -1,0 +1,150 @@
+"""`commscope shapes` as a user runs it: exit codes, JSON keys, the sweep plot, --measure without a GPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from commscope.cli.main import main
+
+ISSUE_ARGS = ("shapes", "--model", "gpt-3b", "--cluster", "dgx-a100", "--tp", "2")
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_issue_example_text(capsys):
+    code, out, err = run(capsys, *ISSUE_ARGS)
+    assert code == 0, err
+    assert "A100-SXM4-80GB" in out and "108 SMs" in out
+    for name in ("qkv", "attn_scores", "attn_values", "attn_proj", "mlp_up", "mlp_down", "logits"):
+        assert name in out
+    assert "BROKEN  head size" in out and "d = 128 (24 heads)" in out
+    assert "nearby shapes within +-5% parameters" in out
+    assert "shape-aware u" in out
+
+
+def test_issue_example_json(capsys):
+    code, out, err = run(capsys, *ISSUE_ARGS, "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert {"model", "cluster", "gpu", "dtype", "parallel", "shape", "gemms", "rules", "summary", "estimate",
+            "baseline_estimate", "suggestions", "notes"} <= set(d)
+    gemm = d["gemms"][0]
+    assert {"name", "pass", "m", "n", "k", "batch", "flop", "tile", "num_waves", "tile_efficiency", "wave_efficiency",
+            "alignment_factor", "bound", "time_s", "efficiency", "broken_rules"} <= set(gemm)
+    assert {g["pass"] for g in d["gemms"]} == {"fwd", "dgrad", "wgrad"}
+    assert {"gemm_efficiency", "gpu_util", "broken_rules"} <= set(d["summary"])
+    assert d["summary"]["broken_rules"] == ["head_size"]
+    s = d["suggestions"]
+    assert {"original", "suggestions", "tolerance", "num_candidates"} <= set(s)
+    for row in s["suggestions"]:
+        assert abs(row["param_change"]) <= 0.05
+        assert row["iteration_time_s"] <= s["original"]["iteration_time_s"]
+
+
+def test_no_suggest(capsys):
+    code, out, _ = run(capsys, *ISSUE_ARGS, "--no-suggest", "--json")
+    assert code == 0 and json.loads(out)["suggestions"] is None
+
+
+def test_sweep_writes_a_png(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    code, out, err = run(capsys, "shapes", "--model", "gpt-3b", "--cluster", "dgx-a100", "--tp", "2",
+                         "--sweep", "hidden=2560:3584:64", "--png", str(tmp_path / "plots"))
+    assert code == 0, err
+    png = tmp_path / "plots" / "gpt-3b-hidden-sweep.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "wrote" in out and "3072" in out
+
+
+def test_sweep_from_a_model_file_json(capsys, tmp_path):
+    from commscope.presets import model_preset
+    from commscope.spec.files import model_to_mapping, write_mapping
+
+    path = write_mapping(tmp_path / "my.json", model_to_mapping(model_preset("gpt-3b")))
+    code, out, err = run(capsys, "shapes", "--model", str(path), "--cluster", "dgx-a100", "--sweep", "heads=16,24,32,48",
+                         "--json")
+    assert code == 0, err
+    d = json.loads(out)["sweep"]
+    assert d["key"] == "heads" and d["values"] == [16, 24, 32, 48]
+    assert {"gemm_tflops_per_gpu", "model_tflops_per_gpu", "iteration_time_s", "valid", "broken_rules"} <= set(d)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (("--png", "x.png"), "add --sweep"),
+    (("--sweep", "hidden=abc"), "integers"),
+    (("--sweep", "width=1:2"), "valid: hidden"),
+    (("--sweep", "hidden=4096:2048:64"), "START <= STOP"),
+    (("--gpu", "b200"), "valid presets"),
+    (("--tp", "3"), "must divide num_heads=32"),
+    (("--tolerance", "2"), "tolerance"),
+])
+def test_bad_input_exits_2_with_one_line(capsys, argv, message):
+    code, out, err = run(capsys, "shapes", "--model", "gpt-3b", "--cluster", "dgx-a100", *argv)
+    assert code == 2
+    assert message in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_measure_without_a_gpu_exits_2_clearly(capsys):
+    from commscope.shapes import cuda_available
+
+    ok, _ = cuda_available()
+    if ok:
+        pytest.skip("this machine has a CUDA GPU; --measure would run")
+    code, out, err = run(capsys, *ISSUE_ARGS, "--measure")
+    assert code == 2
+    assert out == ""
+    assert "needs a CUDA GPU" in err and "without --measure" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_analytical_core_imports_neither_torch_nor_matplotlib():
+    code = ("import sys, commscope.shapes, commscope.gpus, commscope.cli.shapes_cmd; "
+            "bad = [m for m in ('torch', 'matplotlib') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_public_api():
+    import commscope.gpus
+    import commscope.shapes
+
+    for module in (commscope.shapes, commscope.gpus):
+        for name in module.__all__:
+            assert hasattr(module, name), name
+
+
+def test_measure_code_path_on_cpu():
+    """The torch timing path runs (on CPU, tiny shapes); on a GPU machine --measure uses the same code with CUDA."""
+    pytest.importorskip("torch")
+    from commscope.gpus import gpu_preset
+    from commscope.shapes import calibrated_achievable_fraction, measure_gemms, model_gemms, time_gemms
+    from commscope.spec.model import ModelSpec
+
+    tiny = ModelSpec(num_layers=1, hidden_size=64, num_heads=2, seq_len=64, vocab_size=128, dtype="fp32")
+    gpu = gpu_preset("a100")
+    results = time_gemms(model_gemms(tiny), gpu, "fp32")
+    measured = measure_gemms(results, "fp32", device="cpu", warmup=1, iters=2)
+    assert len(measured) == len(results)
+    assert all(m.measured_s > 0 for m in measured)
+    d = measured[0].to_dict()
+    assert {"measured_s", "measured_tflops", "predicted_over_measured"} <= set(d)
+    assert calibrated_achievable_fraction(measured, gpu) is None  # nothing compute-bound above 1 GFLOP here
+
+
+def test_png_without_matplotlib_says_how_to_install(capsys, tmp_path, monkeypatch):
+    for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg"):
+        monkeypatch.setitem(sys.modules, name, None)  # makes `import matplotlib...` raise ImportError
+    code, out, err = run(capsys, "shapes", "--model", "gpt-3b", "--cluster", "dgx-a100", "--sweep", "hidden=3008,3072",
+                         "--png", str(tmp_path))
+    assert code == 2
+    assert "commscope[plots]" in err and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())
