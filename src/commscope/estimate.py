@@ -90,13 +90,13 @@ def _span_of(groups: np.ndarray, gpus_per_node: int) -> GroupSpan:
 def estimate(prediction, *, method: Method = "refined", gpu_util: float | None = None,
              bandwidth: BandwidthModel | None = None) -> Estimate:
     """Estimate the iteration time of a :class:`~commscope.api.Prediction`."""
+    from commscope.errors import ConfigError
+
     if method not in METHODS:
-        raise ValueError(f"method={method!r}: valid: {', '.join(METHODS)}")
+        raise ConfigError("method", method, f"valid: {', '.join(METHODS)}")
     cluster = prediction.cluster
     u = cluster.gpu_util if gpu_util is None else gpu_util
     if not 0 < u <= 1:
-        from commscope.errors import ConfigError
-
         raise ConfigError("gpu_util", u, "must be in (0, 1]")
     bw = bandwidth if bandwidth is not None else AlphaBeta(cluster)
     peak = cluster.peak_flops_for(prediction.model.dtype)

@@ -73,10 +73,11 @@ def logical_ops(run: RunLog) -> list[CommOp]:
 def attribute_axes(ops: list[CommOp], layout) -> list[CommOp]:
     """Set each op's axis from the group it ran on, using a :class:`~commscope.layout.Layout`."""
     by_group: dict[frozenset, str] = {}
-    for kind, axis in (("tp", "tp"), ("cp", "cp"), ("ep", "ep"), ("dp", "dp"), ("dp-cp", "dp"), ("expert-dp", "dp"),
-                       ("emb", "emb")):
+    for kind, axis in (("tp", "tp"), ("cp", "cp"), ("dp", "dp"), ("dp-cp", "dp"), ("expert-dp", "dp"), ("emb", "emb")):
         for g in layout.groups(kind):
             by_group.setdefault(frozenset(int(x) for x in g), axis)
+    # an EP group can hold the same ranks as a DP group (dp = ep): all-to-alls on it are EP, the rest DP
+    ep_groups = {frozenset(int(x) for x in g) for g in layout.groups("ep")} if layout.parallel.ep > 1 else set()
     pp_groups = layout.groups("pp")
     pp_pairs = {frozenset((int(g[i]), int(g[j]))) for g in pp_groups for i in range(len(g)) for j in range(len(g)) if i != j}
     world = frozenset(range(layout.world_size))
@@ -90,8 +91,12 @@ def attribute_axes(ops: list[CommOp], layout) -> list[CommOp]:
                 for g in layout.groups("cp"):
                     if pair <= frozenset(int(x) for x in g):
                         axis = "cp"
+        elif op.op == "all_to_all" and members in ep_groups:
+            axis = "ep"
         else:
             axis = by_group.get(members, "dp" if members == world and layout.parallel.dp == layout.world_size else "other")
+            if axis == "other" and members in ep_groups:
+                axis = "ep"
         out.append(op.with_(axis=axis))
     return out
 
@@ -208,8 +213,14 @@ def compare(prediction, run: RunLog) -> dict:
         if s.op == "recv":
             continue
         row = predicted[(s.axis, s.op)]
-        row[0] += s.num_ops
-        row[1] += s.logical_bytes
+        if s.op == "all_to_all" and s.splits is not None:
+            # measured all-to-alls are one record per issuing rank with its own send bytes: count them alike
+            sent = int(s.splits.sum()) * (s.num_groups if s.splits.ndim == 2 else 1)
+            row[0] += s.num_ops * s.group_size
+            row[1] += sent * s.count
+        else:
+            row[0] += s.num_ops
+            row[1] += s.logical_bytes
     rows = []
     for key in sorted(set(measured) | set(predicted)):
         m_count, m_bytes = (x / num_steps for x in measured.get(key, (0, 0)))

@@ -70,4 +70,6 @@ class ClusterSpec:
         for key in (dtype, {"bf16": "fp16", "fp16": "bf16"}.get(dtype, dtype)):
             if key in self.peak_flops:
                 return self.peak_flops[key]
-        raise ValueError(f"cluster {self.name!r} has no peak FLOP/s for dtype {dtype!r}; it has {sorted(self.peak_flops)}")
+        from commscope.errors import ConfigError
+
+        raise ConfigError("dtype", dtype, f"cluster {self.name!r} has no peak FLOP/s for it; it has {sorted(self.peak_flops)}")
