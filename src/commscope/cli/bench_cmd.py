@@ -62,7 +62,8 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
                    help="timed iterations per size (default: as many as fit in --time-budget, 10-1000)")
     g.add_argument("-w", "--warmup_iters", "--warmup-iters", dest="warmup_iters", type=int, default=5,
                    help="warm-up iterations per size (default 5)")
-    g.add_argument("-c", "--check", type=int, choices=(0, 1), default=1, help="check every result on every rank (default 1)")
+    g.add_argument("-c", "--check", type=int, choices=(0, 1), nargs="?", const=1, default=1,
+                   help="check every result on every rank: -c, -c 1 (default) or -c 0 to skip")
     g.add_argument("-d", "--datatype", default="float", help="float, half, bfloat16, double, int8, uint8, int32, int64")
     g.add_argument("-o", "--op", default="sum", choices=REDOPS, help="reduction (default sum; avg needs NCCL)")
     g.add_argument("-r", "--root", type=int, default=0, help="root of broadcast/reduce, index in the group (default 0)")
