@@ -58,15 +58,38 @@ def read_run(logdir: str | Path) -> RunLog:
                   unfinished_ranks=tuple(unfinished), headers=headers)
 
 
+def is_logical(op: CommOp) -> bool:
+    """Whether a measured record counts as one logical op: a collective once (the record of its group's lowest
+    rank, or a record without a rank), an all_to_all and a send on every issuing rank, never a recv."""
+    if op.op == "recv":
+        return False
+    return op.op in ("send", "all_to_all") or op.rank is None or not op.group or op.rank == min(op.group)
+
+
 def logical_ops(run: RunLog) -> list[CommOp]:
-    """Each collective once (from its group's lowest rank), each p2p once (its send)."""
-    out = []
-    for rank, ops in sorted(run.ops_by_rank.items()):
-        for op in ops:
-            if op.op == "recv":
-                continue
-            if op.op == "send" or op.op == "all_to_all" or rank == min(op.group):
-                out.append(op)
+    """Each collective once (from its group's lowest rank), each p2p once (its send), all-to-alls per rank."""
+    return [op for _, ops in sorted(run.ops_by_rank.items()) for op in ops if is_logical(op)]
+
+
+def predicted_ops_by_kind(workload) -> dict[tuple[str, str], list[int]]:
+    """[count, bytes] per (axis, op) of one predicted iteration, counted as :func:`is_logical` counts records:
+    a collective once per group, a p2p once (its send), an all_to_all once per issuing rank with its own
+    send bytes."""
+    out: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for s in workload.opsets:
+        if s.op == "recv":
+            continue
+        row = out[(s.axis, s.op)]
+        if s.op == "all_to_all":
+            if s.splits is None:
+                sent = s.size_bytes * s.group_size * s.num_groups
+            else:  # (n, n) shared by every group, or (groups, n, n)
+                sent = int(s.splits.sum()) * (s.num_groups if s.splits.ndim == 2 else 1)
+            row[0] += s.num_ops * s.group_size
+            row[1] += sent * s.count
+        else:
+            row[0] += s.num_ops
+            row[1] += s.logical_bytes
     return out
 
 
@@ -208,19 +231,7 @@ def compare(prediction, run: RunLog) -> dict:
         row = target[(op.axis, op.op)]
         row[0] += op.count
         row[1] += op.size_bytes * op.count
-    predicted: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
-    for s in prediction.workload.opsets:
-        if s.op == "recv":
-            continue
-        row = predicted[(s.axis, s.op)]
-        if s.op == "all_to_all" and s.splits is not None:
-            # measured all-to-alls are one record per issuing rank with its own send bytes: count them alike
-            sent = int(s.splits.sum()) * (s.num_groups if s.splits.ndim == 2 else 1)
-            row[0] += s.num_ops * s.group_size
-            row[1] += sent * s.count
-        else:
-            row[0] += s.num_ops
-            row[1] += s.logical_bytes
+    predicted = predicted_ops_by_kind(prediction.workload)
     rows = []
     for key in sorted(set(measured) | set(predicted)):
         m_count, m_bytes = (x / num_steps for x in measured.get(key, (0, 0)))

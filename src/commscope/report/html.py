@@ -476,39 +476,26 @@ def schedule_section(parallel, estimate, *, names: Sequence[str] | None = None) 
 
 
 def predicted_bytes_by_axis(workload) -> dict[str, dict[str, int]]:
-    """Bytes (sum of message sizes) and ops per axis of one predicted iteration: a collective once per group,
-    a p2p transfer once (its send), an all_to_all once per issuing rank with that rank's own send bytes
-    (as measured logs record it). Worked example: a TP all_reduce of 13,107,200 bytes over 2 ranks is one
-    op of 13,107,200 bytes; a balanced all_to_all of 4 x 1 MB over 4 ranks is 4 ops of 4 MB.
+    """Bytes (sum of message sizes) and ops per axis of one predicted iteration, counted as measured logs
+    record them (:func:`commscope.capture.analysis.predicted_ops_by_kind`). Worked example: a TP all_reduce of
+    13,107,200 bytes over 2 ranks is one op of 13,107,200 bytes; a balanced all_to_all of 4 x 1 MB over 4
+    ranks is 4 ops of 4 MB.
     """
+    from commscope.capture.analysis import predicted_ops_by_kind
+
     out = {a: {"bytes": 0, "ops": 0} for a in AXES}
-    for s in workload.opsets:
-        if s.op == "recv":
-            continue
-        if s.op == "all_to_all":
-            if s.splits is None:
-                total = s.size_bytes * s.group_size * s.num_groups
-            else:  # (n, n) shared by every group, or (groups, n, n)
-                total = int(s.splits.sum()) * (s.num_groups if s.splits.ndim == 2 else 1)
-            out[s.axis]["bytes"] += total * s.count
-            out[s.axis]["ops"] += s.num_ops * s.group_size
-        else:
-            out[s.axis]["bytes"] += s.size_bytes * s.num_ops
-            out[s.axis]["ops"] += s.num_ops
+    for (axis, _op), (count, nbytes) in predicted_ops_by_kind(workload).items():
+        out[axis]["bytes"] += nbytes
+        out[axis]["ops"] += count
     return out
 
 
 def logical_measured_ops(ops: Iterable[CommOp]) -> list[CommOp]:
-    """Measured records counted the way :func:`predicted_bytes_by_axis` counts: recv and setup left out, a
-    collective once (the record of its group's lowest rank, or a record without a rank), an all_to_all and
-    a send on every issuing rank."""
-    out = []
-    for op in ops:
-        if op.op == "recv" or op.phase == "setup":
-            continue
-        if op.op in ("send", "all_to_all") or op.rank is None or not op.group or op.rank == min(op.group):
-            out.append(op)
-    return out
+    """Measured records counted the way :func:`predicted_bytes_by_axis` counts, setup records left out
+    (:func:`commscope.capture.analysis.is_logical`)."""
+    from commscope.capture.analysis import is_logical
+
+    return [op for op in ops if op.phase != "setup" and is_logical(op)]
 
 
 def with_axes(measured: MeasuredLogs, prediction) -> MeasuredLogs:
