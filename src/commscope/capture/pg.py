@@ -110,30 +110,33 @@ class RecordingProcessGroup(dist.ProcessGroup):
     def _start(self) -> None:
         self._t0 = time.time_ns()
 
+    def _call(self, name: str, *args, opts=None):
+        """The inner backend's op ``name``; its options only when c10d passed some (the bindings default them)."""
+        return getattr(self._inner, name)(*args, *(() if opts is None else (opts,)))
+
     # ----- collectives (names as c10d's Python process-group trampoline calls them) -----
     def allreduce(self, tensors, opts=None):
         self._start()
-        work = self._inner.allreduce(tensors, opts) if opts is not None else self._inner.allreduce(tensors)
+        work = self._call("allreduce", tensors, opts=opts)
         n = sum(_nbytes(t) for t in tensors)
         return self._record("all_reduce", work, size_bytes=n, dtype=_dtype(tensors[0]), bytes_in=n, bytes_out=n)
 
     def allreduce_coalesced(self, tensors, opts=None):
         self._start()
-        work = self._inner.allreduce_coalesced(tensors, opts) if opts is not None else self._inner.allreduce_coalesced(tensors)
+        work = self._call("allreduce_coalesced", tensors, opts=opts)
         n = sum(_nbytes(t) for t in tensors)
         return self._record("all_reduce", work, size_bytes=n, dtype=_dtype(tensors[0]), bytes_in=n, bytes_out=n)
 
     def allgather(self, output_lists, input_tensors, opts=None):
         self._start()
-        work = self._inner.allgather(output_lists, input_tensors, opts) if opts is not None else \
-            self._inner.allgather(output_lists, input_tensors)
+        work = self._call("allgather", output_lists, input_tensors, opts=opts)
         n_in = sum(_nbytes(t) for t in input_tensors)
         n_out = sum(_nbytes(t) for lst in output_lists for t in lst)
         return self._record("all_gather", work, size_bytes=n_out, dtype=_dtype(input_tensors[0]), bytes_in=n_in, bytes_out=n_out)
 
     def all_gather_single(self, output, input, opts=None):  # C++ _allgather_base
         self._start()
-        work = self._inner._allgather_base(output, input, opts) if opts is not None else self._inner._allgather_base(output, input)
+        work = self._call("_allgather_base", output, input, opts=opts)
         return self._record("all_gather", work, size_bytes=_nbytes(output), dtype=_dtype(input), bytes_in=_nbytes(input),
                             bytes_out=_nbytes(output))
 
@@ -167,23 +170,20 @@ class RecordingProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
         self._start()
-        work = self._inner.reduce_scatter(outputs, input_lists, opts) if opts is not None else \
-            self._inner.reduce_scatter(outputs, input_lists)
+        work = self._call("reduce_scatter", outputs, input_lists, opts=opts)
         n_in = sum(_nbytes(t) for lst in input_lists for t in lst)
         return self._record("reduce_scatter", work, size_bytes=n_in, dtype=_dtype(outputs[0]), bytes_in=n_in,
                             bytes_out=sum(_nbytes(t) for t in outputs), backend_op=self._rs_backend_op())
 
     def reduce_scatter_single(self, output, input, opts=None):  # C++ _reduce_scatter_base
         self._start()
-        work = self._inner._reduce_scatter_base(output, input, opts) if opts is not None else \
-            self._inner._reduce_scatter_base(output, input)
+        work = self._call("_reduce_scatter_base", output, input, opts=opts)
         return self._record("reduce_scatter", work, size_bytes=_nbytes(input), dtype=_dtype(input), bytes_in=_nbytes(input),
                             bytes_out=_nbytes(output), backend_op=self._rs_backend_op())
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         self._start()
-        work = self._coalesced(lambda o, i: self._inner._reduce_scatter_base(o, i, opts) if opts is not None
-                               else self._inner._reduce_scatter_base(o, i), list(zip(outputs, inputs)))
+        work = self._coalesced(lambda o, i: self._call("_reduce_scatter_base", o, i, opts=opts), list(zip(outputs, inputs)))
         for k, (out, inp) in enumerate(zip(outputs, inputs)):
             rec_work = work if k == len(outputs) - 1 else _DoneWork()
             self._record("reduce_scatter", rec_work, size_bytes=_nbytes(inp), dtype=_dtype(inp), bytes_in=_nbytes(inp),
@@ -201,8 +201,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
         self._start()
         out_splits = list(output_split_sizes or [])
         in_splits = list(input_split_sizes or [])
-        args = (output, input, out_splits, in_splits) + ((opts,) if opts is not None else ())
-        work = self._inner.alltoall_base(*args)
+        work = self._call("alltoall_base", output, input, out_splits, in_splits, opts=opts)
         n = self.size()
         row_bytes = (input.numel() // max(input.shape[0], 1)) * input.element_size() if input.dim() else input.element_size()
         sends = [s * row_bytes for s in in_splits] if in_splits else [_nbytes(input) // n] * n
@@ -211,42 +210,42 @@ class RecordingProcessGroup(dist.ProcessGroup):
 
     def alltoall(self, outputs, inputs, opts=None):
         self._start()
-        work = self._inner.alltoall(outputs, inputs, opts) if opts is not None else self._inner.alltoall(outputs, inputs)
+        work = self._call("alltoall", outputs, inputs, opts=opts)
         sends = [_nbytes(t) for t in inputs]
         return self._record("all_to_all", work, size_bytes=sum(sends), dtype=_dtype(inputs[0]), bytes_in=sum(sends),
                             bytes_out=sum(_nbytes(t) for t in outputs), splits=sends)
 
     def broadcast(self, tensors, opts=None):
         self._start()
-        work = self._inner.broadcast(tensors, opts) if opts is not None else self._inner.broadcast(tensors)
+        work = self._call("broadcast", tensors, opts=opts)
         n = sum(_nbytes(t) for t in tensors)
         root = getattr(opts, "rootRank", 0) if opts is not None else 0
         return self._record("broadcast", work, size_bytes=n, dtype=_dtype(tensors[0]), bytes_in=n, bytes_out=n, root=root)
 
     def reduce(self, tensors, opts=None):
         self._start()
-        work = self._inner.reduce(tensors, opts) if opts is not None else self._inner.reduce(tensors)
+        work = self._call("reduce", tensors, opts=opts)
         n = sum(_nbytes(t) for t in tensors)
         root = getattr(opts, "rootRank", 0) if opts is not None else 0
         return self._record("reduce", work, size_bytes=n, dtype=_dtype(tensors[0]), bytes_in=n, bytes_out=n, root=root)
 
     def gather(self, output_lists, inputs, opts=None):
         self._start()
-        work = self._inner.gather(output_lists, inputs, opts) if opts is not None else self._inner.gather(output_lists, inputs)
+        work = self._call("gather", output_lists, inputs, opts=opts)
         n_in = sum(_nbytes(t) for t in inputs)
         return self._record("gather", work, size_bytes=n_in * self.size(), dtype=_dtype(inputs[0]), bytes_in=n_in,
                             bytes_out=sum(_nbytes(t) for lst in output_lists for t in lst))
 
     def scatter(self, outputs, input_lists, opts=None):
         self._start()
-        work = self._inner.scatter(outputs, input_lists, opts) if opts is not None else self._inner.scatter(outputs, input_lists)
+        work = self._call("scatter", outputs, input_lists, opts=opts)
         n_out = sum(_nbytes(t) for t in outputs)
         return self._record("scatter", work, size_bytes=n_out * self.size(), dtype=_dtype(outputs[0]),
                             bytes_in=sum(_nbytes(t) for lst in input_lists for t in lst), bytes_out=n_out)
 
     def barrier(self, opts=None):
         self._start()
-        work = self._inner.barrier(opts) if opts is not None else self._inner.barrier()
+        work = self._call("barrier", opts=opts)
         return self._record("barrier", work, size_bytes=0, dtype="none", bytes_in=0, bytes_out=0)
 
     def send(self, tensors, dst, tag=0):
