@@ -172,3 +172,17 @@ def resolve_job(args: argparse.Namespace) -> tuple[ModelSpec, ParallelSpec, Clus
     cluster = resolve_cluster(args)
     check_job(model, parallel)
     return model, parallel, cluster
+
+
+def estimate_job(prediction, args: argparse.Namespace):
+    """``estimate`` of a prediction with the command's --method, --gpu-util and --bandwidth (a measured table
+    or fit; ops it lacks fall back to the cluster preset's alpha-beta model, with a note)."""
+    from commscope.bandwidth import AlphaBeta
+    from commscope.estimate import estimate
+
+    bw = None
+    if args.bandwidth is not None:
+        from commscope.io.bandwidth_file import read_bandwidth
+
+        bw = read_bandwidth(args.bandwidth, fallback=AlphaBeta(prediction.cluster))
+    return estimate(prediction, method=args.method, gpu_util=args.gpu_util, bandwidth=bw)

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from commscope.cli.common import add_job_args, resolve_job
+from commscope.cli.common import add_job_args, estimate_job, resolve_job
 from commscope.estimate import METHODS
 from commscope.traffic import ALGORITHMS
 
@@ -33,17 +33,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from commscope.api import predict
-    from commscope.bandwidth import AlphaBeta
-    from commscope.estimate import estimate
 
     model, parallel, cluster = resolve_job(args)
     pred = predict(model, parallel, cluster, algorithm=args.algorithm)
-    bw = None
-    if args.bandwidth is not None:
-        from commscope.io.bandwidth_file import read_bandwidth
-
-        bw = read_bandwidth(args.bandwidth, fallback=AlphaBeta(cluster))
-    est = estimate(pred, method=args.method, gpu_util=args.gpu_util, bandwidth=bw)
+    est = estimate_job(pred, args)
     if args.json:
         json.dump({"model": model.name, "cluster": cluster.name, **est.to_dict()}, sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from commscope.cli.common import add_job_args, resolve_job
+from commscope.cli.common import add_job_args, estimate_job, resolve_job
 from commscope.estimate import METHODS
 from commscope.traffic import ALGORITHMS
 
@@ -69,17 +69,10 @@ def run(args: argparse.Namespace) -> int:
     prediction = est = plan_result = None
     if args.predicted:
         from commscope.api import predict
-        from commscope.estimate import estimate
 
         model, parallel, cluster = resolve_job(args)
         prediction = predict(model, parallel, cluster, algorithm=args.algorithm)
-        bw = None
-        if args.bandwidth is not None:
-            from commscope.bandwidth import AlphaBeta
-            from commscope.io.bandwidth_file import read_bandwidth
-
-            bw = read_bandwidth(args.bandwidth, fallback=AlphaBeta(cluster))
-        est = estimate(prediction, method=args.method, gpu_util=args.gpu_util, bandwidth=bw)
+        est = estimate_job(prediction, args)
         if args.plan_gpus is not None:
             from commscope.plan import plan
 
