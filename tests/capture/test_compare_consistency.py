@@ -7,7 +7,9 @@ from collections import defaultdict
 import pytest
 
 from commscope.api import predict
-from commscope.capture.analysis import RunLog, compare
+import numpy as np
+
+from commscope.capture.analysis import RunLog, compare, logical_ops, measured_traffic
 from commscope.spec.cluster import ClusterSpec, LinkTier
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
@@ -45,3 +47,7 @@ def test_perfect_recording_compares_exactly(parallel):
         assert row["measured_bytes"] == row["predicted_bytes"], row
     if parallel.ep > 1:
         assert result["by_axis"]["ep"]["measured_bytes"] > 0
+    # and the measured matrix, built with the prediction's decomposition, is the predicted matrix
+    tm = measured_traffic(logical_ops(_as_recorded(pred.workload)), pred.traffic.world_size, 8)
+    assert tm.bytes_by_axis() == pred.traffic.bytes_by_axis()
+    assert np.array_equal(tm.to_dense(), pred.traffic.to_dense())

@@ -130,33 +130,27 @@ def measured_traffic(ops: list[CommOp], world_size: int, gpus_per_node: int, *, 
     from commscope.traffic import TrafficMatrix, build_traffic
     from commscope.workload.base import OpSet
 
+    def executed(op: CommOp) -> str:
+        return op.backend_op if (view == "wire" and op.backend_op) else op.op
+
+    # identical ops collapse into one op set with a repeat count; all_to_alls stay one per issuing rank,
+    # each with its own send splits
     grouped: dict[tuple, int] = defaultdict(int)
-    for op in ops:
-        name = op.backend_op if (view == "wire" and op.backend_op) else op.op
-        if op.op == "send":
-            group = (op.rank, op.peer)
-        else:
-            group = op.group
-        splits = None
-        if name == "all_to_all" and op.splits is not None:
-            splits = op.splits
-        grouped[(name, op.axis, op.dtype, op.size_bytes, group, splits)] += op.count
     opsets = []
-    a2a: dict[tuple, dict[int, tuple]] = defaultdict(dict)
-    for (name, axis, dtype, size, group, splits), count in grouped.items():
+    for op in ops:
+        name = executed(op)
         if name == "all_to_all":
-            continue
-        opsets.append(OpSet(op=name, axis=axis, name="measured", size_bytes=size, dtype=dtype, phase="fwd",
-                            groups=np.array([group], dtype=np.int64), repeat=count))
-    for op in ops:  # all_to_all: one op per issuing rank, each with its own send splits
-        if (op.backend_op if view == "wire" and op.backend_op else op.op) == "all_to_all":
             n = len(op.group)
-            pos = op.group.index(op.rank)
             mat = np.zeros((n, n), dtype=np.int64)
-            sends = op.splits if op.splits is not None else [op.size_bytes // n] * n
-            mat[pos] = sends
+            mat[op.group.index(op.rank)] = op.splits if op.splits is not None else [op.size_bytes // n] * n
             opsets.append(OpSet(op="all_to_all", axis=op.axis, name="measured", size_bytes=op.size_bytes, dtype=op.dtype,
                                 phase="fwd", groups=np.array([op.group], dtype=np.int64), repeat=op.count, splits=mat))
+            continue
+        group = (op.rank, op.peer) if op.op == "send" else op.group
+        grouped[(name, op.axis, op.dtype, op.size_bytes, group)] += op.count
+    for (name, axis, dtype, size, group), count in grouped.items():
+        opsets.append(OpSet(op=name, axis=axis, name="measured", size_bytes=size, dtype=dtype, phase="fwd",
+                            groups=np.array([group], dtype=np.int64), repeat=count))
     tm = build_traffic(opsets, world_size, gpus_per_node, algorithm=algorithm)
     return TrafficMatrix(world_size=tm.world_size, gpus_per_node=tm.gpus_per_node, src=tm.src, dst=tm.dst, axis=tm.axis,
                          bytes=tm.bytes, algorithm=algorithm, view=view)
