@@ -473,11 +473,11 @@ def cluster_to_mapping(cluster: ClusterSpec) -> dict[str, Any]:
 # Writing files
 # ---------------------------------------------------------------------------------------------------------
 
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def _toml_key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else _toml_string(key)
+    return key if _BARE_KEY.fullmatch(key) else _toml_string(key)
 
 
 def _toml_string(s: str) -> str:
