@@ -53,6 +53,8 @@ _PARALLEL_FLAGS: list[tuple[tuple[str, ...], str, Any, str]] = [
     (("--order",), "order", str, "rank order, innermost first (default tp-cp-ep-dp-pp)"),
     (("--grad-reduce-dtype",), "grad_reduce_dtype", str, "gradient-reduction dtype (default fp32 for bf16 models)"),
     (("--grad-bucket-size",), "grad_bucket_size", int, "elements per DP gradient bucket (default: one bucket)"),
+    (("--framework",), "framework", str, "whose implementation communicates: megatron (default), torch-ddp, torch-fsdp2 "
+                                         "(PyTorch's DDP/FSDP2 + DTensor TP + pipelining, as `commscope workload gpt` runs)"),
 ]
 
 
@@ -131,10 +133,11 @@ def resolve_cluster(args: argparse.Namespace) -> ClusterSpec:
     return _replace(cluster, _given(args, "cluster"))
 
 
-def resolve_parallel(args: argparse.Namespace) -> ParallelSpec:
+def resolve_parallel(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> ParallelSpec:
+    """ParallelSpec from --parallel file and flags over ``defaults`` (DEFAULT_PARALLEL when None)."""
     from commscope.spec.files import load_parallel
 
-    values: dict[str, Any] = dict(DEFAULT_PARALLEL)
+    values: dict[str, Any] = dict(DEFAULT_PARALLEL if defaults is None else defaults)
     if args.parallel:
         from commscope.spec.files import parallel_to_mapping
 

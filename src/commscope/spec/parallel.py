@@ -16,6 +16,10 @@ DEFAULT_ORDER = "tp-cp-ep-dp-pp"
 ORDER_TOKENS = ("tp", "cp", "ep", "dp", "pp")
 
 
+#: Implementations whose communication commscope predicts (ParallelSpec.framework).
+FRAMEWORKS = ("megatron", "torch-ddp", "torch-fsdp2")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ParallelSpec:
     """How one training iteration is split over GPUs (world size = tp x cp x dp x pp)."""
@@ -56,6 +60,10 @@ class ParallelSpec:
     """Megatron --overlap-grad-reduce: DP gradient reduction runs in buckets during the last backward pass."""
     pipeline_layers: tuple[int, ...] | None = None
     """Explicit layers per pipeline stage (sums to num_layers); default: an even split."""
+    framework: str = "megatron"
+    """Whose implementation communicates: ``megatron`` (Megatron-LM/-core), ``torch-ddp`` or ``torch-fsdp2``
+    (PyTorch's DDP or FSDP2 for data parallelism, DTensor for tensor/sequence parallelism,
+    torch.distributed.pipelining for pipelines: what ``commscope workload gpt`` runs)."""
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "ep", "virtual_pipeline_size", "global_batch_size", "micro_batch_size"):
@@ -64,6 +72,7 @@ class ParallelSpec:
         check(self.zero_stage in (0, 1, 2, 3), "zero_stage", self.zero_stage, "valid: 0, 1, 2, 3")
         check(self.recompute in ("none", "selective", "full"), "recompute", self.recompute, "valid: none, selective, full")
         check(self.schedule in ("1f1b", "gpipe"), "schedule", self.schedule, "valid: 1f1b, gpipe")
+        check(self.framework in FRAMEWORKS, "framework", self.framework, f"valid: {', '.join(FRAMEWORKS)}")
         check(not (self.zero_stage == 3 and self.distributed_optimizer), "zero_stage", self.zero_stage,
               "ZeRO-3 and the distributed optimizer exclude each other; choose one")
         check(self.virtual_pipeline_size == 1 or self.pp > 1, "virtual_pipeline_size", self.virtual_pipeline_size,

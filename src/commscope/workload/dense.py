@@ -97,6 +97,10 @@ def build_workload(model: ModelSpec, parallel: ParallelSpec, *, routing=None) ->
     ``routing`` (MoE only) gives per-pair all-to-all bytes; ``None`` assumes balanced routing.
     """
     check_job(model, parallel)
+    if parallel.framework != "megatron":
+        from commscope.workload.pytorch import build_torch_workload
+
+        return build_torch_workload(model, parallel)
     layout = Layout(parallel)
     ctx = _Ctx(model, parallel, layout)
     opsets: list[OpSet] = []

@@ -1,0 +1,152 @@
+"""``commscope workload gpt``: train the reference GPT with PyTorch's own parallelism, record it, compare."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from commscope.cli.common import add_cluster_args, add_model_args, add_parallel_args
+
+#: Parallelism a workload runs when no flag says otherwise: 2 ranks of DDP, 2 sequences per micro-batch.
+WORKLOAD_PARALLEL = {"tp": 1, "pp": 1, "dp": 2, "micro_batch_size": 2}
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("workload", help="run a reference training with PyTorch's parallelism (and record it)",
+                       description="Real training of commscope's reference models on forked ranks (gloo on CPU, NCCL "
+                                   "on GPUs) with PyTorch's own DDP/FSDP2, DTensor tensor/sequence parallelism and "
+                                   "torch.distributed.pipelining. With --record, every communication op is logged and "
+                                   "compared with commscope's prediction for the same job.")
+    kinds = p.add_subparsers(dest="workload", metavar="MODEL")
+    g = kinds.add_parser("gpt", help="the reference GPT (preset ref-gpt)",
+                         description="Train the reference GPT (preset ref-gpt unless --model says otherwise) on "
+                                     "tp x pp x dp forked ranks. --framework torch-ddp (default) or torch-fsdp2 picks "
+                                     "the data-parallel wrapper; TP is DTensor (with --sequence-parallel: SP), PP is "
+                                     "torch.distributed.pipelining (--schedule 1f1b or gpipe).")
+    add_model_args(g)
+    add_parallel_args(g)
+    add_cluster_args(g)
+    _add_run_args(g)
+    g.set_defaults(func=run_gpt)
+    p.set_defaults(func=lambda args: _missing_kind(p))
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    r = p.add_argument_group("run")
+    r.add_argument("--steps", type=int, default=2, help="measured training steps (default 2)")
+    r.add_argument("--warmup", type=int, default=1,
+                   help="iterations before the measured steps; their ops are reported as setup (default 1)")
+    r.add_argument("--micro-batches", type=int, default=None,
+                   help="micro-batches per step (default 2 x pp); sets --global-batch-size when that is not given")
+    r.add_argument("--record", type=Path, default=None, help="write rank#####.jsonl logs here and compare them")
+    r.add_argument("--seed", type=int, default=0, help="seed for weights and data (default 0)")
+    r.add_argument("--backend", default=None, choices=("gloo", "nccl"),
+                   help="torch.distributed backend (default: nccl when enough GPUs, else gloo)")
+    r.add_argument("--timeout", type=float, default=600.0, help="wall-clock limit for the whole run in seconds")
+    r.add_argument("--json", action="store_true", help="print the result (and comparison) as JSON")
+
+
+def _missing_kind(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def resolve_workload_job(args: argparse.Namespace):
+    """Model, parallelism and cluster of a workload run: ref-gpt, torch-ddp and small batches by default."""
+    from commscope.cli.common import _given, resolve_cluster, resolve_model, resolve_parallel
+    from commscope.errors import ConfigError
+    from commscope.workloads.gpt import REFERENCE_MODEL
+
+    args.model = args.model or REFERENCE_MODEL
+    model = resolve_model(args)
+    defaults = dict(WORKLOAD_PARALLEL, framework="torch-ddp")
+    given = _given(args, "parallel")
+    if args.micro_batches is not None:
+        if args.micro_batches < 1:
+            raise ConfigError("micro-batches", args.micro_batches, "must be >= 1")
+        if "global_batch_size" in given:
+            raise ConfigError("micro-batches", args.micro_batches, "give either --micro-batches or --global-batch-size")
+    if "global_batch_size" not in given and not args.parallel:
+        mbs = given.get("micro_batch_size", defaults["micro_batch_size"])
+        micro_batches = args.micro_batches or 2 * given.get("pp", defaults.get("pp", 1))
+        defaults["global_batch_size"] = mbs * given.get("dp", defaults["dp"]) * micro_batches
+    parallel = resolve_parallel(args, defaults)
+    return model, parallel, resolve_cluster(args)
+
+
+def run_gpt(args: argparse.Namespace) -> int:
+    from commscope.errors import ConfigError
+    from commscope.workloads.gpt import MAX_PARAMS, RunConfig, check_config, run
+
+    model, parallel, cluster = resolve_workload_job(args)
+    cfg = RunConfig(model=model, parallel=parallel, steps=args.steps, warmup=args.warmup, seed=args.seed,
+                    record=None if args.record is None else str(args.record))
+    check_config(cfg)
+    if model.num_parameters() > MAX_PARAMS:
+        raise ConfigError("model", model.name, f"has {model.num_parameters():,} parameters; a reference run trains it "
+                                               f"for real on this machine, so it must stay under {MAX_PARAMS:,}")
+    if args.record is not None:
+        args.record.mkdir(parents=True, exist_ok=True)
+        if any(args.record.glob("rank*.jsonl")):
+            raise ConfigError("record", str(args.record), "already holds rank*.jsonl logs; choose an empty directory")
+    backend = args.backend or _default_backend(parallel.world_size)
+    results = run(cfg, timeout_s=args.timeout, backend=backend)
+    comparison = None
+    if args.record is not None:
+        comparison = _record_and_compare(args.record, model, parallel, cluster)
+    out = _summary(results, model, parallel, backend)
+    if args.json:
+        json.dump({**out, "comparison": comparison}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    print(f"{model.name} on {parallel.world_size} ranks ({backend}): tp {parallel.tp} pp {parallel.pp} dp {parallel.dp}"
+          f"{' SP' if parallel.sequence_parallel and parallel.tp > 1 else ''}, {parallel.framework}, "
+          f"{parallel.num_micro_batches} micro-batches of {parallel.micro_batch_size}, {args.steps} step(s)")
+    print(f"loss per step: {', '.join(f'{x:.4f}' for x in out['loss'])}")
+    print(f"step time: median {out['step_s_median'] * 1e3:.1f} ms (slowest rank per step)")
+    if comparison is not None:
+        _print_comparison(args.record, comparison)
+    return 0
+
+
+def _default_backend(world: int) -> str:
+    try:
+        import torch
+    except ImportError:
+        return "gloo"
+    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world else "gloo"
+
+
+def _summary(results: list[dict], model, parallel, backend: str) -> dict:
+    import statistics
+
+    last_stage = [r for r in results if r["stage"] == parallel.pp - 1]
+    steps = len(results[0]["step_s"])
+    # mean over the data-parallel replicas of the last stage (TP ranks hold the same loss)
+    loss = [statistics.fmean(r["losses"][i] for r in last_stage) for i in range(steps)]
+    slowest = [max(r["step_s"][i] for r in results) for i in range(steps)]
+    return {"model": model.name, "world_size": parallel.world_size, "backend": backend, "framework": parallel.framework,
+            "loss": loss, "step_s": slowest, "step_s_median": statistics.median(slowest),
+            "ops_recorded": [r["ops"] for r in results]}
+
+
+def _record_and_compare(logdir: Path, model, parallel, cluster) -> dict:
+    from commscope.api import predict
+    from commscope.capture.analysis import compare, read_run
+    from commscope.spec.files import dumps_toml, model_to_mapping, parallel_to_mapping
+
+    # the job, so that `commscope compare logdir --model logdir/model.toml --parallel logdir/parallel.toml` repeats this
+    (logdir / "model.toml").write_text(dumps_toml(model_to_mapping(model)))
+    (logdir / "parallel.toml").write_text(dumps_toml(parallel_to_mapping(parallel)))
+    return compare(predict(model, parallel, cluster), read_run(logdir))
+
+
+def _print_comparison(logdir: Path, result: dict) -> None:
+    from commscope.cli.compare_cmd import print_comparison
+
+    print(f"\nrecorded in {logdir}/: measured vs predicted per step ({result['num_steps']} step(s); "
+          f"setup includes the {'warm-up iteration' if result['steps'] else 'whole run'})")
+    print_comparison(result)
+    print(f"repeat with: commscope compare {logdir} --model {logdir}/model.toml --parallel {logdir}/parallel.toml")

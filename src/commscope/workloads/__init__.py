@@ -1,0 +1,1 @@
+"""Reference trainings with PyTorch's own parallelism: ``commscope workload gpt|moe``."""
