@@ -48,6 +48,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
         self._inner_name = inner_name
         self._sink = sink
         self._seq = 0
+        self._me = self._ranks[rank]
 
     # ----- identity -----
     def getBackendName(self) -> str:  # noqa: N802 (c10d's name)
@@ -76,7 +77,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
     def _record(self, op: str, work, *, size_bytes: int, dtype: str, bytes_in: int, bytes_out: int,
                 peer: int | None = None, splits=None, backend_op: str | None = None, root: int | None = None):
         self._seq += 1
-        rec = {"op": op, "group": self._ranks, "rank": self._ranks[self.rank()], "size_bytes": int(size_bytes),
+        rec = {"op": op, "group": self._ranks, "rank": self._me, "size_bytes": int(size_bytes),
                "dtype": dtype, "t_start_ns": self._t0, "backend": self._inner_name,
                "group_name": self._group_name, "seq": self._seq, "bytes_in": int(bytes_in), "bytes_out": int(bytes_out)}
         if peer is not None:

@@ -29,6 +29,10 @@ from typing import Any, Iterator
 RECORD_ENV = "COMMSCOPE_RECORD"
 LOG_FORMAT = "commscope-ops"
 
+#: How often the poller looks at works without a future (gloo's send/recv and reduce_scatter) while any are
+#: pending; each new op also looks. Their completion time is thus late by at most this (or the next op).
+POLL_S = 0.005
+
 
 class RankLog:
     """Thread-safe JSONL writer for one rank (callbacks arrive on the backend's threads)."""
@@ -44,6 +48,7 @@ class RankLog:
         self._pending: list[tuple[Any, dict]] = []  # works without a future: (work, record)
         self._poller: threading.Thread | None = None
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self.num_records = 0
         self.rank: int | None = None
         self.step: int | None = None
@@ -53,11 +58,14 @@ class RankLog:
     def __call__(self, rec: dict) -> None:
         if self.step is not None and "step" not in rec:
             rec["step"] = self.step
+        if self._pending:
+            self._drain_pending(final=False)
         if rec.get("t_end_ns", 0) is None and "_work" in rec:
             work = rec.pop("_work")
             with self._lock:
                 self._pending.append((work, rec))
             self._ensure_poller()
+            self._wake.set()
             return
         rec.pop("_work", None)
         self._append(rec)
@@ -111,6 +119,7 @@ class RankLog:
 
         wait_inflight(2.0)  # completion callbacks of ops still in flight land before the file closes
         self._stop.set()
+        self._wake.set()
         if self._poller is not None:
             self._poller.join(timeout=1.0)
         self.flush()
@@ -128,9 +137,15 @@ class RankLog:
             self._poller.start()
 
     def _poll(self) -> None:
+        # sleeps while nothing is pending (a poller that woke every millisecond regardless cost 40% of step
+        # time with 8 ranks on 2 cores); while works are pending it looks every POLL_S
         while not self._stop.is_set():
+            if not self._pending:
+                self._wake.wait(0.5)
+                self._wake.clear()
+                continue
             if not self._drain_pending(final=False):
-                self._stop.wait(0.001)
+                self._stop.wait(POLL_S)
 
     def _drain_pending(self, *, final: bool) -> int:
         done = []
