@@ -84,14 +84,16 @@ def _as_cluster(cluster: ClusterSpec | str) -> ClusterSpec:
 
 
 def predict(model: ModelSpec | str, parallel: ParallelSpec, cluster: ClusterSpec | str = "dgx-a100", *,
-            algorithm: str = "ring", routing: Any = None) -> Prediction:
+            algorithm: str = "ring", routing: Any = None, routing_iteration: int = 0) -> Prediction:
     """Predict every op of one iteration and its per-GPU-pair traffic.
 
     ``model`` and ``cluster`` are specs, preset names (``commscope presets``) or file paths.
     ``algorithm`` decomposes collectives (``ring``, ``direct``, ``tree``, ``hierarchical``).
+    ``routing`` (MoE): ``None`` (balanced), an (ep, ep) token matrix or a :class:`~commscope.moe.RoutingTrace`,
+    whose iteration ``routing_iteration`` sizes the EP all-to-alls (:func:`commscope.moe.routing_for_job` makes one).
     """
     model_spec = _as_model(model)
     cluster_spec = _as_cluster(cluster)
-    workload = build_workload(model_spec, parallel, routing=routing)
+    workload = build_workload(model_spec, parallel, routing=routing, routing_iteration=routing_iteration)
     traffic = traffic_of(workload, cluster_spec.gpus_per_node, algorithm=algorithm)
     return Prediction(model=model_spec, parallel=parallel, cluster=cluster_spec, workload=workload, traffic=traffic)

@@ -107,6 +107,24 @@ def add_cluster_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--gpus-per-node", dest="cluster.gpus_per_node", type=int, default=None, help="GPUs per node")
 
 
+def add_routing_args(parser: argparse.ArgumentParser, *, iteration: bool = True, default: str | None = None) -> None:
+    """MoE routing flags: --routing (a generator spec or a trace), --routing-seed, --routing-iteration (when
+    ``iteration``) and Megatron's --moe-expert-capacity-factor (sets the model's capacity_factor)."""
+    from commscope.moe.generators import GENERATORS
+
+    g = parser.add_argument_group("MoE routing")
+    g.add_argument("--routing", default=default, metavar="SPEC",
+                   help=f"expert routing: {', '.join(GENERATORS.values())}, or a routing trace (.npz or a directory "
+                        f"of routing-rank*.npz) (default {default or 'balanced, the classic assumption'})")
+    g.add_argument("--routing-seed", type=int, default=0, help="seed of the synthetic routing (default 0)")
+    if iteration:
+        g.add_argument("--routing-iteration", type=int, default=0,
+                       help="which training iteration of the routing sizes the EP all-to-alls (default 0)")
+    g.add_argument("--moe-expert-capacity-factor", "--capacity-factor", dest="model.capacity_factor", type=float,
+                   default=None, help="expert capacity factor: tokens beyond ceil(factor x T top_k / experts) per "
+                                      "expert and source rank are dropped, not sent (default: no dropping)")
+
+
 def _given(args: argparse.Namespace, prefix: str) -> dict[str, Any]:
     return {k.split(".", 1)[1]: v for k, v in vars(args).items() if k.startswith(prefix + ".") and v is not None}
 

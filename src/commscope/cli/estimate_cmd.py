@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from commscope.cli.common import add_job_args, estimate_job, resolve_job
+from commscope.cli.common import add_job_args, add_routing_args, estimate_job, resolve_job
 from commscope.estimate import METHODS
 from commscope.traffic import ALGORITHMS
 
@@ -17,6 +17,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Estimate the time of one training iteration: compute, TP, PP, DP, CP, EP "
                                    "communication and the pipeline bubble, with ratios and throughput.")
     add_job_args(p)
+    add_routing_args(p)
     g = p.add_argument_group("estimate")
     g.add_argument("--method", choices=METHODS, default="refined",
                    help="refined (per-op, default) or seed (the talk's formulation, term by term)")
@@ -33,9 +34,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from commscope.api import predict
+    from commscope.cli.moe_cmd import job_routing
 
     model, parallel, cluster = resolve_job(args)
-    pred = predict(model, parallel, cluster, algorithm=args.algorithm)
+    pred = predict(model, parallel, cluster, algorithm=args.algorithm, routing=job_routing(args, model, parallel))
     est = estimate_job(pred, args)
     if args.json:
         json.dump({"model": model.name, "cluster": cluster.name, **est.to_dict()}, sys.stdout, indent=2)

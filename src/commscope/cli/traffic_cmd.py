@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from commscope.cli.common import add_job_args, resolve_job
+from commscope.cli.common import add_job_args, add_routing_args, resolve_job
 from commscope.record import REPORT_AXES
 from commscope.traffic import ALGORITHMS
 from commscope.units import format_bytes
@@ -25,6 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "With no flags: the seed talk's 1.5B GPT with tp=2 pp=4 dp=4 on DGX-1 V100 nodes.",
     )
     add_job_args(p)
+    add_routing_args(p)
     g = p.add_argument_group("output")
     g.add_argument("--algorithm", choices=ALGORITHMS, default="ring", help="collective algorithm for the matrix (default ring)")
     g.add_argument("--out", type=Path, default=None, help="directory for ops.jsonl, ops.csv, traffic.csv, traffic.npz, heatmap.png, summary.json")
@@ -38,9 +39,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from commscope.api import predict
+    from commscope.cli.moe_cmd import job_routing
 
     model, parallel, cluster = resolve_job(args)
-    pred = predict(model, parallel, cluster, algorithm=args.algorithm)
+    pred = predict(model, parallel, cluster, algorithm=args.algorithm, routing=job_routing(args, model, parallel))
     summary = pred.summary()
     written: list[Path] = []
     if args.out is not None:

@@ -201,24 +201,42 @@ def load_bench(path: str | Path) -> BenchResult:
 
 
 def load_moe(path: str | Path) -> list[MoeRouting]:
-    """Read an ``.npz`` with a ``routing`` array (iterations, ep, ep), or every ``*.npz`` of a directory."""
+    """Read an ``.npz`` with a ``routing`` array (iterations, ep, ep), or every ``*.npz`` of a directory; a
+    routing trace (:mod:`commscope.moe.trace`: a ``counts`` array, or a directory of ``routing-rank*.npz``)
+    becomes its rank-to-rank tokens summed over micro-batches and layers."""
+    from commscope.moe.routing import rank_tokens
+    from commscope.moe.trace import RANK_FILE_GLOB, load_trace
+
+    def from_trace(source: Path) -> np.ndarray:
+        trace = load_trace(source)
+        return rank_tokens(trace.counts.sum(axis=(1, 2)), trace.placement, trace.ep)
+
     path = Path(path)
     if not path.exists():
         raise ConfigError("moe", str(path), "no such file or directory (expected .npz files with a routing array)")
     files = sorted(path.glob("*.npz")) if path.is_dir() else [path]
-    if not files:
-        raise ConfigError("moe", str(path), "holds no *.npz files")
     out = []
+    if path.is_dir() and any(path.glob(RANK_FILE_GLOB)):
+        out.append(MoeRouting(name=path.name, routing=from_trace(path), source=str(path)))
+        files = [f for f in files if not f.match(RANK_FILE_GLOB)]
+    if not files and not out:
+        raise ConfigError("moe", str(path), "holds no *.npz files")
     for f in files:
         try:
             with np.load(f, allow_pickle=False) as npz:
-                if "routing" not in npz.files:
+                if "counts" in npz.files:
+                    routing = None
+                elif "routing" not in npz.files:
                     raise ConfigError("moe", str(f), f"has no 'routing' array (it has: {', '.join(npz.files) or 'nothing'})")
-                routing = np.asarray(npz["routing"])
+                else:
+                    routing = np.asarray(npz["routing"])
         except (OSError, ValueError) as exc:
             if isinstance(exc, ConfigError):
                 raise
             raise ConfigError("moe", str(f), f"is not a readable .npz ({exc})") from None
+        if routing is None:
+            out.append(MoeRouting(name=f.stem, routing=from_trace(f), source=str(f)))
+            continue
         if routing.ndim == 2:
             routing = routing[None]
         if routing.ndim != 3 or routing.shape[1] != routing.shape[2] or routing.shape[0] < 1:

@@ -91,10 +91,12 @@ def grad_dtype(model: ModelSpec, parallel: ParallelSpec) -> str:
     return "fp32" if model.dtype == "bf16" else model.dtype
 
 
-def build_workload(model: ModelSpec, parallel: ParallelSpec, *, routing=None) -> Workload:
+def build_workload(model: ModelSpec, parallel: ParallelSpec, *, routing=None, routing_iteration: int = 0) -> Workload:
     """Every CommOp of one Megatron-style training iteration of ``model`` under ``parallel``.
 
-    ``routing`` (MoE only) gives per-pair all-to-all bytes; ``None`` assumes balanced routing.
+    ``routing`` (MoE only) gives per-pair all-to-all bytes: ``None`` (balanced), an (ep, ep) token matrix, or a
+    :class:`~commscope.moe.trace.RoutingTrace` whose iteration ``routing_iteration`` is used
+    (see :mod:`commscope.workload.moe`).
     """
     check_job(model, parallel)
     if parallel.framework != "megatron":
@@ -112,7 +114,7 @@ def build_workload(model: ModelSpec, parallel: ParallelSpec, *, routing=None) ->
     if model.is_moe:
         from commscope.workload.moe import ep_ops
 
-        opsets += ep_ops(ctx, routing)
+        opsets += ep_ops(ctx, routing, routing_iteration=routing_iteration)
     return Workload(model=model, parallel=parallel, layout=layout, opsets=tuple(opsets), notes=tuple(ctx.notes))
 
 

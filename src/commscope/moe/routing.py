@@ -1,0 +1,70 @@
+"""Expert counts -> the all-to-all's rank-to-rank token matrix: placement, capacity and token dropping.
+
+Orientation: ``tokens[..., i, j]`` is the number of tokens EP rank ``i`` (row, sender) dispatches to EP rank
+``j`` (column, the rank hosting the experts): the sum of ``counts[..., i, x]`` over the experts x that
+``placement`` puts on rank j. The diagonal holds tokens whose expert lives on their own rank; they never
+touch the network. The combine all-to-all sends the same tokens back, the transposed matrix.
+
+Capacity and token dropping (Megatron-core's ``--moe-expert-capacity-factor`` [megatron-core], GShard's
+group-local expert capacity [gshard-2020]). Each source rank applies the capacity to its OWN tokens, in its
+router, before the dispatch; dropped assignments are never sent:
+
+    C_r = ceil(capacity_factor x A_r / E)        A_r = sum_x counts[r, x] = T_r x top_k assignments of rank r
+    kept[r, x] = min(counts[r, x], C_r),         dropped[r, x] = counts[r, x] - kept[r, x]
+
+This is Megatron-core's ``topk_softmax_with_capacity``, which calls ``get_capacity(num_tokens * topk,
+num_experts, capacity_factor)`` on the rank's local tokens (and drops by probability or position; which
+tokens go does not change how many). Worked example: T = 4096 tokens, top_k 2, E = 8 experts, capacity
+factor 1.0 gives C = ceil(1.0 x 8192 / 8) = 1024; an expert chosen by 1,500 of the rank's tokens keeps 1,024
+and 476 are dropped. Capacity on the receiving side (per expert over all ranks) is not modelled.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def balanced_routing(tokens: int, top_k: int, ep: int) -> np.ndarray:
+    """(ep, ep) token counts when every rank spreads tokens x top_k evenly over the EP ranks
+    (the first ``tokens x top_k mod ep`` ranks get one more)."""
+    total = tokens * top_k
+    base, rest = divmod(total, ep)
+    row = np.array([base + (1 if j < rest else 0) for j in range(ep)], dtype=np.int64)
+    return np.tile(row, (ep, 1))
+
+
+def expert_capacity(assignments: np.ndarray | int, num_experts: int, capacity_factor: float) -> np.ndarray:
+    """Tokens one expert accepts from a rank that made ``assignments`` = T x top_k assignments:
+    ``ceil(capacity_factor x assignments / num_experts)`` (Megatron-core's get_capacity)."""
+    return np.ceil(np.asarray(assignments, dtype=np.float64) / num_experts * capacity_factor).astype(np.int64)
+
+
+def apply_capacity(counts: np.ndarray, capacity_factor: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """``(kept, dropped)`` counts of shape (..., experts) after each source rank's capacity (see the module
+    docstring); ``capacity_factor=None`` drops nothing."""
+    counts = np.asarray(counts, dtype=np.int64)
+    if capacity_factor is None:
+        return counts, np.zeros_like(counts)
+    cap = expert_capacity(counts.sum(axis=-1, keepdims=True), counts.shape[-1], capacity_factor)
+    kept = np.minimum(counts, cap)
+    return kept, counts - kept
+
+
+def rank_tokens(counts: np.ndarray, placement: np.ndarray, ep: int) -> np.ndarray:
+    """(..., experts) token counts -> (..., ep): the tokens going to each EP rank under ``placement``.
+
+    Applied to counts of shape (..., ep, experts) this is the all-to-all's (..., ep, ep) matrix
+    ``tokens[..., i, j]`` (row i sends to column j). Contiguous equal blocks (the default placement) take a
+    reshape and a sum; any other placement a one-hot product in float64 (exact below 2**53 tokens).
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    placement = np.asarray(placement, dtype=np.int64)
+    experts = counts.shape[-1]
+    if experts % ep == 0 and np.array_equal(placement, np.arange(experts) // (experts // ep)):
+        return counts.reshape(*counts.shape[:-1], ep, experts // ep).sum(axis=-1)
+    onehot = np.zeros((experts, ep), dtype=np.float64)
+    onehot[np.arange(experts), placement] = 1.0
+    return np.rint(counts.astype(np.float64) @ onehot).astype(np.int64)
+
+
+__all__ = ["apply_capacity", "balanced_routing", "expert_capacity", "rank_tokens"]

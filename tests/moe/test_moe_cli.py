@@ -1,0 +1,121 @@
+"""`commscope moe simulate|analyze` and `traffic --routing` as a user runs them."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from commscope.cli.main import main
+from commscope.moe import generate, load_trace, write_rank_trace
+
+# a 2-layer Mixtral keeps the runs small; ep 8 over dp 8
+MIXTRAL = ("--model", "mixtral-8x7b", "--num-layers", "2", "--seq-length", "256", "--micro-batch-size", "1")
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_simulate_writes_trace_metrics_and_pictures(capsys, tmp_path):
+    out_dir = tmp_path / "moe"
+    code, out, err = run(capsys, "moe", "simulate", *MIXTRAL, "--ep", "8", "--iterations", "12", "--routing", "settle:5",
+                         "--out", out_dir)
+    assert code == 0, err
+    assert "settle:5:1.5, seed 0: 12 iterations x 1 micro-batch(es) x 2 MoE layer(s), ep=8, 8 experts, top-2" in out
+    assert "trend towards uniformity: +" in out and "slowest rank's all-to-all takes" in out
+    names = {p.name for p in out_dir.iterdir()}
+    assert names == {"trace.npz", "metrics.csv", "metrics.json", "traffic_frames.png", "metrics.png"}
+    trace = load_trace(out_dir / "trace.npz")
+    assert trace.counts.shape == (12, 1, 2, 8, 8) and trace.tokens_per_rank == 256 and trace.layer_ids == (0, 1)
+    rows = list(csv.DictReader((out_dir / "metrics.csv").read_text().splitlines()))
+    assert len(rows) == 12 and rows[0]["prediction_error_last"] == "" and float(rows[-1]["expert_entropy"]) > 0.9
+    summary = json.loads((out_dir / "metrics.json").read_text())
+    assert summary["iterations"] == 12 and summary["uniformity_trend_per_iteration"] > 0
+
+
+def test_analyze_a_directory_of_rank_files_as_json(capsys, tmp_path):
+    trace = generate("drift:2", iterations=9, ep=4, num_experts=8, top_k=2, tokens_per_rank=50, num_layers=2)
+    for rank in range(4):
+        write_rank_trace(tmp_path / "routing", rank, trace.counts[:, :, :, rank], top_k=2, num_experts=8, ep=4)
+    code, out, err = run(capsys, "moe", "analyze", tmp_path / "routing", "--json", "--capacity-factor", "1.0",
+                         "--out", tmp_path / "a", "--no-plot")
+    assert code == 0, err
+    s = json.loads(out)
+    assert (s["iterations"], s["ep"], s["experts"], s["layers"], s["capacity_factor"]) == (9, 4, 8, 2, 1.0)
+    assert s["dropped_assignments"] > 0 and s["files"] == [str(tmp_path / "a" / "metrics.csv"),
+                                                           str(tmp_path / "a" / "metrics.json")]
+
+
+def test_analyze_the_report_format(capsys, tmp_path):
+    np.savez(tmp_path / "old.npz", routing=np.random.default_rng(0).integers(0, 50, size=(5, 4, 4)))
+    code, out, err = run(capsys, "moe", "analyze", tmp_path / "old.npz")
+    assert code == 0, err
+    assert "5 iterations x 1 micro-batch(es) x 1 MoE layer(s), ep=4, 4 experts, top-1" in out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (("moe", "simulate", "--model", "gpt-1.5b", "--iterations", "3"), "needs an MoE model"),
+    (("moe", "simulate", *MIXTRAL, "--iterations", "3"), r"needs expert parallelism (--ep > 1)"),
+    (("moe", "simulate", *MIXTRAL, "--ep", "8", "--routing", "zipf:x"), "the exponent s must be a number > 0"),
+    (("moe", "simulate", *MIXTRAL, "--ep", "8", "--iterations", "0"), "iterations=0: must be >= 1"),
+    (("moe", "analyze", "nowhere.npz"), "no such file or directory"),
+    (("traffic", *MIXTRAL, "--ep", "8", "--tp", "1", "--pp", "1", "--dp", "8", "--routing", "nope"),
+     "routing='nope': valid: uniform, balanced, zipf:<s>"),
+    (("traffic", "--routing", "uniform"), "needs an MoE model (num_experts > 0); gpt-1.5b is dense"),
+])
+def test_bad_input_exits_2_with_one_line(capsys, tmp_path, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_bad_trace_file_exits_2_naming_file_iteration_and_field(capsys, tmp_path):
+    counts = np.ones((3, 1, 1, 2, 2), dtype=np.int64)
+    counts[2, 0, 0, 1, 0] = -5
+    np.savez(tmp_path / "t.npz", counts=counts, meta=np.array('{"top_k": 1}'))
+    code, out, err = run(capsys, "moe", "analyze", tmp_path / "t.npz")
+    assert code == 2 and err.count("\n") == 1
+    assert f"{tmp_path / 't.npz'}, iteration 2, micro-batch 0, layer 0, rank 1, expert 0: counts=-5: must be >= 0" in err
+
+
+def test_traffic_routing_follows_the_router(capsys, tmp_path):
+    job = ("traffic", *MIXTRAL, "--ep", "8", "--tp", "1", "--pp", "2", "--dp", "8", "--global-batch-size", "16", "--json")
+    code, out, err = run(capsys, *job)
+    assert code == 0, err
+    balanced = json.loads(out)
+    code, out, err = run(capsys, *job, "--routing", "zipf:1.2", "--routing-iteration", "3", "--routing-seed", "1")
+    assert code == 0, err
+    routed = json.loads(out)
+    assert routed["bytes_by_axis"]["ep"] != balanced["bytes_by_axis"]["ep"]
+    assert routed["max_pair_bytes"] > balanced["max_pair_bytes"]
+    assert any("follow the routing of zipf:1.2, seed 1, iteration 3" in n for n in routed["notes"])
+    # a recorded trace works the same way, and a capacity factor drops tokens
+    trace_dir = tmp_path / "sim"
+    assert run(capsys, "moe", "simulate", *MIXTRAL, "--ep", "8", "--iterations", "2", "--routing", "hot:1:0.9",
+               "--out", trace_dir, "--no-plot")[0] == 0
+    code, out, err = run(capsys, *job, "--routing", trace_dir / "trace.npz", "--routing-iteration", "1",
+                         "--moe-expert-capacity-factor", "1.0")
+    assert code == 0, err
+    notes = json.loads(out)["notes"]
+    assert any("trace.npz, iteration 1" in n for n in notes) and any("token assignments dropped" in n for n in notes)
+
+
+def test_estimate_takes_the_routing(capsys):
+    job = ("estimate", *MIXTRAL, "--ep", "8", "--tp", "1", "--pp", "1", "--dp", "8", "--global-batch-size", "8", "--json")
+    base = json.loads(run(capsys, *job)[1])
+    hot = json.loads(run(capsys, *job, "--routing", "hot:0:1")[1])
+    assert hot["ep_s"] > base["ep_s"]
+
+
+def test_report_reads_a_routing_trace(tmp_path):
+    from commscope.report.html import load_moe
+
+    trace = generate("uniform", iterations=3, ep=4, num_experts=8, top_k=2, tokens_per_rank=40, num_layers=2)
+    for rank in range(4):
+        write_rank_trace(tmp_path / "routing", rank, trace.counts[:, :, :, rank], top_k=2, num_experts=8)
+    np.savez(tmp_path / "routing" / "old.npz", routing=np.ones((2, 4, 4)))
+    items = load_moe(tmp_path / "routing")
+    assert [i.name for i in items] == ["routing", "old"]
+    assert items[0].routing.shape == (3, 4, 4) and items[0].routing.sum() == trace.counts.sum()
