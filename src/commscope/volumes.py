@@ -12,6 +12,7 @@ a = b (s/c) h B the activation bytes of one micro-batch on one rank; f = 1 with 
            m (d c - 1)(2 B + G) W  (ZeRO-3),  W = parameters summed over one rank of every (pp, tp) position
     EMB  = 2 d c (V' h) G  when embeddings are tied and p > 1
     EP   = (t d c / e) L_moe m 4 (e-1) T k h B  (balanced routing; T tokens per rank)
+         + t d c L_moe m (e-1) E 8            (the dispatcher's all-gather of E int64 token counts per rank)
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ def axis_volumes(
 
     if model.is_moe:
         moe_tokens = np.where(sp, tokens // t, tokens)
-        ep_bytes = np.where(e > 1, (t * dc // e) * model.num_moe_layers * m * 4 * (e - 1) * moe_tokens * model.top_k * h * B, 0)
+        ep_bytes = np.where(e > 1, (t * dc // e) * model.num_moe_layers * m * 4 * (e - 1) * moe_tokens * model.top_k * h * B
+                            + t * dc * model.num_moe_layers * m * (e - 1) * model.num_experts * 8, 0)
     else:
         ep_bytes = np.zeros_like(tp_bytes)
     shape = np.broadcast_shapes(*(np.shape(x) for x in (t, p, d, c, e, b, gb, v, sp, full, zero)))

@@ -27,7 +27,7 @@ def trace_for(spec="zipf:1.3", *, micro_batches=2, num_layers=3, iterations=3, *
 
 
 def ep_opsets(wl):
-    return [s for s in wl.opsets if s.axis == "ep"]
+    return [s for s in wl.opsets if s.axis == "ep" and s.op == "all_to_all"]
 
 
 def test_per_layer_and_micro_batch_sizes_follow_the_trace():
@@ -41,8 +41,11 @@ def test_per_layer_and_micro_batch_sizes_follow_the_trace():
         expected = rank_tokens(trace.counts[2, mb, layer - 1], trace.placement, 4) * TOKEN_BYTES
         assert np.array_equal(s.splits, expected if s.name.startswith("dispatch") else expected.T), (s.name, layer, mb)
         assert s.size_bytes == s.splits.sum(axis=1).max() and s.count == 1
-    ops = [op for op in wl.ops() if op.axis == "ep"]
-    assert len(ops) == wl.num_ops() - sum(1 for op in wl.ops() if op.axis != "ep")
+    ops = [op for op in wl.ops() if op.axis == "ep" and op.op == "all_to_all"]
+    assert len(ops) == wl.num_ops() - sum(1 for op in wl.ops() if op.axis != "ep" or op.op != "all_to_all")
+    # before each dispatch the EP ranks gather everyone's per-expert token counts (int64)
+    gathers = [s for s in wl.opsets if s.axis == "ep" and s.op == "all_gather"]
+    assert len(gathers) == 3 * 2 and all(s.size_bytes == 4 * 8 * 8 and s.dtype == "int64" for s in gathers)
     assert {(op.layer, op.micro_batch) for op in ops} == {(layer, mb) for layer in (1, 2, 3) for mb in (0, 1)}
     first = next(op for op in ops if op.name == "dispatch" and op.layer == 2 and op.micro_batch == 1)
     assert first.splits == tuple(int(x) for x in (rank_tokens(trace.counts[2, 1, 1], trace.placement, 4)
@@ -60,7 +63,10 @@ def test_bytes_are_conserved():
     # the traffic matrix carries what leaves a rank: 4 all-to-alls x the off-diagonal tokens
     tokens = rank_tokens(trace.counts[1], trace.placement, 4)
     off = tokens.sum() - np.trace(tokens, axis1=-2, axis2=-1).sum()
-    assert traffic_of(wl, 8).bytes_by_axis()["ep"] == 4 * off * TOKEN_BYTES
+    # plus the ring all-gathers of the int64 counts: (ep - 1) x ep x E x 8 per op; one EP group per stage holds
+    # the 3 MoE layers, 2 micro-batches each
+    counts_wire = 3 * 2 * 3 * 4 * 8 * 8
+    assert traffic_of(wl, 8).bytes_by_axis()["ep"] == 4 * off * TOKEN_BYTES + counts_wire
 
 
 def test_capacity_dropping_is_not_sent():

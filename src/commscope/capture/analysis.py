@@ -99,7 +99,8 @@ def attribute_axes(ops: list[CommOp], layout) -> list[CommOp]:
     for kind, axis in (("tp", "tp"), ("cp", "cp"), ("dp", "dp"), ("dp-cp", "dp"), ("expert-dp", "dp"), ("emb", "emb")):
         for g in layout.groups(kind):
             by_group.setdefault(frozenset(int(x) for x in g), axis)
-    # an EP group can hold the same ranks as a DP group (dp = ep): all-to-alls on it are EP, the rest DP
+    # an EP group can hold the same ranks as a DP group (dp = ep): all-to-alls (and int64 all-gathers) on it are
+    # EP, the rest DP
     ep_groups = {frozenset(int(x) for x in g) for g in layout.groups("ep")} if layout.parallel.ep > 1 else set()
     pp_groups = layout.groups("pp")
     pp_pairs = {frozenset((int(g[i]), int(g[j]))) for g in pp_groups for i in range(len(g)) for j in range(len(g)) if i != j}
@@ -114,7 +115,8 @@ def attribute_axes(ops: list[CommOp], layout) -> list[CommOp]:
                 for g in layout.groups("cp"):
                     if pair <= frozenset(int(x) for x in g):
                         axis = "cp"
-        elif op.op == "all_to_all" and members in ep_groups:
+        elif members in ep_groups and (op.op == "all_to_all" or (op.op == "all_gather" and op.dtype == "int64")):
+            # integer all-gathers on an EP group are the MoE dispatcher's token counts, not DP parameter gathers
             axis = "ep"
         else:
             axis = by_group.get(members, "dp" if members == world and layout.parallel.dp == layout.world_size else "other")

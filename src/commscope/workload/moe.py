@@ -95,6 +95,13 @@ def _all_to_alls(ctx, groups: np.ndarray, splits: np.ndarray, *, layers: tuple[i
     """The dispatch, combine and their gradients for one (ep, ep) byte matrix ``splits[i, j]`` (i sends to j);
     ``size_bytes`` (default: each op's busiest send buffer) is what the estimate times."""
     out: list[OpSet] = []
+    # before the dispatch every EP rank learns how many tokens each rank sends to each expert (Megatron-core's
+    # all-to-all dispatcher gathers num_local_tokens_per_expert; so does commscope workload moe): int64 x E
+    ep, experts = groups.shape[1], ctx.model.num_experts
+    counts = dict(op="all_gather", axis="ep", name="dispatch_counts", size_bytes=ep * experts * 8, dtype="int64",
+                  phase="fwd", groups=groups, layers=layers)
+    out.append(OpSet(micro_batches=micro_batches, **counts) if micro_batch is None
+               else MicroBatchOpSet(micro_batch=micro_batch, **counts))
     for phase, names in _PHASES:
         for name in names:
             mat = splits if name.startswith("dispatch") else splits.T

@@ -23,6 +23,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from commscope.errors import check
@@ -131,12 +132,12 @@ def _build_modules():
         return nn.LayerNorm(m.hidden_size, bias=False, dtype=dtype)
 
     class Block(nn.Module):
-        def __init__(self, m: ModelSpec, tp: int, dtype) -> None:
+        def __init__(self, m: ModelSpec, tp: int, dtype, feed_forward=None) -> None:
             super().__init__()
             self.attention_norm = norm(m, dtype)
             self.attention = Attention(m, tp, dtype)
             self.ffn_norm = norm(m, dtype)
-            self.feed_forward = MLP(m, dtype)
+            self.feed_forward = MLP(m, dtype) if feed_forward is None else feed_forward
 
         def forward(self, x, freqs):
             x = x + self.attention(self.attention_norm(x), freqs)
@@ -145,13 +146,15 @@ def _build_modules():
     class GPT(nn.Module):
         """The layers ``layer_ids`` of the model; the embedding on the first stage, norm and output on the last."""
 
-        def __init__(self, m: ModelSpec, *, layer_ids, first: bool, last: bool, tp: int) -> None:
+        def __init__(self, m: ModelSpec, *, layer_ids, first: bool, last: bool, tp: int, make_ffn=None) -> None:
             super().__init__()
-            dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[m.dtype]
+            dtype = torch_dtype(m.dtype)
             vocab = m.padded_vocab_size(tp)
             self.tok_embeddings = nn.Embedding(vocab, m.hidden_size, dtype=dtype) if first else None
-            # string keys keep checkpoint names stable however the layers are cut into stages
-            self.layers = nn.ModuleDict({str(i): Block(m, tp, dtype) for i in layer_ids})
+            # string keys keep checkpoint names stable however the layers are cut into stages;
+            # make_ffn(layer) may supply a layer's feed-forward module (an MoE layer), None keeps the MLP
+            self.layers = nn.ModuleDict({str(i): Block(m, tp, dtype, make_ffn(i) if make_ffn else None)
+                                         for i in layer_ids})
             self.norm = norm(m, dtype) if last else None
             self.output = nn.Linear(m.hidden_size, vocab, bias=False, dtype=dtype) if last else None
             # a plain attribute, not a buffer: DDP would broadcast buffers before every forward
@@ -178,24 +181,35 @@ def _build_modules():
         out = torch.view_as_real(xc * freqs[: x.shape[1]].view(1, x.shape[1], 1, -1)).flatten(3)
         return out.type_as(x)
 
-    return GPT
+    return SimpleNamespace(GPT=GPT, MLP=MLP)
 
 
-_GPT = None
+_MODULES = None
+
+
+def modules() -> SimpleNamespace:
+    """The torch module classes (``GPT``, ``MLP``), built on first use."""
+    global _MODULES
+    if _MODULES is None:
+        _MODULES = _build_modules()
+    return _MODULES
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
 
 
 def build_stage_model(m: ModelSpec, p: ParallelSpec, stage: int):
     """The torch module of pipeline ``stage`` (all layers when pp = 1), not yet parallelised."""
-    global _GPT
-    if _GPT is None:
-        _GPT = _build_modules()
     if p.pp == 1:
         layer_ids = range(m.num_layers)
     else:
         from commscope.workload.dense import stage_layers
 
         layer_ids = stage_layers(m, p, stage)[0]
-    return _GPT(m, layer_ids=layer_ids, first=(stage == 0), last=(stage == p.pp - 1), tp=p.tp)
+    return modules().GPT(m, layer_ids=layer_ids, first=(stage == 0), last=(stage == p.pp - 1), tp=p.tp)
 
 
 def apply_tensor_parallel(model, tp_mesh, *, sequence_parallel: bool) -> None:
