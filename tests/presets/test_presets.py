@@ -33,6 +33,7 @@ PUBLISHED_PARAMETERS = {
     "gpt-1.5b": (1.5e9, 0.12, "seed talk, 1.5B; shape assumed, so only the order of magnitude is checked"),
     "gpt-3b": (3.0e9, 0.06, "seed talk, 3B; shape assumed, so only the order of magnitude is checked"),
     "ref-gpt": (262_720, 0.0, "commscope workload gpt: the torch module counts 262,720 (tests/workloads)"),
+    "ref-moe": (361_792, 0.0, "commscope workload moe: the torch modules of all EP ranks count 361,792 (tests/workloads)"),
 }
 
 MODEL_PRESETS = preset_names("models")

@@ -30,6 +30,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_cluster_args(g)
     _add_run_args(g)
     g.set_defaults(func=run_gpt)
+    e = kinds.add_parser("moe", help="the reference MoE (preset ref-moe) with expert parallelism",
+                         description="Train the reference MoE (preset ref-moe unless --model says otherwise) on dp "
+                                     "forked ranks with --ep-way expert parallelism (Megatron's layout: ep divides dp; "
+                                     "dp/ep expert-data-parallel replicas): per MoE layer and micro-batch an all-gather "
+                                     "of token counts and all_to_all_single dispatch/combine with uneven splits. "
+                                     "Each rank's routing is recorded; with --record, every step is compared with the "
+                                     "prediction for that step's recorded routing.")
+    add_model_args(e)
+    add_parallel_args(e)
+    add_cluster_args(e)
+    _add_run_args(e)
+    e.add_argument("--record-routing", type=Path, default=None,
+                   help="write the routing (routing-rank#####.npz per EP rank) here (default: RECORD/routing "
+                        "when --record is given)")
+    e.set_defaults(func=run_moe_cmd)
     p.set_defaults(func=lambda args: _missing_kind(p))
 
 
@@ -53,16 +68,27 @@ def _missing_kind(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
-def resolve_workload_job(args: argparse.Namespace):
-    """Model, parallelism and cluster of a workload run: ref-gpt, torch-ddp and small batches by default."""
+def resolve_workload_job(args: argparse.Namespace, *, moe: bool = False):
+    """Model, parallelism and cluster of a workload run: ref-gpt with torch-ddp on 2 ranks (ref-moe with ep 4
+    on 4 ranks) and small batches by default."""
     from commscope.cli.common import _given, resolve_cluster, resolve_model, resolve_parallel
     from commscope.errors import ConfigError
     from commscope.workloads.gpt import REFERENCE_MODEL
+    from commscope.workloads.moe import REFERENCE_MOE
 
-    args.model = args.model or REFERENCE_MODEL
+    args.model = args.model or (REFERENCE_MOE if moe else REFERENCE_MODEL)
     model = resolve_model(args)
-    defaults = dict(WORKLOAD_PARALLEL, framework="torch-ddp")
     given = _given(args, "parallel")
+    if moe:
+        ep = given.get("ep", 4)
+        defaults = dict(WORKLOAD_PARALLEL, framework="megatron", ep=ep, dp=max(ep, given.get("dp", ep)))
+        dp = given.get("dp", defaults["dp"])
+        if dp % ep:
+            raise ConfigError("ep", ep, f"must divide dp={dp} (Megatron's layout: the {dp} data-parallel ranks hold "
+                                        f"dp/ep replicas of each expert); for {ep * dp} ranks with {ep}-way expert "
+                                        f"parallelism give --ep {ep} --dp {ep * dp}")
+    else:
+        defaults = dict(WORKLOAD_PARALLEL, framework="torch-ddp")
     if args.micro_batches is not None:
         if args.micro_batches < 1:
             raise ConfigError("micro-batches", args.micro_batches, "must be >= 1")
@@ -135,11 +161,7 @@ def _summary(results: list[dict], model, parallel, backend: str) -> dict:
 def _record_and_compare(logdir: Path, model, parallel, cluster) -> dict:
     from commscope.api import predict
     from commscope.capture.analysis import compare, read_run
-    from commscope.spec.files import dumps_toml, model_to_mapping, parallel_to_mapping
-
-    # the job, so that `commscope compare logdir --model logdir/model.toml --parallel logdir/parallel.toml` repeats this
-    (logdir / "model.toml").write_text(dumps_toml(model_to_mapping(model)))
-    (logdir / "parallel.toml").write_text(dumps_toml(parallel_to_mapping(parallel)))
+    _write_job(logdir, model, parallel)
     return compare(predict(model, parallel, cluster), read_run(logdir))
 
 
@@ -150,3 +172,63 @@ def _print_comparison(logdir: Path, result: dict) -> None:
           f"setup includes the {'warm-up iteration' if result['steps'] else 'whole run'})")
     print_comparison(result)
     print(f"repeat with: commscope compare {logdir} --model {logdir}/model.toml --parallel {logdir}/parallel.toml")
+
+
+def run_moe_cmd(args: argparse.Namespace) -> int:
+    from commscope.errors import ConfigError
+    from commscope.workloads.gpt import MAX_PARAMS
+    from commscope.workloads.moe import MoeRunConfig, check_moe_config, compare_run, load_group_traces, run_moe
+
+    model, parallel, cluster = resolve_workload_job(args, moe=True)
+    routing_dir = args.record_routing or (args.record / "routing" if args.record is not None else None)
+    cfg = MoeRunConfig(model=model, parallel=parallel, steps=args.steps, warmup=args.warmup, seed=args.seed,
+                       record=None if args.record is None else str(args.record),
+                       record_routing=None if routing_dir is None else str(routing_dir))
+    check_moe_config(cfg)
+    if model.num_parameters() > MAX_PARAMS:
+        raise ConfigError("model", model.name, f"has {model.num_parameters():,} parameters; a reference run trains it "
+                                               f"for real on this machine, so it must stay under {MAX_PARAMS:,}")
+    for path, what in ((args.record, "rank*.jsonl"), (routing_dir, "routing-rank*.npz")):
+        if path is not None and path.exists() and any(path.rglob(what)):
+            raise ConfigError("record" if path == args.record else "record-routing", str(path),
+                              f"already holds {what} files; choose an empty directory")
+    backend = args.backend or _default_backend(parallel.world_size)
+    results = run_moe(cfg, timeout_s=args.timeout, backend=backend)
+    out = {**_summary([dict(r, stage=0) for r in results], model, parallel, backend), "routing_dir": str(routing_dir)}
+    comparison = metrics = None
+    if routing_dir is not None:
+        from commscope.moe.metrics import routing_metrics
+
+        metrics = [routing_metrics(t).summary() for t in load_group_traces(routing_dir, parallel)]
+    if args.record is not None:
+        _write_job(args.record, model, parallel)
+        comparison = compare_run(model, parallel, args.record, routing_dir)
+    if args.json:
+        json.dump({**out, "routing_metrics": metrics, "comparison": comparison}, sys.stdout, indent=2, default=float)
+        sys.stdout.write("\n")
+        return 0
+    print(f"{model.name} on {parallel.world_size} ranks ({backend}): ep {parallel.ep} x expert-dp "
+          f"{parallel.dp // parallel.ep}, {model.num_experts} experts top-{model.top_k}, "
+          f"{parallel.num_micro_batches} micro-batches of {parallel.micro_batch_size}, {args.steps} step(s)")
+    print(f"loss per step: {', '.join(f'{x:.4f}' for x in out['loss'])}")
+    print(f"step time: median {out['step_s_median'] * 1e3:.1f} ms (slowest rank per step)")
+    if metrics:
+        m0 = metrics[0]
+        print(f"routing (EP group 0, {m0['iterations']} steps): expert entropy {m0['expert_entropy_first']:.3f} -> "
+              f"{m0['expert_entropy_last']:.3f}, written to {routing_dir}/ (analyse: commscope moe analyze "
+              f"{routing_dir}{'/group000' if len(metrics) > 1 else ''} --out moe/)")
+    if comparison is not None:
+        print(f"\nrecorded in {args.record}/: measured vs predicted, each step with its own recorded routing, "
+              f"summed over {comparison['num_steps']} step(s)")
+        from commscope.cli.compare_cmd import print_comparison
+
+        print_comparison(comparison)
+    return 0
+
+
+def _write_job(logdir: Path, model, parallel) -> None:
+    """The job next to its logs, so that `commscope compare logdir --model logdir/model.toml --parallel ...` repeats it."""
+    from commscope.spec.files import dumps_toml, model_to_mapping, parallel_to_mapping
+
+    (logdir / "model.toml").write_text(dumps_toml(model_to_mapping(model)))
+    (logdir / "parallel.toml").write_text(dumps_toml(parallel_to_mapping(parallel)))
