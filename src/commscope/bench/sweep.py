@@ -78,6 +78,7 @@ __all__ = [
     "AVERAGE_MODES",
     "BenchRow",
     "DTYPES",
+    "GroupBackend",
     "OPS",
     "REDOPS",
     "SweepConfig",
@@ -679,9 +680,22 @@ def check_world(cfg: SweepConfig, world: int, backend: str) -> tuple[int, ...]:
     return tuple(sizes_g)
 
 
-def run_sweep(cfg: SweepConfig, *, emit: Callable[[str], None] | None = None, command: str | None = None) -> SweepResult:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupBackend:
+    """A backend measured on groups it makes itself rather than on the default group's (``commscope tune``)."""
+
+    name: str
+    """The rows' ``backend``."""
+    new_group: Callable[[list[int]], Any]
+    """Makes the group of these global ranks (every group, the whole world included); every rank calls it for
+    every group, in the same order, as ``torch.distributed.new_group``."""
+
+
+def run_sweep(cfg: SweepConfig, *, emit: Callable[[str], None] | None = None, command: str | None = None,
+              group_backend: GroupBackend | None = None) -> SweepResult:
     """Measure ``cfg`` on the current default process group; every rank calls it and gets the same result.
 
+    ``group_backend``: measure on the groups it makes instead (the default group still synchronises).
     ``emit`` (rank 0 only) receives the table line by line as rows are measured. Raises ConfigError for a
     configuration the world cannot run, WrongResultsError (after the whole sweep) when ``cfg.check`` found
     wrong elements.
@@ -693,7 +707,7 @@ def run_sweep(cfg: SweepConfig, *, emit: Callable[[str], None] | None = None, co
         raise ConfigError("process group", "not initialised",
                           "call torch.distributed.init_process_group first (or use commscope.launch.spawn)")
     world, me = dist.get_world_size(), dist.get_rank()
-    backend = str(dist.get_backend())
+    backend = group_backend.name if group_backend is not None else str(dist.get_backend())
     sizes_g = check_world(cfg, world, backend)
     device = _device_for(backend)
     dtype = _torch_dtype(cfg.dtype)
@@ -708,7 +722,10 @@ def run_sweep(cfg: SweepConfig, *, emit: Callable[[str], None] | None = None, co
         groups = _groups_of(world, g)
         mine, index = None, -1
         for gi, ranks in enumerate(groups):
-            pg = None if g == world else dist.new_group(list(ranks))
+            if group_backend is not None:
+                pg = group_backend.new_group(list(ranks))
+            else:
+                pg = None if g == world else dist.new_group(list(ranks))
             if me in ranks:
                 mine, index = pg, gi
         layouts[g] = (groups, mine, index)
