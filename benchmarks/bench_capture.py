@@ -21,6 +21,7 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 from commscope.capture import pg as cpg
 from commscope.launch import spawn
@@ -34,7 +35,7 @@ def _ops_rank(rank: int, world: int, n: int, numel: int, logdir: str | None, dev
     if logdir is not None:
         from commscope.capture.recorder import RankLog
 
-        log = RankLog(__import__("pathlib").Path(logdir))
+        log = RankLog(Path(logdir))
         cpg.set_sink(log)
     x = torch.ones(numel, device=device)
     for _ in range(20):  # warm up the connections

@@ -102,21 +102,27 @@ def resolve_workload_job(args: argparse.Namespace, *, moe: bool = False):
     return model, parallel, resolve_cluster(args)
 
 
-def run_gpt(args: argparse.Namespace) -> int:
+def _refuse_unrunnable(model, outputs: list[tuple[str, Path | None, str]]) -> None:
+    """A model too large to train here, or an output directory (field, path, pattern) already holding results."""
     from commscope.errors import ConfigError
-    from commscope.workloads.gpt import MAX_PARAMS, RunConfig, check_config, run
+    from commscope.workloads.gpt import MAX_PARAMS
+
+    if model.num_parameters() > MAX_PARAMS:
+        raise ConfigError("model", model.name, f"has {model.num_parameters():,} parameters; a reference run trains it "
+                                               f"for real on this machine, so it must stay under {MAX_PARAMS:,}")
+    for field, path, pattern in outputs:
+        if path is not None and path.exists() and any(path.rglob(pattern)):
+            raise ConfigError(field, str(path), f"already holds {pattern} files; choose an empty directory")
+
+
+def run_gpt(args: argparse.Namespace) -> int:
+    from commscope.workloads.gpt import RunConfig, check_config, run
 
     model, parallel, cluster = resolve_workload_job(args)
     cfg = RunConfig(model=model, parallel=parallel, steps=args.steps, warmup=args.warmup, seed=args.seed,
                     record=None if args.record is None else str(args.record))
     check_config(cfg)
-    if model.num_parameters() > MAX_PARAMS:
-        raise ConfigError("model", model.name, f"has {model.num_parameters():,} parameters; a reference run trains it "
-                                               f"for real on this machine, so it must stay under {MAX_PARAMS:,}")
-    if args.record is not None:
-        args.record.mkdir(parents=True, exist_ok=True)
-        if any(args.record.glob("rank*.jsonl")):
-            raise ConfigError("record", str(args.record), "already holds rank*.jsonl logs; choose an empty directory")
+    _refuse_unrunnable(model, [("record", args.record, "rank*.jsonl")])
     backend = args.backend or _default_backend(parallel.world_size)
     results = run(cfg, timeout_s=args.timeout, backend=backend)
     comparison = None
@@ -175,8 +181,6 @@ def _print_comparison(logdir: Path, result: dict) -> None:
 
 
 def run_moe_cmd(args: argparse.Namespace) -> int:
-    from commscope.errors import ConfigError
-    from commscope.workloads.gpt import MAX_PARAMS
     from commscope.workloads.moe import MoeRunConfig, check_moe_config, compare_run, load_group_traces, run_moe
 
     model, parallel, cluster = resolve_workload_job(args, moe=True)
@@ -185,13 +189,8 @@ def run_moe_cmd(args: argparse.Namespace) -> int:
                        record=None if args.record is None else str(args.record),
                        record_routing=None if routing_dir is None else str(routing_dir))
     check_moe_config(cfg)
-    if model.num_parameters() > MAX_PARAMS:
-        raise ConfigError("model", model.name, f"has {model.num_parameters():,} parameters; a reference run trains it "
-                                               f"for real on this machine, so it must stay under {MAX_PARAMS:,}")
-    for path, what in ((args.record, "rank*.jsonl"), (routing_dir, "routing-rank*.npz")):
-        if path is not None and path.exists() and any(path.rglob(what)):
-            raise ConfigError("record" if path == args.record else "record-routing", str(path),
-                              f"already holds {what} files; choose an empty directory")
+    _refuse_unrunnable(model, [("record", args.record, "rank*.jsonl"), ("record-routing", routing_dir,
+                                                                         "routing-rank*.npz")])
     backend = args.backend or _default_backend(parallel.world_size)
     results = run_moe(cfg, timeout_s=args.timeout, backend=backend)
     out = {**_summary([dict(r, stage=0) for r in results], model, parallel, backend), "routing_dir": str(routing_dir)}

@@ -220,7 +220,7 @@ def _tp_ops(ctx) -> list[OpSet]:
             else:
                 add("all_reduce", "output_input_grad", "bwd", layers_=())
             add("all_gather", "logits", "fwd", size=logits, layers_=())
-    return [s for s in out if s.num_ops]
+    return out
 
 
 def _dp_ops(ctx) -> list[OpSet]:

@@ -41,13 +41,18 @@ MAX_PARAMS = 200_000_000
 REFERENCE_MODEL = "ref-gpt"
 
 
-def reference_model(**overrides: Any) -> ModelSpec:
-    """The built-in small GPT (preset ``ref-gpt``: 4 layers, hidden 64, 4 heads, vocab 512, sequence 32, fp32)."""
+def preset_model(name: str, **overrides: Any) -> ModelSpec:
+    """Model preset ``name`` with fields replaced by ``overrides``."""
     from dataclasses import replace
 
     from commscope.spec.files import load_model
 
-    return replace(load_model(REFERENCE_MODEL), **overrides)
+    return replace(load_model(name), **overrides)
+
+
+def reference_model(**overrides: Any) -> ModelSpec:
+    """The built-in small GPT (preset ``ref-gpt``: 4 layers, hidden 64, 4 heads, vocab 512, sequence 32, fp32)."""
+    return preset_model(REFERENCE_MODEL, **overrides)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -246,13 +251,11 @@ def apply_tensor_parallel(model, tp_mesh, *, sequence_parallel: bool) -> None:
 
 # --------------------------------------------------------------------------------------------- one rank
 
-def train_rank(rank: int, world: int, cfg: RunConfig) -> dict:
-    """Body of one rank (forked by :func:`commscope.launch.spawn`): build, parallelise, train ``cfg.steps`` steps."""
+def rank_setup(rank: int, cfg: RunConfig, backend: str):
+    """(log or None, device) of one rank: its recording sink, and ``cuda:rank`` when the real backend is NCCL
+    (the launcher only pins a device when it starts NCCL itself, not the recording backend that wraps it)."""
     import torch
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
 
-    m, p = cfg.model, cfg.parallel
     log = None
     if cfg.record is not None:
         from commscope.capture import pg as cpg
@@ -260,9 +263,38 @@ def train_rank(rank: int, world: int, cfg: RunConfig) -> dict:
 
         log = RankLog(Path(cfg.record))
         cpg.set_sink(log)
-    device_type = "cuda" if dist.get_backend() == "nccl" or "nccl" in str(dist.get_backend()) else "cpu"
-    device = torch.device(device_type, torch.cuda.current_device()) if device_type == "cuda" else torch.device("cpu")
-    mesh = init_device_mesh(device_type, (p.pp, p.dp, p.tp), mesh_dim_names=("pp", "dp", "tp"))
+    if backend != "nccl":
+        return log, torch.device("cpu")
+    device = torch.device("cuda", rank % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return log, device
+
+
+def launch(fn, cfg: RunConfig, *, timeout_s: float, backend: str) -> list[dict]:
+    """Run ``fn(rank, world, cfg, backend)`` on the job's ranks, forked; through the recording backend that wraps
+    ``backend`` when ``cfg.record`` is set."""
+    from commscope.launch import spawn
+
+    env, launch_backend = {}, backend
+    if cfg.record is not None:
+        from commscope.capture import pg as cpg
+
+        cpg.register()
+        env[cpg.INNER_BACKEND_ENV] = backend
+        launch_backend = cpg.BACKEND_NAME
+        Path(cfg.record).mkdir(parents=True, exist_ok=True)
+    return spawn(fn, cfg.parallel.world_size, args=(cfg, backend), backend=launch_backend, env=env,
+                 timeout_s=timeout_s)
+
+
+def train_rank(rank: int, world: int, cfg: RunConfig, backend: str = "gloo") -> dict:
+    """Body of one rank (forked by :func:`commscope.launch.spawn`): build, parallelise, train ``cfg.steps`` steps."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+
+    m, p = cfg.model, cfg.parallel
+    log, device = rank_setup(rank, cfg, backend)
+    mesh = init_device_mesh(device.type, (p.pp, p.dp, p.tp), mesh_dim_names=("pp", "dp", "tp"))
     pp_rank, dp_rank = mesh["pp"].get_local_rank(), mesh["dp"].get_local_rank()
     torch.manual_seed(cfg.seed + pp_rank)  # same weights on every tp and dp rank of a stage before sharding
     model = build_stage_model(m, p, pp_rank).to(device)
@@ -368,17 +400,5 @@ def _set_sync(model, framework: str, sync: bool) -> None:
 
 def run(cfg: RunConfig, *, timeout_s: float = 300.0, backend: str = "gloo") -> list[dict]:
     """Run the reference training on ``world`` forked ranks; returns each rank's result dict."""
-    from commscope.launch import spawn
-
     check_config(cfg)
-    env = {}
-    launch_backend = backend
-    if cfg.record is not None:
-        from commscope.capture import pg as cpg
-
-        cpg.register()
-        env[cpg.INNER_BACKEND_ENV] = backend
-        launch_backend = cpg.BACKEND_NAME
-        Path(cfg.record).mkdir(parents=True, exist_ok=True)
-    return spawn(train_rank, cfg.parallel.world_size, args=(cfg,), backend=launch_backend, env=env,
-                 timeout_s=timeout_s)
+    return launch(train_rank, cfg, timeout_s=timeout_s, backend=backend)

@@ -17,7 +17,7 @@ Each rank writes its own routing (``routing-rank#####.npz``, see :mod:`commscope
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,29 +26,24 @@ import numpy as np
 from commscope.errors import check
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
+from commscope.workloads.gpt import RunConfig, launch, preset_model, rank_setup
 
 REFERENCE_MOE = "ref-moe"
 
 
 def reference_moe_model(**overrides: Any) -> ModelSpec:
     """The built-in small MoE (preset ``ref-moe``: 2 layers, 8 experts, top-2, hidden 64, fp32)."""
-    from dataclasses import replace
-
-    from commscope.spec.files import load_model
-
-    return replace(load_model(REFERENCE_MOE), **overrides)
+    return preset_model(REFERENCE_MOE, **overrides)
 
 
 @dataclass(frozen=True, kw_only=True)
-class MoeRunConfig:
-    model: ModelSpec
-    parallel: ParallelSpec
-    steps: int = 2
+class MoeRunConfig(RunConfig):
+    """One reference MoE run: a :class:`RunConfig` that also writes each rank's routing."""
+
     warmup: int = 0
-    record: str | None = None
-    record_routing: str | None = None
-    seed: int = 0
     lr: float = 0.05
+    record_routing: str | None = None
+    """Directory for routing-rank#####.npz (group###/ per EP group when there are several); None: not written."""
 
 
 def check_moe_config(cfg: MoeRunConfig) -> None:
@@ -71,7 +66,7 @@ def check_moe_config(cfg: MoeRunConfig) -> None:
     from commscope.workload.pytorch import check_torch_job
 
     # the same block structure as the reference GPT (no biases, untied, rope/none)
-    check_torch_job(__import__("dataclasses").replace(m, num_experts=0), __import__("dataclasses").replace(p, ep=1))
+    check_torch_job(replace(m, num_experts=0), replace(p, ep=1))
 
 
 def _build_moe_layer():
@@ -148,7 +143,7 @@ def _build_moe_layer():
     return MoELayer
 
 
-def train_moe_rank(rank: int, world: int, cfg: MoeRunConfig) -> dict:
+def train_moe_rank(rank: int, world: int, cfg: MoeRunConfig, backend: str = "gloo") -> dict:
     """One rank of the reference MoE training (forked by :func:`commscope.launch.spawn`)."""
     import torch
     import torch.distributed as dist
@@ -157,13 +152,7 @@ def train_moe_rank(rank: int, world: int, cfg: MoeRunConfig) -> dict:
     from commscope.workloads.gpt import modules
 
     m, p = cfg.model, cfg.parallel
-    log = None
-    if cfg.record is not None:
-        from commscope.capture import pg as cpg
-        from commscope.capture.recorder import RankLog
-
-        log = RankLog(Path(cfg.record))
-        cpg.set_sink(log)
+    log, device = rank_setup(rank, cfg, backend)
     layout = Layout(p)
     groups = {}
     for kind in ("ep", "expert-dp"):  # every rank creates every group, in the same order
@@ -189,7 +178,7 @@ def train_moe_rank(rank: int, world: int, cfg: MoeRunConfig) -> dict:
     torch.manual_seed(cfg.seed)  # dense weights equal on every rank
     model = modules().GPT(m, layer_ids=range(m.num_layers), first=True, last=True, tp=1,
                           make_ffn=lambda i: MoELayer(m, i, ep=p.ep, ep_rank=ep_rank, group=ep_group, seed=cfg.seed,
-                                                      log=log_counts) if m.is_moe_layer(i) else None)
+                                                      log=log_counts) if m.is_moe_layer(i) else None).to(device)
     expert_params = [q for name, q in model.named_parameters() if ".experts." in name]
     ids = {id(q) for q in expert_params}
     dense_params = [q for q in model.parameters() if id(q) not in ids]
@@ -202,7 +191,7 @@ def train_moe_rank(rank: int, world: int, cfg: MoeRunConfig) -> dict:
         step = it - cfg.warmup
         if log is not None:
             log.step = step if step >= 0 else None
-        tokens = torch.randint(0, m.vocab_size, (mb * mbs, m.seq_len + 1), generator=gen)
+        tokens = torch.randint(0, m.vocab_size, (mb * mbs, m.seq_len + 1), generator=gen).to(device)
         t0 = time.perf_counter()
         opt.zero_grad()
         loss_sum = 0.0
@@ -250,19 +239,8 @@ def _all_reduce_grads(params, group, size: int) -> None:
 
 def run_moe(cfg: MoeRunConfig, *, timeout_s: float = 300.0, backend: str = "gloo") -> list[dict]:
     """Run the reference MoE training on ``dp`` forked ranks; returns each rank's result dict."""
-    from commscope.launch import spawn
-
     check_moe_config(cfg)
-    env, launch_backend = {}, backend
-    if cfg.record is not None:
-        from commscope.capture import pg as cpg
-
-        cpg.register()
-        env[cpg.INNER_BACKEND_ENV] = backend
-        launch_backend = cpg.BACKEND_NAME
-        Path(cfg.record).mkdir(parents=True, exist_ok=True)
-    return spawn(train_moe_rank, cfg.parallel.world_size, args=(cfg,), backend=launch_backend, env=env,
-                 timeout_s=timeout_s)
+    return launch(train_moe_rank, cfg, timeout_s=timeout_s, backend=backend)
 
 
 def load_group_traces(routing_dir: str | Path, parallel: ParallelSpec) -> list:
@@ -270,7 +248,9 @@ def load_group_traces(routing_dir: str | Path, parallel: ParallelSpec) -> list:
     from commscope.moe.trace import load_trace
 
     routing_dir = Path(routing_dir)
-    groups = len(__import__("commscope.layout", fromlist=["Layout"]).Layout(parallel).groups("ep"))
+    from commscope.layout import Layout
+
+    groups = len(Layout(parallel).groups("ep"))
     if groups == 1:
         return [load_trace(routing_dir)]
     return [load_trace(routing_dir / f"group{g:03d}") for g in range(groups)]
@@ -279,8 +259,6 @@ def load_group_traces(routing_dir: str | Path, parallel: ParallelSpec) -> list:
 def predicted_step(model: ModelSpec, parallel: ParallelSpec, traces: list, step: int):
     """The predicted workload of training step ``step``: dense ops, and each EP group's all-to-alls sized by
     that group's own recorded routing."""
-    from dataclasses import replace
-
     from commscope.workload.dense import build_workload
 
     base = build_workload(model, parallel, routing=traces[0], routing_iteration=step)
@@ -302,7 +280,6 @@ def predicted_step(model: ModelSpec, parallel: ParallelSpec, traces: list, step:
 def compare_run(model: ModelSpec, parallel: ParallelSpec, logdir: str | Path, routing_dir: str | Path) -> dict:
     """Recorded vs predicted, step by step (each step's all-to-alls follow that step's routing); rows summed
     over the steps, ``max_rel_error`` the largest over steps."""
-    from dataclasses import replace
     from types import SimpleNamespace
 
     from commscope.capture.analysis import compare, op_step, read_run
