@@ -211,3 +211,35 @@ def test_crashed_rank_keeps_its_flushed_batches(tmp_path):
     path.write_text(path.read_text() + '{"op": "all_re')
     torn = read_ops_jsonl(path)
     assert len(torn.ops) == len(log.ops) and any("truncated" in p for p in torn.problems)
+
+
+class _LateWork:
+    """A Work whose future completes only when the test says so."""
+
+    def __init__(self):
+        self.fut = torch.futures.Future()
+
+    def get_future(self):
+        return self.fut
+
+
+def test_step_is_the_one_current_at_issue_not_at_completion(tmp_path):
+    """DDP's last bucket can complete after the loop moved to the next step: it still belongs to its own."""
+    log = RankLog(tmp_path, batch=1)
+    group = cpg.RecordingProcessGroup(None, 0, 1, [0], "g", "gloo", log)
+    cpg.set_sink(log)
+    try:
+        works = []
+        for step in (None, 0):  # one op during setup, one in step 0, both completing later
+            log.step = step
+            group._start()
+            works.append(group._record("all_reduce", _LateWork(), size_bytes=4, dtype="fp32", bytes_in=4, bytes_out=4))
+        log.step = 1
+        for w in works:
+            w.fut.set_result(None)
+        cpg.wait_inflight(2.0)
+        log.close()
+    finally:
+        cpg.set_sink(None)
+    ops = _ops(tmp_path, 0).ops
+    assert [dict(o.extra).get("step") for o in ops] == [None, 0]

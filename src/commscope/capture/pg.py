@@ -88,6 +88,11 @@ class RecordingProcessGroup(dist.ProcessGroup):
             rec["backend_op"] = backend_op
         if root is not None:
             rec["root"] = self._ranks[root]
+        # the training step is the one current when the op is issued: a completion callback can run after the
+        # job has moved on to the next step (DDP's last bucket completing after the loop advanced, say)
+        active = _SINK
+        if active is not None and hasattr(active, "step"):
+            rec["step"] = active.step
         sink = self._sink
         try:
             fut = work.get_future()

@@ -56,7 +56,7 @@ class RankLog:
 
     # ----- records -----
     def __call__(self, rec: dict) -> None:
-        if self.step is not None and "step" not in rec:
+        if self.step is not None and "step" not in rec:  # records the process group did not stamp at issue
             rec["step"] = self.step
         if self._pending:
             self._drain_pending(final=False)
@@ -174,7 +174,8 @@ def _to_commop_dict(rec: dict) -> dict:
     for key in ("peer", "splits", "t_start_ns", "t_end_ns", "backend_op"):
         if rec.get(key) is not None:
             out[key] = rec[key]
-    extra = {k: rec[k] for k in ("group_name", "seq", "bytes_in", "bytes_out", "backend", "root", "step") if k in rec}
+    extra = {k: rec[k] for k in ("group_name", "seq", "bytes_in", "bytes_out", "backend", "root", "step")
+             if k in rec and (k != "step" or rec[k] is not None)}  # step None: issued during setup
     out["extra"] = extra
     return out
 
