@@ -3,8 +3,9 @@
 Targets: under 20 us per recorded op, and under 5% of step time on the 8-rank 3D reference workload
 (tp 2 x pp 2 x dp 2, sequence parallelism, FSDP2, 1F1B).
 
-1. Per op: two gloo ranks run N small all-reduces (and N 64 KiB ones) on plain gloo, then through commscope's
-   recording process group writing a log; the difference of the per-op medians is the recording cost.
+1. Per op: one and two gloo ranks run rounds of N all-reduces (4 B and 64 KiB), alternately on the plain
+   backend and on a group of commscope's recording backend (writing a log) in the same processes; the median
+   over rounds of the difference is the recording cost per op.
 2. Step time: the 3D reference training runs unrecorded and recorded, alternately, several rounds; the ratio
    of median step times (slowest rank per step) is the overhead a user pays.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import sys
 import tempfile
@@ -27,45 +29,52 @@ from commscope.capture import pg as cpg
 from commscope.launch import spawn
 
 
-def _ops_rank(rank: int, world: int, n: int, numel: int, logdir: str | None, device: str) -> list[float]:
+def _ops_rank(rank: int, world: int, n: int, numel: int, rounds: int, logdir: str, device: str) -> list[tuple]:
     import torch
     import torch.distributed as dist
 
-    log = None
-    if logdir is not None:
-        from commscope.capture.recorder import RankLog
+    from commscope.capture.recorder import RankLog
 
-        log = RankLog(Path(logdir))
-        cpg.set_sink(log)
+    log = RankLog(Path(logdir))
+    cpg.set_sink(log)
+    plain = dist.group.WORLD  # the backend itself
+    recorded = dist.new_group(list(range(world)), backend=cpg.BACKEND_NAME)  # the same backend, recorded
     x = torch.ones(numel, device=device)
-    for _ in range(20):  # warm up the connections
-        dist.all_reduce(x)
-    per_op = []
-    for _ in range(5):  # five rounds of n ops; the median round is reported
-        dist.barrier()
-        if device != "cpu":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            dist.all_reduce(x)
-        if device != "cpu":
-            torch.cuda.synchronize()
-        per_op.append((time.perf_counter() - t0) / n)
-    if log is not None:
-        log.close()
-    return per_op
+    for group in (plain, recorded):
+        for _ in range(20):  # warm up the connections
+            dist.all_reduce(x, group=group)
+    out = []
+    for _ in range(rounds):  # alternate rounds of n ops, so that drifts of the machine hit both alike
+        times = []
+        for group in (plain, recorded):
+            dist.barrier(group=plain)
+            if device != "cpu":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                dist.all_reduce(x, group=group)
+            if device != "cpu":
+                torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) / n)
+        out.append(tuple(times))
+    log.close()
+    return out
 
 
-def bench_per_op(n: int, numel: int, backend: str, ranks: int = 2) -> dict:
+def bench_per_op(n: int, numel: int, backend: str, ranks: int = 2, rounds: int = 9) -> dict:
+    """Per-op time of all_reduce on the plain backend and through commscope's recording process group, in the
+    same processes, round after round; the overhead is the median over rounds of (recorded - plain)."""
     device = "cuda" if backend == "nccl" else "cpu"
-    plain = spawn(_ops_rank, ranks, args=(n, numel, None, device), backend=backend, timeout_s=300)
+    cpg.register()
     with tempfile.TemporaryDirectory() as d:
-        cpg.register()
-        recorded = spawn(_ops_rank, ranks, args=(n, numel, d, device), backend=cpg.BACKEND_NAME,
-                         env={cpg.INNER_BACKEND_ENV: backend}, timeout_s=300)
-    p = statistics.median(max(r[i] for r in plain) for i in range(len(plain[0])))
-    q = statistics.median(max(r[i] for r in recorded) for i in range(len(recorded[0])))
-    return {"ranks": ranks, "bytes": numel * 4, "ops": n, "plain_us": p * 1e6, "recorded_us": q * 1e6, "overhead_us": (q - p) * 1e6}
+        res = spawn(_ops_rank, ranks, args=(n, numel, rounds, d, device), backend=backend,
+                    env={cpg.INNER_BACKEND_ENV: backend}, timeout_s=300)
+    rows = [(max(r[i][0] for r in res), max(r[i][1] for r in res)) for i in range(rounds)]  # slowest rank
+    p = statistics.median(a for a, _ in rows)
+    q = statistics.median(b for _, b in rows)
+    diff = statistics.median(b - a for a, b in rows)
+    return {"ranks": ranks, "bytes": numel * 4, "ops": n * rounds, "plain_us": p * 1e6, "recorded_us": q * 1e6,
+            "overhead_us": diff * 1e6}
 
 
 def bench_step_time(steps: int, rounds: int, backend: str) -> dict:
@@ -75,18 +84,31 @@ def bench_step_time(steps: int, rounds: int, backend: str) -> dict:
     model = reference_model()
     parallel = ParallelSpec(tp=2, pp=2, dp=2, sequence_parallel=True, micro_batch_size=2, global_batch_size=16,
                             framework="torch-fsdp2")
-    plain, recorded, ops = [], [], 0
+    def cpu_s() -> float:  # CPU time of the ranks (forked children) so far
+        use = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return use.ru_utime + use.ru_stime
+
+    run(RunConfig(model=model, parallel=parallel, steps=1), backend=backend)  # a first run pays for cold caches
+    plain, recorded, ops, ratios, cpu = [], [], 0, [], {"plain": 0.0, "recorded": 0.0}
     for _ in range(rounds):  # alternate so that drifts of the machine hit both alike
+        c0 = cpu_s()
         res = run(RunConfig(model=model, parallel=parallel, steps=steps), backend=backend)
+        cpu["plain"] += cpu_s() - c0
         plain += [max(r["step_s"][i] for r in res) for i in range(steps)]
         with tempfile.TemporaryDirectory() as d:
+            c0 = cpu_s()
             res = run(RunConfig(model=model, parallel=parallel, steps=steps, record=d), backend=backend)
+            cpu["recorded"] += cpu_s() - c0
         recorded += [max(r["step_s"][i] for r in res) for i in range(steps)]
         ops = max(r["ops"] for r in res)
+        ratios.append(statistics.median(recorded[-steps:]) / statistics.median(plain[-steps:]))
     p, q = statistics.median(plain), statistics.median(recorded)
     return {"workload": "ref-gpt tp2 pp2 dp2 SP torch-fsdp2, 8 ranks", "steps": steps * rounds,
             "plain_step_ms": p * 1e3, "recorded_step_ms": q * 1e3, "ratio": q / p,
-            "ops_per_rank_per_run": ops}
+            # each round's recorded/unrecorded ratio: their range says how well the machine lets it be known
+            "round_ratios": ratios,
+            # CPU seconds of all ranks, whole runs (start-up included): steadier than wall time on few cores
+            "cpu_ratio": cpu["recorded"] / cpu["plain"], "ops_per_rank_per_run": ops}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,17 +116,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--backend", default="gloo", choices=("gloo", "nccl"))
     args = ap.parse_args(argv)
-    n, steps, rounds = (300, 3, 1) if args.quick else (2000, 5, 3)
+    n, op_rounds, steps, rounds = (200, 3, 3, 1) if args.quick else (1000, 9, 8, 5)
     # one rank: the CPU cost recording adds to an op, free of the scheduling noise of several ranks on few
     # cores; two ranks: what a real collective sees (on a 2-core machine the noise is tens of microseconds)
-    rows = [bench_per_op(n, 1, args.backend, 1), bench_per_op(n // 4, 16384, args.backend, 1),
-            bench_per_op(n, 1, args.backend, 2), bench_per_op(n // 4, 16384, args.backend, 2)]
+    rows = [bench_per_op(n if numel == 1 else n // 4, numel, args.backend, ranks, op_rounds)
+            for ranks in (1, 2) for numel in (1, 16384)]
     print(f"{'ranks':>5}{'message':>10}{'plain us/op':>14}{'recorded us/op':>16}{'overhead us':>13}")
     for r in rows:
         print(f"{r['ranks']:>5}{r['bytes']:>9}B{r['plain_us']:>14.1f}{r['recorded_us']:>16.1f}{r['overhead_us']:>13.1f}")
     step = bench_step_time(steps, rounds, args.backend)
     print(f"\n{step['workload']}: step {step['plain_step_ms']:.1f} ms plain, {step['recorded_step_ms']:.1f} ms recorded "
-          f"(ratio {step['ratio']:.3f}, {step['ops_per_rank_per_run']} ops per rank per run, {step['steps']} steps each)")
+          f"(ratio {step['ratio']:.3f}; per round {', '.join(f'{r:.3f}' for r in step['round_ratios'])}; "
+          f"CPU time of the ranks x{step['cpu_ratio']:.3f}; {step['ops_per_rank_per_run']} ops per rank per run, "
+          f"{step['steps']} steps each)")
     print(json.dumps({"per_op": rows, "step": step, "backend": args.backend}))
     return 0
 

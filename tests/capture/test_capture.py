@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import multiprocessing
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -31,9 +33,12 @@ def _with_log(logdir: str):
     return log
 
 
-def _ops(logdir: Path, rank: int):
+def _ops(logdir: Path, rank: int, *, timed: bool = True):
     log = read_ops_jsonl(logdir / f"rank{rank:05d}.jsonl")
     assert not log.problems, log.problems
+    if timed:  # every op of a real run is seen complete: gloo's future-less works (reduce-scatter, p2p) too
+        untimed = [o for o in log.ops if o.t_end_ns is None or o.t_end_ns < o.t_start_ns]
+        assert not untimed, untimed[:3]
     return log
 
 
@@ -214,32 +219,98 @@ def test_crashed_rank_keeps_its_flushed_batches(tmp_path):
 
 
 class _LateWork:
-    """A Work whose future completes only when the test says so."""
+    """A Work that completes only when the test says so."""
 
-    def __init__(self):
-        self.fut = torch.futures.Future()
+    def __init__(self, future: bool = True):
+        self.fut = torch.futures.Future() if future else None
+        self.done = False
+        self.waited = False
 
     def get_future(self):
+        if self.fut is None:
+            raise RuntimeError("Work::getFuture not implemented")
         return self.fut
+
+    def is_completed(self):
+        return self.done
+
+    def wait(self, timeout=None):
+        self.waited = True
+        return True
+
+
+def _late_group(log):
+    cpg.set_sink(log)
+    return cpg.RecordingProcessGroup(None, 0, 1, [0], "g", "gloo", log)
+
+
+def _issue(group, work):
+    group._start()
+    return group._record("all_reduce", work, size_bytes=4, dtype="fp32", bytes_in=4, bytes_out=4)
 
 
 def test_step_is_the_one_current_at_issue_not_at_completion(tmp_path):
     """DDP's last bucket can complete after the loop moved to the next step: it still belongs to its own."""
     log = RankLog(tmp_path, batch=1)
-    group = cpg.RecordingProcessGroup(None, 0, 1, [0], "g", "gloo", log)
-    cpg.set_sink(log)
+    group = _late_group(log)
     try:
         works = []
         for step in (None, 0):  # one op during setup, one in step 0, both completing later
             log.step = step
-            group._start()
-            works.append(group._record("all_reduce", _LateWork(), size_bytes=4, dtype="fp32", bytes_in=4, bytes_out=4))
+            works.append(_LateWork())
+            _issue(group, works[-1])
         log.step = 1
+        t_done = time.time_ns()
         for w in works:
-            w.fut.set_result(None)
-        cpg.wait_inflight(2.0)
+            w.done = True
+        log.step = 2  # a step mark looks at the ops in flight
+        assert not cpg._INFLIGHT
         log.close()
     finally:
         cpg.set_sink(None)
     ops = _ops(tmp_path, 0).ops
     assert [dict(o.extra).get("step") for o in ops] == [None, 0]
+    assert all(o.t_end_ns >= t_done for o in ops)  # stamped when seen complete, not when issued
+
+
+def test_log_lines_are_the_commop_json(tmp_path):
+    """The recorder writes its lines by hand (speed): they must be exactly json.dumps of the CommOp dict."""
+    from commscope.capture.recorder import _line, _to_commop_dict
+
+    base = {"op": "all_reduce", "group": [0, 1], "rank": 1, "size_bytes": 4, "dtype": "fp32", "t_start_ns": 10,
+            "backend": "gloo", "group_name": "0", "seq": 1, "bytes_in": 4, "bytes_out": 4}
+    variants = [base, {**base, "t_end_ns": 20, "step": 3}, {**base, "step": None, "root": 0},
+                {**base, "op": "send", "peer": 0, "group_name": 'we"ird\\name\n', "dtype": "torch.complex64"},
+                {**base, "op": "all_to_all", "splits": [0, 8, 16], "backend_op": "all_to_all", "step": 0},
+                {**base, "op": "reduce_scatter", "backend_op": "all_reduce", "t_end_ns": None}]
+    for rec in variants:
+        assert _line(rec) == json.dumps(_to_commop_dict(rec), separators=(",", ":"))
+
+
+def test_completion_is_stamped_by_the_jobs_thread(tmp_path):
+    """wait() returning stamps an op; the next op issued stamps those already complete; ops never seen
+    complete are written at the end without a completion time; a future-less op let go of unwaited goes
+    out at once (gloo's reduce-scatter works never report completion)."""
+    log = RankLog(tmp_path, batch=1)
+    group = _late_group(log)
+    try:
+        waited, followed, never, dropped = _LateWork(), _LateWork(), _LateWork(), _LateWork(future=False)
+        handle = _issue(group, waited)
+        assert isinstance(handle, torch.distributed.Work) and log.num_records == 0
+        handle.wait()
+        assert waited.waited and log.num_records == 1
+        _issue(group, followed)
+        followed.done = True
+        _issue(group, never)  # issuing an op looks at those in flight: `followed` is complete
+        assert log.num_records == 2
+        handle = _issue(group, dropped)
+        del handle
+        gc.collect()
+        assert log.num_records == 3
+        log.close()
+    finally:
+        cpg.set_sink(None)
+    ops = _ops(tmp_path, 0, timed=False).ops
+    assert [o.t_end_ns is not None for o in ops] == [True, True, False, False]
+    assert [dict(o.extra)["seq"] for o in ops] == [1, 2, 4, 3]
+

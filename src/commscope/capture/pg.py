@@ -6,14 +6,14 @@ wraps it. Because c10d dispatches through the process group object, this sees ev
 reducer, FSDP2, DTensor (its functional collectives included) and pipelining, not only direct
 ``torch.distributed`` calls (DESIGN.md, "Real components").
 
-Nothing about the op changes: the wrapper forwards the same tensors and options and returns the real
-backend's Work; the completion time is taken from the Work's future callback, never by waiting.
+Nothing about the op changes: the wrapper forwards the same tensors and options to the real backend and
+returns its Work seen through a thin wrapper that notes when the job's thread sees the op complete (see
+"completion times" below); it never waits itself.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import time
 from datetime import timedelta
 from typing import Any
@@ -74,8 +74,23 @@ class RecordingProcessGroup(dist.ProcessGroup):
         return f"RecordingProcessGroup({self._inner_name}, ranks={self._ranks})"
 
     # ----- recording -----
-    def _record(self, op: str, work, *, size_bytes: int, dtype: str, bytes_in: int, bytes_out: int,
-                peer: int | None = None, splits=None, backend_op: str | None = None, root: int | None = None):
+    def _record(self, op: str, work, **fields):
+        """Record one op issued as ``work``; returns the Work to hand back to the job."""
+        sink = self._sink if self._sink is not _current_sink else _SINK
+        if sink is None:  # recording stopped: the op runs as it would without commscope
+            return work
+        return _track(work, [self._make_record(op, sink, **fields)], sink, self._inner_name)
+
+    def _record_batch(self, op: str, work, members: list[dict]):
+        """One record per member of a coalesced batch, all completing with the batch's one Work."""
+        sink = self._sink if self._sink is not _current_sink else _SINK
+        if sink is None:
+            return work
+        return _track(work, [self._make_record(op, sink, **fields) for fields in members], sink, self._inner_name)
+
+    def _make_record(self, op: str, sink, *, size_bytes: int, dtype: str, bytes_in: int, bytes_out: int,
+                     peer: int | None = None, splits=None, backend_op: str | None = None,
+                     root: int | None = None) -> dict:
         self._seq += 1
         rec = {"op": op, "group": self._ranks, "rank": self._me, "size_bytes": int(size_bytes),
                "dtype": dtype, "t_start_ns": self._t0, "backend": self._inner_name,
@@ -88,30 +103,12 @@ class RecordingProcessGroup(dist.ProcessGroup):
             rec["backend_op"] = backend_op
         if root is not None:
             rec["root"] = self._ranks[root]
-        # the training step is the one current when the op is issued: a completion callback can run after the
-        # job has moved on to the next step (DDP's last bucket completing after the loop advanced, say)
-        active = _SINK
-        if active is not None and hasattr(active, "step"):
-            rec["step"] = active.step
-        sink = self._sink
-        try:
-            fut = work.get_future()
-        except Exception:  # gloo's send/recv and reduce-scatter works have no future: the sink polls them
-            rec["t_end_ns"] = None
-            rec["_work"] = work
-            sink(rec)
-            return work
-
-        def done(_f, rec=rec):
-            rec["t_end_ns"] = time.time_ns()
-            try:
-                sink(rec)
-            finally:
-                _inflight(-1)
-
-        _inflight(+1)
-        fut.add_done_callback(done)
-        return work
+        # the training step is the one current when the op is issued: the op can be seen complete after the job
+        # has moved on to the next step (DDP's last bucket, say)
+        step = getattr(sink, "step", _NO_STEP)
+        if step is not _NO_STEP:
+            rec["step"] = step
+        return rec
 
     def _start(self) -> None:
         self._t0 = time.time_ns()
@@ -164,12 +161,9 @@ class RecordingProcessGroup(dist.ProcessGroup):
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         self._start()
         work = self._coalesced(lambda o, i: self._inner._allgather_base(o, i), list(zip(outputs, inputs)))
-        for k, (out, inp) in enumerate(zip(outputs, inputs)):
-            last = k == len(outputs) - 1
-            rec_work = work if last else _DoneWork()
-            self._record("all_gather", rec_work, size_bytes=_nbytes(out), dtype=_dtype(inp), bytes_in=_nbytes(inp),
-                         bytes_out=_nbytes(out))
-        return work
+        return self._record_batch("all_gather", work, [
+            dict(size_bytes=_nbytes(out), dtype=_dtype(inp), bytes_in=_nbytes(inp), bytes_out=_nbytes(out))
+            for out, inp in zip(outputs, inputs)])
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         return self.allgather_into_tensor_coalesced(outputs, inputs, opts)
@@ -190,11 +184,9 @@ class RecordingProcessGroup(dist.ProcessGroup):
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         self._start()
         work = self._coalesced(lambda o, i: self._call("_reduce_scatter_base", o, i, opts=opts), list(zip(outputs, inputs)))
-        for k, (out, inp) in enumerate(zip(outputs, inputs)):
-            rec_work = work if k == len(outputs) - 1 else _DoneWork()
-            self._record("reduce_scatter", rec_work, size_bytes=_nbytes(inp), dtype=_dtype(inp), bytes_in=_nbytes(inp),
-                         bytes_out=_nbytes(out), backend_op=self._rs_backend_op())
-        return work
+        return self._record_batch("reduce_scatter", work, [
+            dict(size_bytes=_nbytes(inp), dtype=_dtype(inp), bytes_in=_nbytes(inp), bytes_out=_nbytes(out),
+                 backend_op=self._rs_backend_op()) for out, inp in zip(outputs, inputs)])
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         return self.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
@@ -273,16 +265,6 @@ class RecordingProcessGroup(dist.ProcessGroup):
         return self._record("recv", work, size_bytes=n, dtype=_dtype(tensors[0]), bytes_in=0, bytes_out=n)
 
 
-class _DoneWork:
-    """Stands in for the members of a coalesced batch: their completion is the batch's (recorded on the last)."""
-
-    def get_future(self):
-        raise RuntimeError("no future")
-
-    def is_completed(self) -> bool:
-        return True
-
-
 def _inner_backend_name() -> str:
     name = os.environ.get(INNER_BACKEND_ENV)
     if name:
@@ -291,22 +273,144 @@ def _inner_backend_name() -> str:
 
 
 _SINK = None  # set by commscope.capture.recorder when recording starts; one per process
-_INFLIGHT = 0  # ops whose completion callback has not run yet
-_INFLIGHT_COND = threading.Condition()
+# ----- completion times -----
+# An op's completion time is stamped by the job's own thread, the first time it sees the op complete: when
+# wait() on the op's Work returns (gloo; on NCCL wait() only orders streams, so there the Work must report
+# itself completed), or when commscope looks at the ops still in flight: at each op issued on this process,
+# at each step mark and when the log closes. Ops the job waits on get exact times; ops it follows through
+# their future (DDP's buckets) get the first moment commscope looked, an upper bound.
+#
+# Not done on purpose: a done-callback on the Work's future. It runs on the backend's completion thread and
+# needs the GIL there: the backend's thread then waits for the training thread to release the GIL before it
+# can complete the next op. With 8 ranks on 2 cores that cost 30-45% of step time; this costs ~3%.
+
+_INFLIGHT: dict[int, tuple[Any, dict, Any, str, bool]] = {}
+"""Recorded ops not yet seen complete: key -> (inner work, record, sink, inner backend name, has a future)."""
 
 
-def _inflight(delta: int) -> None:
-    global _INFLIGHT
-    with _INFLIGHT_COND:
-        _INFLIGHT += delta
-        if _INFLIGHT <= 0:
-            _INFLIGHT_COND.notify_all()
+def _track(work, recs: list[dict], sink, backend: str) -> "_TimedWork":
+    observe_completions()
+    try:
+        work.get_future()
+        has_future = True
+    except Exception:  # gloo's send/recv and reduce-scatter works have no future
+        has_future = False
+    keys = [id(rec) for rec in recs]
+    for key, rec in zip(keys, recs):
+        _INFLIGHT[key] = (work, rec, sink, backend, has_future)
+    return _TimedWork(work, keys)
 
 
-def wait_inflight(timeout_s: float = 2.0) -> bool:
-    """Wait until every recorded op's completion callback has run; False on timeout."""
-    with _INFLIGHT_COND:
-        return _INFLIGHT_COND.wait_for(lambda: _INFLIGHT <= 0, timeout=timeout_s)
+def _finish(key: int, completed: bool) -> None:
+    entry = _INFLIGHT.pop(key, None)
+    if entry is not None:
+        _, rec, sink, _, _ = entry
+        if completed:
+            rec["t_end_ns"] = time.time_ns()
+        sink(rec)
+
+
+def _is_completed(work) -> bool:
+    try:
+        return bool(work.is_completed())
+    except Exception:  # a backend that cannot tell: seen complete when waited on, or at the end
+        return False
+
+
+def observe_completions() -> int:
+    """Stamp the completion time of every recorded op in flight that is now complete; how many were."""
+    done = [key for key, entry in list(_INFLIGHT.items()) if _is_completed(entry[0])]
+    for key in done:
+        _finish(key, True)
+    return len(done)
+
+
+def wait_inflight(timeout_s: float = 2.0, sink=None) -> bool:
+    """Wait until every recorded op (of ``sink``, or all) is seen complete; False on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        observe_completions()
+        if not any(sink is None or entry[2] is sink for entry in list(_INFLIGHT.values())):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.001)
+
+
+def finish_inflight(sink=None) -> int:
+    """Hand on the records (of ``sink``, or all) still in flight, without a completion time; how many."""
+    keys = [key for key, entry in list(_INFLIGHT.items()) if sink is None or entry[2] is sink]
+    for key in keys:
+        _finish(key, False)
+    return len(keys)
+
+
+class _TimedWork(dist.Work):
+    """The Work returned to the job: the backend's own, seen through, so that wait() stamps completion."""
+
+    def __init__(self, inner, keys: list[int]) -> None:
+        super().__init__()
+        self._inner = inner
+        self._keys = keys  # one record, or the members of a coalesced batch
+
+    def _seen_complete(self) -> None:
+        for key in self._keys:
+            _finish(key, True)
+
+    def wait(self, timeout: timedelta = timedelta(0)):
+        ok = self._inner.wait(timeout) if timeout else self._inner.wait()
+        entry = _INFLIGHT.get(self._keys[0])
+        if entry is not None and (entry[3] != "nccl" or _is_completed(self._inner)):
+            self._seen_complete()
+        return ok
+
+    def is_completed(self) -> bool:
+        done = self._inner.is_completed()
+        if done:
+            self._seen_complete()
+        return done
+
+    def get_future(self):
+        return self._inner.get_future()
+
+    def is_success(self) -> bool:
+        return self._inner.is_success()
+
+    def exception(self):
+        return self._inner.exception()
+
+    def source_rank(self) -> int:
+        return self._inner.source_rank()
+
+    def result(self):
+        return self._inner.result()
+
+    def synchronize(self):
+        return self._inner.synchronize()
+
+    def block_current_stream(self):
+        return self._inner.block_current_stream()
+
+    def get_future_result(self):
+        return self._inner.get_future_result()
+
+    def _get_duration(self) -> float:
+        return self._inner._get_duration()
+
+    def _get_op_type(self):
+        return self._inner._get_op_type()
+
+    def __del__(self) -> None:
+        # the job let go of an op that has no future without waiting on it: nothing will ever show it
+        # complete (gloo's reduce-scatter works never say so), so its record goes out now, without an end
+        try:
+            entry = _INFLIGHT.get(self._keys[0])
+            if entry is not None and not entry[4]:
+                completed = _is_completed(entry[0])
+                for key in self._keys:
+                    _finish(key, completed)
+        except Exception:  # interpreter shutdown: the log's close() writes what is left
+            pass
 
 
 def set_sink(sink) -> None:
@@ -315,10 +419,13 @@ def set_sink(sink) -> None:
 
 
 def _current_sink(rec: dict) -> None:
-    """Hand a record to the active sink (none: recording stopped, the op still runs)."""
+    """Stands for "the active sink" (set_sink) in process groups the backend creator builds."""
     sink = _SINK
     if sink is not None:
         sink(rec)
+
+
+_NO_STEP = object()
 
 
 def _create(opts, pg_options=None):

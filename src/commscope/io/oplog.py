@@ -138,7 +138,7 @@ def _gc_paused() -> Iterator[None]:
 _QUOTED: dict[str, str] = {}
 
 
-def _q(text: str) -> str:
+def json_quote(text: str) -> str:
     """JSON string literal of ``text`` (memoised: op logs repeat a few dozen distinct strings)."""
     out = _QUOTED.get(text)
     if out is None:
@@ -162,8 +162,8 @@ def _json_default(value: Any) -> Any:
 
 def _op_line(op: CommOp) -> str:
     """``json.dumps(op.to_dict(), separators=(",", ":"))``, built by hand (about 5x faster)."""
-    parts = ['{"op":', _q(op.op), ',"axis":', _q(op.axis), ',"group":[', ",".join(map(str, op.group)),
-             '],"size_bytes":', str(op.size_bytes), ',"dtype":', _q(op.dtype)]
+    parts = ['{"op":', json_quote(op.op), ',"axis":', json_quote(op.axis), ',"group":[', ",".join(map(str, op.group)),
+             '],"size_bytes":', str(op.size_bytes), ',"dtype":', json_quote(op.dtype)]
     if op.rank is not None:
         parts += (',"rank":', str(op.rank))
     if op.peer is not None:
@@ -171,20 +171,20 @@ def _op_line(op: CommOp) -> str:
     if op.splits is not None:
         parts += (',"splits":[', ",".join(map(str, op.splits)), "]")
     if op.phase is not None:
-        parts += (',"phase":', _q(op.phase))
+        parts += (',"phase":', json_quote(op.phase))
     if op.micro_batch is not None:
         parts += (',"micro_batch":', str(op.micro_batch))
     if op.layer is not None:
         parts += (',"layer":', str(op.layer))
     parts += (',"count":', str(op.count))
     if op.name:
-        parts += (',"name":', _q(op.name))
+        parts += (',"name":', json_quote(op.name))
     if op.t_start_ns is not None:
         parts += (',"t_start_ns":', str(op.t_start_ns))
     if op.t_end_ns is not None:
         parts += (',"t_end_ns":', str(op.t_end_ns))
     if op.backend_op is not None:
-        parts += (',"backend_op":', _q(op.backend_op))
+        parts += (',"backend_op":', json_quote(op.backend_op))
     if op.extra:
         try:
             extra = json.dumps(dict(op.extra), separators=(",", ":"), default=_json_default)
