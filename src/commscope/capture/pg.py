@@ -284,27 +284,23 @@ _SINK = None  # set by commscope.capture.recorder when recording starts; one per
 # needs the GIL there: the backend's thread then waits for the training thread to release the GIL before it
 # can complete the next op. With 8 ranks on 2 cores that cost 30-45% of step time; this costs ~3%.
 
-_INFLIGHT: dict[int, tuple[Any, dict, Any, str, bool]] = {}
-"""Recorded ops not yet seen complete: key -> (inner work, record, sink, inner backend name, has a future)."""
+_INFLIGHT: dict[int, tuple[Any, dict, Any, str]] = {}
+"""Recorded ops not yet seen complete: key -> (inner work, record, sink, inner backend name)."""
 
 
 def _track(work, recs: list[dict], sink, backend: str) -> "_TimedWork":
-    observe_completions()
-    try:
-        work.get_future()
-        has_future = True
-    except Exception:  # gloo's send/recv and reduce-scatter works have no future
-        has_future = False
+    if _INFLIGHT:
+        observe_completions()
     keys = [id(rec) for rec in recs]
     for key, rec in zip(keys, recs):
-        _INFLIGHT[key] = (work, rec, sink, backend, has_future)
+        _INFLIGHT[key] = (work, rec, sink, backend)
     return _TimedWork(work, keys)
 
 
 def _finish(key: int, completed: bool) -> None:
     entry = _INFLIGHT.pop(key, None)
     if entry is not None:
-        _, rec, sink, _, _ = entry
+        _, rec, sink, _ = entry
         if completed:
             rec["t_end_ns"] = time.time_ns()
         sink(rec)
@@ -401,14 +397,21 @@ class _TimedWork(dist.Work):
         return self._inner._get_op_type()
 
     def __del__(self) -> None:
-        # the job let go of an op that has no future without waiting on it: nothing will ever show it
-        # complete (gloo's reduce-scatter works never say so), so its record goes out now, without an end
+        # the job let go of an op it has not seen complete. With a future, something follows it (DDP's reducer):
+        # it is seen complete later. Without one, nothing will ever show it complete (gloo's reduce-scatter
+        # works never say so), so its record goes out now, with an end only if it has one
         try:
             entry = _INFLIGHT.get(self._keys[0])
-            if entry is not None and not entry[4]:
-                completed = _is_completed(entry[0])
-                for key in self._keys:
-                    _finish(key, completed)
+            if entry is None:
+                return
+            try:
+                entry[0].get_future()
+                return
+            except Exception:
+                pass
+            completed = _is_completed(entry[0])
+            for key in self._keys:
+                _finish(key, completed)
         except Exception:  # interpreter shutdown: the log's close() writes what is left
             pass
 

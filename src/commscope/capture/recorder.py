@@ -63,9 +63,6 @@ class RankLog:
         """Take the record of an op seen complete (or, at the end, of one never seen so)."""
         if "step" not in rec and self._step is not None:  # records the process group did not stamp at issue
             rec["step"] = self._step
-        self._append(rec)
-
-    def _append(self, rec: dict) -> None:
         with self._lock:
             self._buf.append(rec)
             self.num_records += 1
