@@ -39,7 +39,7 @@ def _ops_rank(rank: int, world: int, n: int, numel: int, rounds: int, logdir: st
 
     log = RankLog(Path(logdir))
     cpg.set_sink(log)
-    plain = dist.group.WORLD  # the backend itself
+    plain = dist.new_group(list(range(world)), backend=dist.get_backend())  # the backend itself, made alike
     recorded = dist.new_group(list(range(world)), backend=cpg.BACKEND_NAME)  # the same backend, recorded
     x = torch.ones(numel, device=device)
     for group in (plain, recorded):
