@@ -273,6 +273,7 @@ def _inner_backend_name() -> str:
 
 
 _SINK = None  # set by commscope.capture.recorder when recording starts; one per process
+
 # ----- completion times -----
 # An op's completion time is stamped by the job's own thread, the first time it sees the op complete: when
 # wait() on the op's Work returns (gloo; on NCCL wait() only orders streams, so there the Work must report
@@ -282,7 +283,8 @@ _SINK = None  # set by commscope.capture.recorder when recording starts; one per
 #
 # Not done on purpose: a done-callback on the Work's future. It runs on the backend's completion thread and
 # needs the GIL there: the backend's thread then waits for the training thread to release the GIL before it
-# can complete the next op. With 8 ranks on 2 cores that cost 30-45% of step time; this costs ~3%.
+# can complete the next op. With 8 ranks on 2 cores that cost 30-45% of step time; this costs ~4%
+# (benchmarks/bench_capture.py).
 
 _INFLIGHT: dict[int, tuple[Any, dict, Any, str]] = {}
 """Recorded ops not yet seen complete: key -> (inner work, record, sink, inner backend name)."""
