@@ -1,6 +1,73 @@
+"""Test helpers shared by every test module.
+
+``../shared`` (beside the checkout, never inside it) holds third-party data: real nccl-tests, Kineto and DeepSpeed
+logs from other people's clusters and published figures, whose licences mostly do not allow copying them into this
+repository. A test that reads it says so with ``@requires_shared(*parts)`` (or calls ``shared_or_skip(*parts)`` in a
+fixture), and is skipped with its reason on a fresh clone without it. CI, which has ``../shared``, sets
+``COMMSCOPE_REQUIRE_SHARED=1``: there a missing file fails the test instead of skipping it. Fixtures the project
+writes itself live under ``tests/``.
+"""
+
+from __future__ import annotations
+
+import os
 import sys
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # for `import strategies`
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+STRICT_ENV = "COMMSCOPE_REQUIRE_SHARED"
+
+
+def _missing_reason(parts: tuple[str, ...]) -> str | None:
+    """Why ``../shared/<parts>`` cannot be read, or None when it is there."""
+    path = SHARED.joinpath(*parts)
+    if path.exists():
+        return None
+    return (f"needs ../shared/{'/'.join(parts)} (third-party data kept beside the checkout, not in this "
+            f"repository): {path} not found")
+
+
+def _strict() -> bool:
+    return os.environ.get(STRICT_ENV, "") not in ("", "0")
+
+
+def requires_shared(*parts: str) -> pytest.MarkDecorator:
+    """Mark a test that reads ``../shared/<parts>`` (a file or a folder): skipped with its reason when absent."""
+    return pytest.mark.requires_shared(*parts)
+
+
+def shared_or_skip(*parts: str) -> Path:
+    """``../shared/<parts>``, for fixtures and test bodies; when absent, skips (fails under
+    ``COMMSCOPE_REQUIRE_SHARED``)."""
+    reason = _missing_reason(parts)
+    if reason is not None:
+        if _strict():
+            pytest.fail(f"{reason}; {STRICT_ENV} is set")
+        pytest.skip(reason)
+    return SHARED.joinpath(*parts)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "requires_shared(*parts): reads ../shared/<parts>; skipped with its reason when that is absent")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _strict():
+        return  # pytest_runtest_setup fails them instead
+    for item in items:
+        for mark in item.iter_markers("requires_shared"):
+            reason = _missing_reason(mark.args)
+            if reason is not None:
+                item.add_marker(pytest.mark.skip(reason=reason))
+                break
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _strict():
+        for mark in item.iter_markers("requires_shared"):
+            shared_or_skip(*mark.args)

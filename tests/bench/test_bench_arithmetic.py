@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import SHARED
+from conftest import SHARED, requires_shared
 
 from commscope.bandwidth import busbw_factor
 from commscope.bench.sweep import (
@@ -27,8 +27,11 @@ from commscope.bench.sweep import (
 from commscope.errors import ConfigError
 from commscope.units import GB, US
 
-LOGS = SHARED / "data" / "real-logs"
-A100 = LOGS / "nccl-tests_allreduce_a100x8_single-node_v2.19.4.txt"
+LOGS = ("data", "real-logs")
+A100_NAME = "nccl-tests_allreduce_a100x8_single-node_v2.19.4.txt"
+V100_NAME = "nccl-tests_allgather-allreduce-broadcast-reduce-reducescatter_v100x12_dgx2_old-format_errors.txt"
+A100 = SHARED.joinpath(*LOGS, A100_NAME)
+V100 = SHARED.joinpath(*LOGS, V100_NAME)
 
 
 def _data_rows(path):
@@ -48,6 +51,7 @@ def test_busbw_factors_are_nccl_tests():
     assert busbw_factor("broadcast", 8) == busbw_factor("reduce", 8) == busbw_factor("sendrecv", 8) == 1.0
 
 
+@requires_shared(*LOGS, A100_NAME)
 def test_a100_log_rows_rederive_from_size_time_and_n():
     rows = _data_rows(A100)
     assert len(rows) == 25
@@ -79,9 +83,9 @@ def test_sizes_and_counts_follow_nccl_tests():
         op_count("gather_everything", 8, 2, 4)
 
 
+@requires_shared(*LOGS, V100_NAME)
 def test_v100_all_gather_rows_match_op_count():
-    path = LOGS / "nccl-tests_allgather-allreduce-broadcast-reduce-reducescatter_v100x12_dgx2_old-format_errors.txt"
-    lines = path.read_text().splitlines()
+    lines = V100.read_text().splitlines()
     end = next(i for i, line in enumerate(lines) if "all_reduce_perf" in line)
     requested = 8
     for line in lines[:end]:

@@ -7,7 +7,7 @@ import math
 import tomllib
 
 import pytest
-from conftest import SHARED
+from conftest import SHARED, requires_shared
 
 from commscope.bandwidth import AlphaBeta, GroupSpan
 from commscope.bench.fit import FitPoint, fit, fit_curve, format_fit, load_points, to_toml
@@ -18,9 +18,11 @@ from commscope.io.bandwidth_file import read_bandwidth
 from commscope.spec.files import load_cluster
 from commscope.units import GB, US
 
-LOGS = SHARED / "data" / "real-logs"
-A100 = LOGS / "nccl-tests_allreduce_a100x8_single-node_v2.19.4.txt"
-FAILED = LOGS / "nccl-tests_allreduce_rtx3090x2_2node_wrong-nonzero_FAILED.txt"
+LOGS = ("data", "real-logs")
+A100_NAME = "nccl-tests_allreduce_a100x8_single-node_v2.19.4.txt"
+FAILED_NAME = "nccl-tests_allreduce_rtx3090x2_2node_wrong-nonzero_FAILED.txt"
+A100 = SHARED.joinpath(*LOGS, A100_NAME)
+FAILED = SHARED.joinpath(*LOGS, FAILED_NAME)
 
 
 def _points(op, n, alpha_s, busbw, sizes, f):
@@ -58,6 +60,7 @@ def test_fit_curve_respects_nonnegativity():
     assert beta == 0 and alpha > 0
 
 
+@requires_shared(*LOGS, A100_NAME)
 def test_a100_nccl_tests_log_fits_in_three_pieces_within_tolerance():
     points, info = load_points(A100)
     assert info["time_kind"] == "mean" and len(points) == 25  # out-of-place rows only
@@ -72,6 +75,7 @@ def test_a100_nccl_tests_log_fits_in_three_pieces_within_tolerance():
     assert "134217728" in text and "rel err" in text
 
 
+@requires_shared(*LOGS, A100_NAME)
 def test_toml_round_trip_reproduces_the_fit(tmp_path):
     points, info = load_points(A100)
     res = fit(points, source=A100.name, time_kind=info["time_kind"])
@@ -151,14 +155,19 @@ def test_refusals_are_clear(tmp_path, capsys):
         load_points(tmp_path / "broken.json")
     with pytest.raises(ConfigError, match="no such file"):
         load_points(tmp_path / "missing.json")
-    with pytest.raises(ConfigError, match="failed nccl-tests' data check"):
-        load_points(FAILED)
     # through the command: exit 2, one line
     assert main(["fit", str(tmp_path / "one.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("commscope fit: error:")
 
 
+@requires_shared(*LOGS, FAILED_NAME)
+def test_a_failed_nccl_tests_log_is_refused():
+    with pytest.raises(ConfigError, match="failed nccl-tests' data check"):
+        load_points(FAILED)
+
+
+@requires_shared(*LOGS, A100_NAME)
 def test_fit_command_on_nccl_tests_output(tmp_path, capsys):
     out = tmp_path / "a100.toml"
     assert main(["fit", str(A100), "--out", str(out)]) == 0

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import csv
 from dataclasses import replace
-from pathlib import Path
 
-import pytest
+from conftest import SHARED, requires_shared
 
 from commscope.api import predict
 from commscope.estimate import estimate
@@ -26,7 +25,7 @@ from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 from commscope.units import GB, GBIT
 
-CSV = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "measured_iteration_times.csv"
+CSV = SHARED / "data" / "measured_iteration_times.csv"
 MEAN_APE_LIMIT = 0.12  # reached: 11.0% (see the printed table)
 WORST_APE_LIMIT = 0.40  # reached: 35.7%, case 08 (pp 8, 8 micro-batches: the 1F1B bubble is over-predicted)
 
@@ -36,7 +35,7 @@ def _cases():
         return [row for row in csv.DictReader(f) if row["measured_iter_time_s"]]
 
 
-@pytest.mark.skipif(not CSV.exists(), reason=f"{CSV} not found (shared/ must sit beside the checkout)")
+@requires_shared("data", "measured_iteration_times.csv")
 def test_measured_iteration_times(capsys):
     preset = load_cluster("dgx-a100")
     cluster = replace(preset,

@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from conftest import SHARED, requires_shared, shared_or_skip
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -35,10 +36,8 @@ from commscope.io.kineto import import_kineto
 from commscope.io.oplog import write_ops_jsonl
 from commscope.record import CommOp
 
-REAL_LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "real-logs"
-needs_logs = pytest.mark.skipif(
-    not REAL_LOGS.is_dir(), reason=f"real logs not found at {REAL_LOGS} (shared data folder missing)"
-)
+REAL_LOGS = SHARED / "data" / "real-logs"
+needs_logs = requires_shared("data", "real-logs")
 
 KINETO = "kineto_trace_a100x2_nccl-allreduce-broadcast_rank0.json.gz"
 DS_SUMMARY = "deepspeed_comms_summary_1_megatron-zero3.txt"
@@ -86,9 +85,7 @@ def _extra(op: CommOp) -> dict:
 
 @pytest.fixture(scope="module")
 def kineto_trace() -> dict:
-    if not _log(KINETO).is_file():
-        pytest.skip(f"{KINETO} not found in {REAL_LOGS}")
-    with gzip.open(_log(KINETO), "rt") as fh:
+    with gzip.open(shared_or_skip("data", "real-logs", KINETO), "rt") as fh:
         return json.load(fh)
 
 

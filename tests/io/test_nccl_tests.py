@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import SHARED, requires_shared
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,10 +21,8 @@ import commscope.io.nccl_tests as nccl_tests
 from commscope.io.nccl_tests import BusbwRow, NcclTestsResult, algbw, busbw_factor, canonical_op, parse_nccl_tests
 from commscope.units import GB, US
 
-REAL_LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "real-logs"
-needs_logs = pytest.mark.skipif(
-    not REAL_LOGS.is_dir(), reason=f"real nccl-tests logs not found at {REAL_LOGS} (shared data folder missing)"
-)
+REAL_LOGS = SHARED / "data" / "real-logs"
+needs_logs = requires_shared("data", "real-logs")
 
 DGX2 = "nccl-tests_allgather-allreduce-broadcast-reduce-reducescatter_v100x12_dgx2_old-format_errors.txt"
 A100X8 = "nccl-tests_allreduce_a100x8_single-node_v2.19.4.txt"

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import csv
+import re
 import tomllib
 from pathlib import Path
 
 import pytest
+from conftest import SHARED, requires_shared
 
+import commscope.presets
 from commscope.errors import ConfigError
 from commscope.presets import cluster_preset, list_presets, model_preset, preset_names, preset_path
 from commscope.spec import ClusterSpec, ModelSpec
@@ -39,7 +42,11 @@ PUBLISHED_PARAMETERS = {
 MODEL_PRESETS = preset_names("models")
 CLUSTER_PRESETS = preset_names("clusters")
 
-BUSBW_CSV = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "published_busbw.csv"
+BUSBW_CSV = SHARED / "data" / "published_busbw.csv"
+
+PRESET_FILES = sorted(Path(commscope.presets.__file__).parent.rglob("*.toml"))
+#: A path of some machine: /work/..., /home/..., ~/..., C:\... (not "GB/s", "fp16/bf16" or a URL's "//host/").
+MACHINE_PATH = re.compile(r"(?<![\w.:/)\]])(?:/[A-Za-z_][\w.-]*/|~/|[A-Za-z]:\\)")
 
 
 def test_all_named_presets_exist():
@@ -92,7 +99,7 @@ def test_cluster_datasheet_numbers():
         assert cluster.peak_flops_for("fp16") == tflops * TFLOP and cluster.gpu_util == util
 
 
-@pytest.mark.skipif(not BUSBW_CSV.is_file(), reason="the shared published_busbw.csv is not beside this checkout")
+@requires_shared("data", "published_busbw.csv")
 def test_cluster_bandwidths_match_published_busbw():
     with BUSBW_CSV.open(encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -115,6 +122,23 @@ def test_cluster_bandwidths_match_published_busbw():
     close("dgx-h100", "inter_node", plateau("multi-node", "400Gb RDMA (IB/RoCE)"), 0.02)
     # One 100GbE NIC per node shared by 8 GPUs.
     close("rtx3090-pcie", "inter_node", plateau("multi-node", "100GbE TCP/IP sockets") / 8, 0.02)
+
+
+@pytest.mark.parametrize("path", PRESET_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_presets_cite_data_by_name_never_by_a_machine_path(path):
+    # Data is cited by file and row name (e.g. shared/data/published_busbw.csv, row '...'), which any reader can
+    # find, never by where it lay on the machine the preset was written on.
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        assert not MACHINE_PATH.search(line), f"{path.name}:{number} names a machine path: {line.strip()[:200]}"
+
+
+def test_machine_path_pattern():
+    for text in ("from /work/shared/data/x.csv", "'/home/me/x'", "~/data/x.csv", r"C:\data\x.csv"):
+        assert MACHINE_PATH.search(text), text
+    for text in ("989 TFLOP/s bf16/fp16", "8x 200 Gb/s (IB/RoCE)", "config https://huggingface.co/org/model/blob/x",
+                 "the commscope project's shared/data/published_busbw.csv, rows as cited"):
+        assert not MACHINE_PATH.search(text), text
+    assert len(PRESET_FILES) >= 20  # the presets were found at all
 
 
 def test_unknown_preset_names_the_field_lists_names_and_suggests():
