@@ -15,16 +15,34 @@ Two methods:
 where each C is the effective bandwidth the bandwidth model gives for that axis's message size and group.
 
 ``refined`` (the default) times every op of the predicted workload with the bandwidth model (so small
-messages pay latency and a group spanning nodes pays the network), counts compute with Megatron's FLOP
-formula per pipeline stage (attention and logits included, recomputation added), and takes the slowest
-stage as the critical path of the 1F1B schedule:
+messages pay latency and a group spanning nodes pays the network), times compute per pipeline stage with the
+GPU's own compute model (:mod:`commscope.compute`: every GEMM by the tile/wave model, attention, the
+memory-bound kernels at the HBM roofline, recomputation, the optimizer step), and takes the slowest stage as
+the critical path of the 1F1B schedule:
 
-    t_mb(s)  = [comp(s) + tp(s) + pp(s) + cp_exposed(s) + ep(s)] / m
+    t_mb(s)  = fwd(s) + bwd(s) + [tp_exp(s) + pp(s) + cp_exp(s) + ep(s) + dp_exp(s)] / m
     T_bubble = (p - 1) / v x t_mb(s*)           s* = the slowest stage, v = virtual pipeline size
-    T_dp     = slowest stage's DP (and embedding) reduction, minus what overlaps the last backward pass
-    T_iter   = m t_mb(s*) + T_bubble + T_dp
+    tail(s)  = grad reduction exposed + optimizer step + parameter all-gather exposed + embedding sync
+    T_iter   = m t_mb(s*) + T_bubble + max_s [tail(s) - s bwd(s) / v]
 
-Context-parallel transfers overlap attention compute (ring attention), so only their excess is exposed.
+Stage s finishes its last backward pass s bwd(s)/v before stage 0 does, so its tail hides that much.
+
+Overlap, each the way the frameworks do it, its hidden part reported per axis (``hidden_s``):
+
+- ``tp_comm_overlap`` (Megatron ``--tp-comm-overlap``): TP all-gathers and reduce-scatters run under the
+  linear GEMMs of the same pass; only comm beyond that GEMM time is exposed. Without it TP is exposed whole.
+- ``overlap_grad_reduce`` (Megatron ``--overlap-grad-reduce``; always for PyTorch DDP and FSDP2): gradient
+  buckets reduce one after another on their own stream as the last micro-batch's backward makes them ready
+  (bucket i ready when the fraction of backward that produced buckets 0..i is done); what runs past the end
+  of that backward is exposed.
+- ``overlap_param_gather`` (Megatron ``--overlap-param-gather``): the distributed optimizer's parameter
+  all-gathers run bucket by bucket ahead of the next forward; a bucket late for its layers delays it.
+- ZeRO-3 and FSDP2 gather parameters (and reduce-scatter gradients) per layer with prefetching: exposed is
+  what exceeds the forward (backward) compute.
+- CP's ring attention passes K/V under the attention compute; only the excess is exposed.
+
+``gpu_util`` given explicitly replaces the compute model by FLOP / (u x peak) per stage (Megatron's FLOP
+formula, attention and logits included, recomputation added), as does a cluster whose GPU has no preset.
 """
 
 from __future__ import annotations
@@ -35,9 +53,10 @@ from typing import Any, Literal
 import numpy as np
 
 from commscope.bandwidth import AlphaBeta, BandwidthModel, GroupSpan
+from commscope.compute.model import StageCompute, stage_compute
 from commscope.flops import iteration_flops, token_flops
-from commscope.workload.dense import grad_dtype, stage_layers
 from commscope.units import dtype_bytes
+from commscope.workload.dense import grad_dtype, pipeline_split_note, stage_layers
 
 Method = Literal["refined", "seed"]
 METHODS = ("refined", "seed")
@@ -70,10 +89,25 @@ class Estimate:
     critical_stage: int
     effective_bandwidth_bytes_per_s: dict[str, float] = field(default_factory=dict)
     """The C of each axis (seed method) or the mean busbw of its ops (refined)."""
+    optimizer_s: float = 0.0
+    """Optimizer step on the stage whose end of iteration is last (compute model only)."""
+    hidden_s: dict[str, float] = field(default_factory=dict)
+    """Communication per axis that overlaps compute and so costs no time (the ``*_s`` terms are exposed time)."""
+    compute_breakdown_s: dict[str, float] = field(default_factory=dict)
+    """The critical stage's compute per iteration by kind: gemm, attention, memory_bound, recompute, optimizer."""
+    compute_model: str = "flops"
+    """``gpu`` (per-kernel compute model of :mod:`commscope.compute`) or ``flops`` (FLOP / (u x peak))."""
+    micro_batch_s: float = 0.0
+    """Time of one micro-batch on the critical stage, exposed pipeline communication included: the unit of the
+    pipeline schedule, whose (p - 1) / v multiple is the bubble."""
+    tail_s: float = 0.0
+    """What runs after the pipeline drains on the stage that ends last: exposed gradient reduction, embedding sync,
+    optimizer step, exposed parameter all-gather. The iteration is (m + (p-1)/v) micro_batch_s + tail_s."""
     notes: tuple[str, ...] = ()
 
     @property
     def comm_s(self) -> float:
+        """Exposed communication."""
         return self.tp_s + self.pp_s + self.dp_s + self.ep_s + self.cp_s + self.emb_s
 
     def to_dict(self) -> dict[str, Any]:
@@ -88,8 +122,12 @@ def _span_of(groups: np.ndarray, gpus_per_node: int) -> GroupSpan:
 
 
 def estimate(prediction, *, method: Method = "refined", gpu_util: float | None = None,
-             bandwidth: BandwidthModel | None = None) -> Estimate:
-    """Estimate the iteration time of a :class:`~commscope.api.Prediction`."""
+             bandwidth: BandwidthModel | None = None, gpu=None) -> Estimate:
+    """Estimate the iteration time of a :class:`~commscope.api.Prediction`.
+
+    ``gpu_util`` replaces the compute model by FLOP / (u x peak); ``gpu`` (a :class:`~commscope.gpus.GpuSpec`,
+    a preset name or a file) replaces the GPU matched from the cluster.
+    """
     from commscope.errors import ConfigError
 
     if method not in METHODS:
@@ -102,12 +140,29 @@ def estimate(prediction, *, method: Method = "refined", gpu_util: float | None =
     peak = cluster.peak_flops_for(prediction.model.dtype)
     if method == "seed":
         return _seed(prediction, u, peak, bw)
-    return _refined(prediction, u, peak, bw)
+    compute: StageCompute | None = None
+    notes: list[str] = []
+    if gpu_util is None:
+        from commscope.gpus import gpu_for_cluster
+
+        try:
+            spec = gpu_for_cluster(cluster, gpu)
+        except ConfigError as exc:
+            if gpu is not None:
+                raise
+            notes.append(f"compute: FLOP / (u x peak) with the cluster's u = {u:.2f} ({exc.expected})")
+        else:
+            compute = stage_compute(prediction.model, prediction.parallel, spec)
+    else:
+        notes.append(f"compute: FLOP / (u x peak) with u = {u:.2f} (--gpu-util)")
+    return _refined(prediction, u, peak, bw, compute, notes)
 
 
-def _finish(prediction, method, u, peak, *, comp, tp, pp, dp, ep, cp, emb, bubble, stage, eff, notes) -> Estimate:
+def _finish(prediction, method, u, peak, *, comp, tp, pp, dp, ep, cp, emb, bubble, stage, eff, notes,
+            optimizer=0.0, hidden=None, breakdown=None, compute_model="flops", micro_batch=None,
+            tail=None) -> Estimate:
     model, par = prediction.model, prediction.parallel
-    total = comp + tp + pp + dp + ep + cp + emb + bubble
+    total = comp + tp + pp + dp + ep + cp + emb + bubble + optimizer
     tokens = par.global_batch_size * model.seq_len
     fl = iteration_flops(model, tokens, recompute=par.recompute)
     world = par.world_size
@@ -120,7 +175,10 @@ def _finish(prediction, method, u, peak, *, comp, tp, pp, dp, ep, cp, emb, bubbl
         tflops_per_gpu=fl["hardware"] / total / world / 1e12 if total else 0.0,
         mfu=fl["model"] / total / world / peak if total else 0.0,
         gpu_util=u, peak_flops=peak, world_size=world, critical_stage=stage,
-        effective_bandwidth_bytes_per_s=eff, notes=tuple(notes),
+        effective_bandwidth_bytes_per_s=eff, optimizer_s=optimizer, hidden_s=dict(hidden or {}),
+        compute_breakdown_s=dict(breakdown or {}), compute_model=compute_model, notes=tuple(notes),
+        micro_batch_s=((comp + tp + pp + cp + ep) / par.num_micro_batches) if micro_batch is None else micro_batch,
+        tail_s=(dp + emb + optimizer) if tail is None else tail,
     )
 
 
@@ -166,63 +224,159 @@ def _seed(prediction, u: float, peak: float, bw: BandwidthModel) -> Estimate:
                    emb=0.0, bubble=bubble, stage=0, eff=eff, notes=notes + list(bw.notes))
 
 
-def _refined(prediction, u: float, peak: float, bw: BandwidthModel) -> Estimate:
+
+
+def _flop_compute(prediction, u: float, peak: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(forward, backward, attention) seconds per micro-batch per stage from FLOP / (u x peak): Megatron's FLOP
+    count per stage (attention and logits included), backward twice the forward, recomputation added to it."""
+    model, par = prediction.model, prediction.parallel
+    p = par.pp
+    tf = token_flops(model)
+    tokens_mb = par.micro_batch_size * model.seq_len / par.cp  # tokens per rank per micro-batch
+    rate = par.tp * u * peak
+    fwd, bwd, attn = np.zeros(p), np.zeros(p), np.zeros(p)
+    for stage in range(p):
+        layers = [layer for chunk in stage_layers(model, par, stage) for layer in chunk]
+        f = sum(tf.layers[i] for i in layers) + (tf.logits if stage == p - 1 else 0.0)
+        extra = {"none": 0.0, "selective": sum(tf.attention_core[i] for i in layers), "full": f}[par.recompute]
+        fwd[stage] = tokens_mb * f / rate
+        bwd[stage] = tokens_mb * (2 * f + extra) / rate
+        attn[stage] = tokens_mb * sum(3 * tf.attention_core[i] for i in layers) / rate
+    return fwd, bwd, attn
+
+
+def _overlapped_buckets(times: list[float], window: float) -> float:
+    """Time past the end of a backward pass of ``window`` seconds until gradient buckets ``times`` are reduced.
+
+    Buckets are ready in order, bucket i when the share of backward that produced buckets 0..i has run
+    (buckets hold equal parameters per second of backward); reductions run one at a time on their own stream.
+    """
+    total = sum(times)
+    if not times or total <= 0:
+        return 0.0
+    done = ready_share = 0.0
+    for t in times:
+        ready_share += t / total
+        done = max(done, window * ready_share) + t
+    return max(0.0, done - window)
+
+
+def _late_gathers(times: list[float], window: float) -> float:
+    """Delay of a forward pass of ``window`` seconds whose parameter buckets (all-gathered one at a time from its
+    start, in layer order) must each arrive before the forward reaches their layers."""
+    total = sum(times)
+    if not times or total <= 0:
+        return 0.0
+    done = needed_share = late = 0.0
+    for t in times:
+        done += t
+        late = max(late, done - window * needed_share)
+        needed_share += t / total
+    return max(0.0, late)
+
+
+def _refined(prediction, u: float, peak: float, bw: BandwidthModel, compute: StageCompute | None,
+             notes: list[str]) -> Estimate:
     model, par, wl = prediction.model, prediction.parallel, prediction.workload
     gpn = prediction.cluster.gpus_per_node
     p, m, v = par.pp, par.num_micro_batches, par.virtual_pipeline_size
     stage_of = wl.layout.stage_of()
-    tf = token_flops(model)
-    tokens_mb = par.micro_batch_size * model.seq_len / par.cp  # tokens per rank per micro-batch
-    extra = {"none": 0.0, "selective": 1.0, "full": 1.0}[par.recompute]
+    if compute is not None:
+        fwd, bwd, attn = compute.forward_s, compute.backward_s, compute.attention_s
+        lin_f, lin_b, opt = compute.linear_forward_s, compute.linear_backward_s, compute.optimizer_s
+        notes = notes + list(compute.notes)
+    else:
+        fwd, bwd, attn = _flop_compute(prediction, u, peak)
+        lin_f, lin_b, opt = fwd, bwd, np.zeros(p)
 
-    comp = np.zeros(p)
-    attn = np.zeros(p)
-    for stage in range(p):
-        layers = [layer for chunk in stage_layers(model, par, stage) for layer in chunk]
-        fl = sum(3 * tf.layers[i] + (extra * (tf.layers[i] if par.recompute == "full" else tf.attention_core[i]))
-                 for i in layers)
-        if stage == p - 1:
-            fl += 3 * tf.logits
-        comp[stage] = m * tokens_mb * fl / par.tp / (u * peak)
-        attn[stage] = m * tokens_mb * sum(3 * tf.attention_core[i] for i in layers) / par.tp / (u * peak)
-
-    axes = {a: np.zeros(p) for a in ("tp", "pp", "dp", "ep", "cp", "emb")}
+    axes = ("tp", "pp", "dp", "ep", "cp", "emb")
+    comm = {a: {c: np.zeros(p) for c in ("fwd", "bwd", "iter")} for a in axes}
+    grad_buckets: list[list[float]] = [[] for _ in range(p)]
+    param_buckets: list[list[float]] = [[] for _ in range(p)]
     busbw_sum: dict[str, list[float]] = {}
     for s in wl.opsets:
         if s.group_size < 2 or s.op == "recv":
             continue
         span = _span_of(s.groups, gpn)
-        size = s.size_bytes
-        t_op = bw.op_time_s(s.op, size, span)
-        busbw_sum.setdefault(s.axis, []).append(bw.busbw_bytes_per_s(s.op, size, span))
+        t_op = bw.op_time_s(s.op, s.size_bytes, span)
+        busbw_sum.setdefault(s.axis, []).append(bw.busbw_bytes_per_s(s.op, s.size_bytes, span))
         total = t_op * s.count
+        stage = int(stage_of[s.groups[0, 0]])
+        once = s.micro_batches is None
+        kind = "fwd" if s.phase == "fwd" else ("iter" if s.phase == "optim" and once else "bwd")
         if s.op == "send":
             # a p2p transfer occupies its sender and its receiver; per GPU, sends and receives of the
             # steady state overlap pairwise (send_forward_recv_backward), hence the halves
-            src_stage = stage_of[s.groups[0, 0]]
-            dst_stage = stage_of[s.groups[0, 1]]
-            axes[s.axis][src_stage] += total / 2
-            axes[s.axis][dst_stage] += total / 2
+            comm[s.axis][kind][stage] += total / 2
+            comm[s.axis][kind][int(stage_of[s.groups[0, 1]])] += total / 2
         elif s.axis == "emb":
-            axes["emb"][0] += total
-            axes["emb"][p - 1] += total
+            comm["emb"]["iter"][0] += total
+            comm["emb"]["iter"][p - 1] += total
+        elif s.axis == "dp" and once and s.phase in ("optim", "bwd") and s.op in ("reduce_scatter", "all_reduce"):
+            grad_buckets[stage] += [t_op] * s.count
+        elif s.axis == "dp" and once and s.phase == "optim" and s.op == "all_gather":
+            param_buckets[stage] += [t_op] * s.count
         else:
-            axes[s.axis][stage_of[s.groups[0, 0]]] += total
-    cp_exposed = np.maximum(0.0, axes["cp"] - attn)
-    per_mb = (comp + axes["tp"] + axes["pp"] + cp_exposed + axes["ep"]) / m
+            comm[s.axis][kind][stage] += total
+
+    # --- exposed communication inside the pipeline (per stage, whole iteration) ---
+    tp_all = comm["tp"]["fwd"] + comm["tp"]["bwd"]
+    if par.tp_comm_overlap:
+        tp_exp = np.maximum(0.0, comm["tp"]["fwd"] - m * lin_f) + np.maximum(0.0, comm["tp"]["bwd"] - m * lin_b)
+        notes.append("TP communication overlapped with the linear GEMMs of the same pass (--tp-comm-overlap)")
+    else:
+        tp_exp = tp_all
+    cp_all = comm["cp"]["fwd"] + comm["cp"]["bwd"]
+    cp_exp = np.maximum(0.0, cp_all - m * attn)
+    pp_all = comm["pp"]["fwd"] + comm["pp"]["bwd"]
+    ep_all = comm["ep"]["fwd"] + comm["ep"]["bwd"]
+    # ZeRO-3 / FSDP2 gathers and reduce-scatters per layer, prefetched under the compute of their pass
+    dp_layer = comm["dp"]["fwd"] + comm["dp"]["bwd"]
+    dp_layer_exp = np.maximum(0.0, comm["dp"]["fwd"] - m * fwd) + np.maximum(0.0, comm["dp"]["bwd"] - m * bwd)
+    per_mb = fwd + bwd + (tp_exp + pp_all + cp_exp + ep_all + dp_layer_exp) / m
     crit = int(np.argmax(per_mb))
     bubble = (p - 1) / v * per_mb[crit]
-    dp_stage = axes["dp"] + axes["emb"]
-    notes = list(bw.notes)
+
+    # --- the end of the iteration: gradient reduction, optimizer step, parameter all-gather ---
+    overlap_grads = par.overlap_grad_reduce or par.framework in ("torch-ddp", "torch-fsdp2")
     if par.overlap_grad_reduce:
-        # buckets reduce while the last micro-batch's backward (2/3 of its compute) still runs
-        backward_last = 2 / 3 * comp / m
-        dp_stage = np.maximum(axes["dp"] - backward_last, 0.0) + axes["emb"]
-        notes.append("DP gradient reduction overlapped with the last backward pass (--overlap-grad-reduce)")
-    dp_crit = int(np.argmax(dp_stage))
-    dp_total = float(dp_stage[dp_crit])
-    emb = float(axes["emb"][dp_crit])
+        notes.append("DP gradient buckets reduced during the last backward pass as they fill (--overlap-grad-reduce)")
+    if par.overlap_param_gather:
+        notes.append("parameter all-gathers overlapped with the next forward pass, bucket by bucket (--overlap-param-gather)")
+    grad_exp = np.array([_overlapped_buckets(b, bwd[s]) if overlap_grads else sum(b) for s, b in enumerate(grad_buckets)])
+    param_exp = np.array([_late_gathers(b, fwd[s]) if par.overlap_param_gather else sum(b)
+                          for s, b in enumerate(param_buckets)])
+    grad_all = np.array([sum(b) for b in grad_buckets])
+    param_all = np.array([sum(b) for b in param_buckets])
+    dp_tail = grad_exp + param_exp + comm["dp"]["iter"]
+    tail = dp_tail + comm["emb"]["iter"] + comm["tp"]["iter"] + comm["cp"]["iter"] + comm["ep"]["iter"] + opt
+    lead = np.arange(p) * bwd / v  # stage s ends its last backward this much before stage 0
+    end = int(np.argmax(tail - lead))
+    # what the lead hides comes off the tail's terms in the order they run: DP, embedding sync, the rest, optimizer
+    hide = min(float(lead[end]), float(tail[end]))
+    terms = {"dp": float(dp_tail[end]), "emb": float(comm["emb"]["iter"][end]),
+             "tp": float(comm["tp"]["iter"][end] + comm["cp"]["iter"][end] + comm["ep"]["iter"][end]),
+             "opt": float(opt[end])}
+    for key in terms:
+        cut = min(hide, terms[key])
+        terms[key] -= cut
+        hide -= cut
+
+    hidden = {"tp": float(tp_all[crit] - tp_exp[crit]), "cp": float(cp_all[crit] - cp_exp[crit]),
+              "dp": float(dp_layer[crit] - dp_layer_exp[crit] + grad_all[end] + param_all[end] + comm["dp"]["iter"][end]
+                          - terms["dp"])}
+    hidden = {k: max(0.0, val) for k, val in hidden.items() if val > 0}
+    split_note = pipeline_split_note(model, par)
+    if split_note:
+        notes.append(split_note)
     eff = {a: float(np.mean(v_)) for a, v_ in busbw_sum.items()}
-    return _finish(prediction, "refined", u, peak, comp=float(comp[crit]), tp=float(axes["tp"][crit]),
-                   pp=float(axes["pp"][crit]), dp=dp_total - emb, ep=float(axes["ep"][crit]),
-                   cp=float(cp_exposed[crit]), emb=emb, bubble=float(bubble), stage=crit, eff=eff, notes=notes)
+    breakdown = compute.breakdown(crit, m) if compute is not None else {}
+    if compute is not None and fwd[crit] + bwd[crit] > 0:
+        # the compute model's own utilisation: FLOP its kernels execute over their time at the dtype's peak
+        u = float(compute.flop[crit] / ((fwd[crit] + bwd[crit]) * peak))
+    return _finish(prediction, "refined", u, peak, comp=float(m * (fwd[crit] + bwd[crit])), tp=float(tp_exp[crit]) + terms["tp"],
+                   pp=float(pp_all[crit]), dp=float(dp_layer_exp[crit]) + terms["dp"], ep=float(ep_all[crit]),
+                   cp=float(cp_exp[crit]), emb=terms["emb"], bubble=float(bubble), stage=crit, eff=eff,
+                   notes=notes + list(bw.notes), optimizer=terms["opt"], hidden=hidden, breakdown=breakdown,
+                   compute_model="gpu" if compute is not None else "flops", micro_batch=float(per_mb[crit]),
+                   tail=sum(terms.values()))

@@ -88,12 +88,22 @@ class GpuSpec:
     """K depth of one main-loop step: K is padded up to a multiple of it."""
     ctas_per_sm: int = 1
     """CTAs of the large tiles resident on one SM at once (one wave = num_sms x ctas_per_sm tiles)."""
+    cta_fill_steps: int = 0
+    """K steps of work a CTA spends outside its steady main loop: filling the multi-stage operand pipeline before
+    the first multiply and writing its output tile after the last (prologue and epilogue). Short-K GEMMs pay it
+    relatively more (calibration constant)."""
     split_k: tuple[int, ...] = (1, 2, 4, 8)
     """Split-K factors the library may use when the output tiles fill less than one wave."""
     achievable_fraction: float = 0.8
     """Fraction of the datasheet peak a large, aligned GEMM reaches (calibration constant)."""
     memory_efficiency: float = 0.85
     """Fraction of the datasheet memory bandwidth a streaming kernel reaches (calibration constant)."""
+    achievable_fraction_fp8: float | None = None
+    """Fraction of the FP8 peak a large FP8 GEMM reaches (None: ``achievable_fraction``)."""
+    flash_attention_fwd_fraction: float = 0.6
+    """Fraction of the dense peak a fused (flash) attention forward kernel reaches on the FLOPs it computes."""
+    flash_attention_bwd_fraction: float = 0.45
+    """The same for the fused attention backward kernel (it recomputes the scores: 2.5x the forward FLOPs)."""
     kernel_overhead_s: float = 4e-6
     """Fixed cost of one GEMM kernel (launch, prologue, epilogue)."""
     alignment_required_bytes: int = 16
@@ -118,6 +128,10 @@ class GpuSpec:
             check(len(self.tile_throughput) == len(self.tile_sizes) and all(0 < x <= 1 for x in self.tile_throughput),
                   "tile_throughput", self.tile_throughput, f"needs one value in (0, 1] per tile size ({len(self.tile_sizes)})")
         check(self.tile_k >= 1, "tile_k", self.tile_k, "must be a positive integer")
+        for name in ("achievable_fraction", "memory_efficiency", "achievable_fraction_fp8", "flash_attention_fwd_fraction",
+                     "flash_attention_bwd_fraction"):
+            value = getattr(self, name)
+            check(value is None or 0 < value <= 1, name, value, "must be a fraction of the peak in (0, 1]")
         check(self.ctas_per_sm >= 1, "ctas_per_sm", self.ctas_per_sm, "must be a positive integer")
         object.__setattr__(self, "split_k", tuple(int(s) for s in self.split_k))
         check(len(self.split_k) >= 1 and 1 in self.split_k and all(s >= 1 for s in self.split_k), "split_k", self.split_k,
@@ -145,6 +159,12 @@ class GpuSpec:
         best = max(reuse)
         return tuple(math.sqrt(r / best) for r in reuse)
 
+    def achievable_fraction_for(self, dtype: str) -> float:
+        """Fraction of ``dtype``'s peak a large aligned GEMM reaches (FP8 has its own)."""
+        if canonical_dtype(dtype) == "fp8" and self.achievable_fraction_fp8 is not None:
+            return self.achievable_fraction_fp8
+        return self.achievable_fraction
+
     def peak_flops_for(self, dtype: str) -> float:
         """Peak FLOP/s for ``dtype``; fp16 and bf16 stand in for each other when only one is given."""
         key = canonical_dtype(dtype)
@@ -160,8 +180,11 @@ class GpuSpec:
                 "memory_bandwidth_GBps": self.memory_bandwidth_bytes_per_s / GB,
                 "l2_cache_MiB": self.l2_cache_bytes / MiB, "tile_sizes": [list(t) for t in self.tile_sizes],
                 "tile_throughput": list(self.tile_throughputs), "tile_k": self.tile_k, "ctas_per_sm": self.ctas_per_sm,
-                "split_k": list(self.split_k), "achievable_fraction": self.achievable_fraction,
-                "memory_efficiency": self.memory_efficiency, "kernel_overhead_us": self.kernel_overhead_s / US,
+                "split_k": list(self.split_k), "cta_fill_steps": self.cta_fill_steps, "achievable_fraction": self.achievable_fraction,
+                "memory_efficiency": self.memory_efficiency,
+                "achievable_fraction_fp8": self.achievable_fraction_fp8,
+                "flash_attention_fwd_fraction": self.flash_attention_fwd_fraction,
+                "flash_attention_bwd_fraction": self.flash_attention_bwd_fraction, "kernel_overhead_us": self.kernel_overhead_s / US,
                 "alignment_required_bytes": self.alignment_required_bytes,
                 "alignment_optimal_bytes": self.alignment_optimal_bytes,
                 "partial_alignment_factor": self.partial_alignment_factor, "unaligned_factor": self.unaligned_factor,
@@ -180,9 +203,10 @@ GPU_UNIT_KEYS: dict[str, tuple[str, float]] = {
     "kernel_overhead_us": ("kernel_overhead_s", US),
     "peak_tflops": ("peak_flops", TFLOP),
 }
-_INT_FIELDS = {"num_sms", "tile_k", "ctas_per_sm", "alignment_required_bytes", "alignment_optimal_bytes", "memory_bytes",
+_INT_FIELDS = {"num_sms", "tile_k", "ctas_per_sm", "cta_fill_steps", "alignment_required_bytes", "alignment_optimal_bytes", "memory_bytes",
                "l2_cache_bytes"}
 _FLOAT_FIELDS = {"memory_bandwidth_bytes_per_s", "achievable_fraction", "memory_efficiency", "kernel_overhead_s",
+                 "achievable_fraction_fp8", "flash_attention_fwd_fraction", "flash_attention_bwd_fraction",
                  "partial_alignment_factor", "unaligned_factor"}
 _STR_FIELDS = {"name", "architecture", "source"}
 _FIELDS = _INT_FIELDS | _FLOAT_FIELDS | _STR_FIELDS | {"aliases", "peak_flops", "tile_sizes", "tile_throughput", "split_k"}

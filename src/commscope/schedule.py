@@ -243,9 +243,12 @@ def pipeline_schedule(name: str, *, pp: int, num_micro_batches: int, fwd_s: Any,
 
 
 def micro_batch_time_s(estimate: Any, parallel: Any) -> float:
-    """Seconds one micro-batch spends on the critical stage of an :class:`~commscope.estimate.Estimate`:
-    ``(compute + TP + PP + CP + EP) / m``, the per-micro-batch time whose (p-1)/v multiple is its bubble."""
+    """Seconds one micro-batch spends on the critical stage of an :class:`~commscope.estimate.Estimate` (its
+    ``micro_batch_s``: compute and the exposed pipeline communication), the time whose (p-1)/v multiple is its
+    bubble."""
     e = estimate
+    if getattr(e, "micro_batch_s", 0.0):
+        return float(e.micro_batch_s)
     return (e.compute_s + e.tp_s + e.pp_s + e.cp_s + e.ep_s) / parallel.num_micro_batches
 
 
@@ -254,8 +257,8 @@ def schedule_for(parallel: Any, estimate: Any, name: str | None = None) -> Pipel
 
     ``name`` defaults to the configured schedule (``interleaved`` when virtual_pipeline_size > 1). Each
     micro-batch's time on a chunk is :func:`micro_batch_time_s` / v, split into forward and backward by
-    :data:`FORWARD_SHARE`; so the makespan of 1F1B plus the estimate's DP and embedding terms is the
-    estimate's iteration time.
+    :data:`FORWARD_SHARE`; so the makespan of 1F1B plus the estimate's end-of-iteration terms (what DP, the
+    embedding sync and the optimizer step leave exposed) is the estimate's iteration time.
     """
     v = parallel.virtual_pipeline_size
     if name is None:

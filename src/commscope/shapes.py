@@ -14,9 +14,10 @@ matrix units. This module makes that quantitative for one job (model, parallelis
    reach with the offending dimension rounded up to the next multiple of 64 (same memory traffic).
 
 4. :func:`suggest_shapes` searches nearby shapes (hidden, heads, FFN, layers) whose parameter count stays
-   within a tolerance (default 5%) and ranks them by the iteration time of :func:`commscope.estimate.estimate`
-   with a shape-aware utilisation: the cluster's ``gpu_util`` is taken as what a perfectly shaped model
-   reaches, and is scaled by this shape's GEMM efficiency over the ideal (``achievable_fraction``).
+   within a tolerance (default 5%) and ranks them by the iteration time of :func:`commscope.estimate.estimate`,
+   whose compute model (:mod:`commscope.compute`) times every GEMM of the shape with the same tile/wave model.
+   :func:`shape_util` keeps the older flat-``u`` approximation (the cluster's ``gpu_util`` scaled by this
+   shape's GEMM efficiency over the ideal) for the baseline.
    Communication follows from the shape through the estimate (time) and :func:`commscope.volumes.axis_volumes`
    (bytes).
 
@@ -341,9 +342,9 @@ class ShapeReport:
     gemm_time_s: float
     """Predicted time of those GEMMs."""
     gpu_util: float
-    """Shape-aware utilisation passed to the estimate (:func:`shape_util`)."""
+    """Fraction of peak the compute model reaches during compute (the estimate's ``gpu_util``)."""
     estimate: Any
-    """:class:`~commscope.estimate.Estimate` with ``gpu_util``."""
+    """:class:`~commscope.estimate.Estimate` with the compute model of :mod:`commscope.compute`."""
     baseline_estimate: Any
     """The estimate with the cluster's flat ``gpu_util``."""
     notes: tuple[str, ...] = ()
@@ -411,15 +412,14 @@ def analyse_shapes(model: ModelSpec, parallel: ParallelSpec, cluster: ClusterSpe
             for name in r.affected:
                 by_gemm.setdefault(name, []).append(r.rule)
     results = tuple(dataclasses.replace(r, broken_rules=tuple(by_gemm.get(r.gemm.name, ()))) for r in results)
-    eff = flop / (time * g.peak_flops_for(model.dtype))
-    u = shape_util(cluster.gpu_util, eff, g)
-    pred = predict(model, parallel, cluster)
-    est = estimate(pred, gpu_util=u, bandwidth=bandwidth)
-    base = estimate(pred, bandwidth=bandwidth)
+    pred = predict(model, dataclasses.replace(parallel, attention=attention), cluster)
+    est = estimate(pred, gpu=g, bandwidth=bandwidth)
+    u = est.gpu_util
+    base = estimate(pred, gpu_util=cluster.gpu_util, bandwidth=bandwidth)
     notes = [f"GEMM model on {g.name}: achievable {g.achievable_fraction:.0%} of peak for large aligned GEMMs "
              f"(calibration constant; `--measure` on a GPU refines it)",
-             f"estimate uses u = {cluster.gpu_util:.2f} x {eff:.3f} / {g.achievable_fraction:.2f} = {u:.3f} "
-             f"(the cluster's u assumes a perfectly shaped model)",
+             f"the estimate times every kernel with the compute model (commscope.compute): {u:.3f} of peak during "
+             f"compute; the baseline uses the cluster's flat u = {cluster.gpu_util:.2f}",
              ("attention GEMMs: batched over b a/t; " + (
                  "fused (flash): the s x s scores stay on chip; the backward's recomputation of Q K^T is not counted"
                  if attention == "flash" else "unfused: the s x s scores go through HBM"))]
@@ -608,8 +608,8 @@ def _suggestion(model: ModelSpec, original: ModelSpec, parallel: ParallelSpec, c
 
     _, flop, time = _gemm_efficiency(model, parallel, gpu, attention)
     eff = flop / (time * gpu.peak_flops_for(model.dtype))
-    u = shape_util(cluster.gpu_util, eff, gpu)
-    est = estimate(predict(model, parallel, cluster), gpu_util=u, bandwidth=bandwidth)
+    est = estimate(predict(model, dataclasses.replace(parallel, attention=attention), cluster), gpu=gpu, bandwidth=bandwidth)
+    u = est.gpu_util
     p = parallel
     vol = axis_volumes(model, tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, ep=p.ep, micro_batch_size=p.micro_batch_size,
                        global_batch_size=p.global_batch_size, virtual_pipeline_size=p.virtual_pipeline_size,
@@ -808,7 +808,7 @@ def sweep_shapes(model: ModelSpec, parallel: ParallelSpec, cluster: ClusterSpec,
             continue
         _, flop, time = _gemm_efficiency(m, p, g, attention)
         eff = flop / (time * peak)
-        est = estimate(predict(m, p, cluster), gpu_util=shape_util(cluster.gpu_util, eff, g), bandwidth=bandwidth)
+        est = estimate(predict(m, dataclasses.replace(p, attention=attention), cluster), gpu=g, bandwidth=bandwidth)
         valid[i] = True
         arrays["eff"][i] = eff
         arrays["gemm"][i] = flop / time / TFLOP

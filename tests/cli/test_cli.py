@@ -70,7 +70,7 @@ def test_flags_override_preset_and_aliases(capsys):
     [
         (["--tp", "5"], "tp=5: must divide num_heads=24"),
         (["--tp", "2", "--pp", "4", "--dp", "4", "--gpus", "64"], "gpus=64: does not match"),
-        (["--pp", "5"], "pp=5: must divide num_layers=24"),
+        (["--pp", "30", "--dp", "1"], "pp=30: is larger than num_layers=24"),
         (["--global-batch-size", "100"], "global_batch_size=100: must be divisible by micro_batch_size x dp"),
         (["--order", "tp-dp-pp"], "order='tp-dp-pp'"),
         (["--model", "gpt-15b"], "model='gpt-15b'"),
@@ -134,6 +134,6 @@ def test_presets_lists_required_names(capsys):
 
 
 def test_console_script_installed():
-    proc = subprocess.run([sys.executable, "-m", "commscope.cli.main", "traffic", "--tp", "3", "--pp", "5"],
+    proc = subprocess.run([sys.executable, "-m", "commscope.cli.main", "traffic", "--tp", "3", "--pp", "30"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr

@@ -116,7 +116,7 @@ def test_every_section_holds_the_librarys_numbers(pred32, est32):
 
     b = data["breakdown"]
     assert sum(t["seconds"] for t in b["terms"]) == pytest.approx(est32.iteration_time_s)
-    assert {t["key"] for t in b["terms"]} == {"compute", "tp", "pp", "cp", "ep", "dp", "emb", "bubble"}
+    assert {t["key"] for t in b["terms"]} == {"compute", "tp", "pp", "cp", "ep", "dp", "emb", "optimizer", "bubble"}
 
     sched = data["schedule"]
     first = sched["schedules"][0]

@@ -158,7 +158,7 @@ def test_schedule_of_an_estimate_ends_at_its_iteration_time(v, recompute):
     est = estimate(pred)
     sched = schedule_for(par, est)
     assert sched.name == ("interleaved" if v > 1 else "1f1b")
-    assert sched.makespan_s + est.dp_s + est.emb_s == pytest.approx(est.iteration_time_s, rel=1e-9)
+    assert sched.makespan_s + est.tail_s == pytest.approx(est.iteration_time_s, rel=1e-9)
     assert sched.idle_s()[0] == pytest.approx(est.bubble_s, rel=1e-9)
     fwd = [s.duration_s for s in sched.slots if s.kind == "fwd"]
     bwd = [s.duration_s for s in sched.slots if s.kind == "bwd"]

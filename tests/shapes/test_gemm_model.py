@@ -48,9 +48,19 @@ def test_aligned_shape_on_the_a100_preset_has_no_loss():
     t = gemm_timing(gpu, 3072, 1152, 4096, dtype="bf16")
     assert (t.tile_m[()], t.tile_n[()]) == (256, 128)
     assert t.tile_efficiency[()] == 1.0 and t.wave_efficiency[()] == 1.0 and t.alignment_factor[()] == 1.0
-    compute = cta_time(256, 128, 4096)
+    # one CTA runs K / tile_k main-loop steps plus the preset's pipeline fill and epilogue, at its achievable fraction
+    steps = 4096 // gpu.tile_k + gpu.cta_fill_steps
+    compute = 2 * 256 * 128 * steps * gpu.tile_k / (gpu.achievable_fraction * PEAK / 108)
     assert t.time_s[()] == pytest.approx(compute + gpu.kernel_overhead_s)
-    assert t.efficiency[()] == pytest.approx(ACHIEVABLE * compute / (compute + gpu.kernel_overhead_s))
+    ideal = 2 * 3072 * 1152 * 4096 / (gpu.achievable_fraction * PEAK)
+    assert t.efficiency[()] == pytest.approx(gpu.achievable_fraction * ideal / (compute + gpu.kernel_overhead_s))
+
+
+def test_cta_fill_steps_cost_short_k_gemms_more():
+    slow, fast = one_tile_gpu(cta_fill_steps=4), one_tile_gpu()
+    ratio = [float(gemm_timing(slow, 1536, 1152, k).time_s[()] / gemm_timing(fast, 1536, 1152, k).time_s[()])
+             for k in (512, 4096)]
+    assert ratio[0] == pytest.approx((16 + 4) / 16) and ratio[1] == pytest.approx((128 + 4) / 128)
 
 
 def test_one_element_past_a_tile_boundary():
@@ -98,12 +108,14 @@ def test_k_is_padded_to_the_tile_k_step():
 def test_docstring_worked_example():
     gpu = gpu_preset("a100")
     t = gemm_timing(gpu, 4096, 4096, 4096, dtype="bf16")
-    # 256x128: 16 x 32 = 512 tiles, ceil(512 / 108) = 5 waves; one CTA 116 us
+    # 256x128: 16 x 32 = 512 tiles, ceil(512 / 108) = 5 waves; one CTA 133 us (128 + 4 K steps at 0.72 of peak)
     assert t.num_waves[()] == 5
     assert t.wave_efficiency[()] == pytest.approx(512 / 540)
-    assert t.time_s[()] == pytest.approx(5 * cta_time(256, 128, 4096) + 4e-6)
-    assert t.time_s[()] * 1e6 == pytest.approx(585, abs=1)
-    assert 2 * 4096**3 / t.time_s[()] / 1e12 == pytest.approx(235, abs=1)
+    one_cta = 2 * 256 * 128 * (128 + 4) * 32 / (0.72 * PEAK / 108)
+    assert one_cta * 1e6 == pytest.approx(133, abs=0.5)
+    assert t.time_s[()] == pytest.approx(5 * one_cta + 4e-6)
+    assert t.time_s[()] * 1e6 == pytest.approx(669, abs=1)
+    assert 2 * 4096**3 / t.time_s[()] / 1e12 == pytest.approx(205, abs=1)
 
 
 def test_memory_roofline_for_a_thin_gemm():

@@ -66,6 +66,14 @@ def int_list(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, e.g. 7,8,8,7; got {text!r}") from None
 
 
+def _attention_backend(text: str) -> str:
+    """argparse type: Megatron-core's --attention-backend spellings to commscope's two attention kinds."""
+    kinds = {"auto": "flash", "flash": "flash", "fused": "flash", "unfused": "unfused", "local": "unfused"}
+    if text not in kinds:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(kinds)}; got {text!r}")
+    return kinds[text]
+
+
 def add_job_args(parser: argparse.ArgumentParser) -> None:
     """Add model, parallelism and cluster flags."""
     add_model_args(parser)
@@ -96,7 +104,27 @@ def add_parallel_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--use-distributed-optimizer", "--distributed-optimizer", dest="parallel.distributed_optimizer",
                    action=argparse.BooleanOptionalAction, default=None, help="Megatron's distributed optimizer")
     g.add_argument("--pipeline-layers", dest="parallel.pipeline_layers", type=int_list, default=None,
-                   help="explicit layers per pipeline stage (and virtual chunk), e.g. 7,8,8,7")
+                   help="explicit layers per pipeline stage (and virtual chunk), e.g. 7,8,8,7 (default: even, or lighter "
+                        "first and last stages when pp does not divide the layers)")
+    g.add_argument("--decoder-first-pipeline-num-layers", dest="parallel.decoder_first_pipeline_num_layers", type=int,
+                   default=None, help="layers of the first pipeline stage (Megatron); the other stages split the rest")
+    g.add_argument("--decoder-last-pipeline-num-layers", dest="parallel.decoder_last_pipeline_num_layers", type=int,
+                   default=None, help="layers of the last pipeline stage (Megatron); the other stages split the rest")
+    o = parser.add_argument_group("overlap and precision (Megatron's flags)")
+    o.add_argument("--overlap-grad-reduce", dest="parallel.overlap_grad_reduce", action=argparse.BooleanOptionalAction,
+                   default=None, help="DP gradient buckets reduce during the last backward pass (buckets of max(40M, 1M x dp) "
+                                      "elements unless --grad-bucket-size)")
+    o.add_argument("--overlap-param-gather", dest="parallel.overlap_param_gather", action=argparse.BooleanOptionalAction,
+                   default=None, help="the distributed optimizer's parameter all-gather runs under the next forward pass")
+    o.add_argument("--tp-comm-overlap", dest="parallel.tp_comm_overlap", action=argparse.BooleanOptionalAction,
+                   default=None, help="TP all-gather/reduce-scatter overlapped with the GEMMs (needs --sequence-parallel)")
+    o.add_argument("--attention-backend", dest="parallel.attention", type=_attention_backend, default=None,
+                   metavar="{auto,flash,fused,unfused,local}",
+                   help="attention kernels: flash/fused/auto = one fused kernel (default), unfused/local = GEMMs + softmax")
+    o.add_argument("--use-flash-attn", dest="parallel.attention", action="store_const", const="flash",
+                   help="same as --attention-backend flash (Megatron-LM's older spelling)")
+    o.add_argument("--fp8-format", dest="parallel.fp8_format", choices=("hybrid", "e4m3"), default=None,
+                   help="linear-layer GEMMs in FP8 (Transformer Engine): hybrid (E4M3 forward, E5M2 backward) or e4m3")
     g.add_argument("--gpus", "--num-gpus", dest="gpus", type=int, default=None,
                    help="total GPUs: checked against tp x pp x dp x cp, or used to derive dp when --dp is not given")
 

@@ -25,8 +25,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--bandwidth", type=Path, default=None,
                    help="measured bandwidth: nccl-tests output (.txt/.log) or a table (.json/.toml/.csv with op, group_size, "
                         "size_bytes, busbw_GBps); ops it lacks fall back to the cluster preset (noted)")
-    g.add_argument("--overlap-grad-reduce", dest="parallel.overlap_grad_reduce", action=argparse.BooleanOptionalAction,
-                   default=None, help="DP gradient reduction overlaps the last backward pass (Megatron)")
     g.add_argument("--algorithm", choices=ALGORITHMS, default="ring", help=argparse.SUPPRESS)
     g.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)

@@ -30,8 +30,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--gpu-util", type=float, default=None, help="achieved fraction of peak FLOP/s (default: the cluster's)")
     g.add_argument("--bandwidth", type=Path, default=None,
                    help="measured bandwidth table or nccl-tests output for the estimate (as `commscope estimate --bandwidth`)")
-    g.add_argument("--overlap-grad-reduce", dest="parallel.overlap_grad_reduce", action=argparse.BooleanOptionalAction,
-                   default=None, help="DP gradient reduction overlaps the last backward pass (Megatron)")
     g.add_argument("--heatmap-level", choices=("auto", "gpu", "node"), default="auto",
                    help="heatmap cells: GPUs, nodes, or auto (GPUs up to 1,024, nodes above; default)")
     g.add_argument("--plan-gpus", type=int, default=None, metavar="N",

@@ -49,10 +49,13 @@ The compute model's lowest layer (:mod:`commscope.compute`): :func:`layer_gemms`
    - time = max(compute, memory) + split-K reduction + kernel overhead, minimised over the tile sizes and
      (when the tiles fill less than one wave) split-K factors, as cuBLAS's heuristics choose.
 
-   Worked example (A100, 108 SMs, 312 TFLOP/s): M = N = K = 4096 in bf16 on 256x128 tiles gives 16 x 32 =
-   512 tiles in ceil(512/108) = 5 waves (wave efficiency 512/540 = 0.95); one CTA needs
-   2 x 256 x 128 x 4096 / (0.8 x 312e12 / 108) = 116 us, so 5 waves take 581 us + 4 us overhead: 235 TFLOP/s,
-   75% of peak.
+   - each CTA also spends ``cta_fill_steps`` K steps filling its operand pipeline and writing its tile
+     (prologue and epilogue), which short-K GEMMs feel most;
+
+   Worked example (A100 preset: 108 SMs, 312 TFLOP/s, achievable 0.72, K step 32, 4 fill steps): M = N = K =
+   4096 in bf16 on 256x128 tiles gives 16 x 32 = 512 tiles in ceil(512/108) = 5 waves (wave efficiency
+   512/540 = 0.95); one CTA needs 2 x 256 x 128 x (128 + 4) x 32 / (0.72 x 312e12 / 108) = 133 us, so 5 waves
+   take 665 us + 4 us overhead: 205 TFLOP/s, 66% of peak.
 
 The functions import numpy only.
 """
@@ -379,7 +382,7 @@ def gemm_timing(gpu: GpuSpec, m: Any, n: Any, k: Any, batch: Any = 1, *, dtype: 
     flop = 2.0 * m * n * k * batch
     align = alignment_factor(gpu, elem, m, n, k)
     slots = gpu.num_sms * gpu.ctas_per_sm
-    rate_per_slot = peak * gpu.achievable_fraction / slots  # FLOP/s of one CTA on the best tile, aligned
+    rate_per_slot = peak * gpu.achievable_fraction_for(dtype) / slots  # FLOP/s of one CTA on the best tile, aligned
     bandwidth = gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency
     io = (m * k + k * n + m * n) if io_elements is None else np.broadcast_to(np.asarray(io_elements, dtype=np.int64), m.shape)
     operand_bytes = elem * batch * io
@@ -398,7 +401,7 @@ def gemm_timing(gpu: GpuSpec, m: Any, n: Any, k: Any, batch: Any = 1, *, dtype: 
             allowed = np.ones(shape, dtype=bool) if split == 1 else (tiles < slots) & (k_split >= 2 * gpu.tile_k)
             ctas = tiles * split
             waves = _ceil_div(ctas, slots)
-            t_cta = 2.0 * tm * tn * k_steps * gpu.tile_k / (rate_per_slot * thr * align)
+            t_cta = 2.0 * tm * tn * (k_steps + gpu.cta_fill_steps) * gpu.tile_k / (rate_per_slot * thr * align)
             t_comp = waves * t_cta
             # split-K: every split writes fp32 partial tiles that a reduction reads back and sums
             t_reduce = 0.0 if split == 1 else 4.0 * batch * m * n * (split + 1) / bandwidth

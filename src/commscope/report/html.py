@@ -75,6 +75,7 @@ TERMS: tuple[tuple[str, str, str, str], ...] = (
     ("ep", "EP", "ep_s", AXIS_STYLE["ep"][1]),
     ("dp", "DP", "dp_s", AXIS_STYLE["dp"][1]),
     ("emb", "embedding sync", "emb_s", AXIS_STYLE["emb"][1]),
+    ("optimizer", "optimizer step", "optimizer_s", "#b4a7d6"),
     ("bubble", "bubble", "bubble_s", "#c8c8c8"),
 )
 
@@ -481,8 +482,12 @@ def schedule_section(parallel, estimate, *, names: Sequence[str] | None = None) 
         d = sched.to_dict()
         d.update(label=label, configured=name == configured)
         schedules.append(d)
-    tail = [{"key": "dp", "label": "DP gradient reduction", "seconds": estimate.dp_s, "color": AXIS_STYLE["dp"][1]},
-            {"key": "emb", "label": "embedding sync", "seconds": estimate.emb_s, "color": AXIS_STYLE["emb"][1]}]
+    end = getattr(estimate, "tail_s", estimate.dp_s + estimate.emb_s)
+    optimizer = getattr(estimate, "optimizer_s", 0.0)
+    tail = [{"key": "dp", "label": "DP gradient reduction and parameter all-gather (exposed)",
+             "seconds": max(0.0, end - estimate.emb_s - optimizer), "color": AXIS_STYLE["dp"][1]},
+            {"key": "emb", "label": "embedding sync", "seconds": estimate.emb_s, "color": AXIS_STYLE["emb"][1]},
+            {"key": "optimizer", "label": "optimizer step", "seconds": optimizer, "color": "#b4a7d6"}]
     notes.append("every stage takes the estimate's critical-stage time per micro-batch "
                  f"(stage {estimate.critical_stage}); forward : backward = 1 : "
                  f"{'3' if parallel.recompute == 'full' else '2'}")

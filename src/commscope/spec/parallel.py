@@ -10,6 +10,20 @@ from commscope.units import canonical_dtype
 
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "gpipe"]
+Attention = Literal["flash", "unfused"]
+Fp8Format = Literal["hybrid", "e4m3"]
+
+#: Attention kernels (ParallelSpec.attention): ``flash`` is one fused kernel that keeps the s x s scores on chip
+#: (FlashAttention; Megatron-core's ``--attention-backend flash|fused|auto`` with Transformer Engine, PyTorch's
+#: scaled_dot_product_attention); ``unfused`` is two batched GEMMs with softmax and dropout kernels between
+#: them (Megatron-LM 2021-22 and Megatron-DeepSpeed, ``--attention-backend unfused|local``).
+ATTENTION_KINDS = ("flash", "unfused")
+#: Transformer Engine FP8 recipes (Megatron ``--fp8-format``): ``hybrid`` (E4M3 forward, E5M2 gradients), ``e4m3``.
+FP8_FORMATS = ("hybrid", "e4m3")
+
+#: Megatron-core's gradient bucket with --overlap-grad-reduce and no --ddp-bucket-size:
+#: max(40,000,000, 1,000,000 x dp) elements (megatron/training/training.py, get_model's DDP config).
+MEGATRON_MIN_BUCKET_ELEMENTS = 40_000_000
 
 #: Megatron-core's default rank order: tp innermost, pp outermost.
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
@@ -59,7 +73,25 @@ class ParallelSpec:
     overlap_grad_reduce: bool = False
     """Megatron --overlap-grad-reduce: DP gradient reduction runs in buckets during the last backward pass."""
     pipeline_layers: tuple[int, ...] | None = None
-    """Explicit layers per pipeline stage (sums to num_layers); default: an even split."""
+    """Explicit layers per pipeline stage (sums to num_layers); default: an even split, or, when pp does not
+    divide the layers, a balanced split with lighter first and last stages (see
+    :func:`commscope.workload.dense.virtual_stage_layers`)."""
+    decoder_first_pipeline_num_layers: int | None = None
+    """Megatron ``--decoder-first-pipeline-num-layers``: layers of the first stage; the rest split evenly."""
+    decoder_last_pipeline_num_layers: int | None = None
+    """Megatron ``--decoder-last-pipeline-num-layers``: layers of the last stage; the rest split evenly."""
+    tp_comm_overlap: bool = False
+    """Megatron ``--tp-comm-overlap``: TP all-gathers and reduce-scatters run in chunks under the GEMMs that
+    consume or produce them (Transformer Engine userbuffers); needs sequence parallelism."""
+    overlap_param_gather: bool = False
+    """Megatron ``--overlap-param-gather``: the distributed optimizer's parameter all-gather runs bucket by
+    bucket under the next iteration's forward pass; needs a sharded optimizer."""
+    attention: Attention = "flash"
+    """Attention kernels: ``flash`` (fused, the default of Megatron-core and PyTorch) or ``unfused``
+    (Megatron-LM 2021-22, Megatron-DeepSpeed); see :data:`ATTENTION_KINDS`."""
+    fp8_format: Fp8Format | None = None
+    """Megatron ``--fp8-format``: the linear layers' GEMMs run in FP8 (Transformer Engine); None: all in the
+    model dtype."""
     framework: str = "megatron"
     """Whose implementation communicates: ``megatron`` (Megatron-LM/-core), ``torch-ddp`` or ``torch-fsdp2``
     (PyTorch's DDP or FSDP2 for data parallelism, DTensor for tensor/sequence parallelism,
@@ -73,6 +105,20 @@ class ParallelSpec:
         check(self.recompute in ("none", "selective", "full"), "recompute", self.recompute, "valid: none, selective, full")
         check(self.schedule in ("1f1b", "gpipe"), "schedule", self.schedule, "valid: 1f1b, gpipe")
         check(self.framework in FRAMEWORKS, "framework", self.framework, f"valid: {', '.join(FRAMEWORKS)}")
+        check(self.attention in ATTENTION_KINDS, "attention", self.attention, f"valid: {', '.join(ATTENTION_KINDS)}")
+        check(self.fp8_format is None or self.fp8_format in FP8_FORMATS, "fp8_format", self.fp8_format,
+              f"valid: {', '.join(FP8_FORMATS)} or unset")
+        check(not self.tp_comm_overlap or self.tp == 1 or self.sequence_parallel, "tp_comm_overlap", True,
+              "needs sequence parallelism (Megatron: --tp-comm-overlap requires --sequence-parallel)")
+        check(not self.overlap_param_gather or self.shards_optimizer, "overlap_param_gather", True,
+              "needs the distributed optimizer or ZeRO >= 1 (there is no parameter all-gather to overlap otherwise)")
+        for name in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"):
+            value = getattr(self, name)
+            check(value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1), name, value,
+                  "must be a positive integer or unset")
+            check(value is None or self.pp > 1, name, value, "needs pp > 1")
+            check(value is None or self.pipeline_layers is None, name, value,
+                  "give either pipeline_layers or the first/last stage layers, not both")
         check(not (self.zero_stage == 3 and self.distributed_optimizer), "zero_stage", self.zero_stage,
               "ZeRO-3 and the distributed optimizer exclude each other; choose one")
         check(self.virtual_pipeline_size == 1 or self.pp > 1, "virtual_pipeline_size", self.virtual_pipeline_size,
@@ -111,6 +157,16 @@ class ParallelSpec:
     def num_micro_batches(self) -> int:
         """m = gb / (b d)."""
         return self.global_batch_size // (self.micro_batch_size * self.dp)
+
+    @property
+    def grad_bucket_elements(self) -> int | None:
+        """Elements per DP gradient bucket: ``grad_bucket_size``, else Megatron-core's default with
+        ``overlap_grad_reduce`` (max(40M, 1M x dp)), else None (one bucket per stage)."""
+        if self.grad_bucket_size is not None:
+            return self.grad_bucket_size
+        if self.overlap_grad_reduce and self.framework == "megatron":
+            return max(MEGATRON_MIN_BUCKET_ELEMENTS, 1_000_000 * self.dp * self.cp)
+        return None
 
     @property
     def expert_dp(self) -> int:

@@ -42,17 +42,11 @@ def check_job(model: ModelSpec, parallel: ParallelSpec) -> None:
     if parallel.sequence_parallel and t > 1:
         check(model.seq_len % (c * t) == 0, "sequence_parallel", True,
               f"needs seq_length={model.seq_len} divisible by cp x tp = {c * t}")
-    if parallel.pipeline_layers is None:
-        if v == 1:
-            check(model.num_layers % p == 0, "pp", p,
-                  f"must divide num_layers={model.num_layers} unless pipeline_layers gives an explicit split "
-                  f"(valid pp: {', '.join(str(d) for d in _divisors(model.num_layers))})")
-        else:
-            check(model.num_layers % (p * v) == 0, "virtual_pipeline_size", v,
-                  f"pp x virtual_pipeline_size = {p * v} must divide num_layers={model.num_layers}")
-    else:
+    if parallel.pipeline_layers is not None:
         check(sum(parallel.pipeline_layers) == model.num_layers, "pipeline_layers", parallel.pipeline_layers,
               f"must sum to num_layers={model.num_layers}")
+    else:
+        virtual_stage_layers(model, parallel)  # raises ConfigError for a split that cannot be made
     if model.is_moe:
         check(model.moe_ffn % t == 0, "tp", t, f"must divide moe_ffn_hidden_size={model.moe_ffn}")
         check(model.num_experts % parallel.ep == 0, "ep", parallel.ep, f"must divide num_experts={model.num_experts}")
@@ -60,22 +54,87 @@ def check_job(model: ModelSpec, parallel: ParallelSpec) -> None:
         check(parallel.ep == 1, "ep", parallel.ep, f"needs an MoE model (num_experts > 0); {model.name} is dense")
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def virtual_stage_layers(model: ModelSpec, parallel: ParallelSpec) -> list[range]:
-    """Global layer indices of each virtual stage k = chunk * pp + stage (Megatron's interleaved assignment)."""
-    num_virtual = parallel.pp * parallel.virtual_pipeline_size
-    if parallel.pipeline_layers is not None:
-        sizes = list(parallel.pipeline_layers)
-    else:
-        sizes = [model.num_layers // num_virtual] * num_virtual
+    """Global layer indices of each virtual stage k = chunk * pp + stage (Megatron's interleaved assignment).
+
+    The split, in order of precedence: ``pipeline_layers``; Megatron's ``--decoder-first-pipeline-num-layers`` /
+    ``--decoder-last-pipeline-num-layers`` (the other stages split the rest evenly); an even split when
+    pp x v divides the layers; otherwise (v = 1) :func:`balanced_pipeline_layers`.
+    """
+    return _ranges(pipeline_split(model, parallel))
+
+
+def _ranges(sizes: list[int]) -> list[range]:
     out, start = [], 0
     for n in sizes:
         out.append(range(start, start + n))
         start += n
     return out
+
+
+def pipeline_split(model: ModelSpec, parallel: ParallelSpec) -> list[int]:
+    """Layers of each virtual stage (see :func:`virtual_stage_layers`); raises ConfigError when none can be made."""
+    p, v, num = parallel.pp, parallel.virtual_pipeline_size, model.num_layers
+    if parallel.pipeline_layers is not None:
+        return list(parallel.pipeline_layers)
+    first, last = parallel.decoder_first_pipeline_num_layers, parallel.decoder_last_pipeline_num_layers
+    if first is not None or last is not None:
+        check(v == 1, "virtual_pipeline_size", v, "with --decoder-first/last-pipeline-num-layers give the split of every "
+              "virtual stage with --pipeline-layers instead")
+        ends = (first or 0) + (last or 0)
+        inner = p - (first is not None) - (last is not None)
+        rest = num - ends
+        check(rest >= inner and (inner == 0 and rest == 0 or inner > 0 and rest % inner == 0),
+              "decoder_first_pipeline_num_layers" if first is not None else "decoder_last_pipeline_num_layers",
+              first if first is not None else last,
+              f"the remaining {rest} of num_layers={num} must split evenly over the other {inner} stage(s)")
+        mid = [rest // inner] * inner if inner else []
+        return ([first] if first is not None else []) + mid + ([last] if last is not None else [])
+    if num % (p * v) == 0:
+        return [num // (p * v)] * (p * v)
+    check(v == 1, "virtual_pipeline_size", v,
+          f"pp x virtual_pipeline_size = {p * v} must divide num_layers={num} (or give --pipeline-layers)")
+    split = balanced_pipeline_layers(model, p)
+    check(split is not None, "pp", p, f"is larger than num_layers={num}")
+    return list(split or ())
+
+
+def balanced_pipeline_layers(model: ModelSpec, pp: int) -> tuple[int, ...] | None:
+    """An uneven split for pp stages that do not divide the layers: equal middle stages and lighter first and
+    last stages, chosen to minimise the slowest stage's forward FLOPs (the last stage also computes the logits),
+    as Megatron-core's ``--decoder-first/last-pipeline-num-layers`` let a user do by hand.
+
+    Worked example: Llama 3 405B (126 layers, V = 128,256, h = 16,384) on pp = 16 gives 7, 8 x 14, 7 (the split
+    Meta used [llama3-2024]): the logits cost ~0.6 layer, so a last stage of 7 layers + logits stays under 8.
+    None when pp > num_layers.
+    """
+    from commscope.flops import token_flops
+
+    num = model.num_layers
+    if pp > num:
+        return None
+    if num % pp == 0:
+        return (num // pp,) * pp
+    tf = token_flops(model)
+    layer = sum(tf.layers) / num
+    best: tuple[float, int, tuple[int, ...]] | None = None
+    for first in range(1, num + 1):
+        for last in range(1, num - first + 1):
+            rest = num - first - last
+            if pp == 2:
+                if rest:
+                    continue
+                mid: tuple[int, ...] = ()
+            elif rest < pp - 2 or rest % (pp - 2):
+                continue
+            else:
+                mid = (rest // (pp - 2),) * (pp - 2)
+            cost = max([first * layer, last * layer + tf.logits] + [n * layer for n in mid])
+            spread = max((first, last) + mid) - min((first, last) + mid)
+            key = (cost, spread, (first,) + mid + (last,))
+            if best is None or key[:2] < best[:2]:
+                best = key
+    return best[2] if best else None
 
 
 def stage_layers(model: ModelSpec, parallel: ParallelSpec, stage: int) -> list[range]:
@@ -99,6 +158,7 @@ def build_workload(model: ModelSpec, parallel: ParallelSpec, *, routing=None, ro
     (see :mod:`commscope.workload.moe`).
     """
     check_job(model, parallel)
+    split_note = pipeline_split_note(model, parallel)
     if parallel.framework != "megatron":
         from commscope.workload.pytorch import build_torch_workload
 
@@ -115,7 +175,20 @@ def build_workload(model: ModelSpec, parallel: ParallelSpec, *, routing=None, ro
         from commscope.workload.moe import ep_ops
 
         opsets += ep_ops(ctx, routing, routing_iteration=routing_iteration)
-    return Workload(model=model, parallel=parallel, layout=layout, opsets=tuple(opsets), notes=tuple(ctx.notes))
+    notes = ([split_note] if split_note else []) + ctx.notes
+    return Workload(model=model, parallel=parallel, layout=layout, opsets=tuple(opsets), notes=tuple(notes))
+
+
+def pipeline_split_note(model: ModelSpec, parallel: ParallelSpec) -> str | None:
+    """A line saying which uneven pipeline split was chosen, when the user gave none and pp does not divide the layers."""
+    p, v = parallel.pp, parallel.virtual_pipeline_size
+    if (parallel.pipeline_layers is not None or parallel.decoder_first_pipeline_num_layers is not None
+            or parallel.decoder_last_pipeline_num_layers is not None or model.num_layers % (p * v) == 0):
+        return None
+    split = pipeline_split(model, parallel)
+    return (f"pipeline split {','.join(map(str, split))}: pp={p} does not divide num_layers={model.num_layers}, so the "
+            f"first and last stages are lighter (the last also computes the logits); --pipeline-layers or "
+            f"--decoder-first/last-pipeline-num-layers choose another")
 
 
 class _Ctx:
@@ -277,7 +350,7 @@ def _dp_ops(ctx: _Ctx) -> list[OpSet]:
             if p.zero_stage == 3:
                 out += _zero3_ops(ctx, groups, chunks, stage, expert=(kind == "expert-dp"))
                 continue
-            for i, n in enumerate(_buckets(elements, p.grad_bucket_size)):
+            for i, n in enumerate(_buckets(elements, p.grad_bucket_elements)):
                 tag = f"{label}_bucket{i}"
                 if p.shards_optimizer:
                     out.append(OpSet(op="reduce_scatter", axis="dp", name=tag, size_bytes=n * ctx.G,

@@ -1,0 +1,180 @@
+"""What a transformer layer computes besides its linear GEMMs: attention, memory-bound kernels, the optimizer step.
+
+Three kinds of kernels, each timed by the roofline that bounds it on a :class:`~commscope.gpus.GpuSpec`:
+
+1. **Attention core** (``Q K^T``, softmax, ``P V``), two ways [megatron-core; dao-2022; dao-2023]:
+
+   - ``flash``: one fused kernel that keeps the s x s scores on chip. It computes only the unmasked half of a
+     causal score matrix, so its forward runs ``1/2 x 4 b (a/t) (s/c) s d`` FLOP, and its backward 2.5 times that
+     (five GEMMs against the forward's two: the scores are recomputed). Time = FLOP / (peak x fraction), with
+     the GPU file's ``flash_attention_fwd_fraction`` and ``flash_attention_bwd_fraction`` (FlashAttention-2
+     reaches 50-73% of the A100's peak forward; FlashAttention-3 and cuDNN 75% of the H100's bf16 peak forward).
+   - ``unfused``: the two batched GEMMs of :mod:`commscope.compute.gemm` over the whole s x s matrix (cuBLAS
+     does not skip the masked half), and between them the scale-mask-softmax and dropout kernels that write and
+     read the b (a/t) (s/c) s scores in the model dtype (dropout also a 1-byte mask): 4.5 element passes forward,
+     5.5 backward (Megatron-LM 2021-22's fused scale-mask-softmax [megatron-sc21]).
+
+2. **Memory-bound kernels** per layer and micro-batch, as bytes moved through HBM at
+   ``memory_efficiency x`` the GPU's memory bandwidth. Per token, in elements of the activation dtype
+   (B bytes), with T = b s / c tokens on the rank, T' = T / t under sequence parallelism (else T), h hidden,
+   q and g the local query and key/value widths, f the local FFN width:
+
+   ======================================  ======================  ===========================================
+   kernel                                  forward elements        where
+   ======================================  ======================  ===========================================
+   two norms (read x, write y)             2 x 2 h T'              LayerNorm or RMSNorm
+   two residual adds (+ bias, dropout)     2 x 3 h T'              read x and residual, write the sum
+   rotary embedding of q and k             2 (q + g) T             RoPE models only
+   MLP activation                          2 f T  (GeLU)           3 f T for a gated MLP (SwiGLU)
+   ======================================  ======================  ===========================================
+
+   Backward moves twice the forward's bytes (each kernel reads the saved input and the incoming gradient and
+   writes a gradient; norms also reduce their weight gradients), the usual roofline assumption of analytic
+   models [isaev-2023 (Calculon)]. The last stage adds the final norm and Megatron's vocabulary-parallel
+   cross-entropy over T x V'/t logits, computed unfused in fp32 (``logits.float()``, max, subtract, exp, sum,
+   normalise; the backward scales the saved softmax by the incoming gradient and casts it back): B + 36 bytes
+   per logit forward, B + 12 backward; the first stage the embedding lookup (2 h T forward and backward). FP8 adds the casts of every linear layer's inputs and
+   output gradients (B + 1 bytes per element, forward and backward) [transformer-engine].
+
+3. **Optimizer step** (Adam with fp32 master weights, Megatron's mixed precision [megatron-core]): per
+   parameter it reads the fp32 gradient, master weight and two moments and writes the weight and moments back
+   (28 bytes), copies the master weight into the model dtype (4 + B), reads the gradient once more for the norm
+   used by clipping (4) and zeroes the gradient buffer (4): 40 + B bytes, 4 more with fp16 loss scaling. The
+   distributed optimizer and ZeRO update 1/d of the parameters on each rank (the gradient buffer is still
+   zeroed whole). Worked example: GPT-3 175B on t = 8, p = 16, d = 8 with the distributed optimizer: 1.37 G
+   parameters per rank, 1.37e9/8 x 42 + 1.37e9 x 4 bytes = 12.7 GB, 7.3 ms at 0.85 x 2039 GB/s on an A100.
+
+Sources (keys in docs/references.md): [dao-2022] FlashAttention; [dao-2023] FlashAttention-2; [shah-2024]
+FlashAttention-3; [megatron-sc21]; [korthikanti-2022]; [megatron-core]; [transformer-engine]; [isaev-2023].
+numpy-free: plain arithmetic on a few numbers per layer kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from commscope.gpus import GpuSpec
+from commscope.spec.model import ModelSpec
+from commscope.spec.parallel import ParallelSpec
+
+__all__ = ["LayerKernels", "adam_bytes_per_param", "attention_time_s", "layer_kernels", "linear_gemm_dtype",
+           "optimizer_step_time_s", "stage_extra_bytes"]
+
+#: Fraction of a causal s x s score matrix a fused kernel computes (it skips blocks above the diagonal).
+CAUSAL_FRACTION = 0.5
+#: FLOP of the fused attention backward over its forward: five GEMMs (recomputed scores, dV, dP, dQ, dK) to two.
+FLASH_BACKWARD_RATIO = 2.5
+
+
+def adam_bytes_per_param(act_bytes: int, *, fp16: bool) -> tuple[int, int]:
+    """(bytes per updated parameter, bytes per parameter of the whole gradient buffer) of one Adam step."""
+    update = 28 + (4 + act_bytes) + 4 + (4 if fp16 else 0)
+    return update, 4
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayerKernels:
+    """One layer's attention and memory-bound work for one micro-batch on one GPU (seconds)."""
+
+    attention_fwd_s: float
+    """Attention core forward (fused kernel, or unfused softmax/dropout kernels; unfused GEMMs are timed as GEMMs)."""
+    attention_bwd_s: float
+    memory_fwd_s: float
+    """Norms, residual adds, activation, rotary, FP8 casts."""
+    memory_bwd_s: float
+    attention_flop: float
+    """Forward FLOP of the attention core as the fused kernel computes it (causal half); 0 when unfused."""
+
+
+def _tokens(model: ModelSpec, parallel: ParallelSpec) -> tuple[int, int]:
+    """(T, T'): tokens per rank per micro-batch, and those a sequence-parallel norm sees."""
+    tokens = parallel.micro_batch_size * model.seq_len // parallel.cp
+    sp = parallel.sequence_parallel and parallel.tp > 1
+    return tokens, tokens // parallel.tp if sp else tokens
+
+
+def _bandwidth(gpu: GpuSpec) -> float:
+    return gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency
+
+
+def attention_time_s(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> tuple[float, float, float]:
+    """(forward s, backward s, forward FLOP) of one layer's fused attention core for one micro-batch."""
+    b, s, c, t = parallel.micro_batch_size, model.seq_len, parallel.cp, parallel.tp
+    heads = model.num_heads // t
+    flop = CAUSAL_FRACTION * 4.0 * b * heads * (s // c) * s * model.head_size
+    peak = gpu.peak_flops_for(model.dtype)
+    fwd = flop / (peak * gpu.flash_attention_fwd_fraction) + gpu.kernel_overhead_s
+    bwd = FLASH_BACKWARD_RATIO * flop / (peak * gpu.flash_attention_bwd_fraction) + gpu.kernel_overhead_s
+    return fwd, bwd, flop
+
+
+def layer_kernels(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, moe: bool = False) -> LayerKernels:
+    """Attention core (fused) or softmax/dropout (unfused) and the memory-bound kernels of one layer."""
+    B = model.dtype_bytes
+    T, Tn = _tokens(model, parallel)
+    t = parallel.tp
+    h = model.hidden_size
+    q = model.num_heads // t * model.head_size
+    g = max(1, model.kv_heads // t) * model.head_size
+    if moe:
+        # routed experts see T x top_k tokens per rank on balanced routing (over E/e local experts, each f_moe/t
+        # wide), shared experts T tokens of their combined width
+        f_tokens = T * model.top_k * model.moe_ffn // t + T * model.num_shared_experts * model.moe_ffn // t
+    else:
+        f_tokens = T * model.ffn // t
+    act = (3 if model.gated_mlp else 2) * f_tokens
+    elements = 2 * 2 * h * Tn + 2 * 3 * h * Tn + act
+    if model.position_embedding == "rope":
+        elements += 2 * (q + g) * T
+    fwd_bytes = float(elements * B)
+    if parallel.fp8_format is not None:
+        # inputs of qkv, proj, fc1 and fc2 cast to FP8 forward (and their output gradients backward)
+        fwd_bytes += (B + 1) * (T * (h + q + h) + f_tokens)
+    bw = _bandwidth(gpu)
+    mem_fwd = fwd_bytes / bw
+    mem_bwd = 2 * fwd_bytes / bw
+    if parallel.attention == "flash":
+        att_fwd, att_bwd, flop = attention_time_s(model, parallel, gpu)
+    else:
+        scores = parallel.micro_batch_size * (model.num_heads // t) * (model.seq_len // parallel.cp) * model.seq_len
+        att_fwd = (4 * B + 1) * scores / bw
+        att_bwd = (5 * B + 1.5) * scores / bw
+        flop = 0.0
+    return LayerKernels(attention_fwd_s=att_fwd, attention_bwd_s=att_bwd, memory_fwd_s=mem_fwd, memory_bwd_s=mem_bwd,
+                        attention_flop=flop)
+
+
+def stage_extra_bytes(model: ModelSpec, parallel: ParallelSpec, *, first: bool, last: bool) -> tuple[float, float]:
+    """(forward, backward) HBM bytes of the first stage's embedding and the last stage's final norm and
+    cross-entropy, per micro-batch."""
+    B = model.dtype_bytes
+    T, Tn = _tokens(model, parallel)
+    h = model.hidden_size
+    fwd = bwd = 0.0
+    if first:
+        fwd += 2 * h * T * B
+        bwd += 2 * h * T * B
+    if last:
+        logits = T * model.padded_vocab_size(parallel.tp) // parallel.tp
+        # fp32 cross-entropy [megatron-core tensor_parallel/cross_entropy.py]: upcast (B + 4), max (4), subtract
+        # (8), exp (8), sum (4), normalise (8); backward: scale by the gradient (8), cast back (4 + B)
+        fwd += 2 * h * Tn * B + logits * (B + 36)
+        bwd += 2 * 2 * h * Tn * B + logits * (B + 12)
+    return fwd, bwd
+
+
+def optimizer_step_time_s(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, dense_params: int,
+                          expert_params: int) -> float:
+    """Time of one Adam step on a rank holding ``dense_params`` and ``expert_params`` (see the module docstring)."""
+    update, buffer = adam_bytes_per_param(model.dtype_bytes, fp16=model.dtype == "fp16")
+    shards = parallel.shards_optimizer or parallel.zero_stage >= 1 or parallel.framework == "torch-fsdp2"
+    dense_shard = parallel.dp * parallel.cp if shards else 1
+    expert_shard = parallel.expert_dp if shards else 1
+    updated = dense_params / dense_shard + expert_params / expert_shard
+    total = update * updated + buffer * (dense_params + expert_params)
+    return total / _bandwidth(gpu) + (gpu.kernel_overhead_s if updated else 0.0)
+
+
+def linear_gemm_dtype(model: ModelSpec, parallel: ParallelSpec) -> str:
+    """dtype of the linear layers' GEMMs: fp8 under --fp8-format (1 byte, [transformer-engine]), else the model dtype."""
+    return "fp8" if parallel.fp8_format is not None else model.dtype

@@ -1,0 +1,38 @@
+"""Shared by the golden iteration-time tests: estimate each published run and print the per-case table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from commscope.api import predict
+from commscope.estimate import Estimate, estimate
+
+
+@dataclass(frozen=True)
+class Case:
+    case_id: str
+    label: str
+    prediction: object
+    measured_s: float
+
+
+def run_cases(cases: list[Case], title: str) -> tuple[list[tuple[Case, Estimate, float]], float, float]:
+    """(rows, mean absolute error, worst absolute error), printing the table as it goes (pytest -s shows it)."""
+    rows = []
+    for case in cases:
+        est = estimate(case.prediction)
+        rows.append((case, est, est.iteration_time_s / case.measured_s - 1))
+    mean = sum(abs(r[2]) for r in rows) / len(rows)
+    worst = max(abs(r[2]) for r in rows)
+    print(f"\n{title}")
+    print(f"{'case':<22}{'run':<16}{'measured s':>11}{'predicted s':>12}{'error':>8}{'comp':>7}{'tp':>6}{'pp':>6}"
+          f"{'dp':>6}{'opt':>6}{'bubble':>7}{'hidden':>7}")
+    for case, est, err in rows:
+        print(f"{case.case_id:<22}{case.label:<16}{case.measured_s:>11.3f}{est.iteration_time_s:>12.3f}{err:>+8.1%}"
+              f"{est.compute_s:>7.2f}{est.tp_s:>6.2f}{est.pp_s:>6.2f}{est.dp_s:>6.2f}{est.optimizer_s:>6.2f}"
+              f"{est.bubble_s:>7.2f}{sum(est.hidden_s.values()):>7.2f}")
+    print(f"mean absolute error {mean:.1%}, worst {worst:.1%} over {len(rows)} cases")
+    return rows, mean, worst
+
+
+__all__ = ["Case", "predict", "run_cases"]
