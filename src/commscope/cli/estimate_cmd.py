@@ -21,7 +21,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("estimate")
     g.add_argument("--method", choices=METHODS, default="refined",
                    help="refined (per-op, default) or seed (the talk's formulation, term by term)")
-    g.add_argument("--gpu-util", type=float, default=None, help="achieved fraction u of peak FLOP/s (default: the cluster's)")
+    g.add_argument("--gpu-util", type=float, default=None,
+                   help="replace the GPU's compute model by FLOP / (u x peak) with this u (the seed method's default: the "
+                        "cluster's u)")
     g.add_argument("--bandwidth", type=Path, default=None,
                    help="measured bandwidth: nccl-tests output (.txt/.log) or a table (.json/.toml/.csv with op, group_size, "
                         "size_bytes, busbw_GBps); ops it lacks fall back to the cluster preset (noted)")
@@ -49,14 +51,28 @@ def run(args: argparse.Namespace) -> int:
 
 def format_estimate(est, *, title: str) -> str:
     total = est.iteration_time_s or 1.0
-    rows = [("compute", est.compute_s), ("TP", est.tp_s), ("PP", est.pp_s), ("DP", est.dp_s), ("embedding sync", est.emb_s),
-            ("CP (exposed)", est.cp_s), ("EP", est.ep_s), ("bubble", est.bubble_s)]
-    lines = [title, f"method: {est.method}, u = {est.gpu_util:.2f} of {est.peak_flops / 1e12:.0f} TFLOP/s peak", "",
-             f"{'term':<16}{'time':>12}{'share':>9}"]
-    for name, value in rows:
-        lines.append(f"{name:<16}{value * 1e3:>9.1f} ms{value / total:>9.1%}")
-    lines += [f"{'iteration':<16}{est.iteration_time_s * 1e3:>9.1f} ms", "",
-              f"communication ratio {est.comm_ratio:.1%}   bubble ratio {est.bubble_ratio:.1%}",
+    hidden = est.hidden_s or {}
+    rows = [("compute", est.compute_s, None), ("TP", est.tp_s, hidden.get("tp")), ("PP", est.pp_s, None),
+            ("DP", est.dp_s, hidden.get("dp")), ("embedding sync", est.emb_s, None),
+            ("CP", est.cp_s, hidden.get("cp")), ("EP", est.ep_s, None), ("optimizer step", est.optimizer_s, None),
+            ("bubble", est.bubble_s, None)]
+    if est.compute_model == "gpu":
+        how = f"compute model of the GPU ({est.gpu_util:.0%} of {est.peak_flops / 1e12:.0f} TFLOP/s peak while computing)"
+    else:
+        how = f"u = {est.gpu_util:.2f} of {est.peak_flops / 1e12:.0f} TFLOP/s peak"
+    lines = [title, f"method: {est.method}, {how}", "",
+             f"{'term':<16}{'exposed':>12}{'share':>9}{'hidden':>13}"]
+    for name, value, hid in rows:
+        hid_text = f"{hid * 1e3:>10.1f} ms" if hid else ""
+        lines.append(f"{name:<16}{value * 1e3:>9.1f} ms{value / total:>9.1%}{hid_text:>13}")
+    lines += [f"{'iteration':<16}{est.iteration_time_s * 1e3:>9.1f} ms", ""]
+    if est.compute_breakdown_s:
+        b = est.compute_breakdown_s
+        lines.append("compute of the critical stage: " + ", ".join(
+            f"{label} {b[key] * 1e3:.1f} ms" for key, label in (("gemm_s", "GEMMs"), ("attention_s", "attention"),
+                                                                 ("memory_bound_s", "memory-bound"),
+                                                                 ("recompute_s", "recomputation")) if b.get(key)))
+    lines += [f"communication ratio {est.comm_ratio:.1%} (exposed)   bubble ratio {est.bubble_ratio:.1%}",
               f"{est.tokens_per_s:,.0f} tokens/s   {est.tflops_per_gpu:.1f} TFLOP/s per GPU   MFU {est.mfu:.1%}"]
     if est.effective_bandwidth_bytes_per_s:
         eff = ", ".join(f"{k} {v / 1e9:.1f}" for k, v in est.effective_bandwidth_bytes_per_s.items())

@@ -38,11 +38,12 @@ Three kinds of kernels, each timed by the roofline that bounds it on a :class:`~
 
 3. **Optimizer step** (Adam with fp32 master weights, Megatron's mixed precision [megatron-core]): per
    parameter it reads the fp32 gradient, master weight and two moments and writes the weight and moments back
-   (28 bytes), copies the master weight into the model dtype (4 + B), reads the gradient once more for the norm
-   used by clipping (4) and zeroes the gradient buffer (4): 40 + B bytes, 4 more with fp16 loss scaling. The
-   distributed optimizer and ZeRO update 1/d of the parameters on each rank (the gradient buffer is still
-   zeroed whole). Worked example: GPT-3 175B on t = 8, p = 16, d = 8 with the distributed optimizer: 1.37 G
-   parameters per rank, 1.37e9/8 x 42 + 1.37e9 x 4 bytes = 12.7 GB, 7.3 ms at 0.85 x 2039 GB/s on an A100.
+   (28 bytes), copies the master weight into the model dtype (4 + B) and reads the gradient once more for the
+   norm used by clipping (4): 36 + B bytes per updated parameter, 4 more with fp16 loss scaling; and the whole
+   gradient buffer is zeroed (4 bytes per parameter). The distributed optimizer and ZeRO update 1/d of the
+   parameters on each rank (the buffer is still zeroed whole). Worked example: GPT-3 175B (bf16) on t = 8,
+   p = 16, d = 8 with the distributed optimizer: 1.37 G parameters per rank, 1.37e9/8 x 38 + 1.37e9 x 4 bytes
+   = 12.0 GB, 6.9 ms at 0.85 x 2039 GB/s on an A100.
 
 Sources (keys in docs/references.md): [dao-2022] FlashAttention; [dao-2023] FlashAttention-2; [shah-2024]
 FlashAttention-3; [megatron-sc21]; [korthikanti-2022]; [megatron-core]; [transformer-engine]; [isaev-2023].

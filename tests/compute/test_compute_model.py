@@ -1,0 +1,235 @@
+"""The compute model and the overlaps of the refined estimate: properties, worked examples, the user's flags."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commscope.api import predict
+from commscope.compute.kernels import layer_kernels, optimizer_step_time_s
+from commscope.compute.model import stage_compute
+from commscope.errors import ConfigError
+from commscope.estimate import _late_gathers, _overlapped_buckets, estimate
+from commscope.gpus import gpu_for_cluster, gpu_preset
+from commscope.presets import cluster_preset, model_preset
+from commscope.spec.model import ModelSpec
+from commscope.spec.parallel import ParallelSpec
+from commscope.workload.dense import pipeline_split
+
+H100 = cluster_preset("dgx-h100")
+A100 = cluster_preset("dgx-a100")
+
+
+def small(**changes) -> ModelSpec:
+    base = dict(name="m", num_layers=8, hidden_size=2048, num_heads=16, seq_len=2048, vocab_size=32000)
+    base.update(changes)
+    return ModelSpec(**base)
+
+
+PAR = ParallelSpec(tp=2, pp=2, dp=2, global_batch_size=16, micro_batch_size=2, sequence_parallel=True,
+                   distributed_optimizer=True)
+
+
+def iteration(model: ModelSpec, parallel: ParallelSpec = PAR, cluster=H100, **kw) -> float:
+    return estimate(predict(model, parallel, cluster), **kw).iteration_time_s
+
+
+# ----------------------------------------------------------------------------------------------- properties
+
+
+@settings(max_examples=15, deadline=None)
+@given(layers=st.integers(1, 4), width=st.sampled_from([1024, 2048, 3072]), seq=st.sampled_from([1024, 2048]))
+def test_time_never_falls_when_flops_grow(layers, width, seq):
+    model = small(num_layers=2 * layers, hidden_size=width, seq_len=seq)
+    for bigger in (replace(model, num_layers=model.num_layers + 2), replace(model, hidden_size=width + 1024),
+                   replace(model, seq_len=2 * seq), replace(model, ffn_hidden_size=8 * width)):
+        assert iteration(bigger) >= iteration(model)
+
+
+@settings(max_examples=10, deadline=None)
+@given(scale=st.floats(0.2, 0.95))
+def test_time_never_falls_when_peak_or_bandwidth_falls(scale):
+    model = small()
+    pred = predict(model, PAR, H100)
+    gpu = gpu_for_cluster(H100)
+    base = estimate(pred, gpu=gpu).iteration_time_s
+    slower = replace(gpu, peak_flops={k: v * scale for k, v in gpu.peak_flops.items()})
+    assert estimate(pred, gpu=slower).iteration_time_s >= base
+    narrower = replace(gpu, memory_bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s * scale)
+    assert estimate(pred, gpu=narrower).iteration_time_s >= base
+    slow_net = replace(H100, intra_node=replace(H100.intra_node, bandwidth_bytes_per_s=H100.intra_node.bandwidth_bytes_per_s * scale),
+                       inter_node=replace(H100.inter_node, bandwidth_bytes_per_s=H100.inter_node.bandwidth_bytes_per_s * scale))
+    assert estimate(predict(model, PAR, slow_net), gpu=gpu).iteration_time_s >= base
+
+
+@settings(max_examples=10, deadline=None)
+@given(tp=st.sampled_from([2, 4, 8]), mb=st.sampled_from([1, 2, 4]))
+def test_hidden_time_never_exceeds_the_compute_it_hides_under(tp, mb):
+    model = small(num_heads=32)
+    plain = ParallelSpec(tp=tp, dp=2, global_batch_size=8 * mb, micro_batch_size=mb, sequence_parallel=True,
+                         distributed_optimizer=True)
+    overlapped = replace(plain, tp_comm_overlap=True, overlap_grad_reduce=True, overlap_param_gather=True)
+    a, b = estimate(predict(model, plain, H100)), estimate(predict(model, overlapped, H100))
+    assert b.iteration_time_s <= a.iteration_time_s
+    # exposed + hidden is the communication the plain run exposes, and nothing hides more than the compute
+    assert b.tp_s + b.hidden_s.get("tp", 0.0) == pytest.approx(a.tp_s)
+    assert b.hidden_s.get("tp", 0.0) <= b.compute_s
+    assert b.hidden_s.get("dp", 0.0) <= b.compute_s
+    assert all(v >= 0 for v in b.hidden_s.values())
+
+
+def test_the_iteration_is_the_sum_of_its_terms():
+    est = estimate(predict(small(), replace(PAR, overlap_grad_reduce=True, tp_comm_overlap=True), H100))
+    terms = (est.compute_s + est.tp_s + est.pp_s + est.dp_s + est.ep_s + est.cp_s + est.emb_s + est.bubble_s
+             + est.optimizer_s)
+    assert terms == pytest.approx(est.iteration_time_s)
+    m, p, v = PAR.num_micro_batches, PAR.pp, PAR.virtual_pipeline_size
+    assert (m + (p - 1) / v) * est.micro_batch_s + est.tail_s == pytest.approx(est.iteration_time_s)
+
+
+def test_seed_method_ignores_the_compute_model_and_the_overlap_flags():
+    model = small()
+    seed = estimate(predict(model, PAR, H100), method="seed")
+    for changed in (replace(PAR, tp_comm_overlap=True, overlap_grad_reduce=True, overlap_param_gather=True),
+                    replace(PAR, attention="unfused"), replace(PAR, fp8_format="hybrid")):
+        other = estimate(predict(model, changed, H100), method="seed")
+        assert other.iteration_time_s == seed.iteration_time_s
+    # the talk's compute term, by hand: 6 N/(p t) b s per micro-batch at u x peak
+    n = model.num_parameters(padded_vocab=True)
+    comp = PAR.num_micro_batches * 6 * n / (PAR.pp * PAR.tp) * PAR.micro_batch_size * model.seq_len / (0.45 * 989e12)
+    assert seed.compute_s == pytest.approx(comp)
+
+
+# ----------------------------------------------------------------------------------------------- the compute model
+
+
+def test_gpu_util_is_an_explicit_override():
+    pred = predict(small(), PAR, H100)
+    assert estimate(pred).compute_model == "gpu"
+    flat = estimate(pred, gpu_util=0.5)
+    assert flat.compute_model == "flops" and flat.gpu_util == 0.5
+    assert any("--gpu-util" in n for n in flat.notes)
+
+
+def test_a_cluster_without_a_gpu_preset_falls_back_with_a_note():
+    custom = replace(H100, gpu="MysteryAccelerator")
+    est = estimate(predict(small(), PAR, custom))
+    assert est.compute_model == "flops"
+    assert any("no GPU preset matches" in n for n in est.notes)
+
+
+def test_big_gemms_run_closer_to_the_achievable_fraction_than_small_ones():
+    gpu = gpu_for_cluster(H100)
+    big = stage_compute(small(hidden_size=8192, num_heads=64), ParallelSpec(global_batch_size=8), gpu)
+    tiny = stage_compute(small(hidden_size=512, num_heads=8), ParallelSpec(global_batch_size=8), gpu)
+    assert tiny.gemm_efficiency < big.gemm_efficiency <= gpu.achievable_fraction
+
+
+def test_recomputation_repeats_what_it_repeats():
+    gpu = gpu_for_cluster(A100)
+    model = small()
+    none = stage_compute(model, ParallelSpec(global_batch_size=8, attention="unfused"), gpu)
+    full = stage_compute(model, ParallelSpec(global_batch_size=8, recompute="full", attention="unfused"), gpu)
+    sel = stage_compute(model, ParallelSpec(global_batch_size=8, recompute="selective", attention="unfused"), gpu)
+    flash_sel = stage_compute(model, ParallelSpec(global_batch_size=8, recompute="selective"), gpu)
+    assert none.recompute_s[0] == 0
+    assert full.recompute_s[0] == pytest.approx(none.forward_s[0] - _extra_fwd(model, gpu), rel=1e-9)
+    assert 0 < sel.recompute_s[0] < full.recompute_s[0]
+    assert flash_sel.recompute_s[0] == 0  # a fused kernel already recomputes its scores
+
+
+def _extra_fwd(model, gpu):
+    """The first and last stage's embedding, logits and loss: run once, not recomputed per layer."""
+    one = stage_compute(replace(model, num_layers=1), ParallelSpec(global_batch_size=8, attention="unfused"), gpu)
+    layer = stage_compute(replace(model, num_layers=2), ParallelSpec(global_batch_size=8, attention="unfused"), gpu)
+    return one.forward_s[0] - (layer.forward_s[0] - one.forward_s[0])
+
+
+def test_fp8_speeds_up_the_linear_gemms_on_h100_and_is_refused_on_a100():
+    model = small(hidden_size=4096, num_heads=32)
+    bf16 = estimate(predict(model, PAR, H100))
+    fp8 = estimate(predict(model, replace(PAR, fp8_format="hybrid"), H100))
+    assert fp8.compute_breakdown_s["gemm_s"] < 0.75 * bf16.compute_breakdown_s["gemm_s"]
+    assert fp8.compute_breakdown_s["memory_bound_s"] > bf16.compute_breakdown_s["memory_bound_s"]  # the casts
+    with pytest.raises(ConfigError, match="fp8"):
+        estimate(predict(model, replace(PAR, fp8_format="hybrid"), A100))
+
+
+def test_flash_attention_beats_unfused_on_long_sequences():
+    gpu = gpu_for_cluster(A100)
+    model = small(seq_len=8192)
+    flash = layer_kernels(model, ParallelSpec(global_batch_size=8), gpu)
+    unfused = layer_kernels(model, ParallelSpec(global_batch_size=8, attention="unfused"), gpu)
+    assert flash.attention_flop > 0 and unfused.attention_flop == 0
+    assert unfused.attention_fwd_s > 0 and flash.attention_fwd_s > 0
+
+
+def test_optimizer_step_worked_example_and_sharding():
+    # GPT-3 175B on t8 p16 d8 with the distributed optimizer: 1.37 G parameters per rank (docstring of kernels)
+    model = model_preset("gpt3-175b")
+    gpu = gpu_preset("a100")
+    par = ParallelSpec(tp=8, pp=16, dp=8, global_batch_size=1536, distributed_optimizer=True)
+    n = 1_370_000_000
+    t = optimizer_step_time_s(model, par, gpu, dense_params=n, expert_params=0)
+    assert model.dtype == "bf16"
+    assert t == pytest.approx((n / 8 * 38 + n * 4) / (0.85 * 2039e9) + gpu.kernel_overhead_s, rel=1e-9)
+    assert t * 1e3 == pytest.approx(6.9, abs=0.05)
+    unsharded = optimizer_step_time_s(model, replace(par, distributed_optimizer=False), gpu, dense_params=n, expert_params=0)
+    assert unsharded == pytest.approx(n * 42 / (0.85 * 2039e9) + gpu.kernel_overhead_s, rel=1e-9)  # 4.8x
+
+
+# ----------------------------------------------------------------------------------------------- overlap arithmetic
+
+
+def test_one_bucket_cannot_overlap_the_backward_that_fills_it():
+    assert _overlapped_buckets([0.3], window=1.0) == pytest.approx(0.3)
+    assert _overlapped_buckets([], window=1.0) == 0.0
+
+
+def test_buckets_reduce_while_later_ones_fill():
+    # two equal buckets of 0.2 s in a 1 s backward: the first is ready at 0.5 s, done at 0.7 s; the second is
+    # ready at 1 s and done at 1.2 s: 0.2 s exposed. Four buckets of 0.1 s: only the last one's 0.1 s shows.
+    assert _overlapped_buckets([0.2, 0.2], window=1.0) == pytest.approx(0.2)
+    assert _overlapped_buckets([0.1] * 4, window=1.0) == pytest.approx(0.1)
+    # comm longer than the backward: the queue runs past it
+    assert _overlapped_buckets([0.5, 0.5, 0.5], window=0.3) == pytest.approx(1.5 - 0.3 + 0.1, abs=0.11)
+
+
+def test_parameter_gathers_delay_the_forward_only_when_late():
+    assert _late_gathers([0.01] * 4, window=1.0) == pytest.approx(0.01)  # the first bucket is needed at once
+    assert _late_gathers([0.5, 0.5], window=0.2) == pytest.approx(0.9)
+
+
+# ----------------------------------------------------------------------------------------------- pipelines
+
+
+def test_llama3_405b_on_pp16_gets_megatrons_split_and_an_estimate():
+    model = model_preset("llama3-405b")
+    par = ParallelSpec(tp=8, pp=16, dp=128, global_batch_size=2048, sequence_parallel=True, distributed_optimizer=True)
+    assert pipeline_split(model, par) == [7] + [8] * 14 + [7]
+    est = estimate(predict(model, par, H100))
+    assert any("pipeline split 7,8,8" in n for n in est.notes)
+    assert est.hidden_s == {} or all(v >= 0 for v in est.hidden_s.values())
+
+
+def test_decoder_first_and_last_pipeline_layers():
+    model = model_preset("llama3-405b")
+    par = ParallelSpec(tp=8, pp=16, dp=1, global_batch_size=16, decoder_first_pipeline_num_layers=6,
+                       decoder_last_pipeline_num_layers=8)
+    assert pipeline_split(model, par) == [6] + [8] * 15
+    with pytest.raises(ConfigError, match="decoder_first_pipeline_num_layers=5: the remaining"):
+        pipeline_split(model, replace(par, decoder_first_pipeline_num_layers=5))
+    with pytest.raises(ConfigError, match="not both"):
+        ParallelSpec(pp=2, global_batch_size=2, pipeline_layers=(1, 1), decoder_first_pipeline_num_layers=1)
+
+
+def test_overlap_flags_refuse_what_megatron_refuses():
+    with pytest.raises(ConfigError, match="tp_comm_overlap.*sequence parallelism"):
+        ParallelSpec(tp=2, global_batch_size=2, tp_comm_overlap=True)
+    with pytest.raises(ConfigError, match="overlap_param_gather.*distributed optimizer"):
+        ParallelSpec(global_batch_size=2, overlap_param_gather=True)
+    with pytest.raises(ConfigError, match="fp8_format"):
+        ParallelSpec(global_batch_size=2, fp8_format="e5m2")
