@@ -45,7 +45,7 @@ Three kinds of kernels, each timed by the roofline that bounds it on a :class:`~
    p = 16, d = 8 with the distributed optimizer: 1.37 G parameters per rank, 1.37e9/8 x 38 + 1.37e9 x 4 bytes
    = 12.0 GB, 6.9 ms at 0.85 x 2039 GB/s on an A100.
 
-Sources (keys in docs/references.md): [dao-2022] FlashAttention; [dao-2023] FlashAttention-2; [shah-2024]
+Sources (keys in docs/references.md): [flashattention-2022] FlashAttention; [dao-2023] FlashAttention-2; [shah-2024]
 FlashAttention-3; [megatron-sc21]; [korthikanti-2022]; [megatron-core]; [transformer-engine]; [isaev-2023].
 numpy-free: plain arithmetic on a few numbers per layer kind.
 """
