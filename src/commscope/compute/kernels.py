@@ -2,7 +2,7 @@
 
 Three kinds of kernels, each timed by the roofline that bounds it on a :class:`~commscope.gpus.GpuSpec`:
 
-1. **Attention core** (``Q K^T``, softmax, ``P V``), two ways [megatron-core; dao-2022; dao-2023]:
+1. **Attention core** (``Q K^T``, softmax, ``P V``), two ways [megatron-core; flashattention-2022; dao-2023]:
 
    - ``flash``: one fused kernel that keeps the s x s scores on chip. It computes only the unmasked half of a
      causal score matrix, so its forward runs ``1/2 x 4 b (a/t) (s/c) s d`` FLOP, and its backward 2.5 times that
