@@ -1,0 +1,152 @@
+"""``commscope validate RUNS.csv``: predicted against measured iteration time of a user's own runs.
+
+    commscope validate runs.csv --dtype fp16 --attention-backend unfused --inter-node-GBps 12.5 --png runs.png
+    commscope validate runs.csv --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap --json
+
+Reads the runs (:func:`commscope.validate.read_runs`; the columns are listed there), predicts each one, and
+prints a table of measured and predicted seconds with the error and the main terms, the mean and worst
+absolute error, and the assumptions the rows needed. The flags give the values of cells a file leaves blank
+and of columns it lacks; a cell's value wins over a flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+#: flag dest -> the column it gives the default of
+_DEFAULT_FLAGS = ("cluster", "gpus_per_node", "intra_node_GBps", "inter_node_GBps", "dtype", "recompute", "attention",
+                  "micro_batch_size", "sequence_parallel", "distributed_optimizer", "overlap_grad_reduce",
+                  "overlap_param_gather", "tp_comm_overlap", "fp8_format", "position_embedding", "tied_embeddings",
+                  "gated_mlp", "normalization", "vocab_size", "seq_len")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("validate", help="compare predicted with measured iteration times of runs in a CSV file",
+                       description="Predict each measured run of a CSV file (model shape, t/p/d/cp/ep, batch "
+                                   "sizes, recompute, SP, GPU, measured iteration time or TFLOP/s per GPU) and print "
+                                   "predicted against measured seconds per iteration, the error, the main terms, and "
+                                   "the mean and worst absolute error. Columns and their spellings: "
+                                   "`pydoc commscope.validate`.")
+    p.add_argument("runs", type=Path, metavar="RUNS.csv", help="one measured run per row, a header line first")
+    d = p.add_argument_group("defaults for blank cells and absent columns (a cell's value wins over these)")
+    d.add_argument("--cluster", default=None,
+                   help="cluster preset or file for rows with no cluster (default: matched from the gpu column)")
+    d.add_argument("--gpus-per-node", dest="gpus_per_node", type=int, default=None, help="GPUs per node")
+    d.add_argument("--intra-node-GBps", dest="intra_node_GBps", type=float, default=None, metavar="GBPS",
+                   help="intra-node link bandwidth, GB/s per GPU (default: the cluster's)")
+    d.add_argument("--inter-node-GBps", dest="inter_node_GBps", type=float, default=None, metavar="GBPS",
+                   help="inter-node link bandwidth, GB/s per GPU (a node's NIC rate over its GPUs; default: the "
+                        "cluster's)")
+    d.add_argument("--dtype", default=None, help="parameter/activation dtype: bf16 (default), fp16")
+    d.add_argument("--bf16", dest="dtype", action="store_const", const="bf16", help="same as --dtype bf16")
+    d.add_argument("--fp16", dest="dtype", action="store_const", const="fp16", help="same as --dtype fp16")
+    d.add_argument("--vocab-size", dest="vocab_size", type=int, default=None,
+                   help="vocabulary before padding (default 50257)")
+    d.add_argument("--seq-length", "--seq-len", dest="seq_len", type=int, default=None,
+                   help="sequence length (default 2048)")
+    d.add_argument("--position-embedding-type", dest="position_embedding", default=None,
+                   help="learned (default), rope or none")
+    d.add_argument("--untie-embeddings-and-output-weights", dest="tied_embeddings", action="store_const", const=False,
+                   default=None, help="the output layer has its own weights (default: tied to the input embedding)")
+    d.add_argument("--swiglu", dest="gated_mlp", action="store_const", const=True, default=None,
+                   help="gated MLP with two up projections (default: plain 2-matrix MLP)")
+    d.add_argument("--normalization", dest="normalization", default=None,
+                   help="LayerNorm (default) or RMSNorm")
+    d.add_argument("--recompute", "--recompute-granularity", dest="recompute", default=None,
+                   help="activation recomputation: none (default), selective, full")
+    d.add_argument("--attention-backend", dest="attention", default=None, metavar="{auto,flash,fused,unfused,local}",
+                   help="attention kernels: flash/fused/auto = one fused kernel (default), unfused/local = GEMMs + "
+                        "softmax")
+    d.add_argument("--micro-batch-size", dest="micro_batch_size", type=int, default=None,
+                   help="sequences per micro-batch (default 1)")
+    for flags, dest, text in ((("--sequence-parallel",), "sequence_parallel", "Megatron sequence parallelism"),
+                              (("--use-distributed-optimizer", "--distributed-optimizer"), "distributed_optimizer",
+                               "Megatron's distributed optimizer"),
+                              (("--overlap-grad-reduce",), "overlap_grad_reduce",
+                               "DP gradient buckets reduce during the last backward pass"),
+                              (("--overlap-param-gather",), "overlap_param_gather",
+                               "parameter all-gathers run under the next forward pass (needs dist. optimizer)"),
+                              (("--tp-comm-overlap",), "tp_comm_overlap",
+                               "TP communication overlapped with the GEMMs (needs --sequence-parallel where tp > 1)")):
+        d.add_argument(*flags, dest=dest, action=argparse.BooleanOptionalAction, default=None,
+                       help=f"{text} (default no)")
+    d.add_argument("--fp8-format", dest="fp8_format", default=None,
+                   help="hybrid or e4m3: linear layers in FP8 (default none)")
+    g = p.add_argument_group("estimate and output")
+    g.add_argument("--bandwidth", type=Path, default=None,
+                   help="measured bandwidth (nccl-tests output or a table, as for `commscope estimate`); ops it lacks "
+                        "fall back to each run's cluster")
+    g.add_argument("--png", type=Path, default=None, metavar="OUT.png",
+                   help="write predicted against measured, with y = x and a +-10%% band (needs matplotlib)")
+    g.add_argument("--json", action="store_true", help="print the validation as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from commscope.validate import read_runs, validate
+
+    if args.png is not None:
+        try:
+            from commscope.report.validation_plot import check_matplotlib
+
+            check_matplotlib()
+        except ImportError as exc:
+            print(f"commscope validate: error: {exc}", file=sys.stderr)
+            return 2
+    defaults = {name: getattr(args, name) for name in _DEFAULT_FLAGS if getattr(args, name) is not None}
+    runs = read_runs(args.runs, defaults)
+    result = validate(runs, bandwidth=args.bandwidth)
+    if args.json:
+        json.dump(result.to_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(format_validation(result))
+    if args.png is not None:
+        from commscope.report.validation_plot import plot_validation
+
+        path = plot_validation(result, args.png, title=str(args.runs))
+        print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def format_validation(result: Any) -> str:
+    """The table: one line per run, the error summary, then the notes (each once, with the runs it applies to)."""
+    from commscope.validate import TERMS
+
+    rows = result.rows
+    terms = [(f, label) for f, label in TERMS if f == "compute_s" or any(getattr(r, f) for r in rows)]
+    axes = [a for a in ("cp", "ep") if any(getattr(r, a) > 1 for r in rows)]
+    hidden = any(sum(r.hidden_s.values()) for r in rows)
+    case_w = max(4, *(len(r.case_id) for r in rows)) + 2
+    model_w = max(5, *(len(r.model) for r in rows)) + 2
+    head = f"{'case':<{case_w}}{'model':<{model_w}}{'t':>3}{'p':>4}{'d':>5}" + "".join(f"{a:>4}" for a in axes)
+    head += f"{'measured s':>12}{'predicted s':>13}{'error':>8}" + "".join(f"{label:>9}" for _, label in terms)
+    head += f"{'hidden':>9}" if hidden else ""
+    lines = [head]
+    for r in rows:
+        line = f"{r.case_id:<{case_w}}{r.model:<{model_w}}{r.tp:>3}{r.pp:>4}{r.dp:>5}"
+        line += "".join(f"{getattr(r, a):>4}" for a in axes)
+        line += f"{r.measured_s:>12.3f}{r.predicted_s:>13.3f}{r.error:>+8.1%}"
+        line += "".join(f"{getattr(r, f):>9.3f}" for f, _ in terms)
+        line += f"{sum(r.hidden_s.values()):>9.3f}" if hidden else ""
+        lines.append(line)
+    summary = (f"mean absolute error {result.mean_abs_error:.1%}, worst {result.worst_abs_error:.1%} "
+               f"({result.worst_case}); mean error {result.mean_error:+.1%} over {len(rows)} runs")
+    legend = ("terms: exposed seconds per iteration of the predicted time"
+              + (" (hidden: communication under compute, not in the time)" if hidden else "")
+              + "; error = predicted / measured - 1")
+    lines += ["", legend, summary]
+    notes: dict[str, list[str]] = {}
+    for r in rows:
+        for note in r.notes:
+            notes.setdefault(note, []).append(r.case_id)
+    if notes:
+        lines.append("")
+    everywhere = [note for note, cases in notes.items() if len(cases) == len(rows)]
+    lines += [f"note ({'all runs' if len(rows) > 1 else rows[0].case_id}): {note}" for note in everywhere]
+    lines += [f"note ({', '.join(cases)}): {note}" for note, cases in notes.items() if len(cases) < len(rows)]
+    return "\n".join(lines)
