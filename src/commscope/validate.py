@@ -54,6 +54,7 @@ from commscope.errors import ConfigError
 from commscope.spec.cluster import ClusterSpec
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import (
+    ATTENTION_BACKENDS,
     ATTENTION_KINDS,
     FP8_FORMATS,
     FRAMEWORKS,
@@ -133,7 +134,7 @@ def _dtype(text: str) -> str:
 
 def _attention(text: str) -> str:
     """Megatron-core's --attention-backend spellings to commscope's two attention kinds."""
-    kinds = {"auto": "flash", "flash": "flash", "fused": "flash", "unfused": "unfused", "local": "unfused"}
+    kinds = ATTENTION_BACKENDS
     key = text.strip().lower()
     if key not in kinds:
         raise ValueError(f"valid: {', '.join(kinds)} ({', '.join(ATTENTION_KINDS)})")

@@ -68,7 +68,8 @@ def int_list(text: str) -> tuple[int, ...]:
 
 def _attention_backend(text: str) -> str:
     """argparse type: Megatron-core's --attention-backend spellings to commscope's two attention kinds."""
-    kinds = {"auto": "flash", "flash": "flash", "fused": "flash", "unfused": "unfused", "local": "unfused"}
+    from commscope.spec.parallel import ATTENTION_BACKENDS as kinds
+
     if text not in kinds:
         raise argparse.ArgumentTypeError(f"expected one of {', '.join(kinds)}; got {text!r}")
     return kinds[text]

@@ -18,6 +18,8 @@ Fp8Format = Literal["hybrid", "e4m3"]
 #: scaled_dot_product_attention); ``unfused`` is two batched GEMMs with softmax and dropout kernels between
 #: them (Megatron-LM 2021-22 and Megatron-DeepSpeed, ``--attention-backend unfused|local``).
 ATTENTION_KINDS = ("flash", "unfused")
+#: Megatron-core's ``--attention-backend`` spellings -> commscope's attention kind.
+ATTENTION_BACKENDS = {"auto": "flash", "flash": "flash", "fused": "flash", "unfused": "unfused", "local": "unfused"}
 #: Transformer Engine FP8 recipes (Megatron ``--fp8-format``): ``hybrid`` (E4M3 forward, E5M2 gradients), ``e4m3``.
 FP8_FORMATS = ("hybrid", "e4m3")
 
