@@ -100,6 +100,8 @@ class GpuSpec:
     """Fraction of the datasheet memory bandwidth a streaming kernel reaches (calibration constant)."""
     achievable_fraction_fp8: float | None = None
     """Fraction of the FP8 peak a large FP8 GEMM reaches (None: ``achievable_fraction``)."""
+    flash_attention: bool = True
+    """Whether fused (flash) attention kernels exist for this GPU (FlashAttention needs sm_75/sm_80 or newer)."""
     flash_attention_fwd_fraction: float = 0.6
     """Fraction of the dense peak a fused (flash) attention forward kernel reaches on the FLOPs it computes."""
     flash_attention_bwd_fraction: float = 0.45
@@ -183,6 +185,7 @@ class GpuSpec:
                 "split_k": list(self.split_k), "cta_fill_steps": self.cta_fill_steps, "achievable_fraction": self.achievable_fraction,
                 "memory_efficiency": self.memory_efficiency,
                 "achievable_fraction_fp8": self.achievable_fraction_fp8,
+                "flash_attention": self.flash_attention,
                 "flash_attention_fwd_fraction": self.flash_attention_fwd_fraction,
                 "flash_attention_bwd_fraction": self.flash_attention_bwd_fraction, "kernel_overhead_us": self.kernel_overhead_s / US,
                 "alignment_required_bytes": self.alignment_required_bytes,
@@ -209,7 +212,8 @@ _FLOAT_FIELDS = {"memory_bandwidth_bytes_per_s", "achievable_fraction", "memory_
                  "achievable_fraction_fp8", "flash_attention_fwd_fraction", "flash_attention_bwd_fraction",
                  "partial_alignment_factor", "unaligned_factor"}
 _STR_FIELDS = {"name", "architecture", "source"}
-_FIELDS = _INT_FIELDS | _FLOAT_FIELDS | _STR_FIELDS | {"aliases", "peak_flops", "tile_sizes", "tile_throughput", "split_k"}
+_BOOL_FIELDS = {"flash_attention"}
+_FIELDS = _INT_FIELDS | _FLOAT_FIELDS | _STR_FIELDS | _BOOL_FIELDS | {"aliases", "peak_flops", "tile_sizes", "tile_throughput", "split_k"}
 
 
 def _type_name(value: Any) -> str:
@@ -264,6 +268,10 @@ def gpu_from_mapping(d: dict[str, Any], *, source: str | None = None, name: str 
             if not _is_number(value):
                 raise ConfigError(key, value, f"expected a number, got {_type_name(value)}", source=source)
             kwargs[key] = float(value)
+        elif key in _BOOL_FIELDS:
+            if not isinstance(value, bool):
+                raise ConfigError(key, value, f"expected true or false, got {_type_name(value)}", source=source)
+            kwargs[key] = value
         elif key in _STR_FIELDS:
             if not isinstance(value, str):
                 raise ConfigError(key, value, f"expected a string, got {_type_name(value)}", source=source)

@@ -233,3 +233,11 @@ def test_overlap_flags_refuse_what_megatron_refuses():
         ParallelSpec(global_batch_size=2, overlap_param_gather=True)
     with pytest.raises(ConfigError, match="fp8_format"):
         ParallelSpec(global_batch_size=2, fp8_format="e5m2")
+
+
+def test_a_gpu_without_flash_attention_runs_it_unfused():
+    v100 = cluster_preset("dgx1-v100")
+    est = estimate(predict(small(), PAR, v100))
+    assert any("no fused (flash) attention" in n for n in est.notes)
+    unfused = estimate(predict(small(), replace(PAR, attention="unfused"), v100))
+    assert est.iteration_time_s == pytest.approx(unfused.iteration_time_s)

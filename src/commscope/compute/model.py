@@ -19,7 +19,7 @@ parallel ring (:mod:`commscope.estimate`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -152,6 +152,10 @@ def _kind(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str) -> 
 
 def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> StageCompute:
     """Per-stage compute of ``model`` under ``parallel`` on ``gpu`` (see the module docstring)."""
+    notes: list[str] = []
+    if parallel.attention == "flash" and not gpu.flash_attention:
+        notes.append(f"{gpu.name} has no fused (flash) attention kernels: attention is timed unfused")
+        parallel = replace(parallel, attention="unfused")
     p = parallel.pp
     kinds = {"dense": _kind(model, parallel, gpu, "dense")} if model.num_layers > model.num_moe_layers else {}
     if model.is_moe:
@@ -189,7 +193,7 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> Sta
     lin_dtype = linear_gemm_dtype(model, parallel)
     peak = gpu.peak_flops_for(lin_dtype)
     eff = float(arrays["lin_flop"][crit] / (arrays["lin_time"][crit] * peak)) if arrays["lin_time"][crit] else 0.0
-    notes = [f"compute: per-GEMM tile/wave model on {gpu.name} ({lin_dtype} linear GEMMs at {eff:.0%} of peak), "
+    notes += [f"compute: per-GEMM tile/wave model on {gpu.name} ({lin_dtype} linear GEMMs at {eff:.0%} of peak), "
              f"{parallel.attention} attention, memory-bound kernels at {gpu.memory_efficiency:.0%} of "
              f"{gpu.memory_bandwidth_bytes_per_s / 1e9:.0f} GB/s, Adam step"]
     return StageCompute(forward_s=arrays["fwd"], backward_s=arrays["bwd"], recompute_s=arrays["rec"],
