@@ -237,8 +237,10 @@ def _flop_compute(prediction, u: float, peak: float) -> tuple[np.ndarray, np.nda
     fwd, bwd, attn = np.zeros(p), np.zeros(p), np.zeros(p)
     for stage in range(p):
         layers = [layer for chunk in stage_layers(model, par, stage) for layer in chunk]
-        f = sum(tf.layers[i] for i in layers) + (tf.logits if stage == p - 1 else 0.0)
-        extra = {"none": 0.0, "selective": sum(tf.attention_core[i] for i in layers), "full": f}[par.recompute]
+        body = sum(tf.layers[i] for i in layers)
+        f = body + (tf.logits if stage == p - 1 else 0.0)
+        # recomputation replays the layers (full) or their attention core (selective), never the logits
+        extra = {"none": 0.0, "selective": sum(tf.attention_core[i] for i in layers), "full": body}[par.recompute]
         fwd[stage] = tokens_mb * f / rate
         bwd[stage] = tokens_mb * (2 * f + extra) / rate
         attn[stage] = tokens_mb * sum(3 * tf.attention_core[i] for i in layers) / rate
