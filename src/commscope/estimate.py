@@ -359,9 +359,9 @@ def _refined(prediction, u: float, peak: float, bw: BandwidthModel, compute: Sta
     terms = {"dp": float(dp_tail[end]), "emb": float(comm["emb"]["iter"][end]),
              "tp": float(comm["tp"]["iter"][end] + comm["cp"]["iter"][end] + comm["ep"]["iter"][end]),
              "opt": float(opt[end])}
-    for key in terms:
-        cut = min(hide, terms[key])
-        terms[key] -= cut
+    for key, value in terms.items():
+        cut = min(hide, value)
+        terms[key] = value - cut
         hide -= cut
 
     hidden = {"tp": float(tp_all[crit] - tp_exp[crit]), "cp": float(cp_all[crit] - cp_exp[crit]),

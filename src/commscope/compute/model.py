@@ -193,9 +193,9 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> Sta
     lin_dtype = linear_gemm_dtype(model, parallel)
     peak = gpu.peak_flops_for(lin_dtype)
     eff = float(arrays["lin_flop"][crit] / (arrays["lin_time"][crit] * peak)) if arrays["lin_time"][crit] else 0.0
-    notes += [f"compute: per-GEMM tile/wave model on {gpu.name} ({lin_dtype} linear GEMMs at {eff:.0%} of peak), "
-             f"{parallel.attention} attention, memory-bound kernels at {gpu.memory_efficiency:.0%} of "
-             f"{gpu.memory_bandwidth_bytes_per_s / 1e9:.0f} GB/s, Adam step"]
+    notes.append(f"compute: per-GEMM tile/wave model on {gpu.name} ({lin_dtype} linear GEMMs at {eff:.0%} of peak), "
+                 f"{parallel.attention} attention, memory-bound kernels at {gpu.memory_efficiency:.0%} of "
+                 f"{gpu.memory_bandwidth_bytes_per_s / 1e9:.0f} GB/s, Adam step")
     return StageCompute(forward_s=arrays["fwd"], backward_s=arrays["bwd"], recompute_s=arrays["rec"],
                         gemm_s=arrays["gemm"], attention_s=arrays["att"], memory_s=arrays["mem"],
                         linear_forward_s=arrays["lin_f"], linear_backward_s=arrays["lin_b"], optimizer_s=arrays["opt"],

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from commscope.errors import ConfigError, check
+from commscope.errors import check
 from commscope.layout import Layout
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
@@ -33,7 +33,7 @@ from commscope.workload.base import OpSet, Workload, p2p_pair
 
 def check_job(model: ModelSpec, parallel: ParallelSpec) -> None:
     """Raise ConfigError for a model/parallelism combination Megatron would refuse."""
-    t, p, c, v = parallel.tp, parallel.pp, parallel.cp, parallel.virtual_pipeline_size
+    t, c = parallel.tp, parallel.cp
     check(model.num_heads % t == 0, "tp", t, f"must divide num_heads={model.num_heads}")
     check(model.kv_heads % t == 0 or t % model.kv_heads == 0, "tp", t,
           f"must divide num_query_groups={model.kv_heads} (or be a multiple of it)")
