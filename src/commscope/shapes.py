@@ -258,9 +258,9 @@ def shape_rules(model: ModelSpec, parallel: ParallelSpec | None = None, gpu: Gpu
 
     h, a, d, f = model.hidden_size, model.num_heads, model.head_size, model.ffn
     aligned("hidden_size", "hidden size h", {"hidden": h}, h,
-            f"h is the K of the QKV, MLP-up and logits GEMMs and the N of the attention-output and MLP-down GEMMs "
-            f"(and M, N or K of their backward GEMMs); tensor cores need multiples of 8 elements (16 B) and A100/H100 "
-            f"are fastest at multiples of 64 (128 B) [nvidia-matmul-guide]; 64 also fills the 64/128-wide CTA tiles",
+            "h is the K of the QKV, MLP-up and logits GEMMs and the N of the attention-output and MLP-down GEMMs "
+            "(and M, N or K of their backward GEMMs); tensor cores need multiples of 8 elements (16 B) and A100/H100 "
+            "are fastest at multiples of 64 (128 B) [nvidia-matmul-guide]; 64 also fills the 64/128-wide CTA tiles",
             f"{_SRC_GUIDE}; {_SRC_CODESIGN}", f"h = {_round_up(h, q)} or {max(q, h // q * q)}")
     head_fix = ", ".join(f"d = {dd} ({h // dd} heads)" for dd in (64, 128) if h % dd == 0 and (h // dd) % t == 0) \
         or f"d = {_round_up(d, q)}"
