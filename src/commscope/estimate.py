@@ -224,8 +224,6 @@ def _seed(prediction, u: float, peak: float, bw: BandwidthModel) -> Estimate:
                    emb=0.0, bubble=bubble, stage=0, eff=eff, notes=notes + list(bw.notes))
 
 
-
-
 def _flop_compute(prediction, u: float, peak: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(forward, backward, attention) seconds per micro-batch per stage from FLOP / (u x peak): Megatron's FLOP
     count per stage (attention and logits included), backward twice the forward, recomputation added to it."""

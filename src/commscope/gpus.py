@@ -161,6 +161,11 @@ class GpuSpec:
         best = max(reuse)
         return tuple(math.sqrt(r / best) for r in reuse)
 
+    @property
+    def streaming_bandwidth_bytes_per_s(self) -> float:
+        """HBM bandwidth a streaming kernel reaches: ``memory_efficiency`` x the datasheet bandwidth."""
+        return self.memory_bandwidth_bytes_per_s * self.memory_efficiency
+
     def achievable_fraction_for(self, dtype: str) -> float:
         """Fraction of ``dtype``'s peak a large aligned GEMM reaches (FP8 has its own)."""
         if canonical_dtype(dtype) == "fp8" and self.achievable_fraction_fp8 is not None:

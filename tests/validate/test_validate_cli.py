@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import subprocess
 import sys
 
 import pytest
 from conftest import SHARED, requires_shared
+from runs_csv import HEADER, ROWS, write_runs
 
 from commscope.cli.main import main
 from commscope.errors import ConfigError
@@ -16,22 +16,6 @@ from commscope.validate import read_runs
 
 H100_CSV = SHARED / "data" / "measured_iteration_times_h100.csv"
 
-HEADER = ["case_id", "model", "layers", "hidden", "heads", "seq_len", "gpu", "gpus", "t", "p", "d", "global_batch",
-          "microbatch", "recompute", "seq_parallel", "measured_iter_time_s", "measured_tflops_per_gpu", "source"]
-GOOD = [
-    ["a", "GPT small", "12", "1024", "16", "2048", "A100 SXM4", "8", "2", "1", "4", "64", "2", "yes", "no", "0.5", "",
-     "lab notebook"],
-    ["b", "GPT small", "12", "1024", "16", "2048", "A100 SXM4", "8", "1", "2", "4", "64", "", "", "", "", "120",
-     "run 2"],
-]
-
-
-def write_runs(path, rows=GOOD, header=HEADER):
-    with path.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(header)
-        writer.writerows(rows)
-    return path
 
 
 def run(capsys, *argv):
@@ -127,9 +111,9 @@ def test_help_lists_validate():
 # --- bad input: exit 2, one line naming the file, the row and the column --------------------------------------------
 
 def _with(row: int, column: str, value: str) -> list[list[str]]:
-    """GOOD with the cell of data row ``row`` (1-based) in ``column`` replaced (and its gpus cell left blank when
+    """ROWS with the cell of data row ``row`` (1-based) in ``column`` replaced (and its gpus cell left blank when
     the change is to a parallel size, so that the size itself is what is wrong)."""
-    rows = [list(r) for r in GOOD]
+    rows = [list(r) for r in ROWS]
     rows[row - 1][HEADER.index(column)] = value
     if column in ("t", "p"):
         rows[row - 1][HEADER.index("gpus")] = ""
@@ -191,7 +175,7 @@ def test_gpu_that_contradicts_the_cluster(capsys, tmp_path):
     (",".join(h for h in HEADER if h not in ("layers", "model")) + "\nx\n", "layers|num_layers"),
     (",".join([*HEADER, "tp"]) + "\nx\n", "both give tp"),
     (",".join([*HEADER, "Source"]) + "\nx\n", "repeats column 'source'"),
-    (",".join(HEADER) + "\n" + ",".join(GOOD[0]) + ",extra,cells\n", "more cells than the header's 18 columns"),
+    (",".join(HEADER) + "\n" + ",".join(ROWS[0]) + ",extra,cells\n", "more cells than the header's 18 columns"),
 ])
 def test_bad_file_is_one_line(capsys, tmp_path, content, needle):
     path = tmp_path / "runs.csv"

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 from conftest import SHARED, requires_shared
+from runs_csv import HEADER, ROWS, write_runs
 
 import commscope.validate as validate_module
 from commscope.errors import ConfigError
@@ -19,22 +20,6 @@ from commscope.validate import COLUMNS, Run, Validation, read_runs, validate
 A100_CSV = SHARED / "data" / "measured_iteration_times.csv"
 H100_CSV = SHARED / "data" / "measured_iteration_times_h100.csv"
 
-HEADER = ["case_id", "model", "layers", "hidden", "heads", "seq_len", "gpu", "gpus", "t", "p", "d", "global_batch",
-          "microbatch", "recompute", "seq_parallel", "measured_iter_time_s", "measured_tflops_per_gpu", "source"]
-ROWS = [
-    ["a", "GPT small", "12", "1024", "16", "2048", "A100 SXM4", "8", "2", "1", "4", "64", "2", "yes", "no", "0.5", "",
-     "lab notebook"],
-    ["b", "GPT small", "12", "1024", "16", "2048", "A100 SXM4", "8", "1", "2", "4", "64", "", "", "", "", "120",
-     "run 2"],
-]
-
-
-def write_runs(path, rows=ROWS, header=HEADER):
-    with path.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(header)
-        writer.writerows(rows)
-    return path
 
 
 def test_public_names():

@@ -383,7 +383,7 @@ def gemm_timing(gpu: GpuSpec, m: Any, n: Any, k: Any, batch: Any = 1, *, dtype: 
     align = alignment_factor(gpu, elem, m, n, k)
     slots = gpu.num_sms * gpu.ctas_per_sm
     rate_per_slot = peak * gpu.achievable_fraction_for(dtype) / slots  # FLOP/s of one CTA on the best tile, aligned
-    bandwidth = gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency
+    bandwidth = gpu.streaming_bandwidth_bytes_per_s
     io = (m * k + k * n + m * n) if io_elements is None else np.broadcast_to(np.asarray(io_elements, dtype=np.int64), m.shape)
     operand_bytes = elem * batch * io
     t_mem = operand_bytes / bandwidth

@@ -94,10 +94,6 @@ def _tokens(model: ModelSpec, parallel: ParallelSpec) -> tuple[int, int]:
     return tokens, tokens // parallel.tp if sp else tokens
 
 
-def _bandwidth(gpu: GpuSpec) -> float:
-    return gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency
-
-
 def attention_time_s(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> tuple[float, float, float]:
     """(forward s, backward s, forward FLOP) of one layer's fused attention core for one micro-batch."""
     b, s, c, t = parallel.micro_batch_size, model.seq_len, parallel.cp, parallel.tp
@@ -131,7 +127,7 @@ def layer_kernels(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, moe
     if parallel.fp8_format is not None:
         # inputs of qkv, proj, fc1 and fc2 cast to FP8 forward (and their output gradients backward)
         fwd_bytes += (B + 1) * (T * (h + q + h) + f_tokens)
-    bw = _bandwidth(gpu)
+    bw = gpu.streaming_bandwidth_bytes_per_s
     mem_fwd = fwd_bytes / bw
     mem_bwd = 2 * fwd_bytes / bw
     if parallel.attention == "flash":
@@ -168,12 +164,12 @@ def optimizer_step_time_s(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec
                           expert_params: int) -> float:
     """Time of one Adam step on a rank holding ``dense_params`` and ``expert_params`` (see the module docstring)."""
     update, buffer = adam_bytes_per_param(model.dtype_bytes, fp16=model.dtype == "fp16")
-    shards = parallel.shards_optimizer or parallel.zero_stage >= 1 or parallel.framework == "torch-fsdp2"
+    shards = parallel.shards_optimizer or parallel.framework == "torch-fsdp2"
     dense_shard = parallel.dp * parallel.cp if shards else 1
     expert_shard = parallel.expert_dp if shards else 1
     updated = dense_params / dense_shard + expert_params / expert_shard
     total = update * updated + buffer * (dense_params + expert_params)
-    return total / _bandwidth(gpu) + (gpu.kernel_overhead_s if updated else 0.0)
+    return total / gpu.streaming_bandwidth_bytes_per_s + (gpu.kernel_overhead_s if updated else 0.0)
 
 
 def linear_gemm_dtype(model: ModelSpec, parallel: ParallelSpec) -> str:

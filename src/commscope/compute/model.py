@@ -20,7 +20,6 @@ parallel ring (:mod:`commscope.estimate`).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
@@ -71,10 +70,6 @@ class StageCompute:
     gpu: str
     notes: tuple[str, ...] = ()
 
-    @property
-    def per_micro_batch_s(self) -> np.ndarray:
-        return self.forward_s + self.backward_s
-
     def breakdown(self, stage: int, num_micro_batches: int) -> dict[str, float]:
         """Seconds per iteration of ``stage`` by kind of work."""
         m = num_micro_batches
@@ -82,8 +77,6 @@ class StageCompute:
                 "memory_bound_s": float(self.memory_s[stage] * m), "recompute_s": float(self.recompute_s[stage] * m),
                 "optimizer_s": float(self.optimizer_s[stage])}
 
-    def to_dict(self, stage: int, num_micro_batches: int) -> dict[str, Any]:
-        return {"gpu": self.gpu, "gemm_efficiency": self.gemm_efficiency, **self.breakdown(stage, num_micro_batches)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,9 +153,10 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> Sta
     kinds = {"dense": _kind(model, parallel, gpu, "dense")} if model.num_layers > model.num_moe_layers else {}
     if model.is_moe:
         kinds["moe"] = _kind(model, parallel, gpu, "moe")
-    logits = _by_pass(time_gemms(tuple((g, 1) for g in layer_gemms(model, parallel, logits=True)), gpu, model.dtype))
-    logits_flop = sum(g.flop for g in layer_gemms(model, parallel, logits=True))
-    bandwidth = gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency
+    logits_gemms = layer_gemms(model, parallel, logits=True)
+    logits = _by_pass(time_gemms(tuple((g, 1) for g in logits_gemms), gpu, model.dtype))
+    logits_flop = sum(g.flop for g in logits_gemms)
+    bandwidth = gpu.streaming_bandwidth_bytes_per_s
     arrays = {key: np.zeros(p) for key in ("fwd", "bwd", "rec", "gemm", "att", "mem", "lin_f", "lin_b", "opt", "flop",
                                            "lin_flop", "lin_time")}
     for stage in range(p):

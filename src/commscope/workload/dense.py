@@ -20,6 +20,8 @@ Worked example, gpt-1.5b (h=1600) with b=4, s=1024, bf16: one TP all-reduce is 4
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from commscope.errors import check
@@ -99,6 +101,7 @@ def pipeline_split(model: ModelSpec, parallel: ParallelSpec) -> list[int]:
     return list(split or ())
 
 
+@functools.lru_cache(maxsize=256)
 def balanced_pipeline_layers(model: ModelSpec, pp: int) -> tuple[int, ...] | None:
     """An uneven split for pp stages that do not divide the layers: equal middle stages and lighter first and
     last stages, chosen to minimise the slowest stage's forward FLOPs (the last stage also computes the logits),
@@ -106,7 +109,7 @@ def balanced_pipeline_layers(model: ModelSpec, pp: int) -> tuple[int, ...] | Non
 
     Worked example: Llama 3 405B (126 layers, V = 128,256, h = 16,384) on pp = 16 gives 7, 8 x 14, 7 (the split
     Meta used [llama3-2024]): the logits cost ~0.6 layer, so a last stage of 7 layers + logits stays under 8.
-    None when pp > num_layers.
+    None when pp > num_layers. Cached per (model, pp): every stage of a workload and of the estimate asks for it.
     """
     from commscope.flops import token_flops
 
