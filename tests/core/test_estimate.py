@@ -83,6 +83,17 @@ def test_interleaving_shrinks_the_bubble():
     assert e2.bubble_s == pytest.approx(e1.bubble_s / 2, rel=0.2)
 
 
+def test_scatter_gather_moves_pipeline_bytes_onto_nvlink():
+    """TP inside a node, PP across nodes: with the scatter/gather each rank sends 1/t over the slow link and the
+    all-gather runs on the fast one, so the pipeline's time falls (by less than t: the gather is not free)."""
+    model = ModelSpec(name="x", num_layers=8, hidden_size=2048, num_heads=16, seq_len=1024)
+    base = ParallelSpec(tp=4, pp=2, global_batch_size=8)
+    plain = estimate(predict(model, base, CLUSTER))
+    sg = estimate(predict(model, replace(base, scatter_gather_tensors_in_pipeline=True), CLUSTER))
+    assert plain.pp_s / 4 < sg.pp_s < plain.pp_s
+    assert sg.iteration_time_s < plain.iteration_time_s
+
+
 def test_overlap_hides_dp_time():
     model = ModelSpec(name="x", num_layers=8, hidden_size=1024, num_heads=8, seq_len=512)
     base = ParallelSpec(dp=8, global_batch_size=64)

@@ -89,6 +89,40 @@ def test_pp_bytes_closed_form(sp, v):
     assert tm.bytes_by_axis()["pp"] == expected
 
 
+@pytest.mark.parametrize("v", [1, 2])
+def test_scatter_gather_pipeline_messages(v):
+    """Megatron-LM's scatter/gather: each TP rank sends act / t over the stage boundary and the receiving TP
+    group all-gathers the pieces, in both directions; sequence parallelism makes it a no-op."""
+    model = ModelSpec(name="x", num_layers=24, hidden_size=512, num_heads=8, seq_len=256)
+    tp, pp, dp, mb = 4, 4, 2, 2
+    base = dict(tp=tp, pp=pp, dp=dp, global_batch_size=16 * dp * mb, micro_batch_size=mb, virtual_pipeline_size=v)
+    plain = build_workload(model, ParallelSpec(**base))
+    sg = build_workload(model, ParallelSpec(**base, scatter_gather_tensors_in_pipeline=True))
+    act = mb * model.seq_len * model.hidden_size * 2
+    m, boundaries = plain.parallel.num_micro_batches, pp * v - 1
+    sends = [s for s in sg.opsets if s.axis == "pp" and s.op == "send"]
+    gathers = [s for s in sg.opsets if s.axis == "pp" and s.op == "all_gather"]
+    assert {s.size_bytes for s in sends} == {act // tp}
+    assert sum(s.num_ops for s in sends) == sum(s.num_ops for s in plain.opsets if s.axis == "pp" and s.op == "send")
+    # one gather per boundary, direction and micro-batch on each of the receiving stage's d TP groups
+    assert len(gathers) == 2 * boundaries
+    assert all(g.size_bytes == act and g.group_size == tp and g.groups.shape[0] == dp for g in gathers)
+    assert sum(g.count for g in gathers) == 2 * boundaries * m
+    # the bytes on the wire: sends (t d lanes x act/t) plus ring all-gathers ((t-1)/t act per rank)
+    tm = traffic_of(sg, 8)
+    assert tm.bytes_by_axis()["pp"] == boundaries * 2 * m * dp * (act + (tp - 1) * act)
+    with_sp = dict(base, sequence_parallel=True)
+    a = build_workload(model, ParallelSpec(**with_sp, scatter_gather_tensors_in_pipeline=True)).opsets
+    b = build_workload(model, ParallelSpec(**with_sp)).opsets
+    assert [(s.op, s.name, s.size_bytes, s.groups.tolist()) for s in a] == [
+        (s.op, s.name, s.size_bytes, s.groups.tolist()) for s in b]
+
+
+def test_scatter_gather_needs_megatron():
+    with pytest.raises(ConfigError, match="scatter_gather_tensors_in_pipeline"):
+        ParallelSpec(tp=2, pp=2, framework="torch-ddp", scatter_gather_tensors_in_pipeline=True)
+
+
 def test_tied_embedding_sync():
     parallel = ParallelSpec(tp=2, pp=4, dp=2, global_batch_size=8)
     tm = traffic_of(build_workload(GPT, parallel), 8)

@@ -111,6 +111,10 @@ def add_parallel_args(parser: argparse.ArgumentParser) -> None:
                    default=None, help="layers of the first pipeline stage (Megatron); the other stages split the rest")
     g.add_argument("--decoder-last-pipeline-num-layers", dest="parallel.decoder_last_pipeline_num_layers", type=int,
                    default=None, help="layers of the last pipeline stage (Megatron); the other stages split the rest")
+    g.add_argument("--scatter-gather-tensors-in-pipeline", dest="parallel.scatter_gather_tensors_in_pipeline",
+                   action=argparse.BooleanOptionalAction, default=None,
+                   help="Megatron-LM (before megatron-core) sends 1/t of each pipeline message per TP rank and "
+                        "all-gathers it on arrival, when sequence parallelism is off")
     o = parser.add_argument_group("overlap and precision (Megatron's flags)")
     o.add_argument("--overlap-grad-reduce", dest="parallel.overlap_grad_reduce", action=argparse.BooleanOptionalAction,
                    default=None, help="DP gradient buckets reduce during the last backward pass (buckets of max(40M, 1M x dp) "

@@ -88,6 +88,11 @@ class ParallelSpec:
     overlap_param_gather: bool = False
     """Megatron ``--overlap-param-gather``: the distributed optimizer's parameter all-gather runs bucket by
     bucket under the next iteration's forward pass; needs a sharded optimizer."""
+    scatter_gather_tensors_in_pipeline: bool = False
+    """Megatron-LM's scatter/gather optimisation of pipeline messages ([megatron-sc21] sec. 4.1; the default of
+    Megatron-LM until megatron-core's p2p code, 2023, which dropped it): without sequence parallelism each
+    TP rank sends only its 1/t of the activation to the next stage, which all-gathers it over its TP group.
+    With sequence parallelism the activation is already split and the flag changes nothing, as in Megatron."""
     attention: Attention = "flash"
     """Attention kernels: ``flash`` (fused, the default of Megatron-core and PyTorch) or ``unfused``
     (Megatron-LM 2021-22, Megatron-DeepSpeed); see :data:`ATTENTION_KINDS`."""
@@ -112,6 +117,8 @@ class ParallelSpec:
               f"valid: {', '.join(FP8_FORMATS)} or unset")
         check(not self.tp_comm_overlap or self.tp == 1 or self.sequence_parallel, "tp_comm_overlap", True,
               "needs sequence parallelism (Megatron: --tp-comm-overlap requires --sequence-parallel)")
+        check(not self.scatter_gather_tensors_in_pipeline or self.framework == "megatron",
+              "scatter_gather_tensors_in_pipeline", True, "is Megatron-LM's optimisation: needs framework megatron")
         check(not self.overlap_param_gather or self.shards_optimizer, "overlap_param_gather", True,
               "needs the distributed optimizer or ZeRO >= 1 (there is no parameter all-gather to overlap otherwise)")
         for name in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"):

@@ -313,7 +313,10 @@ def _pp_ops(ctx: _Ctx) -> list[OpSet]:
     p = ctx.parallel
     if p.pp == 1:
         return []
-    size = ctx.act_bytes // p.tp if ctx.sp else ctx.act_bytes
+    # sequence parallelism leaves each TP rank 1/t of the activation; so does Megatron-LM's scatter/gather,
+    # whose receiver then all-gathers the pieces over its TP group
+    gather = p.scatter_gather_tensors_in_pipeline and p.tp > 1 and not ctx.sp
+    size = ctx.act_bytes // p.tp if ctx.sp or gather else ctx.act_bytes
     pp_groups = ctx.layout.groups("pp")
     num_virtual = p.pp * p.virtual_pipeline_size
     out: list[OpSet] = []
@@ -324,6 +327,11 @@ def _pp_ops(ctx: _Ctx) -> list[OpSet]:
                         src=src, dst=dst, micro_batches=ctx.m)
         out += p2p_pair(axis="pp", name=f"activation_grad_vstage{k + 1}", size_bytes=size, dtype=ctx.act_dtype,
                         phase="bwd", src=dst, dst=src, micro_batches=ctx.m)
+        if gather:
+            out += [OpSet(op="all_gather", axis="pp", name=f"activation_gather_vstage{k + 1}", size_bytes=ctx.act_bytes,
+                          dtype=ctx.act_dtype, phase="fwd", groups=ctx.groups_of_stage("tp", s_dst), micro_batches=ctx.m),
+                    OpSet(op="all_gather", axis="pp", name=f"activation_grad_gather_vstage{k}", size_bytes=ctx.act_bytes,
+                          dtype=ctx.act_dtype, phase="bwd", groups=ctx.groups_of_stage("tp", s_src), micro_batches=ctx.m)]
     return out
 
 
