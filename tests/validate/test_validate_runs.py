@@ -94,14 +94,15 @@ def test_spellings_presets_gpus_and_cluster_files(tmp_path):
         'gpu = "H100-SXM5-80GB"\ngpus_per_node = 4\ngpu_util = 0.4\n[peak_tflops]\nbf16 = 989\n'
         '[intra_node]\nname = "nv"\nbandwidth_GBps = 300\n[inter_node]\nname = "ib"\nbandwidth_GBps = 40\n')
     header = ["Name", "MODEL", "Seq-Length", "TP", "PP", "GPUs", "Global Batch Size", "Cluster", "GPU_type",
-              "inter_node_GBps", "Iteration_Time_s", "Status"]
-    rows = [["p1", "gpt3-1.3b", "1024", "2", "2", "16", "32", "mine.toml", "", "25", "1.5", "ok"],
-            ["p2", "gpt3-1.3b", "", "1", "1", "8", "32", "", "H100 80GB HBM3", "", "0.9", ""]]
+              "inter_node_GBps", "Iteration_Time_s", "Scatter-Gather", "Status"]
+    rows = [["p1", "gpt3-1.3b", "1024", "2", "2", "16", "32", "mine.toml", "", "25", "1.5", "yes", "ok"],
+            ["p2", "gpt3-1.3b", "", "1", "1", "8", "32", "", "H100 80GB HBM3", "", "0.9", "", ""]]
     runs = read_runs(write_runs(tmp_path / "runs.csv", rows, header))
     p1, p2 = runs
     assert p1.model.num_layers == 24 and p1.model.seq_len == 1024 and p2.model.seq_len == 2048
     assert any("model shape from 'gpt3-1.3b'" in n and "seq_len=1024" in n for n in p1.notes)
     assert p1.parallel.dp == 4 and p2.parallel.dp == 8  # d = gpus / (t x p x cp)
+    assert p1.parallel.scatter_gather_tensors_in_pipeline and not p2.parallel.scatter_gather_tensors_in_pipeline
     assert p1.cluster.name == "mine" and p1.cluster.gpus_per_node == 4
     assert p1.cluster.inter_node.bandwidth_bytes_per_s == 25 * GB
     assert p1.cluster.intra_node.bandwidth_bytes_per_s == 300 * GB
