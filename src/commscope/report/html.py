@@ -673,6 +673,27 @@ def bench_section(bench: BenchResult, cluster=None) -> dict[str, Any]:
     return {"source": bench.source, "meta": _short(bench.meta), "series": series, "notes": notes}
 
 
+def time_section(time_result: dict[str, Any]) -> dict[str, Any]:
+    """Measured against predicted in time, from :func:`commscope.cli.compare_cmd.time_comparison` (a
+    :func:`commscope.capture.timing.compare_time` result): durations against message size per (axis, op, group
+    size) with the model's curve, effective-bandwidth factors per op kind, exposed communication per step and
+    axis, and the predicted step against the measured one, term by term."""
+    series: dict[tuple, dict[str, Any]] = {}
+    for r in time_result["durations"]["by_bin"]:
+        key = (r["axis"], r["op"], r["group_size"])
+        se = series.setdefault(key, {"label": f"{r['axis']}/{r['op']} n={r['group_size']}", "axis": r["axis"],
+                                     "size_bytes": [], "measured_median_s": [], "measured_p95_s": [],
+                                     "predicted_median_s": [], "count": [], "factor": []})
+        for k, v in (("size_bytes", r["le_bytes"]), ("measured_median_s", r["measured_median_s"]),
+                     ("measured_p95_s", r["measured_p95_s"]), ("predicted_median_s", r["predicted_median_s"]),
+                     ("count", r["count"]), ("factor", r["factor"])):
+            se[k].append(v)
+    return {"series": list(series.values()), "factors": time_result["durations"]["by_op"],
+            "steps": time_result["steps"], "step": time_result["step"], "terms": time_result["terms"],
+            "bandwidth": time_result.get("bandwidth"),
+            "notes": list(time_result["notes"]) + list(time_result.get("bandwidth_notes", []))}
+
+
 def moe_metrics(routing: np.ndarray) -> dict[str, list[float]]:
     """Per-iteration metrics of (iterations, ep, ep) token counts:
 
@@ -752,11 +773,14 @@ def _inputs(prediction, estimate, *, command_line: str | None, files: dict[str, 
 def build_report_data(*, prediction=None, estimate=None, plan=None, measured: MeasuredLogs | None = None,
                       bench: BenchResult | None = None, moe: Sequence[MoeRouting] | None = None,
                       command_line: str | None = None, files: dict[str, Any] | None = None,
-                      title: str | None = None, heatmap_level: str = "auto") -> dict[str, Any]:
+                      title: str | None = None, heatmap_level: str = "auto",
+                      time_comparison: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything the report shows, as one JSON-ready dict (sections absent when their input is).
 
     ``estimate`` without ``prediction`` is allowed only for the breakdown; the schedule needs both.
-    ``command_line`` and ``files`` are recorded so that the report can be reproduced.
+    ``command_line`` and ``files`` are recorded so that the report can be reproduced. ``time_comparison`` (measured
+    logs against the bandwidth model and estimate, :func:`commscope.cli.compare_cmd.time_comparison`) adds the
+    time section.
     """
     t0 = time.perf_counter()
     if prediction is None and estimate is None and measured is None and bench is None and not moe:
@@ -785,6 +809,8 @@ def build_report_data(*, prediction=None, estimate=None, plan=None, measured: Me
         measured_map = measured_heatmap_section(measured, prediction, level=heatmap_level)
         if measured_map is not None:
             sections["measured_heatmap"] = measured_map
+    if time_comparison is not None:
+        sections["time"] = time_section(time_comparison)
     if bench is not None:
         sections["bench"] = bench_section(bench, prediction.cluster if prediction is not None else None)
     if moe:
@@ -898,5 +924,6 @@ __all__ = [
     "render_html",
     "schedule_section",
     "size_histogram",
+    "time_section",
     "write_html",
 ]

@@ -755,6 +755,109 @@ function drawBench(Bn) {
   notesList(c, ["source: " + Bn.source].concat(Bn.notes));
 }
 
+/* ---------------------------------------------------------------- time: measured vs predicted */
+function logScale(lo, hi, a, b) {  /* log10 axis from value lo..hi onto pixels a..b */
+  var l0 = Math.log10(lo), l1 = Math.log10(hi);
+  if (l1 - l0 < 0.5) { l0 -= 0.25; l1 += 0.25; }
+  var f = function (v) { return a + (b - a) * (Math.log10(v) - l0) / (l1 - l0); };
+  f.l0 = l0; f.l1 = l1;
+  return f;
+}
+function drawTime(T) {
+  var c = card("time", "Time: measured vs predicted",
+    "Each recorded op's duration (issue to completion seen) against the bandwidth model's time for the same op, size and " +
+    "group (" + (T.bandwidth || "the cluster") + "); exposed communication per step; the predicted step against the measured one.");
+  /* durations against message size, the model's curve dashed */
+  var W = 1120, H = 380, M = {l: 80, r: 230, t: 14, b: 46}, pw = W - M.l - M.r, ph = H - M.t - M.b;
+  var xs = [], ys = [];
+  T.series.forEach(function (se) {
+    xs = xs.concat(se.size_bytes);
+    se.measured_p95_s.concat(se.measured_median_s, se.predicted_median_s).forEach(function (v) { if (v > 0) ys.push(v); });
+  });
+  if (xs.length && ys.length) {
+    var s = svgRoot(c, W, H);
+    var X = logScale(Math.max(1, Math.min.apply(null, xs)), Math.max.apply(null, xs), M.l, M.l + pw);
+    var Y = logScale(Math.min.apply(null, ys), Math.max.apply(null, ys), M.t + ph, M.t);
+    for (var e = Math.ceil(Y.l0); e <= Y.l1; e++) {
+      sv("line", {x1: M.l, x2: M.l + pw, y1: Y(Math.pow(10, e)), y2: Y(Math.pow(10, e)), stroke: "#eef0f3"}, s);
+      sv("text", {x: M.l - 8, y: Y(Math.pow(10, e)) + 4, "text-anchor": "end", "font-size": 11, fill: "#616e7c"}, s, fmtSec(Math.pow(10, e)));
+    }
+    for (var b = Math.ceil(X.l0 / Math.log10(2)); b <= X.l1 / Math.log10(2); b += 2) {
+      sv("text", {x: X(Math.pow(2, b)), y: M.t + ph + 16, "text-anchor": "middle", "font-size": 11, fill: "#616e7c"}, s, fmtBytes(Math.pow(2, b)));
+    }
+    sv("line", {x1: M.l, x2: M.l + pw, y1: M.t + ph + 0.5, y2: M.t + ph + 0.5, stroke: "#9aa5b1"}, s);
+    sv("text", {x: M.l + pw / 2, y: H - 6, "text-anchor": "middle", "font-size": 12, fill: "#323f4b"}, s, "message size (bin upper bound, log scale)");
+    sv("text", {x: 16, y: M.t + ph / 2, "text-anchor": "middle", "font-size": 12, fill: "#323f4b",
+                transform: "rotate(-90 16 " + (M.t + ph / 2) + ")"}, s, "op duration (log scale)");
+    T.series.forEach(function (se, i) {
+      var col = PALETTE[i % PALETTE.length], model = [];
+      se.size_bytes.forEach(function (sz, j) {
+        var p = se.predicted_median_s[j], m = se.measured_median_s[j], q = se.measured_p95_s[j];
+        if (p > 0) model.push(X(sz) + "," + Y(p));
+        if (q > 0 && m > 0) sv("line", {x1: X(sz), x2: X(sz), y1: Y(m), y2: Y(q), stroke: col, "stroke-width": 1.2}, s);
+        if (m > 0) titled(sv("circle", {cx: X(sz), cy: Y(m), r: 3.5, fill: col}, s),
+                          se.label + " \u2264 " + fmtBytes(sz) + ": median " + fmtSec(m) + ", p95 " + fmtSec(q) + ", model " +
+                          fmtSec(p) + ", factor " + (se.factor[j] === null ? "\u2013" : se.factor[j].toFixed(2)) + " (" + se.count[j] + " records)");
+      });
+      if (model.length) sv("polyline", {points: model.join(" "), fill: "none", stroke: col, "stroke-width": 1.5, "stroke-dasharray": "5 4"}, s);
+      var y = M.t + 6 + i * 18;
+      sv("rect", {x: M.l + pw + 16, y: y - 6, width: 14, height: 4, fill: col}, s);
+      sv("text", {x: M.l + pw + 36, y: y, "font-size": 12, fill: "#323f4b"}, s, se.label);
+    });
+    legend(c, [{label: "measured median (dot) to p95 (line)", color: "#7b8794"},
+               {label: "bandwidth model (dashed)", color: "repeating-linear-gradient(90deg,#7b8794 0 5px,#fff 5px 9px)"}]);
+  }
+  /* effective-bandwidth factors per op kind */
+  el("h3", null, c, "Effective-bandwidth factor per op kind (model time / measured time)");
+  var t = el("table", {id: "time-factors"}, c), hr = el("tr", null, el("thead", null, t));
+  ["axis/op", "records", "measured median", "measured p95", "model median", "achieved busbw", "model busbw", "factor (median)", "factor (time-weighted)"]
+    .forEach(function (h) { el("th", null, hr, h); });
+  var tb = el("tbody", null, t);
+  T.factors.forEach(function (r) {
+    var tr = el("tr", null, tb);
+    [r.axis + "/" + r.op, fmtCount(r.count), fmtSec(r.measured_median_s), fmtSec(r.measured_p95_s), fmtSec(r.predicted_median_s),
+     fmtGBps(r.achieved_busbw_bytes_per_s), fmtGBps(r.model_busbw_bytes_per_s),
+     r.factor === null ? "\u2013" : r.factor.toFixed(2), r.time_weighted_factor === null ? "\u2013" : r.time_weighted_factor.toFixed(2)]
+      .forEach(function (v) { el("td", null, tr, v); });
+  });
+  /* exposed communication per step and axis */
+  if (T.steps.length) {
+    el("h3", null, c, "Exposed communication per step (union of op intervals, mean over ranks)");
+    var axes = [];
+    T.steps.forEach(function (st) { Object.keys(st.by_axis_s).forEach(function (a) { if (axes.indexOf(a) < 0) axes.push(a); }); });
+    var t2 = el("table", {id: "time-exposed"}, c), hr2 = el("tr", null, el("thead", null, t2));
+    ["step", "step time (slowest rank)", "communication", "share"].concat(axes).forEach(function (h) { el("th", null, hr2, h); });
+    var tb2 = el("tbody", null, t2);
+    T.steps.forEach(function (st) {
+      var tr = el("tr", null, tb2);
+      [String(st.step), fmtSec(st.step_s), fmtSec(st.comm_s), fmtPct(st.step_s > 0 ? st.comm_s / st.step_s : null)]
+        .concat(axes.map(function (a) { return fmtSec(st.by_axis_s[a] || 0); })).forEach(function (v) { el("td", null, tr, v); });
+    });
+  }
+  /* predicted vs measured step, term by term */
+  if (T.terms.length) {
+    var S = T.step;
+    el("h3", null, c, "Predicted vs measured step: " + fmtSec(S.predicted_s) + " predicted, " + fmtSec(S.measured_median_s) +
+       " measured (median of " + S.num_steps + "; " + fmtSec(S.measured_min_s) + "\u2013" + fmtSec(S.measured_max_s) + ")");
+    var mx = 1e-12;
+    T.terms.forEach(function (r) { mx = Math.max(mx, r.predicted_s || 0, r.measured_max_s || 0); });
+    var lh = 40, L = 190, W2 = 1120, bw = W2 - L - 260, s2 = svgRoot(c, W2, T.terms.length * lh + 10);
+    T.terms.forEach(function (r, i) {
+      var y = 6 + i * lh, col = r.axis && AXES[r.axis] ? AXES[r.axis].color : "#7b8794";
+      sv("text", {x: L - 10, y: y + 19, "text-anchor": "end", "font-size": 13, fill: "#323f4b"}, s2, r.term);
+      titled(sv("rect", {x: L, y: y, width: bw * (r.predicted_s || 0) / mx, height: 14, fill: col}, s2), "predicted " + fmtSec(r.predicted_s));
+      titled(sv("rect", {x: L, y: y + 17, width: bw * (r.measured_s || 0) / mx, height: 14, fill: col, opacity: 0.55}, s2),
+             "measured " + fmtSec(r.measured_s) + " (" + fmtSec(r.measured_min_s) + "\u2013" + fmtSec(r.measured_max_s) + ")");
+      if (r.measured_max_s) sv("line", {x1: L + bw * r.measured_min_s / mx, x2: L + bw * r.measured_max_s / mx, y1: y + 24, y2: y + 24,
+                                        stroke: "#323f4b", "stroke-width": 1.2}, s2);
+      sv("text", {x: W2 - 250, y: y + 19, "font-size": 12, fill: "#616e7c"}, s2,
+         "predicted " + fmtSec(r.predicted_s) + ", measured " + fmtSec(r.measured_s) + " (" + fmtRatio(r.ratio) + ")");
+    });
+    legend(c, [{label: "predicted (solid)", color: "#7b8794"}, {label: "measured median (light) with min\u2013max", color: "#c5cbd3"}]);
+  }
+  notesList(c, T.notes);
+}
+
 /* ---------------------------------------------------------------- MoE routing */
 function matrixCanvas(parent, mat, vmax, px, id) {
   var n = mat.length, sc = Math.max(1, Math.floor(px / n)), cv = el("canvas", {id: id}, parent);
@@ -902,6 +1005,7 @@ if (D.measured_heatmap) section("measured heatmap", function () {
   drawHeatmap(D.measured_heatmap, "measured-heatmap", "Who sent to whom (measured)",
               "The measured ops decomposed into flows by the same code as the prediction (logical view), per iteration.");
 });
+if (D.time) section("time", function () { drawTime(D.time); });
 if (D.bench) section("bench", function () { drawBench(D.bench); });
 if (D.moe) section("moe", function () { drawMoe(D.moe); });
 section("inputs", function () { drawInputs(D.inputs || {}); });
