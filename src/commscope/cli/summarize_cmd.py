@@ -24,7 +24,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from commscope.capture.analysis import logical_ops, measured_traffic, read_run, summary
+    from commscope.capture.analysis import (
+        logical_ops,
+        measured_traffic,
+        read_run,
+        summary,
+    )
     from commscope.cli.common import _given, job_from_logdir
     from commscope.errors import ConfigError
     from commscope.spec.parallel import ParallelSpec
