@@ -19,12 +19,15 @@ from commscope.cli.main import main
 from commscope.spec.files import load_cluster
 
 #: Measured / predicted step time of the reference GPT (tp 2, 2 gloo ranks) against this machine's calibration
-#: must lie in [1 / STEP_FACTOR, STEP_FACTOR]. On the shared 2-core VM (6 engineers' jobs, load average 10-40)
-#: repeated runs measured 4x-14x (README, "Measured against predicted in time"): the compute model prices each
-#: GEMM and memory-bound kernel but not PyTorch's per-op eager, autograd and DTensor dispatch, which dominates a
-#: 262k-parameter model, and gloo's collectives wait on the scheduler. 30 leaves room for that noise while still
-#: failing when either side is off by orders of magnitude (a unit error, an unused calibration).
-STEP_FACTOR = 30.0
+#: must lie in [1 / STEP_FACTOR, STEP_FACTOR]. On the shared 2-core VM (6 engineers' jobs, load average 6-17),
+#: three repetitions each measured 20.6-23.5x for tp 2, 2.2-3.8x for dp 2 and 9.7-19.7x for the 8-rank 3D job
+#: (README, "Measured against predicted in time"); a calibration taken at a quiet moment measures the matmul up to
+#: 4x faster than one under load, which moves the prediction as much. The compute model prices each GEMM and
+#: memory-bound kernel, not PyTorch's per-op eager, autograd and DTensor dispatch that dominates a 262k-parameter
+#: model, and each gloo collective in training absorbs the two ranks' scheduling skew (effective-bandwidth
+#: factor ~0.04 for tp all_reduce). 60 leaves room for that noise and still fails on a unit error (ms for s,
+#: GFLOP/s for FLOP/s: 1000x and more) or a calibration that is not used.
+STEP_FACTOR = 60.0
 
 
 @pytest.fixture(scope="module")
