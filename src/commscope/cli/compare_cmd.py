@@ -59,12 +59,12 @@ def is_cluster_file(path: Path) -> bool:
 def time_comparison(prediction, run_log, bandwidth_path: Path | None) -> dict:
     """:func:`commscope.capture.timing.compare_time` with the bandwidth model of ``bandwidth_path`` (the cluster's
     alpha-beta tiers for ops it lacks) and the refined estimate on the same model."""
-    from commscope.bandwidth import AlphaBeta
+    from commscope.bandwidth import AlphaBeta, BandwidthModel
     from commscope.capture.timing import compare_time
     from commscope.estimate import estimate
 
     fallback = AlphaBeta(prediction.cluster)
-    bw = fallback
+    bw: BandwidthModel = fallback
     if bandwidth_path is not None:
         from commscope.io.bandwidth_file import read_bandwidth
 
