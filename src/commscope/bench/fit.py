@@ -291,8 +291,11 @@ def _toml_str(text: str) -> str:
     return json.dumps(str(text))  # a JSON string is a valid TOML basic string
 
 
-def to_toml(result: FitResult, *, command: str | None = None) -> str:
-    """The fitted model as TOML for ``commscope estimate --bandwidth``, with each row's error in ``[fit]``."""
+def to_toml(result: FitResult, *, command: str | None = None, table_prefix: str = "") -> str:
+    """The fitted model as TOML for ``commscope estimate --bandwidth``, with each row's error in ``[fit]``.
+
+    ``table_prefix`` (``"collectives."``) nests the tables in another file (``commscope calibrate``'s cluster file).
+    """
     out = [
         f"# commscope bandwidth model, fitted by `commscope fit` from {result.source}",
         "# Per op and group size n: time_s = alpha_us x 1e-6 + size_bytes x f(op, n) / (busbw_GBps x 1e9),",
@@ -302,7 +305,7 @@ def to_toml(result: FitResult, *, command: str | None = None) -> str:
         f"tolerance {result.tolerance:g}, at most {result.max_pieces} segments.",
         "# Use: commscope estimate ... --bandwidth THIS_FILE",
         "",
-        "[model]",
+        f"[{table_prefix}model]",
         f"kind = {_toml_str(FITTED_KIND)}",
         "version = 1",
         f"source = {_toml_str(result.source)}",
@@ -315,7 +318,7 @@ def to_toml(result: FitResult, *, command: str | None = None) -> str:
         out.append(f"command = {_toml_str(command)}")
     out.append(f"tolerance = {_toml_float(result.tolerance)}")
     for c in result.curves:
-        out += ["", "[[curves]]", f"op = {_toml_str(c.op)}", f"group_size = {c.group_size}"]
+        out += ["", f"[[{table_prefix}curves]]", f"op = {_toml_str(c.op)}", f"group_size = {c.group_size}"]
         if c.intra_node is not None:
             out.append(f"intra_node = {'true' if c.intra_node else 'false'}")
         out.append(f"max_rel_error = {_toml_float(result.max_rel_error(c.op, c.group_size))}")
@@ -324,7 +327,7 @@ def to_toml(result: FitResult, *, command: str | None = None) -> str:
             out.append(f"  {{ size_min_bytes = {s.size_min_bytes}, size_max_bytes = {s.size_max_bytes}, "
                        f"alpha_us = {_toml_float(s.alpha_s / US)}, busbw_GBps = {_toml_float(s.busbw_bytes_per_s / GB)} }},")
         out.append("]")
-    out += ["", "# Each measured row against the fit: rel_error = (fitted - measured) / measured.", "[fit]",
+    out += ["", "# Each measured row against the fit: rel_error = (fitted - measured) / measured.", f"[{table_prefix}fit]",
             'columns = ["op", "group_size", "size_bytes", "measured_us", "fitted_us", "rel_error"]', "rows = ["]
     for r in result.residuals:
         out.append(f"  [{_toml_str(r.op)}, {r.group_size}, {r.size_bytes}, {_toml_float(r.measured_time_s / US)}, "

@@ -207,6 +207,8 @@ def read_fitted(path: Path, *, fallback: AlphaBeta | None = None) -> FittedModel
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("bandwidth", path.name, f"is not valid TOML: {exc}") from None
+    if isinstance(data.get("collectives"), dict):  # nested in a cluster file written by `commscope calibrate`
+        data = data["collectives"]
     kind = data.get("model", {}).get("kind")
     if kind != FITTED_KIND:
         raise ConfigError("bandwidth", path.name, f"[model] kind={kind!r}: expected {FITTED_KIND!r}")

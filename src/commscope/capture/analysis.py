@@ -31,6 +31,8 @@ class RunLog:
     unfinished_ranks: tuple[int, ...] = ()
     """Ranks whose log has no completion marker (the job crashed or is still running)."""
     headers: dict[int, dict] = field(default_factory=dict)
+    steps_by_rank: dict[int, list[dict[str, int]]] = field(default_factory=dict)
+    """Each rank's step lines (``step``, ``t_start_ns``, ``t_end_ns``), when the job marked its steps."""
 
 
 def read_run(logdir: str | Path) -> RunLog:
@@ -42,6 +44,7 @@ def read_run(logdir: str | Path) -> RunLog:
     ops_by_rank: dict[int, list[CommOp]] = {}
     problems: list[str] = []
     headers: dict[int, dict] = {}
+    steps_by_rank: dict[int, list[dict[str, int]]] = {}
     unfinished = []
     world = 0
     for path in files:
@@ -50,12 +53,14 @@ def read_run(logdir: str | Path) -> RunLog:
         rank = int(log.header.get("rank", path.stem.removeprefix("rank")))
         headers[rank] = log.header
         ops_by_rank[rank] = list(log.ops)
+        if log.steps:
+            steps_by_rank[rank] = sorted(log.steps, key=lambda m: m["step"])
         world = max(world, int(log.header.get("world_size") or 0), rank + 1,
                     *(max(op.group) + 1 for op in log.ops if op.group))
         if not path.with_suffix(".done").exists():
             unfinished.append(rank)
     return RunLog(ops_by_rank=ops_by_rank, world_size=world, problems=tuple(problems),
-                  unfinished_ranks=tuple(unfinished), headers=headers)
+                  unfinished_ranks=tuple(unfinished), headers=headers, steps_by_rank=steps_by_rank)
 
 
 def is_logical(op: CommOp) -> bool:
@@ -206,6 +211,11 @@ def op_step(op: CommOp) -> int | None:
     return dict(op.extra).get("step")
 
 
+def per_step(total: int, num_steps: int) -> int | float:
+    """``total / num_steps``, an integer when it divides (counts stay counts in JSON: 4, not 4.0)."""
+    return total // num_steps if total % num_steps == 0 else total / num_steps
+
+
 def compare(prediction, run: RunLog) -> dict:
     """Predicted vs measured communication per axis and op kind, per iteration.
 
@@ -230,14 +240,14 @@ def compare(prediction, run: RunLog) -> dict:
     predicted = predicted_ops_by_kind(prediction.workload)
     rows = []
     for key in sorted(set(measured) | set(predicted)):
-        m_count, m_bytes = (x / num_steps for x in measured.get(key, (0, 0)))
+        m_count, m_bytes = (per_step(x, num_steps) for x in measured.get(key, (0, 0)))
         p_count, p_bytes = predicted.get(key, (0, 0))
         rows.append({"axis": key[0], "op": key[1], "predicted_count": p_count, "measured_count": m_count,
                      "predicted_bytes": p_bytes, "measured_bytes": m_bytes, "diff_bytes": m_bytes - p_bytes})
     by_axis: dict[str, dict] = {}
     for r in rows:
-        a = by_axis.setdefault(r["axis"], {"predicted_bytes": 0, "measured_bytes": 0.0, "predicted_count": 0,
-                                           "measured_count": 0.0})
+        a = by_axis.setdefault(r["axis"], {"predicted_bytes": 0, "measured_bytes": 0, "predicted_count": 0,
+                                           "measured_count": 0})
         for k in a:
             a[k] += r[k]
     rel = [abs(a["measured_bytes"] - a["predicted_bytes"]) / max(a["predicted_bytes"], a["measured_bytes"], 1)

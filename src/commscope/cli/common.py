@@ -240,3 +240,38 @@ def estimate_job(prediction, args: argparse.Namespace):
 
         bw = read_bandwidth(args.bandwidth, fallback=AlphaBeta(prediction.cluster))
     return estimate(prediction, method=args.method, gpu_util=args.gpu_util, bandwidth=bw)
+
+
+#: The job description a recorded run keeps beside its logs (``commscope workload ... --record DIR`` writes the
+#: first two; ``commscope record --model/--tp/...`` writes them when told): flag name -> file name.
+JOB_FILES: dict[str, str] = {"model": "model.toml", "parallel": "parallel.toml", "cluster": "cluster.toml"}
+
+
+def job_from_logdir(args: argparse.Namespace, logdir: Any, kinds: tuple[str, ...] = ("model", "parallel", "cluster")) -> list[str]:
+    """Point ``--model``/``--parallel``/``--cluster`` at the job description saved beside the logs in ``logdir``,
+    each only where the flag is not given (so flags still override it, and single fields on top of it);
+    returns the files used."""
+    from pathlib import Path
+
+    folder = Path(logdir)
+    used = []
+    for kind in kinds:
+        path = folder / JOB_FILES[kind]
+        if getattr(args, kind, None) is None and folder.is_dir() and path.is_file():
+            setattr(args, kind, str(path))
+            used.append(str(path))
+    return used
+
+
+def write_job(logdir: Any, model: ModelSpec | None, parallel: ParallelSpec | None) -> None:
+    """The job next to its logs (:data:`JOB_FILES`), so that `commscope compare logdir` finds it."""
+    from pathlib import Path
+
+    from commscope.spec.files import dumps_toml, model_to_mapping, parallel_to_mapping
+
+    folder = Path(logdir)
+    folder.mkdir(parents=True, exist_ok=True)
+    if model is not None:
+        (folder / JOB_FILES["model"]).write_text(dumps_toml(model_to_mapping(model)))
+    if parallel is not None:
+        (folder / JOB_FILES["parallel"]).write_text(dumps_toml(parallel_to_mapping(parallel)))

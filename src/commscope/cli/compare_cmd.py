@@ -1,4 +1,4 @@
-"""``commscope compare logs/ --predicted <flags>``: measured vs predicted communication, per axis and op."""
+"""``commscope compare logs/``: measured vs predicted communication, per axis and op; ``--time``: in time too."""
 
 from __future__ import annotations
 
@@ -7,20 +7,73 @@ import json
 import sys
 from pathlib import Path
 
-from commscope.cli.common import add_job_args, resolve_job
+from commscope.cli.common import add_job_args, job_from_logdir, resolve_job
 from commscope.units import format_bytes
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compare", help="compare recorded logs with the prediction for the same job",
-                       description="Compare a recorded run with the prediction for the job described by the flags "
-                                   "(the same flags as `commscope traffic`), per axis and op kind, per iteration. "
+                       description="Compare a recorded run with the prediction for its job, per axis and op kind, per "
+                                   "iteration. The job is the one saved beside the logs (model.toml, parallel.toml, "
+                                   "cluster.toml: `commscope workload --record` writes them); flags (the same as "
+                                   "`commscope traffic`) override it. --time compares durations, effective bandwidth, "
+                                   "exposed communication and the step time with the bandwidth model and estimate. "
                                    "Mark steps in the job with commscope.capture.step(i) to separate setup ops.")
     p.add_argument("logdir", type=Path, help="directory of rank#####.jsonl logs")
     p.add_argument("--predicted", action="store_true", help="(accepted for readability: the flags describe the prediction)")
     add_job_args(p)
+    p.add_argument("--time", action="store_true",
+                   help="also compare in time: op durations and effective bandwidth per axis, op and size, exposed "
+                        "communication per rank and step, predicted vs measured step")
+    p.add_argument("--bandwidth", type=Path, default=None,
+                   help="bandwidth model for --time: a cluster file from `commscope calibrate` (also the cluster, "
+                        "unless --cluster is given), `commscope fit` output, bench JSON or nccl-tests output")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
+
+
+def resolve_logged_job(args: argparse.Namespace) -> list[str]:
+    """The job of ``args.logdir`` (files saved beside the logs, under the flags), and for ``--bandwidth`` a
+    calibrated cluster file as the cluster when no --cluster is given; returns the files used."""
+    used = job_from_logdir(args, args.logdir)
+    bandwidth = getattr(args, "bandwidth", None)
+    if args.cluster is None and bandwidth is not None and is_cluster_file(bandwidth):
+        args.cluster = str(bandwidth)
+        used.append(str(bandwidth))
+    return used
+
+
+def is_cluster_file(path: Path) -> bool:
+    """Whether ``path`` is a TOML cluster file (``commscope calibrate`` output): it has link tiers."""
+    import tomllib
+
+    if Path(path).suffix.lower() != ".toml" or not Path(path).is_file():
+        return False
+    try:
+        data = tomllib.loads(Path(path).read_text(errors="replace"))
+    except tomllib.TOMLDecodeError:
+        return False
+    return isinstance(data.get("intra_node"), dict)
+
+
+def time_comparison(prediction, run_log, bandwidth_path: Path | None) -> dict:
+    """:func:`commscope.capture.timing.compare_time` with the bandwidth model of ``bandwidth_path`` (the cluster's
+    alpha-beta tiers for ops it lacks) and the refined estimate on the same model."""
+    from commscope.bandwidth import AlphaBeta, BandwidthModel
+    from commscope.capture.timing import compare_time
+    from commscope.estimate import estimate
+
+    fallback = AlphaBeta(prediction.cluster)
+    bw: BandwidthModel = fallback
+    if bandwidth_path is not None:
+        from commscope.io.bandwidth_file import read_bandwidth
+
+        bw = read_bandwidth(bandwidth_path, fallback=fallback)
+    est = estimate(prediction, bandwidth=bw)
+    result = compare_time(prediction, run_log, bw, est)
+    result["estimate"] = est.to_dict()
+    result["bandwidth"] = str(bandwidth_path) if bandwidth_path is not None else f"cluster {prediction.cluster.name}"
+    return result
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
     from commscope.capture.analysis import compare, read_run
     from commscope.errors import ConfigError
 
+    if args.bandwidth is not None and not args.time:
+        raise ConfigError("bandwidth", str(args.bandwidth), "is used by --time; add --time")
+    job_files = resolve_logged_job(args)
     model, parallel, cluster = resolve_job(args)
     try:
         run_log = read_run(args.logdir)
@@ -38,13 +94,18 @@ def run(args: argparse.Namespace) -> int:
         result = compare(pred, run_log)
     except ValueError as exc:
         raise ConfigError("logdir", str(args.logdir), str(exc)) from None
+    result["job_files"] = job_files
+    if args.time:
+        result["time"] = time_comparison(pred, run_log, args.bandwidth)
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
     print(f"{args.logdir} vs prediction for {model.name} ({parallel.world_size} ranks), per iteration over "
-          f"{result['num_steps']} step(s)")
+          f"{result['num_steps']} step(s)" + (f"; job from {', '.join(job_files)}" if job_files else ""))
     print_comparison(result)
+    if args.time:
+        print_time(result["time"])
     return 0
 
 
@@ -52,7 +113,7 @@ def print_comparison(result: dict) -> None:
     """The per-axis, per-op table of a :func:`commscope.capture.analysis.compare` result, setup ops apart."""
     print(f"\n{'axis':<6}{'op':<16}{'pred count':>11}{'meas count':>11}{'pred bytes':>13}{'meas bytes':>13}{'diff':>13}")
     for r in result["by_op"]:
-        print(f"{r['axis']:<6}{r['op']:<16}{r['predicted_count']:>11,.0f}{r['measured_count']:>11,.1f}"
+        print(f"{r['axis']:<6}{r['op']:<16}{r['predicted_count']:>11,.0f}{r['measured_count']:>11,}"
               f"{format_bytes(r['predicted_bytes']):>13}{format_bytes(r['measured_bytes']):>13}"
               f"{format_bytes(r['diff_bytes']):>13}")
     if result["setup"]:
@@ -61,3 +122,46 @@ def print_comparison(result: dict) -> None:
     exact = result["max_rel_error"] == 0 and all(r["predicted_count"] == r["measured_count"] for r in result["by_op"])
     print(f"\nlargest relative byte difference over axes: {result['max_rel_error']:.1%}"
           + (" (counts and bytes match exactly)" if exact else ""))
+
+
+def _us(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1e6:,.0f}"
+
+
+def _x(x: float | None, scale: float = 1.0, digits: int = 2) -> str:
+    return "-" if x is None else f"{x * scale:.{digits}f}"
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1e3:,.2f}"
+
+
+def print_time(t: dict) -> None:
+    """The tables of a :func:`time_comparison` result."""
+    print(f"\nin time, bandwidth model: {t['bandwidth']} ({t['num_timed_records']:,} timed records)")
+    print(f"\n{'axis':<6}{'op':<16}{'size <=':>10}{'n':>3}{'count':>7}{'meas med us':>12}{'meas p95 us':>12}"
+          f"{'model us':>10}{'busbw GB/s':>11}{'model GB/s':>11}{'factor':>8}")
+    for r in t["durations"]["by_bin"]:
+        ach, mod = r["achieved_busbw_bytes_per_s"], r["model_busbw_bytes_per_s"]
+        print(f"{r['axis']:<6}{r['op']:<16}{format_bytes(r['le_bytes']):>10}{r['group_size']:>3}{r['count']:>7}"
+              f"{_us(r['measured_median_s']):>12}{_us(r['measured_p95_s']):>12}{_us(r['predicted_median_s']):>10}"
+              f"{_x(ach, 1e-9, 3):>11}{_x(mod, 1e-9, 3):>11}{_x(r['factor']):>8}")
+    print("\neffective-bandwidth factor per op kind (model time / measured time; median, and total over total):")
+    for r in t["durations"]["by_op"]:
+        print(f"  {r['axis']}/{r['op']}: {_x(r['factor'])} (time-weighted {_x(r['time_weighted_factor'])}) over "
+              f"{r['count']:,} records")
+    s = t["step"]
+    if s["num_steps"]:
+        print(f"\nstep time: measured median {_ms(s['measured_median_s'])} ms (min {_ms(s['measured_min_s'])}, max "
+              f"{_ms(s['measured_max_s'])}; {s['num_steps']} steps, slowest rank) vs predicted "
+              f"{_ms(s['predicted_s'])} ms: measured / predicted = {s['ratio']:.2f}")
+        print(f"{'term':<24}{'predicted ms':>13}{'measured ms':>13}{'min':>9}{'max':>9}{'ratio':>8}")
+        for r in t["terms"]:
+            print(f"{r['term']:<24}{_ms(r['predicted_s']):>13}{_ms(r['measured_s']):>13}{_ms(r['measured_min_s']):>9}"
+                  f"{_ms(r['measured_max_s']):>9}{_x(r['ratio']):>8}")
+        shares = [e["comm_share"] for e in t["exposed"] if e["comm_share"] is not None]
+        if shares:
+            print(f"exposed communication: {min(shares):.0%}-{max(shares):.0%} of the step over "
+                  f"{len(shares)} rank-steps (union of op intervals)")
+    for note in t["notes"] + t["bandwidth_notes"]:
+        print(f"note: {note}")

@@ -24,6 +24,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Run COMMAND (python train.py, torchrun ..., srun ...) with recording on: each rank "
                                    "writes OUT/rank#####.jsonl. Works with any backend the job asks for.")
     p.add_argument("--out", type=Path, required=True, help="directory for the per-rank logs")
+    from commscope.cli.common import add_model_args, add_parallel_args
+
+    add_model_args(p)  # optional: the job, saved beside the logs (model.toml, parallel.toml) for `compare logs/`
+    add_parallel_args(p)
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     p.set_defaults(func=run)
 
@@ -37,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     if not command:
         raise ConfigError("command", "", "give the job to run after --, e.g. commscope record --out logs -- torchrun train.py")
     args.out.mkdir(parents=True, exist_ok=True)
+    _save_job(args)
     with tempfile.TemporaryDirectory(prefix="commscope-record-") as hook_dir:
         Path(hook_dir, "sitecustomize.py").write_text(_SITECUSTOMIZE)
         env = dict(os.environ)
@@ -48,3 +53,13 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("command", command[0], "not found on PATH") from None
     print(f"commscope record: logs in {args.out} (exit status {proc.returncode})", file=sys.stderr)
     return proc.returncode
+
+
+def _save_job(args: argparse.Namespace) -> None:
+    """When the job's model or parallelism flags are given, save them beside the logs (``compare`` finds them)."""
+    from commscope.cli.common import _given, resolve_model, resolve_parallel, write_job
+
+    has_model = args.model is not None or bool(_given(args, "model"))
+    has_parallel = args.parallel is not None or bool(_given(args, "parallel"))
+    if has_model or has_parallel:
+        write_job(args.out, resolve_model(args) if has_model else None, resolve_parallel(args) if has_parallel else None)

@@ -65,6 +65,12 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("plan_top", args.plan_top, "must be >= 1")
     t0 = time.perf_counter()
     prediction = est = plan_result = None
+    job_files: list[str] = []
+    if args.measured is not None and args.predicted:
+        from commscope.cli.compare_cmd import resolve_logged_job
+
+        args.logdir = args.measured
+        job_files = resolve_logged_job(args)  # the job saved beside the logs, under the flags
     if args.predicted:
         from commscope.api import predict
 
@@ -78,9 +84,14 @@ def run(args: argparse.Namespace) -> int:
                                gpu_util=args.gpu_util)
     measured = bench = moe = None
     files: dict[str, object] = {}
+    time_result = None
     if args.measured is not None:
         measured = report_html.load_measured(args.measured, num_iterations=args.measured_iterations)
         files["measured"] = str(args.measured)
+        if job_files:
+            files["job"] = job_files
+        if prediction is not None and Path(args.measured).is_dir():
+            time_result = _time_comparison(prediction, args)
     if args.bench is not None:
         bench = report_html.load_bench(args.bench)
         files["bench"] = str(args.bench)
@@ -92,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
     command_line = shlex.join(["commscope", *sys.argv[1:]]) if _invoked_as_cli() else None
     data = report_html.build_report_data(prediction=prediction, estimate=est, plan=plan_result, measured=measured,
                                          bench=bench, moe=moe, command_line=command_line or _reconstructed(args),
-                                         files=files, title=args.title, heatmap_level=args.heatmap_level)
+                                         files=files, title=args.title, heatmap_level=args.heatmap_level,
+                                         time_comparison=time_result)
     if args.out is not None:
         path = report_html.write_html(data, args.out)
         print(f"wrote {path} ({path.stat().st_size / 1024:,.0f} KiB) in {time.perf_counter() - t0:.2f} s")
@@ -109,6 +121,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _time_comparison(prediction, args: argparse.Namespace) -> dict | None:
+    """Measured against predicted in time when the logs hold timed ops of the same world size (else None)."""
+    from commscope.capture.analysis import read_run
+    from commscope.cli.compare_cmd import time_comparison
+
+    try:
+        run_log = read_run(args.measured)
+    except ValueError:
+        return None
+    if run_log.world_size != prediction.parallel.world_size:
+        return None
+    return time_comparison(prediction, run_log, args.bandwidth)
+
+
 def _invoked_as_cli() -> bool:
     """True when this process is the ``commscope`` command (so sys.argv is the user's command line)."""
     return Path(sys.argv[0]).name in ("commscope", "commscope.exe", "__main__.py", "main.py") and "report" in sys.argv[1:]
@@ -118,7 +144,7 @@ def _reconstructed(args: argparse.Namespace) -> str:
     """A command line with the same meaning, rebuilt from the parsed flags (when called in-process)."""
     out = ["commscope", "report"]
     for key, value in sorted(vars(args).items()):
-        if key in ("func", "command") or value is None or (key == "predicted" and value):
+        if key in ("func", "command", "logdir") or value is None or (key == "predicted" and value):
             continue
         flag = "--" + key.split(".", 1)[-1].replace("_", "-")
         if value is True:

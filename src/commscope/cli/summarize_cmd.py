@@ -13,8 +13,8 @@ from commscope.units import format_bytes
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("summarize", help="summarise recorded logs: ops by axis, message sizes, traffic matrix",
-                       description="Summarise a recorded run. Give the job's parallelism flags (--tp, --pp, --dp, ...) "
-                                   "to attribute ops to axes; without them ops are grouped by process group size.")
+                       description="Summarise a recorded run. The parallelism saved beside the logs (parallel.toml), "
+                                   "or flags (--tp, --pp, --dp, ...), attribute ops to axes; without them ops are grouped by process group size.")
     p.add_argument("logdir", type=Path, help="directory of rank#####.jsonl logs")
     add_parallel_args(p)
     p.add_argument("--gpus-per-node", type=int, default=8, help="for link classes (default 8)")
@@ -24,9 +24,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from commscope.capture.analysis import logical_ops, measured_traffic, read_run, summary
-    from commscope.cli.common import _given
+    from commscope.capture.analysis import (
+        logical_ops,
+        measured_traffic,
+        read_run,
+        summary,
+    )
+    from commscope.cli.common import _given, job_from_logdir
     from commscope.errors import ConfigError
+    from commscope.spec.parallel import ParallelSpec
 
     if not args.logdir.is_dir():
         raise ConfigError("logdir", str(args.logdir), "is not a directory of rank#####.jsonl logs")
@@ -35,12 +41,14 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError("logdir", str(args.logdir), str(exc).split(": ", 1)[-1]) from None
     layout = None
+    job_from_logdir(args, args.logdir, ("parallel",))  # the parallelism saved beside the logs, under the flags
     given = _given(args, "parallel")
-    if given:
+    if args.parallel or given:
         from commscope.layout import Layout
-        from commscope.spec.parallel import ParallelSpec
+        from commscope.spec.files import load_parallel, parallel_to_mapping
 
-        values = {"global_batch_size": given.get("dp", 1) * given.get("micro_batch_size", 1), **given}
+        values = ({**parallel_to_mapping(load_parallel(args.parallel)), **given} if args.parallel else
+                  {"global_batch_size": given.get("dp", 1) * given.get("micro_batch_size", 1), **given})
         layout = Layout(ParallelSpec(**values))
         if layout.world_size != run_log.world_size:
             raise ConfigError("tp x pp x dp x cp", layout.world_size, f"must equal the {run_log.world_size} ranks in the logs")

@@ -177,7 +177,7 @@ def _print_comparison(logdir: Path, result: dict) -> None:
     print(f"\nrecorded in {logdir}/: measured vs predicted per step ({result['num_steps']} step(s); "
           f"setup includes the {'warm-up iteration' if result['steps'] else 'whole run'})")
     print_comparison(result)
-    print(f"repeat with: commscope compare {logdir} --model {logdir}/model.toml --parallel {logdir}/parallel.toml")
+    print(f"repeat with: commscope compare {logdir} (the job is saved beside the logs)")
 
 
 def run_moe_cmd(args: argparse.Namespace) -> int:
@@ -226,8 +226,7 @@ def run_moe_cmd(args: argparse.Namespace) -> int:
 
 
 def _write_job(logdir: Path, model, parallel) -> None:
-    """The job next to its logs, so that `commscope compare logdir --model logdir/model.toml --parallel ...` repeats it."""
-    from commscope.spec.files import dumps_toml, model_to_mapping, parallel_to_mapping
+    """The job next to its logs, so that `commscope compare logdir` finds it."""
+    from commscope.cli.common import write_job
 
-    (logdir / "model.toml").write_text(dumps_toml(model_to_mapping(model)))
-    (logdir / "parallel.toml").write_text(dumps_toml(parallel_to_mapping(parallel)))
+    write_job(logdir, model, parallel)

@@ -5,7 +5,8 @@ Accepted: nccl-tests / rccl-tests stdout (parsed by :mod:`commscope.io.nccl_test
 ``op, group_size, size_bytes`` and ``busbw_GBps`` (or ``busbw_bytes_per_s``), optionally ``intra_node``.
 ``commscope bench --out`` JSON is such a table (its rows must have passed their data check: ``wrong`` 0).
 A TOML file written by ``commscope fit`` (``[model] kind = "commscope-fitted-bandwidth"``) gives the fitted
-alpha-beta model (:class:`commscope.bench.fitted.FittedModel`) instead of an interpolated table.
+alpha-beta model (:class:`commscope.bench.fitted.FittedModel`) instead of an interpolated table, and so does a
+cluster file written by ``commscope calibrate`` (its ``[collectives]`` table holds such a model).
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ def read_bandwidth(path: Path, *, fallback: AlphaBeta | None = None) -> Bandwidt
             return MeasuredTable(rows=_rows_from_mappings(items, source), source=source, fallback=fallback)
         if suffix == ".toml":
             data = tomllib.loads(text)
+            if isinstance(data.get("collectives"), dict):  # a cluster file from `commscope calibrate`
+                data = data["collectives"]
             model = data.get("model")
             if isinstance(model, dict) and model.get("kind") is not None:
                 from commscope.bench.fitted import read_fitted

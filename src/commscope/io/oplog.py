@@ -37,6 +37,9 @@ from commscope.record import CommOp
 
 #: Key of the optional first line of a JSONL op log.
 HEADER_KEY = "commscope_header"
+#: Key of a measured log's step line: ``{"commscope_step": {"step": 0, "t_start_ns": ..., "t_end_ns": ...}}``, one
+#: per training step a rank marked (:func:`commscope.capture.step`), on that rank's clock (``time.time_ns``).
+STEP_KEY = "commscope_step"
 #: Value of ``header["format"]`` written by :func:`write_ops_jsonl`.
 FORMAT_NAME = "commscope.ops"
 #: Bumped when the line format changes incompatibly.
@@ -63,6 +66,8 @@ class OpLog:
     """The ``commscope_header`` object of the first line; empty when the file has none."""
     problems: list[str] = field(default_factory=list)
     """One line per skipped line or other oddity: ``ops.jsonl line 812: truncated JSON, skipped``."""
+    steps: list[dict[str, int]] = field(default_factory=list)
+    """The step lines (:data:`STEP_KEY`) in file order: ``step``, ``t_start_ns``, ``t_end_ns``."""
 
 
 # ----------------------------------------------------------------------------------------------- files
@@ -268,6 +273,7 @@ def read_ops_jsonl(path: str | Path) -> OpLog:
     name = path.name
     problems = _Problems()
     ops: list[CommOp] = []
+    steps: list[dict[str, int]] = []
     header: dict[str, Any] | None = None
     num_lines = 0
     with _open_binary_read(path) as fh, _gc_paused():
@@ -296,6 +302,13 @@ def read_ops_jsonl(path: str | Path) -> OpLog:
                 else:
                     problems.append(f"{name} line {lineno}: another {HEADER_KEY} (files concatenated?), ignored")
                 continue
+            if STEP_KEY in obj:
+                mark = obj[STEP_KEY]
+                if isinstance(mark, dict) and all(isinstance(mark.get(k), int) for k in ("step", "t_start_ns", "t_end_ns")):
+                    steps.append({k: int(mark[k]) for k in ("step", "t_start_ns", "t_end_ns")})
+                else:
+                    problems.append(f"{name} line {lineno}: {STEP_KEY} needs integer step, t_start_ns and t_end_ns, skipped")
+                continue
             try:
                 ops.append(_op_from_obj(obj))
             except (TypeError, ValueError) as exc:
@@ -305,7 +318,7 @@ def read_ops_jsonl(path: str | Path) -> OpLog:
         if num_lines == 0:
             raise ValueError(f"{path}: empty file, expected JSON Lines of CommOps")
         raise ValueError(f"{path}: no valid line in {num_lines} lines" + (f" ({found})" if found else ""))
-    return OpLog(ops=ops, header=header or {}, problems=problems.finish())
+    return OpLog(ops=ops, header=header or {}, problems=problems.finish(), steps=steps)
 
 
 # ----------------------------------------------------------------------------------------------- CSV

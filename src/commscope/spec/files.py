@@ -339,6 +339,12 @@ def _link_from_mapping(tier: str, d: Any, source: str | None) -> LinkTier:
     return _build(LinkTier, kwargs, f"the {tier} table", source)
 
 
+#: Table of a cluster file that holds a fitted collective model (``commscope calibrate`` writes it, in the format
+#: of ``commscope fit``: ``[collectives.model]``, ``[[collectives.curves]]``); the ClusterSpec ignores it,
+#: ``--bandwidth FILE`` reads it (:func:`commscope.io.bandwidth_file.read_bandwidth`).
+COLLECTIVES_KEY = "collectives"
+
+
 def cluster_from_mapping(d: Mapping[str, Any], *, source: str | None = None, name: str | None = None) -> ClusterSpec:
     """A :class:`ClusterSpec` from a mapping in human units (``memory_GiB``, ``bandwidth_GBps``, ...) or SI.
 
@@ -355,6 +361,8 @@ def cluster_from_mapping(d: Mapping[str, Any], *, source: str | None = None, nam
             meta = _check_mapping(value, META_KEY, source)
             if "source" not in d and isinstance(meta.get("source"), str):
                 kwargs["source"] = meta["source"]
+        elif key == COLLECTIVES_KEY:  # a fitted collective model (`commscope calibrate`): read by --bandwidth
+            _check_mapping(value, COLLECTIVES_KEY, source)
         elif key in CLUSTER_UNIT_KEYS:
             si, scale = CLUSTER_UNIT_KEYS[key]
             if si in d:
@@ -370,7 +378,8 @@ def cluster_from_mapping(d: Mapping[str, Any], *, source: str | None = None, nam
         elif key in hints:
             kwargs[key] = _coerce(key, value, hints[key], source)
         else:
-            raise _unknown_key(str(key), value, names + list(CLUSTER_UNIT_KEYS) + [META_KEY], "a cluster file", source)
+            raise _unknown_key(str(key), value, names + list(CLUSTER_UNIT_KEYS) + [META_KEY, COLLECTIVES_KEY],
+                               "a cluster file", source)
     for tier in ("intra_node", "inter_node"):
         if tier not in kwargs:
             raise ConfigError(tier, None, f"required table missing from a cluster file: [{tier}] with name and bandwidth_GBps",

@@ -368,6 +368,8 @@ def train_rank(rank: int, world: int, cfg: RunConfig, backend: str = "gloo") -> 
                 micro_loss.backward()
                 loss += micro_loss.item()
         opt.step()
+        if log is not None and step >= 0:
+            log.end_step()  # the step line: its interval on this rank, for exposed communication and step time
         if step >= 0:
             times.append(time.perf_counter() - t0)
             losses.append(loss)
