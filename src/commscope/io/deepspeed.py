@@ -51,7 +51,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from commscope.io.importers import UNKNOWN_DTYPE, ImportResult, Problems, freeze_extra, missing_fields, read_input
+from commscope.io.import_base import UNKNOWN_DTYPE, ImportResult, Problems, freeze_extra, missing_fields, read_input
 from commscope.record import CommOp
 from commscope.units import GBIT, KiB
 

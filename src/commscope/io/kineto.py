@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from commscope.io.importers import ImportResult, Problems, freeze_extra, missing_fields, read_input
+from commscope.io.import_base import ImportResult, Problems, freeze_extra, missing_fields, read_input
 from commscope.record import CommOp
 
 __all__ = ["DTYPES", "OP_NAMES", "import_kineto"]
