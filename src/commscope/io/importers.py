@@ -143,7 +143,7 @@ def _import_jsonl(path: str | Path) -> ImportResult:
 _DEEPSPEED_RE = re.compile(r"Comm\. Op\s+Message Size\s+Count|comm op:\s*\S.*\|\s*time \(ms\):")
 _NCCL_TESTS_RE = re.compile(
     r"^\s*#\s*nThread\s+\d|#\s*Avg bus bandwidth|[A-Za-z0-9_]_perf(?:_mpi)?\b|^\s*#\s+size\s+count\s+type"
-    r"|#\s*Collective test starting|rccl-tests:|# nccl-tests version",
+    r"|#\s*Collective test starting|rccl-tests:|# [nr]ccl-tests version",
     re.M,
 )
 _HEAD_BYTES = 1 << 16

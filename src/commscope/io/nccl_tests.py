@@ -749,11 +749,14 @@ class _Reader:
             return
         if body.startswith("Collective test concluded"):
             return
-        m = re.match(r"nccl-tests version\s+(\S+)(?:.*?nccl-library=(\d{1,9}))?", body)
+        # "# nccl-tests version 2.19.4 nccl-headers=21903 nccl-library=21903", and rccl-tests' own form
+        # "# rccl-tests version 2.17.9-develop:2596ca5f71 rccl-headers=22803 rccl-library=22707"
+        m = re.match(r"([nr])ccl-tests version\s+(\S+)(?:.*?[nr]ccl-library=(\d{1,9}))?", body)
         if m:
-            self.versions.setdefault("nccl_tests_version", m.group(1))
-            if m.group(2):
-                self.versions.setdefault("nccl_version", _version_from_code(int(m.group(2))))
+            lib = "rccl" if m.group(1) == "r" else "nccl"
+            self.versions.setdefault(f"{lib}_tests_version", m.group(2))
+            if m.group(3):
+                self.versions.setdefault(f"{lib}_version", _version_from_code(int(m.group(3))))
             return
         if body.startswith("Using devices"):
             if self.cur.rows:
