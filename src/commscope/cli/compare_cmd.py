@@ -16,7 +16,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Compare a recorded run with the prediction for the job described by the flags "
                                    "(the same flags as `commscope traffic`), per axis and op kind, per iteration. "
                                    "Mark steps in the job with commscope.capture.step(i) to separate setup ops.")
-    p.add_argument("logdir", type=Path, help="directory of rank#####.jsonl logs")
+    p.add_argument("logdir", type=Path, metavar="PATH",
+                   help="a directory of per-rank records or one file, of any format `commscope summarize` reads")
     p.add_argument("--predicted", action="store_true", help="(accepted for readability: the flags describe the prediction)")
     add_job_args(p)
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -25,15 +26,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from commscope.api import predict
-    from commscope.capture.analysis import compare, read_run
+    from commscope.capture.analysis import compare
+    from commscope.cli.summarize_cmd import load_run, print_run_findings
     from commscope.errors import ConfigError
 
     model, parallel, cluster = resolve_job(args)
-    try:
-        run_log = read_run(args.logdir)
-    except ValueError as exc:
-        raise ConfigError("logdir", str(args.logdir), str(exc).split(": ", 1)[-1]) from None
     pred = predict(model, parallel, cluster)
+    run_log = load_run(args.logdir, layout=pred.workload.layout)
     try:
         result = compare(pred, run_log)
     except ValueError as exc:
@@ -44,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{args.logdir} vs prediction for {model.name} ({parallel.world_size} ranks), per iteration over "
           f"{result['num_steps']} step(s)")
+    print_run_findings(result)
     print_comparison(result)
     return 0
 

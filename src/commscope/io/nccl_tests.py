@@ -37,7 +37,6 @@ all_reduce command) is overruled and reported; without a name the rows decide, a
 
 from __future__ import annotations
 
-import gzip
 import math
 import re
 from dataclasses import dataclass, field
@@ -1123,19 +1122,12 @@ def _merge_meta(runs: list[dict], versions: dict[str, str], json_output: str | N
 def _read_source(source: str | Path) -> tuple[str, str]:
     """(display name, text) of a path or of the output itself."""
     if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and "\r" not in source):
-        path = Path(source)
-        try:
-            if not path.is_file():
-                raise ValueError(f"{source}: no such file (pass a path to nccl-tests output, or the output itself)")
-            data = path.read_bytes()
-        except OSError as exc:
-            raise ValueError(f"{source}: cannot read ({exc.strerror or exc})") from None
-        if data[:2] == b"\x1f\x8b":
-            try:
-                data = gzip.decompress(data)
-            except (OSError, EOFError) as exc:
-                raise ValueError(f"{path.name}: not a valid gzip file ({exc})") from None
-        return path.name, data.decode("utf-8", errors="replace")
+        from commscope.io.import_base import read_input
+
+        if not Path(source).is_file():
+            raise ValueError(f"{source}: no such file (pass a path to nccl-tests output, or the output itself)")
+        name, data = read_input(source)
+        return name, data.decode("utf-8", errors="replace")
     if not isinstance(source, str):
         raise ValueError(f"expected a path or the text of nccl-tests output, got {type(source).__name__}")
     return "<text>", source
