@@ -9,6 +9,9 @@ format          what it reads                                           reader
                 table or the per-op verbose lines
 ``nccl_tests``  nccl-tests / rccl-tests stdout                          :func:`import_nccl_tests`
 ``jsonl``       commscope's own op log (JSON Lines, ``.jsonl.gz`` too)  :func:`commscope.io.oplog.read_ops_jsonl`
+``flight_       PyTorch Flight Recorder dump (pickle, read without     :mod:`commscope.io.flight_recorder`
+recorder``      unpickling any class; or its JSON form)
+``nccl_debug``  ``NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL`` log lines    :mod:`commscope.io.nccl_debug`
 ==============  ======================================================  =========================================
 
 Every importer returns an :class:`ImportResult`: the :class:`~commscope.record.CommOp` records, the
@@ -161,6 +164,10 @@ def _detect(name: str, data: bytes) -> Format:
     if not stripped:
         raise ValueError(f"{name}: empty file, expected a Kineto trace, DeepSpeed comms log, nccl-tests output "
                          f"or a commscope JSONL op log")
+    if data[:1] == b"\x80" and data[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        return "flight_recorder"  # a pickle: PyTorch's Flight Recorder writes one (read without unpickling classes)
+    if stripped[0] == "{" and '"entries"' in head and ('"pg_config"' in head or '"profiling_name"' in head):
+        return "flight_recorder"
     if stripped[0] == "{" or re.match(r"\[\s*[{\]]", stripped):  # a JSON object or a JSON array of objects
         first = stripped.split("\n", 1)[0].strip()
         try:
@@ -177,9 +184,14 @@ def _detect(name: str, data: bytes) -> Format:
         return "deepspeed"
     if _NCCL_TESTS_RE.search(text):
         return "nccl_tests"
+    from commscope.io.nccl_debug import looks_like_nccl_debug
+
+    if looks_like_nccl_debug(text):
+        return "nccl_debug"
     raise ValueError(f"{name}: cannot tell the format from the content; expected a PyTorch profiler (Kineto) "
                      f"JSON trace, DeepSpeed comms-logger output ('Comm. Op  Message Size ...' table or "
-                     f"'comm op: ... | time (ms): ...' lines), nccl-tests output or a commscope JSONL op log; "
+                     f"'comm op: ... | time (ms): ...' lines), nccl-tests output, a PyTorch Flight Recorder dump, "
+                     f"NCCL_DEBUG=INFO collective lines or a commscope JSONL op log; "
                      f"pass format= to choose one of {', '.join(FORMATS)}")
 
 
@@ -203,6 +215,14 @@ def import_records(path: str | Path, format: str = "auto", *, strict: bool = Fal
         return import_deepspeed_comms(path, strict=strict)
     if fmt == "nccl_tests":
         return import_nccl_tests(path, strict=strict)
+    if fmt == "flight_recorder":
+        from commscope.io.flight_recorder import import_flight_recorder
+
+        return import_flight_recorder(path, strict=strict)
+    if fmt == "nccl_debug":
+        from commscope.io.nccl_debug import import_nccl_debug
+
+        return import_nccl_debug(path, strict=strict)
     result = _import_jsonl(path)
     if strict and result.problems:
         raise ValueError(result.problems[0])

@@ -36,9 +36,8 @@ __all__ = ["RunLog", "op_step", "read_run"]
 #: seconds of each other; one hour leaves room for a slow rendezvous).
 MIXED_RUN_START_SPREAD_NS = 3600 * 10**9
 _RANK_IN_NAME = re.compile(r"(\d+)(?:\D*)$")
-#: Formats whose records without a group are the world's: DeepSpeed computes its bandwidths with the world size,
-#: and an NCCL communicator of the world's size is the world.
-_WORLD_GROUP_FORMATS = frozenset({"deepspeed", "nccl_debug"})
+#: Formats whose records without a group are the world's: DeepSpeed computes its bandwidths with the world size.
+_WORLD_GROUP_FORMATS = frozenset({"deepspeed"})
 _IGNORED_SUFFIXES = (".done", ".md", ".png", ".html", ".npz", ".csv")
 
 
