@@ -68,6 +68,18 @@ class OpLog:
     problems: list[str] = field(default_factory=list)
     """One line per skipped line or other oddity: ``ops.jsonl line 812: truncated JSON, skipped``."""
 
+    def to_pandas(self) -> Any:
+        """The ops as a pandas DataFrame, one row per op (needs pandas; :func:`commscope.io.tables.ops_to_pandas`)."""
+        from commscope.io.tables import ops_to_pandas
+
+        return ops_to_pandas(self.ops)
+
+    def to_polars(self) -> Any:
+        """The ops as a polars DataFrame (needs polars and pyarrow)."""
+        from commscope.io.tables import ops_to_polars
+
+        return ops_to_polars(self.ops)
+
 
 # ----------------------------------------------------------------------------------------------- files
 
