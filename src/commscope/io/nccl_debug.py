@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from commscope.io.import_base import (
     ImportResult,
@@ -38,7 +38,7 @@ from commscope.io.import_base import (
     missing_fields,
     read_input,
 )
-from commscope.record import CommOp
+from commscope.record import CommOp, OpName
 
 __all__ = ["NCCL_DATATYPES", "import_nccl_debug", "looks_like_nccl_debug"]
 
@@ -137,7 +137,7 @@ def import_nccl_debug(path: str | Path, *, strict: bool = False) -> ImportResult
             "root": root if op in ("broadcast", "reduce") else None,
             "comm_rank": local[0] if local else None,
         }
-        ops.append(CommOp(op=op, axis="other", group=group, size_bytes=count * elem * (nranks if times_n else 1),
+        ops.append(CommOp(op=cast(OpName, op), axis="other", group=group, size_bytes=count * elem * (nranks if times_n else 1),
                           dtype=dtype, rank=rank, peer=peer, name="nccl-debug", extra=freeze_extra(extra)))
     for func, num in sorted(unknown_funcs.items()):
         problems.add(None, f"{num} '{func}' line(s): no CommOp form for this NCCL function, skipped")

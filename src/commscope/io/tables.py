@@ -59,9 +59,21 @@ def _require(module: str, extra: str) -> Any:
 
 def _pyarrow() -> Any:
     _require("pyarrow.parquet", "parquet")
-    import pyarrow
+    import pyarrow  # type: ignore[import-untyped]
 
     return pyarrow
+
+
+def _read_table(path: Path) -> Any:
+    _pyarrow()
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file")
+    try:
+        return pq.read_table(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError, ...: all mean "not Parquet"
+        raise ValueError(f"{path}: not a Parquet file ({type(exc).__name__}: {exc})") from None
 
 
 # ----------------------------------------------------------------------------------------------- op lists
@@ -90,7 +102,7 @@ def _ops_table(ops: Iterable[CommOp]) -> Any:
 
 def write_ops_parquet(path: str | Path, ops: Iterable[CommOp]) -> int:
     """Write ``ops`` to a Parquet file (columns :data:`OP_COLUMNS`); returns the number of rows."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
     table = _ops_table(ops)
     pq.write_table(table, Path(path))
@@ -100,16 +112,8 @@ def write_ops_parquet(path: str | Path, ops: Iterable[CommOp]) -> int:
 def read_ops_parquet(path: str | Path) -> list[CommOp]:
     """Read an op table written by :func:`write_ops_parquet`. Raises ValueError naming the file and the row of a
     record that is no valid CommOp, or the columns that are missing."""
-    _pyarrow()
-    import pyarrow.parquet as pq
-
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"{path}: no such file")
-    try:
-        table = pq.read_table(path)
-    except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError, ...: all mean "not Parquet"
-        raise ValueError(f"{path}: not a Parquet file ({type(exc).__name__}: {exc})") from None
+    table = _read_table(path)
     missing = [c for c in ("op", "axis", "group", "size_bytes") if c not in table.column_names]
     if missing:
         raise ValueError(f"{path}: not a commscope op table, missing column(s) {', '.join(missing)}")
@@ -157,7 +161,7 @@ def _matrix_columns(tm: TrafficMatrix) -> dict[str, Any]:
 def write_matrix_parquet(path: str | Path, tm: TrafficMatrix) -> int:
     """Write ``tm`` as Parquet rows ``src, dst, axis, bytes`` with its scalars in the metadata; returns rows."""
     pa = _pyarrow()
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
     cols = _matrix_columns(tm)
     table = pa.table({"src": pa.array(cols["src"], pa.int64()), "dst": pa.array(cols["dst"], pa.int64()),
@@ -171,16 +175,8 @@ def write_matrix_parquet(path: str | Path, tm: TrafficMatrix) -> int:
 
 def read_matrix_parquet(path: str | Path) -> TrafficMatrix:
     """Read a matrix written by :func:`write_matrix_parquet`; raises ValueError naming the file otherwise."""
-    _pyarrow()
-    import pyarrow.parquet as pq
-
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"{path}: no such file")
-    try:
-        table = pq.read_table(path)
-    except Exception as exc:  # noqa: BLE001 - see read_ops_parquet
-        raise ValueError(f"{path}: not a Parquet file ({type(exc).__name__}: {exc})") from None
+    table = _read_table(path)
     meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     missing = [k for k in _MATRIX_META if f"{_META_PREFIX}{k}" not in meta]
     missing += [c for c in ("src", "dst", "axis", "bytes") if c not in table.column_names]
