@@ -119,3 +119,21 @@ def test_nccl_debug_nothing_importable(tmp_path):
     path.write_text("host:1:1 [0] NCCL INFO AllReduce: opCount zz garbage\n")
     with pytest.raises(ValueError, match="x.log: nothing importable"):
         import_records(path, format="nccl_debug")
+
+
+def test_damaged_dumps_and_logs_raise_only_value_errors(tmp_path):
+    import random
+
+    rng = random.Random(16)
+    for source in (FR / "gloo" / "fr_trace_rank0", NCCL / "torchtitan-1369_tp2_allgather-reducescatter.log"):
+        base = source.read_bytes()
+        for _ in range(150):
+            data = bytearray(base)
+            for _ in range(rng.randint(1, 6)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+            path = tmp_path / source.name
+            path.write_bytes(bytes(data[: rng.randrange(1, len(data) + 1)]))
+            try:
+                import_records(path)
+            except ValueError:
+                pass

@@ -79,8 +79,7 @@ def load_dump(name: str, data: bytes) -> dict[str, Any]:
     if data[:1] == b"\x80":  # pickle protocol 2 and later
         try:
             obj = _PlainUnpickler(io.BytesIO(data)).load()
-        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError,
-                MemoryError, RecursionError) as exc:
+        except Exception as exc:  # noqa: BLE001 - damaged pickles raise anything from struct.error to OverflowError
             raise ValueError(f"{name}: not a readable Flight Recorder pickle ({exc})") from None
     else:
         try:
@@ -94,7 +93,8 @@ def load_dump(name: str, data: bytes) -> dict[str, Any]:
 
 
 def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """A non-negative integer, else None (ids, sizes and times in a dump are never negative)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _ranks(text: Any) -> tuple[int, ...] | None:
