@@ -249,6 +249,18 @@ class TrafficMatrix:
         order = np.lexsort((self.axis, self.dst, self.src))
         return [(int(self.src[k]), int(self.dst[k]), AXES[self.axis[k]], int(self.bytes[k])) for k in order]
 
+    def to_pandas(self):
+        """``src, dst, axis, bytes, intra_node`` as a pandas DataFrame (needs pandas; :mod:`commscope.io.tables`)."""
+        from commscope.io.tables import matrix_to_pandas
+
+        return matrix_to_pandas(self)
+
+    def to_polars(self):
+        """``src, dst, axis, bytes, intra_node`` as a polars DataFrame (needs polars)."""
+        from commscope.io.tables import matrix_to_polars
+
+        return matrix_to_polars(self)
+
 
 def _coalesce(src: np.ndarray, dst: np.ndarray, axis: np.ndarray | None, nbytes: np.ndarray, world: int):
     """Sum bytes over equal (src, dst[, axis]) keys, keeping int64 exactness."""

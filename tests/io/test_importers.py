@@ -316,10 +316,14 @@ def test_kineto_absurd_times_are_problems_not_crashes(tmp_path):
 
 
 def test_kineto_chrome_array_and_no_comms(tmp_path):
+    """One rule for every format: an input with nothing importable is an error that says why."""
     events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1.0, "dur": 2.0}]
-    result = import_kineto(_write_trace(tmp_path, events))
-    assert result.ops == [] and any("no record_param_comms" in p for p in result.problems)
-    assert result.meta["time_base"] == "trace_clock"
+    with pytest.raises(ValueError, match=r"trace\.json: nothing importable: no communication events"):
+        import_kineto(_write_trace(tmp_path, events))
+    kernel = {"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", "pid": 0,
+              "tid": 7, "ts": 5.0, "dur": 3.0, "args": {"correlation": 9}}
+    with pytest.raises(ValueError, match=r"1 NCCL kernels \(AllReduce\) but no event that gives their sizes"):
+        import_kineto(_write_trace(tmp_path, [*events, kernel]))
 
 
 @pytest.mark.parametrize(

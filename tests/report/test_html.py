@@ -268,7 +268,7 @@ def test_measured_only_report_and_measured_heatmap(pred32, tmp_path):
 
 @pytest.mark.parametrize("make, match", [
     (lambda d: d / "nothing-here", "no such file or directory"),
-    (lambda d: d, "holds no"),
+    (lambda d: d, "an empty directory"),
 ])
 def test_measured_input_errors(tmp_path, make, match):
     with pytest.raises(ConfigError, match=match):

@@ -12,55 +12,15 @@ backend ran instead (gloo executes reduce_scatter as an all_reduce of the whole 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from commscope.io.oplog import read_ops_jsonl
+from commscope.io.runs import RunLog, op_step, read_run
 from commscope.record import CommOp
+from commscope.units import DTYPE_BYTES
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunLog:
-    """All ranks' logs of one recorded run."""
-
-    ops_by_rank: dict[int, list[CommOp]]
-    world_size: int
-    problems: tuple[str, ...] = ()
-    unfinished_ranks: tuple[int, ...] = ()
-    """Ranks whose log has no completion marker (the job crashed or is still running)."""
-    headers: dict[int, dict] = field(default_factory=dict)
-    steps_by_rank: dict[int, list[dict[str, int]]] = field(default_factory=dict)
-    """Each rank's step lines (``step``, ``t_start_ns``, ``t_end_ns``), when the job marked its steps."""
-
-
-def read_run(logdir: str | Path) -> RunLog:
-    """Read every ``rank*.jsonl`` of ``logdir``; truncated lines and unfinished ranks are reported, not fatal."""
-    logdir = Path(logdir)
-    files = sorted(logdir.glob("rank*.jsonl"))
-    if not files:
-        raise ValueError(f"{logdir}: no rank*.jsonl logs (record a run with commscope.capture.record or `commscope record`)")
-    ops_by_rank: dict[int, list[CommOp]] = {}
-    problems: list[str] = []
-    headers: dict[int, dict] = {}
-    steps_by_rank: dict[int, list[dict[str, int]]] = {}
-    unfinished = []
-    world = 0
-    for path in files:
-        log = read_ops_jsonl(path)
-        problems += log.problems
-        rank = int(log.header.get("rank", path.stem.removeprefix("rank")))
-        headers[rank] = log.header
-        ops_by_rank[rank] = list(log.ops)
-        if log.steps:
-            steps_by_rank[rank] = sorted(log.steps, key=lambda m: m["step"])
-        world = max(world, int(log.header.get("world_size") or 0), rank + 1,
-                    *(max(op.group) + 1 for op in log.ops if op.group))
-        if not path.with_suffix(".done").exists():
-            unfinished.append(rank)
-    return RunLog(ops_by_rank=ops_by_rank, world_size=world, problems=tuple(problems),
-                  unfinished_ranks=tuple(unfinished), headers=headers, steps_by_rank=steps_by_rank)
+__all__ = ["RunLog", "attribute_axes", "compare", "is_logical", "logical_ops", "measured_traffic", "op_step",
+           "predicted_ops_by_kind", "read_run", "size_histogram", "summary"]
 
 
 def is_logical(op: CommOp) -> bool:
@@ -72,8 +32,9 @@ def is_logical(op: CommOp) -> bool:
 
 
 def logical_ops(run: RunLog) -> list[CommOp]:
-    """Each collective once (from its group's lowest rank), each p2p once (its send), all-to-alls per rank."""
-    return [op for _, ops in sorted(run.ops_by_rank.items()) for op in ops if is_logical(op)]
+    """Each collective once (from its group's lowest rank), each p2p once (its send), all-to-alls per rank;
+    records that name no rank (a DeepSpeed summary row) once each."""
+    return [op for op in run.all_ops if is_logical(op)]
 
 
 def predicted_ops_by_kind(workload) -> dict[tuple[str, str], list[int]]:
@@ -140,6 +101,10 @@ def measured_traffic(ops: list[CommOp], world_size: int, gpus_per_node: int, *, 
     def executed(op: CommOp) -> str:
         return op.backend_op if (view == "wire" and op.backend_op) else op.op
 
+    # the decomposition splits buffers at element boundaries: a dtype the model does not know (unknown in a
+    # DeepSpeed log, bool, int16) is split by bytes
+    ops = [op if op.dtype in DTYPE_BYTES else op.with_(dtype="uint8") for op in ops]
+
     # identical ops collapse into one op set with a repeat count; all_to_alls stay one per issuing rank,
     # each with its own send splits
     grouped: dict[tuple, int] = defaultdict(int)
@@ -188,27 +153,29 @@ def summary(run: RunLog, *, layout=None, gpus_per_node: int = 8) -> dict:
         row["group_sizes"].add(len(op.group))
     for row in by_kind.values():
         row["group_sizes"] = sorted(row["group_sizes"])
-    logical = measured_traffic(ops, run.world_size, gpus_per_node, view="logical")
-    wire = measured_traffic(ops, run.world_size, gpus_per_node, view="wire")
+    traffic: dict = {"omitted": run.matrix_omitted}
+    if run.matrix_omitted is None:
+        for view in ("logical", "wire"):
+            tm = measured_traffic(ops, run.world_size, gpus_per_node, view=view)
+            traffic[view] = {"total_bytes": tm.total_bytes, "bytes_by_axis": tm.bytes_by_axis(),
+                             "num_pairs": tm.num_pairs}
     return {
         "world_size": run.world_size,
+        "formats": list(run.formats),
+        "files": len(run.files),
         "ranks_logged": sorted(run.ops_by_rank),
         "unfinished_ranks": list(run.unfinished_ranks),
+        "partial_steps": {str(k): list(v) for k, v in run.partial_steps.items()},
+        "missing_fields": list(run.missing_fields),
+        "notes": list(run.notes),
         "problems": list(run.problems),
-        "records": sum(len(v) for v in run.ops_by_rank.values()),
+        "records": sum(len(v) for v in run.ops_by_rank.values()) + len(run.unranked),
+        "unranked_records": len(run.unranked),
         "logical_ops": sum(op.count for op in ops),
         "ops": sorted(by_kind.values(), key=lambda r: (r["axis"], r["op"])),
         "size_histogram": [{"le_bytes": k, "ops": n, "bytes": b} for k, n, b in size_histogram(ops)],
-        "traffic": {"logical": {"total_bytes": logical.total_bytes, "bytes_by_axis": logical.bytes_by_axis(),
-                                "num_pairs": logical.num_pairs},
-                    "wire": {"total_bytes": wire.total_bytes, "bytes_by_axis": wire.bytes_by_axis(),
-                             "num_pairs": wire.num_pairs}},
+        "traffic": traffic,
     }
-
-
-def op_step(op: CommOp) -> int | None:
-    """The training step a measured op was tagged with (None: setup)."""
-    return dict(op.extra).get("step")
 
 
 def per_step(total: int, num_steps: int) -> int | float:
@@ -225,15 +192,29 @@ def compare(prediction, run: RunLog) -> dict:
     difference over axes that either side uses.
     """
     layout = prediction.workload.layout
-    if layout.world_size != run.world_size:
+    if run.world_size and layout.world_size != run.world_size:
         raise ValueError(f"the prediction has {layout.world_size} ranks, the logs {run.world_size}")
     ops = attribute_axes(logical_ops(run), layout)
-    steps = sorted({s for s in (op_step(o) for o in ops) if s is not None})
+    all_steps = sorted({s for s in (op_step(o) for o in ops) if s is not None})
+    problems = list(run.problems)
+    partial = dict(run.partial_steps)
+    steps = [s for s in all_steps if s not in partial]
+    if partial:
+        shown = "; ".join(f"step {s}: rank(s) {', '.join(map(str, r))}" for s, r in sorted(partial.items())[:8])
+        if steps:
+            problems.append(f"partial steps left out of the comparison ({shown}): some ranks did not log them "
+                            f"completely")
+        else:
+            steps = all_steps
+            problems.append(f"every step is partial ({shown}); compared anyway: the measured side is short")
     num_steps = max(1, len(steps))
     measured: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     setup: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     for op in ops:
-        target = setup if (steps and op_step(op) is None) else measured
+        step = op_step(op)
+        if step is not None and step not in steps:
+            continue  # a partial step
+        target = setup if (steps and step is None) else measured
         row = target[(op.axis, op.op)]
         row[0] += op.count
         row[1] += op.size_bytes * op.count
@@ -255,4 +236,5 @@ def compare(prediction, run: RunLog) -> dict:
     return {"steps": steps, "num_steps": num_steps, "by_axis": by_axis, "by_op": rows,
             "setup": [{"axis": k[0], "op": k[1], "count": v[0], "bytes": v[1]} for k, v in sorted(setup.items())],
             "max_rel_error": max(rel) if rel else 0.0, "unfinished_ranks": list(run.unfinished_ranks),
-            "problems": list(run.problems)}
+            "partial_steps": {str(k): list(v) for k, v in partial.items()}, "problems": problems,
+            "notes": list(run.notes), "formats": list(run.formats), "missing_fields": list(run.missing_fields)}

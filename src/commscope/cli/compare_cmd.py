@@ -19,7 +19,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "`commscope traffic`) override it. --time compares durations, effective bandwidth, "
                                    "exposed communication and the step time with the bandwidth model and estimate. "
                                    "Mark steps in the job with commscope.capture.step(i) to separate setup ops.")
-    p.add_argument("logdir", type=Path, help="directory of rank#####.jsonl logs")
+    p.add_argument("logdir", type=Path, metavar="PATH",
+                   help="a directory of per-rank records or one file, of any format `commscope summarize` reads")
     p.add_argument("--predicted", action="store_true", help="(accepted for readability: the flags describe the prediction)")
     add_job_args(p)
     p.add_argument("--time", action="store_true",
@@ -78,18 +79,16 @@ def time_comparison(prediction, run_log, bandwidth_path: Path | None) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     from commscope.api import predict
-    from commscope.capture.analysis import compare, read_run
+    from commscope.capture.analysis import compare
+    from commscope.cli.summarize_cmd import load_run, print_run_findings
     from commscope.errors import ConfigError
 
     if args.bandwidth is not None and not args.time:
         raise ConfigError("bandwidth", str(args.bandwidth), "is used by --time; add --time")
     job_files = resolve_logged_job(args)
     model, parallel, cluster = resolve_job(args)
-    try:
-        run_log = read_run(args.logdir)
-    except ValueError as exc:
-        raise ConfigError("logdir", str(args.logdir), str(exc).split(": ", 1)[-1]) from None
     pred = predict(model, parallel, cluster)
+    run_log = load_run(args.logdir, layout=pred.workload.layout)
     try:
         result = compare(pred, run_log)
     except ValueError as exc:
@@ -103,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{args.logdir} vs prediction for {model.name} ({parallel.world_size} ranks), per iteration over "
           f"{result['num_steps']} step(s)" + (f"; job from {', '.join(job_files)}" if job_files else ""))
+    print_run_findings(result)
     print_comparison(result)
     if args.time:
         print_time(result["time"])

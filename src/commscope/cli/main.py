@@ -8,7 +8,8 @@ from collections.abc import Sequence
 
 from commscope.errors import ConfigError
 
-_COMMANDS = ("traffic", "estimate", "plan", "presets", "record", "summarize", "compare", "bench", "fit", "calibrate", "report", "shapes", "workload", "moe", "tune", "validate")
+_COMMANDS = ("traffic", "estimate", "plan", "presets", "record", "summarize", "compare", "bench", "fit", "calibrate", "report",
+             "shapes", "workload", "moe", "tune", "validate", "export")
 
 
 def build_parser() -> argparse.ArgumentParser:

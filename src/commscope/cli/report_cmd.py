@@ -37,7 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--plan-top", type=int, default=5, help="configurations of the plan to show (default 5)")
     m = p.add_argument_group("measured and other inputs")
     m.add_argument("--measured", type=Path, default=None, metavar="PATH",
-                   help="a directory of per-rank JSON Lines op logs (or one log): measured vs predicted bytes per axis")
+                   help="a directory of per-rank records or one file, of any format `commscope summarize` reads: "
+                        "measured vs predicted bytes per axis")
     m.add_argument("--measured-iterations", type=int, default=None, metavar="N",
                    help="iterations the logs cover (default: the log header's num_iterations, else 1)")
     m.add_argument("--bench", type=Path, default=None, metavar="FILE",
@@ -86,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     files: dict[str, object] = {}
     time_result = None
     if args.measured is not None:
-        measured = report_html.load_measured(args.measured, num_iterations=args.measured_iterations)
+        measured = report_html.load_measured(args.measured, num_iterations=args.measured_iterations,
+                                             layout=prediction.workload.layout if prediction is not None else None)
         files["measured"] = str(args.measured)
         if job_files:
             files["job"] = job_files

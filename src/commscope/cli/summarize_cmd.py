@@ -13,9 +13,13 @@ from commscope.units import format_bytes
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("summarize", help="summarise recorded logs: ops by axis, message sizes, traffic matrix",
-                       description="Summarise a recorded run. The parallelism saved beside the logs (parallel.toml), "
-                                   "or flags (--tp, --pp, --dp, ...), attribute ops to axes; without them ops are grouped by process group size.")
-    p.add_argument("logdir", type=Path, help="directory of rank#####.jsonl logs")
+                       description="Summarise a measured run. The parallelism saved beside the logs (parallel.toml), "
+                                   "or flags (--tp, --pp, --dp, ...), attribute ops to axes; without them ops are grouped "
+                                   "by process group size.")
+    p.add_argument("logdir", type=Path, metavar="PATH",
+                   help="a directory of per-rank records or one file: commscope's rank#####.jsonl logs, Kineto traces "
+                        "(.json/.json.gz), DeepSpeed comms logs, nccl-tests output, Flight Recorder dumps, "
+                        "NCCL_DEBUG=INFO logs (the format is told from the content)")
     add_parallel_args(p)
     p.add_argument("--gpus-per-node", type=int, default=8, help="for link classes (default 8)")
     p.add_argument("--out", type=Path, default=None, help="write summary.json and the measured matrices (logical and wire)")
@@ -24,22 +28,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from commscope.capture.analysis import (
-        logical_ops,
-        measured_traffic,
-        read_run,
-        summary,
-    )
+    from commscope.capture.analysis import logical_ops, measured_traffic, summary
     from commscope.cli.common import _given, job_from_logdir
     from commscope.errors import ConfigError
     from commscope.spec.parallel import ParallelSpec
 
-    if not args.logdir.is_dir():
-        raise ConfigError("logdir", str(args.logdir), "is not a directory of rank#####.jsonl logs")
-    try:
-        run_log = read_run(args.logdir)
-    except ValueError as exc:
-        raise ConfigError("logdir", str(args.logdir), str(exc).split(": ", 1)[-1]) from None
     layout = None
     job_from_logdir(args, args.logdir, ("parallel",))  # the parallelism saved beside the logs, under the flags
     given = _given(args, "parallel")
@@ -50,8 +43,9 @@ def run(args: argparse.Namespace) -> int:
         values = ({**parallel_to_mapping(load_parallel(args.parallel)), **given} if args.parallel else
                   {"global_batch_size": given.get("dp", 1) * given.get("micro_batch_size", 1), **given})
         layout = Layout(ParallelSpec(**values))
-        if layout.world_size != run_log.world_size:
-            raise ConfigError("tp x pp x dp x cp", layout.world_size, f"must equal the {run_log.world_size} ranks in the logs")
+    run_log = load_run(args.logdir, layout=layout)
+    if layout is not None and run_log.world_size and layout.world_size != run_log.world_size:
+        raise ConfigError("tp x pp x dp x cp", layout.world_size, f"must equal the {run_log.world_size} ranks in the logs")
     s = summary(run_log, layout=layout, gpus_per_node=args.gpus_per_node)
     if args.out is not None:
         from commscope.io.matrix import write_npz, write_triplets_csv
@@ -62,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
             from commscope.capture.analysis import attribute_axes
 
             ops = attribute_axes(ops, layout)
-        for view in ("logical", "wire"):
+        for view in (("logical", "wire") if run_log.matrix_omitted is None else ()):
             tm = measured_traffic(ops, run_log.world_size, args.gpus_per_node, view=view)
             write_npz(args.out / f"measured_{view}.npz", tm)
             write_triplets_csv(args.out / f"measured_{view}.csv", tm)
@@ -71,19 +65,50 @@ def run(args: argparse.Namespace) -> int:
         json.dump(s, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    print(f"{args.logdir}: {len(s['ranks_logged'])} rank logs, world size {s['world_size']}, {s['records']:,} records, "
-          f"{s['logical_ops']:,} ops")
-    if s["unfinished_ranks"]:
-        print(f"warning: ranks {s['unfinished_ranks']} did not finish (no completion marker): their logs may be cut short")
-    for p in s["problems"][:10]:
-        print(f"problem: {p}")
+    print(f"{args.logdir}: {s['files']} file(s) ({', '.join(s['formats'])}), {len(s['ranks_logged'])} rank(s), "
+          f"world size {s['world_size'] or 'unknown'}, {s['records']:,} records, {s['logical_ops']:,} ops")
+    print_run_findings(s)
     print(f"\n{'axis':<7}{'op':<16}{'count':>9}{'bytes':>14}  group sizes")
     for row in s["ops"]:
         print(f"{row['axis']:<7}{row['op']:<16}{row['count']:>9,}{format_bytes(row['bytes']):>14}  {row['group_sizes']}")
     print(f"\n{'message size <=':>16}{'ops':>9}{'bytes':>14}")
     for row in s["size_histogram"]:
         print(f"{format_bytes(row['le_bytes']):>16}{row['ops']:>9,}{format_bytes(row['bytes']):>14}")
+    if s["traffic"]["omitted"]:
+        print(f"\ntraffic matrix omitted: {s['traffic']['omitted']}")
+        return 0
     lt, wt = s["traffic"]["logical"], s["traffic"]["wire"]
     print(f"\ntraffic matrix (ring decomposition): logical {format_bytes(lt['total_bytes'])} over {lt['num_pairs']} pairs; "
           f"wire (as the backend ran it) {format_bytes(wt['total_bytes'])}")
     return 0
+
+
+def load_run(path: Path, *, layout=None):
+    """:func:`commscope.io.runs.read_run` for a command: what it cannot read becomes a one-line user error."""
+    from commscope.errors import ConfigError
+    from commscope.io.runs import read_run
+
+    try:
+        return read_run(path, layout=layout)
+    except ValueError as exc:
+        text = str(exc)
+        raise ConfigError("logdir", str(path), text.removeprefix(f"{path}: ")) from None
+
+
+def print_run_findings(s: dict, *, limit: int = 10) -> None:
+    """What a reader found and assumed, as summarize, compare and report show it: unfinished ranks, partial
+    steps, fields the format lacks, notes and problems (the first ``limit``, then a count)."""
+    if s.get("unfinished_ranks"):
+        print(f"warning: ranks {s['unfinished_ranks']} did not finish (no completion marker): their logs may be cut short")
+    if s.get("partial_steps"):
+        print("warning: partial steps (ranks that miss them or were cut short in them): "
+              + "; ".join(f"step {k}: {v}" for k, v in s["partial_steps"].items()))
+    if s.get("missing_fields"):
+        print(f"not in these records: {', '.join(s['missing_fields'])}")
+    for note in s.get("notes", []):
+        print(f"note: {note}")
+    problems = s.get("problems", [])
+    for p in problems[:limit]:
+        print(f"problem: {p}")
+    if len(problems) > limit:
+        print(f"... and {len(problems) - limit} more problems (--json lists them all)")

@@ -34,19 +34,36 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         f"(default: full up to {MAX_FULL_OPS:,} records)")
     g.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     g.add_argument("--no-plot", action="store_true", help="do not draw the heatmap")
+    g.add_argument("--format", choices=("default", "parquet"), default="default",
+                   help="parquet: with --out, also write ops.parquet and traffic.parquet (needs pyarrow: "
+                        "pip install 'commscope[parquet]')")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from commscope.api import predict
     from commscope.cli.moe_cmd import job_routing
+    from commscope.errors import ConfigError
 
     model, parallel, cluster = resolve_job(args)
     pred = predict(model, parallel, cluster, algorithm=args.algorithm, routing=job_routing(args, model, parallel))
     summary = pred.summary()
     written: list[Path] = []
+    if args.format == "parquet":
+        if args.out is None:
+            raise ConfigError("format", "parquet", "writes files: give --out DIR")
+        try:
+            import pyarrow.parquet  # noqa: F401
+        except ImportError:
+            raise ConfigError("format", "parquet", "needs pyarrow: pip install 'commscope[parquet]'") from None
     if args.out is not None:
         written = write_outputs(pred, args.out, detail=args.op_detail, plot=not args.no_plot, summary=summary)
+        if args.format == "parquet":
+            from commscope.io.tables import write_matrix_parquet, write_ops_parquet
+
+            write_ops_parquet(args.out / "ops.parquet", pred.workload.ops(op_detail(pred.workload, args.op_detail)))
+            write_matrix_parquet(args.out / "traffic.parquet", pred.traffic)
+            written += [args.out / "ops.parquet", args.out / "traffic.parquet"]
     if args.json:
         if written:
             summary["files"] = [str(p) for p in written]
@@ -59,6 +76,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def op_detail(wl, detail: str | None) -> str:
+    """The op-list detail written: the one asked for, else full up to MAX_FULL_OPS records, else group."""
+    if detail is not None:
+        return detail
+    return "full" if wl.num_ops("full") <= MAX_FULL_OPS else "group"
+
+
 def write_outputs(pred, out: Path, *, detail: str | None, plot: bool, summary: dict[str, Any]) -> list[Path]:
     """Write the op list, the matrix, the heatmap, the summary and the inputs into ``out``."""
     from commscope.io.matrix import write_npz, write_triplets_csv
@@ -67,11 +91,10 @@ def write_outputs(pred, out: Path, *, detail: str | None, plot: bool, summary: d
 
     out.mkdir(parents=True, exist_ok=True)
     wl = pred.workload
-    if detail is None:
-        detail = "full" if wl.num_ops("full") <= MAX_FULL_OPS else "group"
-        if detail == "group":
-            print(f"note: {wl.num_ops('full'):,} ops; writing one record per group with a count (--op-detail full to force)",
-                  file=sys.stderr)
+    if detail is None and op_detail(wl, None) == "group":
+        print(f"note: {wl.num_ops('full'):,} ops; writing one record per group with a count (--op-detail full to force)",
+              file=sys.stderr)
+    detail = op_detail(wl, detail)
     inputs = {"model": model_to_mapping(pred.model), "parallel": parallel_to_mapping(pred.parallel),
               "cluster": cluster_to_mapping(pred.cluster), "algorithm": pred.traffic.algorithm, "op_detail": detail}
     header = {"kind": "predicted", "world_size": pred.traffic.world_size, **inputs}

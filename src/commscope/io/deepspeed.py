@@ -51,7 +51,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from commscope.io.importers import UNKNOWN_DTYPE, ImportResult, Problems, freeze_extra, missing_fields, read_input
+from commscope.io.import_base import UNKNOWN_DTYPE, ImportResult, Problems, freeze_extra, missing_fields, read_input
 from commscope.record import CommOp
 from commscope.units import GBIT, KiB
 
@@ -112,7 +112,11 @@ _VERBOSE_RE = re.compile(
     rf"\s*\|\s*algbw \(Gbps\):\s*(?P<algbw>{_NUM})\s*\|\s*busbw \(Gbps\):\s*(?P<busbw>{_NUM})"
 )
 _VERBOSE_HINT_RE = re.compile(r"comm op:")
-_TIMESTAMP_RE = re.compile(r"^\s*\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[,.](\d{1,6}))?\]")
+#: The logger's timestamp, wherever it stands before "comm op:": launchers put a prefix in front of every line
+#: (torchrun --tee's ``[default0]:``, ``srun -l``'s ``0: ``, mpirun's ``[1,0]<stdout>:``).
+_TIMESTAMP_RE = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[,.](\d{1,6}))?\]")
+#: A summary row with its leading whitespace lost (a log shipper or a copy that strips lines).
+_BARE_ROW_RE = re.compile(rf"^\s*{_SIZE}\s+\d+\s+{_NUM}\s+{_NUM}\s+{_NUM}\s+{_NUM}\s*$")
 _RANK_RE = re.compile(r"\brank=(\d{1,9})\b|\[Rank (\d{1,9})\]")
 
 
@@ -172,6 +176,11 @@ def import_deepspeed_comms(path: str | Path, *, world_size: int | None = None,
                       f"{len(tables)} summary tables (at lines {', '.join(str(t['line']) for t in tables)}); "
                       f"DeepSpeed's tables are cumulative, so only the last is imported")
     records = verbose if use_verbose else tables[-1]["rows"]
+    if not records:
+        what = "verbose lines" if use_verbose else f"summary table at line {tables[-1]['line']}"
+        found = problems.finish()
+        raise ValueError(f"{name}: nothing importable: the {what} gave no op"
+                         + (f" ({'; '.join(found[:3])})" if found else " (no row under the header)"))
 
     n, how = _world_size(records, world_size, problems)
     ops: list[CommOp] = []
@@ -229,7 +238,7 @@ def _read_tables(lines: list[str], problems: Problems) -> list[dict[str, Any]]:
         if header:
             close_op()
             prefix = raw[:header.start()]
-            table = {"line": ln, "rows": []}
+            table = {"line": ln, "rows": [], "bare_rows": 0}
             tables.append(table)
             op, op_raw, op_rows, caller = None, "", 0, None
             continue
@@ -238,6 +247,12 @@ def _read_tables(lines: list[str], problems: Problems) -> list[dict[str, Any]]:
         line = raw[len(prefix):] if prefix and raw.startswith(prefix) else raw
         if not line.strip():
             continue
+        if line[0] not in " \t" and _BARE_ROW_RE.match(line):
+            if not table["bare_rows"]:
+                problems.note(f"line {ln}", "summary rows without their leading whitespace (stripped by a log "
+                                            "shipper or a copy?); read as rows")
+            table["bare_rows"] += 1
+            line = " " + line
         if line[0] in " \t":
             m = _ROW_RE.match(line)
             if m is None:
@@ -313,7 +328,9 @@ def _read_verbose(lines: list[str], problems: Problems) -> list[dict[str, Any]]:
         rank_m = _RANK_RE.search(raw[:m.start()])
         rank = int(rank_m.group(1) or rank_m.group(2)) if rank_m else None
         t_end = t_start = None
-        ts = _TIMESTAMP_RE.match(raw)
+        ts = _TIMESTAMP_RE.search(raw, 0, m.start())
+        if ts is None:
+            problems.note(f"line {ln}", "no [YYYY-MM-DD HH:MM:SS,mmm] timestamp before 'comm op:'; times left empty")
         if ts:
             try:
                 when = datetime.strptime(ts.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)

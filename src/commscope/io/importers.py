@@ -9,6 +9,9 @@ format          what it reads                                           reader
                 table or the per-op verbose lines
 ``nccl_tests``  nccl-tests / rccl-tests stdout                          :func:`import_nccl_tests`
 ``jsonl``       commscope's own op log (JSON Lines, ``.jsonl.gz`` too)  :func:`commscope.io.oplog.read_ops_jsonl`
+``flight_       PyTorch Flight Recorder dump (pickle, read without     :mod:`commscope.io.flight_recorder`
+recorder``      unpickling any class; or its JSON form)
+``nccl_debug``  ``NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL`` log lines    :mod:`commscope.io.nccl_debug`
 ==============  ======================================================  =========================================
 
 Every importer returns an :class:`ImportResult`: the :class:`~commscope.record.CommOp` records, the
@@ -24,14 +27,19 @@ skipped and listed in ``problems``, or raise with ``strict=True``.
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
-import zlib
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
 
+from commscope.io.import_base import (
+    FORMATS,
+    Format,
+    ImportResult,
+    Problems,
+    freeze_extra,
+    missing_fields,
+    read_input,
+)
 from commscope.record import OP_NAMES, CommOp
 
 __all__ = [
@@ -41,141 +49,6 @@ __all__ = [
     "import_nccl_tests",
     "import_records",
 ]
-
-Format = Literal["kineto", "deepspeed", "nccl_tests", "jsonl"]
-#: The formats :func:`import_records` reads.
-FORMATS: tuple[str, ...] = ("kineto", "deepspeed", "nccl_tests", "jsonl")
-
-#: At most this many problems are listed one by one; the rest are counted in one last entry.
-MAX_PROBLEMS = 200
-
-#: CommOp fields an importer may be unable to give, in CommOp's order, with the ops they apply to (None: all).
-_OPTIONAL_FIELDS: tuple[tuple[str, frozenset[str] | None], ...] = (
-    ("axis", None),
-    ("group", None),
-    ("dtype", None),
-    ("rank", None),
-    ("peer", frozenset({"send", "recv"})),
-    ("splits", frozenset({"all_to_all"})),
-    ("phase", None),
-    ("micro_batch", None),
-    ("layer", None),
-    ("t_start_ns", None),
-    ("t_end_ns", None),
-)
-_FIELD_ORDER = {name: i for i, (name, _) in enumerate(_OPTIONAL_FIELDS)}
-#: The value an importer writes where a field is unknown: ``axis`` is attributed later from a layout.
-UNKNOWN_DTYPE = "unknown"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ImportResult:
-    """What an imported file held, in commscope's form."""
-
-    ops: list[CommOp]
-    """The records, in time order where the format has times, else in file order."""
-    source: str
-    """The file they came from (the path as given)."""
-    format: Format
-    """``kineto``, ``deepspeed``, ``nccl_tests`` or ``jsonl``."""
-    missing_fields: tuple[str, ...]
-    """CommOp fields this file could not give (``axis`` always: it is attributed later from a layout;
-    ``peer`` only where there are point-to-point ops, ``splits`` only where there are all_to_all ops)."""
-    problems: list[str] = field(default_factory=list)
-    """``<file> event 812: ...`` / ``<file> line 12: ...`` for every skipped or suspicious item."""
-    meta: dict[str, Any] = field(default_factory=dict)
-    """What the file says beyond the ops (world size, versions, how kernels were paired, ...); format-specific."""
-
-    @property
-    def ok(self) -> bool:
-        """True when nothing was found wrong."""
-        return not self.problems
-
-
-# ----------------------------------------------------------------------------------------------- shared helpers
-
-
-class Problems:
-    """Problem lines of one file; stops listing after MAX_PROBLEMS, counts the rest; raises when strict."""
-
-    def __init__(self, name: str, *, strict: bool = False) -> None:
-        self.name = name
-        self.strict = strict
-        self.items: list[str] = []
-        self.dropped = 0
-
-    def add(self, where: str | None, message: str) -> None:
-        """``where`` is ``'line 12'``, ``'event 812'`` or None (the whole file)."""
-        text = f"{self.name} {where}: {message}" if where else f"{self.name}: {message}"
-        if self.strict:
-            raise ValueError(text)
-        if len(self.items) < MAX_PROBLEMS:
-            self.items.append(text)
-        else:
-            self.dropped += 1
-
-    def note(self, where: str | None, message: str) -> None:
-        """Like :meth:`add`, but never raises: for facts a user must know that are no error in the input."""
-        strict, self.strict = self.strict, False
-        try:
-            self.add(where, message)
-        finally:
-            self.strict = strict
-
-    def finish(self) -> list[str]:
-        out = list(self.items)
-        if self.dropped:
-            out.append(f"{self.name}: ... and {self.dropped} more problems not listed")
-        return out
-
-
-def read_input(path: str | Path) -> tuple[str, bytes]:
-    """(display name, content) of a file, gunzipped when it starts with the gzip magic bytes."""
-    p = Path(path)
-    name = p.name or str(path)
-    try:
-        if not p.exists():
-            raise ValueError(f"{path}: no such file")
-        if p.is_dir():
-            raise ValueError(f"{path}: is a directory, expected a file")
-        data = p.read_bytes()
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise ValueError(f"{name}: not a valid gzip file, or cut short ({exc})") from None
-    return name, data
-
-
-def missing_fields(ops: list[CommOp], always: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """``always`` plus every optional field that no op it applies to has (``axis`` counts as missing when it is
-    ``other`` everywhere, ``group`` when empty, ``dtype`` when ``unknown``); in CommOp's field order."""
-    out = set(always)
-    for name, applies in _OPTIONAL_FIELDS:
-        relevant = [op for op in ops if applies is None or op.op in applies]
-        if not relevant:
-            continue
-        if all(_is_unknown(name, getattr(op, name)) for op in relevant):
-            out.add(name)
-    return tuple(sorted(out, key=lambda n: _FIELD_ORDER.get(n, len(_FIELD_ORDER))))
-
-
-def _is_unknown(name: str, value: Any) -> bool:
-    if name == "axis":
-        return value == "other"
-    if name == "group":
-        return not value
-    if name == "dtype":
-        return value == UNKNOWN_DTYPE
-    return value is None
-
-
-def freeze_extra(items: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """CommOp.extra from a dict: None values left out, keys sorted (as :meth:`CommOp.from_dict` does)."""
-    return tuple(sorted((k, v) for k, v in items.items() if v is not None))
-
 
 # ----------------------------------------------------------------------------------------------- nccl-tests
 
@@ -273,7 +146,7 @@ def _import_jsonl(path: str | Path) -> ImportResult:
 _DEEPSPEED_RE = re.compile(r"Comm\. Op\s+Message Size\s+Count|comm op:\s*\S.*\|\s*time \(ms\):")
 _NCCL_TESTS_RE = re.compile(
     r"^\s*#\s*nThread\s+\d|#\s*Avg bus bandwidth|[A-Za-z0-9_]_perf(?:_mpi)?\b|^\s*#\s+size\s+count\s+type"
-    r"|#\s*Collective test starting|rccl-tests:|# nccl-tests version",
+    r"|#\s*Collective test starting|rccl-tests:|# [nr]ccl-tests version",
     re.M,
 )
 _HEAD_BYTES = 1 << 16
@@ -291,6 +164,10 @@ def _detect(name: str, data: bytes) -> Format:
     if not stripped:
         raise ValueError(f"{name}: empty file, expected a Kineto trace, DeepSpeed comms log, nccl-tests output "
                          f"or a commscope JSONL op log")
+    if data[:1] == b"\x80" and data[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        return "flight_recorder"  # a pickle: PyTorch's Flight Recorder writes one (read without unpickling classes)
+    if stripped[0] == "{" and '"entries"' in head and ('"pg_config"' in head or '"profiling_name"' in head):
+        return "flight_recorder"
     if stripped[0] == "{" or re.match(r"\[\s*[{\]]", stripped):  # a JSON object or a JSON array of objects
         first = stripped.split("\n", 1)[0].strip()
         try:
@@ -307,9 +184,14 @@ def _detect(name: str, data: bytes) -> Format:
         return "deepspeed"
     if _NCCL_TESTS_RE.search(text):
         return "nccl_tests"
+    from commscope.io.nccl_debug import looks_like_nccl_debug
+
+    if looks_like_nccl_debug(text):
+        return "nccl_debug"
     raise ValueError(f"{name}: cannot tell the format from the content; expected a PyTorch profiler (Kineto) "
                      f"JSON trace, DeepSpeed comms-logger output ('Comm. Op  Message Size ...' table or "
-                     f"'comm op: ... | time (ms): ...' lines), nccl-tests output or a commscope JSONL op log; "
+                     f"'comm op: ... | time (ms): ...' lines), nccl-tests output, a PyTorch Flight Recorder dump, "
+                     f"NCCL_DEBUG=INFO collective lines or a commscope JSONL op log; "
                      f"pass format= to choose one of {', '.join(FORMATS)}")
 
 
@@ -333,6 +215,14 @@ def import_records(path: str | Path, format: str = "auto", *, strict: bool = Fal
         return import_deepspeed_comms(path, strict=strict)
     if fmt == "nccl_tests":
         return import_nccl_tests(path, strict=strict)
+    if fmt == "flight_recorder":
+        from commscope.io.flight_recorder import import_flight_recorder
+
+        return import_flight_recorder(path, strict=strict)
+    if fmt == "nccl_debug":
+        from commscope.io.nccl_debug import import_nccl_debug
+
+        return import_nccl_debug(path, strict=strict)
     result = _import_jsonl(path)
     if strict and result.problems:
         raise ValueError(result.problems[0])

@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from commscope.io.importers import ImportResult, Problems, freeze_extra, missing_fields, read_input
+from commscope.io.import_base import ImportResult, Problems, freeze_extra, missing_fields, read_input
 from commscope.record import CommOp
 
 __all__ = ["DTYPES", "OP_NAMES", "import_kineto"]
@@ -89,6 +89,7 @@ OP_NAMES: dict[str, str] = {
     "allgather": "all_gather",
     "_allgather_base": "all_gather",
     "allgather_base": "all_gather",
+    "_all_gather_base": "all_gather",
     "all_gather_into_tensor": "all_gather",
     "allgather_into_tensor": "all_gather",
     "allgather_coalesced": "all_gather",
@@ -294,6 +295,9 @@ def import_kineto(path: str | Path, *, strict: bool = False) -> ImportResult:
     launches: dict[int, tuple[tuple[Any, Any], float]] = {}
     skipped: dict[str, int] = defaultdict(int)
     num_rpc_events = 0
+    legacy_rpc = 0
+    annotations: list[tuple[int, dict[str, Any]]] = []
+    parents: list[tuple[int, dict[str, Any]]] = []
     for i, ev in enumerate(events):
         if not isinstance(ev, dict):
             problems.add(f"event {i}", f"not a JSON object ({type(ev).__name__}), skipped")
@@ -303,9 +307,16 @@ def import_kineto(path: str | Path, *, strict: bool = False) -> ImportResult:
         args = ev.get("args")
         if ev_name == "record_param_comms":
             num_rpc_events += 1
+            if isinstance(args, dict) and "Collective name" not in args:
+                legacy_rpc += 1  # PyTorch < 2.1: the op is recovered from its nccl:<op> annotation below
+                continue
             rpc = _read_rpc(i, ev, problems, skipped)
             if rpc is not None:
                 rpcs.append(rpc)
+        elif isinstance(ev_name, str) and ev_name.startswith("nccl:") and isinstance(args, dict):
+            annotations.append((i, ev))
+        elif isinstance(ev_name, str) and ev_name.startswith("c10d::") and isinstance(args, dict):
+            parents.append((i, ev))
         elif cat in ("kernel", "Kernel") and isinstance(ev_name, str):
             m = _KERNEL_RE.match(ev_name)
             if m:
@@ -318,6 +329,9 @@ def import_kineto(path: str | Path, *, strict: bool = False) -> ImportResult:
             if corr is not None and ts is not None:
                 launches[corr] = ((_hashable(ev.get("pid")), _hashable(ev.get("tid"))), ts)
 
+    legacy = not rpcs and bool(annotations)
+    if legacy:
+        rpcs = _legacy_rpcs(annotations, parents, problems)
     _mark_nesting(rpcs)
     counts = _pair(rpcs, kernels, launches)
 
@@ -345,9 +359,14 @@ def import_kineto(path: str | Path, *, strict: bool = False) -> ImportResult:
     if counts["order"]:
         problems.note(None, f"{counts['order']} op(s) paired with their NCCL kernel by order only (no External id "
                             f"or correlation link); their t_end_ns is a best guess")
-    if num_rpc_events == 0:
-        problems.note(None, "no record_param_comms events: the trace holds no communication metadata (PyTorch "
-                            ">= 2.1 records it for ProcessGroupNCCL ops; gloo records none)")
+    if legacy:
+        problems.note(None, f"a trace from PyTorch before 2.1 ({legacy_rpc} record_param_comms without "
+                            f"'Collective name'): op, size and dtype recovered from {len(rpcs)} nccl:<op> annotations "
+                            f"and their input shapes; not recoverable: the process group (group left empty), the "
+                            f"peer of send/recv, the size of an all_gather whose c10d:: call is missing")
+    if not result_ops:
+        raise ValueError(f"{name}: nothing importable: " + _why_empty(num_rpc_events, legacy_rpc, rpcs, kernels,
+                                                                      problems))
 
     meta = {
         "rank": trace_rank,
@@ -358,6 +377,7 @@ def import_kineto(path: str | Path, *, strict: bool = False) -> ImportResult:
         "base_time_ns": base_ns,
         "time_base": "unix_ns" if base_ns is not None else "trace_clock",
         "num_record_param_comms": num_rpc_events,
+        "recovered_from": "nccl_annotations" if legacy else "record_param_comms",
         "num_nccl_kernels": len(kernels),
         "pairing": dict(counts),
         "skipped": dict(skipped),
@@ -365,6 +385,114 @@ def import_kineto(path: str | Path, *, strict: bool = False) -> ImportResult:
     always = ("axis", "phase", "micro_batch", "layer")
     return ImportResult(ops=result_ops, source=str(path), format="kineto",
                         missing_fields=missing_fields(result_ops, always), problems=problems.finish(), meta=meta)
+
+
+#: Element type names of old traces' ``Input type`` (C++ names) -> the c10 ScalarType names of :data:`DTYPES`.
+_CPP_TYPES: dict[str, str] = {
+    "float": "Float", "double": "Double", "c10::half": "Half", "c10::bfloat16": "BFloat16", "long": "Long",
+    "long int": "Long", "int": "Int", "short": "Short", "signed char": "Char", "unsigned char": "Byte",
+    "bool": "Bool", "c10::float8_e4m3fn": "Float8_e4m3fn", "c10::float8_e5m2": "Float8_e5m2",
+}
+#: c10d:: call of each legacy op and which of its inputs is the buffer nccl-tests sizes (output first, then input).
+_PARENT_SIZE_ARG = {"all_gather": 0, "reduce_scatter": 1}
+_LEGACY_P2P_RE = re.compile(r"^(send|recv)\s+(\d+)\s*(?:->|<-)\s*(\d+)$")
+
+
+def _dims_nelems(value: Any) -> int | None:
+    """Elements of the first tensor of ``Input Dims`` (``[[8192, 384], ...]`` -> 3,145,728)."""
+    if not isinstance(value, list) or not value or not isinstance(value[0], list) or not value[0]:
+        return None
+    n = 1
+    for d in value[0]:
+        d = _int(d)
+        if d is None or d < 0:
+            return None
+        n *= d
+    return n
+
+
+def _legacy_rpcs(annotations: list[tuple[int, dict[str, Any]]], parents: list[tuple[int, dict[str, Any]]],
+                 problems: Problems) -> list[_Rpc]:
+    """Ops of a trace from PyTorch before 2.1, from the ``nccl:<op>`` record_function annotations.
+
+    Such a trace has ``record_param_comms`` without arguments of use, but ProcessGroupNCCL wraps every call in an
+    annotation ``nccl:all_reduce`` / ``nccl:_all_gather_base`` / ``nccl:all_to_all`` / ``nccl:send 0->1`` whose
+    ``Input Dims`` / ``Input type`` (recorded with ``record_shapes=True``) give the input buffer. The sizes of
+    all_gather (the gathered output) and reduce_scatter (the input) come from the enclosing ``c10d::`` call, whose
+    first two inputs are (output, input). Worked example (HTA's sampled_rank-0 trace): ``c10d::_allgather_base_``
+    with Input Dims [[1073741824], [16777216]] of 'signed char' is an all_gather of 1,073,741,824 bytes.
+    """
+    by_thread: dict[tuple[Any, Any], list[tuple[float, float, dict[str, Any]]]] = defaultdict(list)
+    for _, ev in parents:
+        ts, dur = _number(ev.get("ts")), _number(ev.get("dur"))
+        if ts is not None and dur is not None:
+            by_thread[(_hashable(ev.get("pid")), _hashable(ev.get("tid")))].append((ts, dur, ev["args"]))
+    out: list[_Rpc] = []
+    for i, ev in annotations:
+        where = f"event {i}"
+        raw = str(ev["name"])[len("nccl:"):].strip()
+        p2p = _LEGACY_P2P_RE.match(raw)
+        coll = p2p.group(1) if p2p else raw
+        op = OP_NAMES.get(coll.lower())
+        if op is None:
+            problems.add(where, f"unknown collective annotation {ev['name']!r}, skipped")
+            continue
+        args = ev["args"]
+        ts, dur = _number(ev.get("ts")), _number(ev.get("dur"))
+        if ts is None:
+            problems.add(where, f"'ts'={ev.get('ts')!r} is not a time in microseconds, skipped")
+            continue
+        types = args.get("Input type")
+        type_name = types[0] if isinstance(types, list) and types and isinstance(types[0], str) else None
+        dtype = _CPP_TYPES.get(type_name.strip().lower()) if type_name else None
+        nelems = _dims_nelems(args.get("Input Dims"))
+        if nelems is None or dtype is None:
+            problems.add(where, f"{ev['name']}: no input shape or element type (Input Dims "
+                                f"{args.get('Input Dims')!r}, Input type {types!r}; record with "
+                                f"record_shapes=True), skipped")
+            continue
+        synth: dict[str, Any] = {"In msg nelems": nelems, "Out msg nelems": None, "dtype": dtype, "_legacy": True,
+                                 "External id": args.get("External id")}
+        if op in _PARENT_SIZE_ARG:
+            parent = next((a for t, d, a in by_thread.get((_hashable(ev.get("pid")), _hashable(ev.get("tid"))), ())
+                           if t <= ts <= t + d), None)
+            k = _PARENT_SIZE_ARG[op]
+            dims = parent.get("Input Dims") if parent else None
+            full = _dims_nelems(dims[k:]) if isinstance(dims, list) and len(dims) > k else None
+            if full is None:
+                if op == "all_gather":
+                    problems.add(where, f"{ev['name']}: the gathered size is not in the trace (no enclosing "
+                                        f"c10d:: call with shapes; the annotation gives only the per-rank input), "
+                                        f"skipped")
+                    continue
+            elif op == "all_gather":
+                synth["Out msg nelems"] = full
+            else:
+                synth["In msg nelems"] = full
+        if p2p:
+            src, dst = int(p2p.group(2)), int(p2p.group(3))
+            synth["Dst Rank" if op == "send" else "Src Rank"] = dst if op == "send" else src
+        out.append(_Rpc(index=i, ts_us=ts, dur_us=dur if dur is not None and dur >= 0 else None,
+                        thread=(_hashable(ev.get("pid")), _hashable(ev.get("tid"))), coll=raw, op=op, args=synth,
+                        ext_id=_int(args.get("External id"))))
+    return out
+
+
+def _why_empty(num_rpc: int, legacy_rpc: int, rpcs: list[_Rpc], kernels: list[_Kernel], problems: Problems) -> str:
+    """The reason a trace gave no op, for the error."""
+    if rpcs:
+        found = problems.finish()
+        return (f"{len(rpcs)} communication events, none readable"
+                + (f" ({'; '.join(found[:3])})" if found else ""))
+    if kernels:
+        kinds = sorted({k.func or "?" for k in kernels})
+        return (f"{len(kernels)} NCCL kernels ({', '.join(kinds)}) but no event that gives their sizes: "
+                f"{'the record_param_comms events carry no metadata (PyTorch < 2.1) and ' if legacy_rpc else ''}"
+                f"no nccl:<op> annotation with input shapes (profile with record_shapes=True)")
+    if num_rpc:
+        return f"{num_rpc} record_param_comms events, all markers (wait / init / coalesced) or without metadata"
+    return ("no communication events (no record_param_comms, nccl:<op> annotation or NCCL kernel): the trace "
+            "holds no communication (gloo records none)")
 
 
 def _read_rpc(i: int, ev: dict[str, Any], problems: Problems, skipped: dict[str, int]) -> _Rpc | None:
@@ -568,6 +696,7 @@ def _to_commop(r: _Rpc, *, trace_rank: int | None, world_size: int | None, base_
     seq = _int(a.get("Seq"))
     extra = {
         "collective_name": r.coll,
+        "recovered_from": "nccl_annotation" if a.get("_legacy") else None,
         "event_index": r.index,
         "in_msg_nelems": in_n,
         "out_msg_nelems": out_n,
@@ -613,7 +742,7 @@ def _group(r: _Rpc, world_size: int | None, pg_ranks: dict[str, list[int]], prob
         elif truncated and ranks:
             problems.note(where, f"{r.coll}: 'Process Group Ranks' is cut short by the profiler and nothing else "
                                  f"gives the group; group left empty")
-        else:
+        elif not a.get("_legacy"):  # legacy traces say it once for all
             problems.note(where, f"{r.coll}: the trace does not say the group's ranks; group left empty")
     if size is not None and group and len(group) != size:
         problems.add(where, f"{r.coll}: 'Group size'={size} but the group has {len(group)} ranks {list(group)}")

@@ -37,7 +37,6 @@ all_reduce command) is overruled and reported; without a name the rows decide, a
 
 from __future__ import annotations
 
-import gzip
 import math
 import re
 from dataclasses import dataclass, field
@@ -749,11 +748,14 @@ class _Reader:
             return
         if body.startswith("Collective test concluded"):
             return
-        m = re.match(r"nccl-tests version\s+(\S+)(?:.*?nccl-library=(\d{1,9}))?", body)
+        # "# nccl-tests version 2.19.4 nccl-headers=21903 nccl-library=21903", and rccl-tests' own form
+        # "# rccl-tests version 2.17.9-develop:2596ca5f71 rccl-headers=22803 rccl-library=22707"
+        m = re.match(r"([nr])ccl-tests version\s+(\S+)(?:.*?[nr]ccl-library=(\d{1,9}))?", body)
         if m:
-            self.versions.setdefault("nccl_tests_version", m.group(1))
-            if m.group(2):
-                self.versions.setdefault("nccl_version", _version_from_code(int(m.group(2))))
+            lib = "rccl" if m.group(1) == "r" else "nccl"
+            self.versions.setdefault(f"{lib}_tests_version", m.group(2))
+            if m.group(3):
+                self.versions.setdefault(f"{lib}_version", _version_from_code(int(m.group(3))))
             return
         if body.startswith("Using devices"):
             if self.cur.rows:
@@ -1120,19 +1122,12 @@ def _merge_meta(runs: list[dict], versions: dict[str, str], json_output: str | N
 def _read_source(source: str | Path) -> tuple[str, str]:
     """(display name, text) of a path or of the output itself."""
     if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and "\r" not in source):
-        path = Path(source)
-        try:
-            if not path.is_file():
-                raise ValueError(f"{source}: no such file (pass a path to nccl-tests output, or the output itself)")
-            data = path.read_bytes()
-        except OSError as exc:
-            raise ValueError(f"{source}: cannot read ({exc.strerror or exc})") from None
-        if data[:2] == b"\x1f\x8b":
-            try:
-                data = gzip.decompress(data)
-            except (OSError, EOFError) as exc:
-                raise ValueError(f"{path.name}: not a valid gzip file ({exc})") from None
-        return path.name, data.decode("utf-8", errors="replace")
+        from commscope.io.import_base import read_input
+
+        if not Path(source).is_file():
+            raise ValueError(f"{source}: no such file (pass a path to nccl-tests output, or the output itself)")
+        name, data = read_input(source)
+        return name, data.decode("utf-8", errors="replace")
     if not isinstance(source, str):
         raise ValueError(f"expected a path or the text of nccl-tests output, got {type(source).__name__}")
     return "<text>", source

@@ -33,6 +33,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from commscope.io.import_base import KNOWN_DTYPES
 from commscope.record import CommOp
 
 #: Key of the optional first line of a JSONL op log.
@@ -54,6 +55,9 @@ _CSV_OPTIONAL_INT = ("rank", "peer", "micro_batch", "layer", "t_start_ns", "t_en
 #: At most this many problems are listed one by one; the rest are counted in one last entry.
 MAX_PROBLEMS = 100
 _BATCH = 8192
+#: dtype names a record may carry (lower case): commscope's, torch's (``float8_e4m3fn``), the importers'.
+_KNOWN_DTYPES = frozenset(d.lower() for d in KNOWN_DTYPES) | {
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "complex32", "qint8", "quint8", "qint32"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,6 +72,18 @@ class OpLog:
     """One line per skipped line or other oddity: ``ops.jsonl line 812: truncated JSON, skipped``."""
     steps: list[dict[str, int]] = field(default_factory=list)
     """The step lines (:data:`STEP_KEY`) in file order: ``step``, ``t_start_ns``, ``t_end_ns``."""
+
+    def to_pandas(self) -> Any:
+        """The ops as a pandas DataFrame, one row per op (needs pandas; :func:`commscope.io.tables.ops_to_pandas`)."""
+        from commscope.io.tables import ops_to_pandas
+
+        return ops_to_pandas(self.ops)
+
+    def to_polars(self) -> Any:
+        """The ops as a polars DataFrame (needs polars and pyarrow)."""
+        from commscope.io.tables import ops_to_polars
+
+        return ops_to_polars(self.ops)
 
 
 # ----------------------------------------------------------------------------------------------- files
@@ -261,6 +277,36 @@ def _op_from_obj(obj: dict[str, Any]) -> CommOp:
     return CommOp(**obj)
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_op(op: CommOp) -> str | None:
+    """What is wrong with a record read from a file, or None: the checks CommOp leaves to readers, because a file
+    can hold what code would never build (a null group, a size of ``1e400`` read as infinity, NaN times, an
+    unknown dtype, a step that is no integer). The message names the field, the value and what would be valid."""
+    if not isinstance(op.group, tuple) or not all(_is_int(r) and r >= 0 for r in op.group):
+        return f"group={op.group!r}: expected a list of ranks (integers >= 0)"
+    if not _is_int(op.size_bytes):
+        return f"size_bytes={op.size_bytes!r}: expected a whole number of bytes >= 0"
+    if not _is_int(op.count):
+        return f"count={op.count!r}: expected an integer >= 1"
+    for name in ("rank", "peer", "micro_batch", "layer", "t_start_ns", "t_end_ns"):
+        value = getattr(op, name)
+        if value is not None and not (_is_int(value) and value >= 0):
+            return f"{name}={value!r}: expected an integer >= 0 or nothing"
+    if op.t_start_ns is not None and op.t_end_ns is not None and op.t_end_ns < op.t_start_ns:
+        return f"t_end_ns={op.t_end_ns} is before t_start_ns={op.t_start_ns}"
+    if op.splits is not None and not all(_is_int(b) and b >= 0 for b in op.splits):
+        return f"splits={op.splits!r}: expected bytes per peer (integers >= 0)"
+    if not isinstance(op.dtype, str) or op.dtype.lower() not in _KNOWN_DTYPES:
+        return f"dtype={op.dtype!r}: unknown; valid: {', '.join(sorted(_KNOWN_DTYPES))}"
+    for key, value in op.extra:
+        if key == "step" and value is not None and not (_is_int(value) and value >= 0):
+            return f"step={value!r}: expected a training step (an integer >= 0) or nothing (setup)"
+    return None
+
+
 def read_ops_jsonl(path: str | Path) -> OpLog:
     """Read a JSON Lines op log written by :func:`write_ops_jsonl` (or any producer of the same lines).
 
@@ -310,9 +356,15 @@ def read_ops_jsonl(path: str | Path) -> OpLog:
                     problems.append(f"{name} line {lineno}: {STEP_KEY} needs integer step, t_start_ns and t_end_ns, skipped")
                 continue
             try:
-                ops.append(_op_from_obj(obj))
-            except (TypeError, ValueError) as exc:
+                op = _op_from_obj(obj)
+            except (TypeError, ValueError, OverflowError) as exc:
                 problems.append(f"{name} line {lineno}: not a valid CommOp ({exc}), skipped")
+                continue
+            bad = check_op(op)
+            if bad:
+                problems.append(f"{name} line {lineno}: {bad}, skipped")
+                continue
+            ops.append(op)
     if not ops and header is None:
         found = "; ".join(problems[:3])
         if num_lines == 0:

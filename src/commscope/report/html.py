@@ -101,6 +101,16 @@ class MeasuredLogs:
     """The first file's header line (``commscope_header``), if any."""
     num_attributed: int = 0
     """Records that had no axis and took one from a prediction's layout (:func:`with_axes`)."""
+    formats: tuple[str, ...] = ()
+    """The formats read (``jsonl``, ``kineto``, ``deepspeed``, ...)."""
+    missing_fields: tuple[str, ...] = ()
+    """CommOp fields the records could not give."""
+    notes: tuple[str, ...] = ()
+    """What the reader assumed (a group taken from the world size, ...)."""
+    partial_steps: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    """Steps some ranks did not log completely (left out): step -> those ranks."""
+    matrix_omitted: str | None = None
+    """Why no measured traffic matrix can be drawn (None: it can)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,33 +142,31 @@ def _step_of(op: CommOp) -> Any:
     return None
 
 
-def load_measured(path: str | Path, *, num_iterations: int | None = None) -> MeasuredLogs:
-    """Read one op-log file or every ``*.jsonl`` / ``*.jsonl.gz`` of a directory (one per rank).
+def load_measured(path: str | Path, *, num_iterations: int | None = None, layout=None) -> MeasuredLogs:
+    """Read a measured run: a directory of per-rank files or one file, of any format
+    :func:`commscope.io.runs.read_run` reads (commscope's op logs, Kineto traces, DeepSpeed logs, ...).
 
-    Records tagged with a training step (``extra["step"]``) count as iterations and untagged ones as setup;
-    ``num_iterations`` defaults to the number of distinct steps, else the header's ``num_iterations``
-    (or ``iterations``, ``steps``), else 1.
+    Records tagged with a training step (``extra["step"]``) count as iterations and untagged ones as setup; steps
+    some ranks did not log completely are left out (and said); ``num_iterations`` defaults to the number of
+    complete steps, else the header's ``num_iterations`` (or ``iterations``, ``steps``), else 1. ``layout`` is the
+    job's, when known (see :func:`~commscope.io.runs.read_run`).
     """
-    from commscope.io.oplog import read_ops_jsonl
+    from commscope.io.runs import read_run
 
     path = Path(path)
     if not path.exists():
-        raise ConfigError("measured", str(path), "no such file or directory (expected per-rank *.jsonl op logs)")
-    files = sorted(p for pattern in ("*.jsonl", "*.jsonl.gz") for p in path.glob(pattern)) if path.is_dir() else [path]
-    if not files:
-        raise ConfigError("measured", str(path), "holds no *.jsonl or *.jsonl.gz op logs")
-    ops: list[CommOp] = []
-    problems: list[str] = []
-    header: dict[str, Any] = {}
-    for f in files:
-        try:
-            log = read_ops_jsonl(f)
-        except ValueError as exc:
-            raise ConfigError("measured", str(f), str(exc)) from None
-        ops += log.ops
-        problems += log.problems
-        if not header and log.header:
-            header = dict(log.header)
+        raise ConfigError("measured", str(path), "no such file or directory (expected per-rank op logs or another "
+                                                 "tool's records)")
+    try:
+        run = read_run(path, layout=layout)
+    except ValueError as exc:
+        raise ConfigError("measured", str(path), str(exc).removeprefix(f"{path}: ")) from None
+    ops = [op for op in run.all_ops if _step_of(op) not in run.partial_steps]
+    problems = list(run.problems)
+    if run.partial_steps:
+        problems.append("partial steps left out: " + "; ".join(
+            f"step {k} (rank(s) {', '.join(map(str, v))})" for k, v in sorted(run.partial_steps.items())))
+    header = next((dict(h) for _, h in sorted(run.headers.items()) if h), {})
     steps = sorted({s for s in (_step_of(op) for op in ops) if isinstance(s, int)})
     if steps:
         ops = [op if isinstance(_step_of(op), int) or op.phase == "setup" else op.with_(phase="setup") for op in ops]
@@ -167,8 +175,10 @@ def load_measured(path: str | Path, *, num_iterations: int | None = None) -> Mea
         num_iterations = len(steps) if steps else (found[0] if found else 1)
     if num_iterations < 1:
         raise ConfigError("measured_iterations", num_iterations, "must be a positive integer")
-    return MeasuredLogs(ops=tuple(ops), files=tuple(str(f) for f in files), num_iterations=num_iterations,
-                        steps=tuple(steps), problems=tuple(problems), header=header)
+    return MeasuredLogs(ops=tuple(ops), files=run.files, num_iterations=num_iterations, steps=tuple(steps),
+                        problems=tuple(problems), header=header, formats=run.formats,
+                        missing_fields=run.missing_fields, notes=run.notes, partial_steps=dict(run.partial_steps),
+                        matrix_omitted=run.matrix_omitted)
 
 
 _BENCH_REQUIRED = ("op", "group_size", "size_bytes", "busbw_bytes_per_s")
@@ -582,7 +592,15 @@ def compare_measured(measured: MeasuredLogs, prediction=None) -> dict[str, Any]:
         notes.append(f"{measured.num_attributed:,} records without an axis took the axis of the prediction's group they ran on")
     if prediction is not None and ranks and len(ranks) != prediction.traffic.world_size:
         notes.append(f"the logs cover {len(ranks)} ranks, the prediction {prediction.traffic.world_size}")
+    if measured.formats and measured.formats != ("jsonl",):
+        notes.append(f"read from {', '.join(measured.formats)} records; not in them: "
+                     f"{', '.join(measured.missing_fields) or 'nothing'}")
+    notes += list(measured.notes)
+    if measured.matrix_omitted:
+        notes.append(f"measured traffic matrix omitted: {measured.matrix_omitted}")
     notes += list(measured.problems[:10])
+    if len(measured.problems) > 10:
+        notes.append(f"... and {len(measured.problems) - 10} more problems")
     total_m = sum(r["measured_bytes"] for r in rows)
     total_p = sum(r["predicted_bytes"] or 0 for r in rows) if pred else None
     return {"rows": rows, "num_iterations": n, "num_ranks": len(ranks), "files": list(measured.files),
@@ -596,6 +614,8 @@ def measured_heatmap_section(measured: MeasuredLogs, prediction=None, *, level: 
     try:
         from commscope.capture.analysis import measured_traffic
     except ImportError:  # pragma: no cover
+        return None
+    if measured.matrix_omitted:
         return None
     ops = [op for op in logical_measured_ops(with_axes(measured, prediction).ops) if op.group]
     if not ops:
