@@ -74,7 +74,7 @@ class GroupSpan:
     per_node: int
 
     @classmethod
-    def of(cls, group, gpus_per_node: int) -> "GroupSpan":
+    def of(cls, group, gpus_per_node: int) -> GroupSpan:
         nodes = np.asarray(group) // gpus_per_node
         uniq, counts = np.unique(nodes, return_counts=True)
         return cls(n=len(nodes), num_nodes=len(uniq), per_node=int(counts.min()))

@@ -145,7 +145,7 @@ def _child(fn: Callable[..., Any], rank: int, world_size: int, args: Sequence[An
         when = time.time()
         try:
             conn.send(("error", traceback.format_exc(), when))
-        except Exception:  # noqa: BLE001 - e.g. a broken pipe; the exit code still tells the parent
+        except Exception:  # noqa: BLE001, S110 - e.g. a broken pipe; the exit code still tells the parent
             pass
         conn.close()
         os._exit(1)  # skip interpreter teardown: a forked child must not run the parent's atexit hooks
@@ -235,8 +235,8 @@ def _collect(procs, conns, timeout_s: float) -> list[Any]:
                 procs[rank].join(_TERM_GRACE_S)  # reap it, so its exit code and closed pipe are visible
                 if conn in pending_conns and not conn.poll():  # no message and no EOF (a child of it holds the pipe)
                     pending_conns.remove(conn)
-                    errors.append((time.time(), rank, f"rank {rank} exited with code {procs[rank].exitcode} "
-                                                      "without returning a result\n"))
+                    errors.append((time.time(), rank, (f"rank {rank} exited with code {procs[rank].exitcode} "
+                                                      "without returning a result\n")))
                     first_error_at = first_error_at or time.monotonic()
                 continue
             rank = rank_of_conn[id(obj)]

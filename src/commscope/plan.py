@@ -17,7 +17,8 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
@@ -202,7 +203,7 @@ def screen_time_s(model: ModelSpec, cluster: ClusterSpec, c: dict[str, np.ndarra
     pp_time = np.where(pp > 1, m * 2 * t_p2p, 0.0)
     # CP ring: (c-1)(3 + f) K/V transfers per layer and micro-batch, overlapped with attention compute
     kv = 2 * tokens * np.maximum(1, model.kv_heads // tp) * model.head_size * B
-    cp_nodes, cp_k = _span(cp, tp, gpn)
+    cp_nodes, _cp_k = _span(cp, tp, gpn)
     t_kv = alpha_beta_time_s(cluster, "send", kv, 2, np.where(cp_nodes > 1, 2, 1), 1)
     attn = m * tokens * sum(tf.attention_core) * 3 / pp / tp / (u * peak)
     cp_time = np.maximum(0.0, m * layers_per_stage * (cp - 1) * (3 + (rc == 2)) * t_kv - attn)

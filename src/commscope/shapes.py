@@ -30,7 +30,8 @@ import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -211,16 +212,16 @@ def shape_rules(model: ModelSpec, parallel: ParallelSpec | None = None, gpu: Gpu
     hard = [
         ("heads_tp", "attention heads divisible by tp", model.num_heads, f"multiple of tp={t}",
          model.num_heads % t == 0 and (model.kv_heads % t == 0 or t % model.kv_heads == 0),
-         f"each TP rank computes a/t = {model.num_heads}/{t} whole heads (and its share of the {model.kv_heads} "
-         "key/value groups); the attention GEMMs are batched over b a/t, which must be an integer [megatron-lm-2019]",
+         (f"each TP rank computes a/t = {model.num_heads}/{t} whole heads (and its share of the {model.kv_heads} "
+         "key/value groups); the attention GEMMs are batched over b a/t, which must be an integer [megatron-lm-2019]"),
          [f"tp in {', '.join(str(x) for x in _divisors(model.num_heads) if x <= 8)}"]),
         ("ffn_tp", "FFN width divisible by tp", model.ffn, f"multiple of tp={t}", model.ffn % t == 0,
          "the MLP's column- and row-parallel GEMMs split f over tp ranks", []),
         ("layers_pp", "layers divisible by the pipeline", model.num_layers,
          f"multiple of pp x virtual = {par.pp * par.virtual_pipeline_size}",
          par.pipeline_layers is not None or model.num_layers % (par.pp * par.virtual_pipeline_size) == 0,
-         "every pipeline stage (and virtual chunk) holds the same number of layers unless pipeline_layers says otherwise; "
-         "an uneven split makes the slowest stage set the pace", []),
+         ("every pipeline stage (and virtual chunk) holds the same number of layers unless pipeline_layers says otherwise; "
+         "an uneven split makes the slowest stage set the pace"), []),
     ]
     if model.is_moe:
         hard.append(("experts_ep", "experts divisible by ep", model.num_experts, f"multiple of ep={e}",
@@ -416,10 +417,10 @@ def analyse_shapes(model: ModelSpec, parallel: ParallelSpec, cluster: ClusterSpe
     est = estimate(pred, gpu=g, bandwidth=bandwidth)
     u = est.gpu_util
     base = estimate(pred, gpu_util=cluster.gpu_util, bandwidth=bandwidth)
-    notes = [f"GEMM model on {g.name}: achievable {g.achievable_fraction:.0%} of peak for large aligned GEMMs "
-             f"(calibration constant; `--measure` on a GPU refines it)",
-             f"the estimate times every kernel with the compute model (commscope.compute): {u:.3f} of peak during "
-             f"compute; the baseline uses the cluster's flat u = {cluster.gpu_util:.2f}",
+    notes = [(f"GEMM model on {g.name}: achievable {g.achievable_fraction:.0%} of peak for large aligned GEMMs "
+             f"(calibration constant; `--measure` on a GPU refines it)"),
+             (f"the estimate times every kernel with the compute model (commscope.compute): {u:.3f} of peak during "
+             f"compute; the baseline uses the cluster's flat u = {cluster.gpu_util:.2f}"),
              ("attention GEMMs: batched over b a/t; " + (
                  "fused (flash): the s x s scores stay on chip; the backward's recomputation of Q K^T is not counted"
                  if attention == "flash" else "unfused: the s x s scores go through HBM"))]
@@ -691,9 +692,9 @@ def suggest_shapes(model: ModelSpec, parallel: ParallelSpec, cluster: ClusterSpe
     heads = ", ".join(str(d) for d in sorted({64, 128, model.head_size}))
     groups = (f", {model.kv_heads} query groups or {model.num_heads // model.kv_heads} heads per group"
               if model.num_query_groups is not None else "")
-    notes = [f"candidates: h a multiple of {ALIGN_ELEMENTS} within +-{hidden_range:.0%} of {model.hidden_size}, head size "
+    notes = [(f"candidates: h a multiple of {ALIGN_ELEMENTS} within +-{hidden_range:.0%} of {model.hidden_size}, head size "
              f"{heads}{groups}, FFN at the original ratio {model.ffn / model.hidden_size:.3g} x h rounded to multiples of "
-             f"64 x tp, layers keeping parameters within +-{tolerance:.0%} and divisible by the pipeline",
+             f"64 x tp, layers keeping parameters within +-{tolerance:.0%} and divisible by the pipeline"),
              "memory is not re-checked (parameters stay within the tolerance)"]
     return Suggestions(original=original, entries=tuple(kept[:top]), tolerance=tolerance, rank_by=rank_by,
                        num_candidates=num_candidates, num_within_tolerance=len(within), num_estimated=len(estimated),
