@@ -65,7 +65,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any, Literal
 
 import numpy as np
@@ -76,11 +76,11 @@ from commscope.units import GB, MiB, US, canonical_dtype, dtype_bytes, parse_siz
 
 __all__ = [
     "AVERAGE_MODES",
-    "BenchRow",
     "DTYPES",
-    "GroupBackend",
     "OPS",
     "REDOPS",
+    "BenchRow",
+    "GroupBackend",
     "SweepConfig",
     "SweepResult",
     "WrongResultsError",
@@ -287,7 +287,7 @@ class BenchRow:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "BenchRow":
+    def from_dict(cls, data: dict[str, Any]) -> BenchRow:
         names = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in names})
 
@@ -373,13 +373,13 @@ def format_header(op: str, n: int, num_groups: int, *, backend: str, group_mode:
     return "\n".join([
         f"# {op}: {groups}, backend {backend}{executes}",
         f"# type {DTYPES[dtype]}, redop {redop if op in _REDUCING else 'none'}, {iters_text}",
-        f"# time = median over iterations ({AVERAGE_MODES[average]} over ranks per iteration); busbw = algbw x "
-        f"{busbw_factor(op, n):.4g} (nccl-tests' factor for n={n})",
+        (f"# time = median over iterations ({AVERAGE_MODES[average]} over ranks per iteration); busbw = algbw x "
+        f"{busbw_factor(op, n):.4g} (nccl-tests' factor for n={n})"),
         "#",
-        f"#{'size':>11}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  {'time':>7}  {'algbw':>6}  "
-        f"{'busbw':>6}  {'#wrong':>6}  {'p95':>7}  {'cv':>5}",
-        f"#{'(B)':>11}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  "
-        f"{'(GB/s)':>6}  {'':>6}  {'(us)':>7}  {'':>5}",
+        (f"#{'size':>11}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  {'time':>7}  {'algbw':>6}  "
+        f"{'busbw':>6}  {'#wrong':>6}  {'p95':>7}  {'cv':>5}"),
+        (f"#{'(B)':>11}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  "
+        f"{'(GB/s)':>6}  {'':>6}  {'(us)':>7}  {'':>5}"),
     ])
 
 
@@ -450,7 +450,7 @@ class _Pattern:
     k: int = 1
 
     @classmethod
-    def for_op(cls, op: str, redop: str, n: int, dtype: str) -> "_Pattern":
+    def for_op(cls, op: str, redop: str, n: int, dtype: str) -> _Pattern:
         limit = _EXACT_MAX[dtype]
         if op not in _REDUCING or redop in ("min", "max"):
             return cls("spread")
@@ -736,7 +736,7 @@ def run_sweep(cfg: SweepConfig, *, emit: Callable[[str], None] | None = None, co
     meta: dict[str, Any] = {
         "tool": "commscope bench", "backend": backend, "world_size": world, "hostname": socket.gethostname(),
         "hosts": hosts, "num_hosts": len(set(hosts)), "torch_version": torch.__version__,
-        "python_version": platform.python_version(), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "python_version": platform.python_version(), "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": command if command is not None else " ".join(sys.argv), "device": _device_name(device),
         "group_mode": cfg.group_mode, "group_sizes": list(sizes_g), "dtype": cfg.dtype, "redop": cfg.redop,
         "iters": cfg.iters, "warmup_iters": cfg.warmup_iters, "time_budget_s": cfg.time_budget_s,
