@@ -51,7 +51,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
         self._me = self._ranks[rank]
 
     # ----- identity -----
-    def getBackendName(self) -> str:  # noqa: N802 (c10d's name)
+    def getBackendName(self) -> str:  # c10d's name
         return BACKEND_NAME
 
     @property
@@ -290,7 +290,7 @@ _INFLIGHT: dict[int, tuple[Any, dict, Any, str]] = {}
 """Recorded ops not yet seen complete: key -> (inner work, record, sink, inner backend name)."""
 
 
-def _track(work, recs: list[dict], sink, backend: str) -> "_TimedWork":
+def _track(work, recs: list[dict], sink, backend: str) -> _TimedWork:
     if _INFLIGHT:
         observe_completions()
     keys = [id(rec) for rec in recs]
@@ -311,7 +311,7 @@ def _finish(key: int, completed: bool) -> None:
 def _is_completed(work) -> bool:
     try:
         return bool(work.is_completed())
-    except Exception:  # a backend that cannot tell: seen complete when waited on, or at the end
+    except Exception:  # noqa: BLE001 - a backend that cannot tell: seen complete when waited on, or at the end
         return False
 
 
@@ -409,12 +409,12 @@ class _TimedWork(dist.Work):
             try:
                 entry[0].get_future()
                 return
-            except Exception:
+            except Exception:  # noqa: BLE001, S110 - a work without a future: it is finished below
                 pass
             completed = _is_completed(entry[0])
             for key in self._keys:
                 _finish(key, completed)
-        except Exception:  # interpreter shutdown: the log's close() writes what is left
+        except Exception:  # noqa: BLE001, S110 - interpreter shutdown: the log's close() writes what is left
             pass
 
 

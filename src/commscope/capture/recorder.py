@@ -24,7 +24,8 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 from commscope.io.oplog import json_quote
 
