@@ -108,8 +108,8 @@ def format_summary(s: dict[str, Any]) -> str:
     """The human-readable table of `commscope traffic`."""
     p = s["parallel"]
     lines = [
-        f"{s['model']} on {s['cluster']}: {s['world_size']} GPUs ({s['num_nodes']} nodes x {s['gpus_per_node']}), "
-        f"{_config_label(s).split(',')[0]}, {p['num_micro_batches']} micro-batches, order {p['order']}, {s['algorithm']} algorithm",
+        (f"{s['model']} on {s['cluster']}: {s['world_size']} GPUs ({s['num_nodes']} nodes x {s['gpus_per_node']}), "
+        f"{_config_label(s).split(',')[0]}, {p['num_micro_batches']} micro-batches, order {p['order']}, {s['algorithm']} algorithm"),
         "",
         f"{'axis':<6}{'bytes sent':>14}{'share':>8}{'intra-node':>14}{'inter-node':>14}{'op bytes':>14}",
     ]
@@ -124,8 +124,8 @@ def format_summary(s: dict[str, Any]) -> str:
                  f"{format_bytes(lk['inter_node']):>14}")
     lines += [
         "",
-        f"ops per iteration: {s['num_ops']:,}   GPU pairs that talk: {s['num_pairs']:,}   "
-        f"busiest pair: {format_bytes(s['max_pair_bytes'])}",
+        (f"ops per iteration: {s['num_ops']:,}   GPU pairs that talk: {s['num_pairs']:,}   "
+        f"busiest pair: {format_bytes(s['max_pair_bytes'])}"),
         "bytes sent = what GPUs put on links per iteration (the traffic matrix); op bytes = sum of message sizes.",
     ]
     lines += [f"note: {n}" for n in s.get("notes", [])]

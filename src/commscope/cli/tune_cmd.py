@@ -130,9 +130,9 @@ def format_selection(table) -> list[str]:
     """The selection as lines: per op and group size, each backend and the largest size it gets."""
     from commscope.tune.select import selection_summary
 
-    lines = [f"# selection ({table.machine.device}, torch {table.machine.torch_version}, "
+    lines = [(f"# selection ({table.machine.device}, torch {table.machine.torch_version}, "
              f"{table.world_size} ranks on {table.num_hosts} host(s); ties within {table.tie_tolerance:.0%} go to "
-             "the native backend)"]
+             "the native backend)")]
     for entry in selection_summary(table):
         parts = [f"{seg['backend']} up to {format_bytes(seg['max_size_bytes'])}" if seg["max_size_bytes"] is not None
                  else f"{seg['backend']} {'beyond' if len(entry['segments']) > 1 else 'at every size'}"

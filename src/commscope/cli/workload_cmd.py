@@ -183,7 +183,7 @@ def _print_comparison(logdir: Path, result: dict) -> None:
 def run_moe_cmd(args: argparse.Namespace) -> int:
     from commscope.workloads.moe import MoeRunConfig, check_moe_config, compare_run, load_group_traces, run_moe
 
-    model, parallel, cluster = resolve_workload_job(args, moe=True)
+    model, parallel, _cluster = resolve_workload_job(args, moe=True)
     routing_dir = args.record_routing or (args.record / "routing" if args.record is not None else None)
     cfg = MoeRunConfig(model=model, parallel=parallel, steps=args.steps, warmup=args.warmup, seed=args.seed,
                        record=None if args.record is None else str(args.record),
