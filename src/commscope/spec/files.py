@@ -362,7 +362,7 @@ def cluster_from_mapping(d: Mapping[str, Any], *, source: str | None = None, nam
             if key == "peak_tflops":
                 kwargs[si] = _flops_table(key, value, scale, source)
             elif key == "memory_GiB":
-                kwargs[si] = int(round(_number(key, value, source) * scale))
+                kwargs[si] = round(_number(key, value, source) * scale)
             else:
                 kwargs[si] = float(_number(key, value, source) * scale)
         elif key in ("intra_node", "inter_node"):
