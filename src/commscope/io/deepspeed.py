@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any, Literal
 
@@ -316,7 +316,7 @@ def _read_verbose(lines: list[str], problems: Problems) -> list[dict[str, Any]]:
         ts = _TIMESTAMP_RE.match(raw)
         if ts:
             try:
-                when = datetime.strptime(ts.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+                when = datetime.strptime(ts.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
             except ValueError:
                 problems.add(f"line {ln}", f"timestamp {ts.group(1)!r} is no valid date; times left empty")
             else:

@@ -274,7 +274,7 @@ _DEEPSPEED_RE = re.compile(r"Comm\. Op\s+Message Size\s+Count|comm op:\s*\S.*\|\
 _NCCL_TESTS_RE = re.compile(
     r"^\s*#\s*nThread\s+\d|#\s*Avg bus bandwidth|[A-Za-z0-9_]_perf(?:_mpi)?\b|^\s*#\s+size\s+count\s+type"
     r"|#\s*Collective test starting|rccl-tests:|# nccl-tests version",
-    re.M,
+    re.MULTILINE,
 )
 _HEAD_BYTES = 1 << 16
 

@@ -174,9 +174,9 @@ class _Rpc:
     op: str
     args: dict[str, Any]
     ext_id: int | None
-    kernels: list["_Kernel"] = field(default_factory=list)
+    kernels: list[_Kernel] = field(default_factory=list)
     pairing: str | None = None
-    inside: "_Rpc | None" = None
+    inside: _Rpc | None = None
     """The record_param_comms this one lies within, on the same thread (a barrier's all_reduce)."""
     container: bool = False
     """True when another record_param_comms lies within this one: the inner one launches the kernel."""

@@ -200,7 +200,7 @@ def _package_version() -> str:
         from importlib.metadata import version
 
         return version("commscope")
-    except Exception:  # not installed (running from a source tree)
+    except ImportError:  # not installed (running from a source tree): PackageNotFoundError is one
         return "unknown"
 
 
