@@ -572,8 +572,8 @@ def compare_measured(measured: MeasuredLogs, prediction=None) -> dict[str, Any]:
              + (f" from {len(ranks)} rank(s)" if ranks else "")
              + f"; {n} iteration(s)" + (f" (steps {measured.steps[0]}–{measured.steps[-1]})" if measured.steps else "")
              + f": measured sums are divided by {n}",
-             "counted once per collective (its group's lowest rank), per issuing rank for all_to_all, at the send "
-             "for point-to-point; recv and setup records left out"]
+             ("counted once per collective (its group's lowest rank), per issuing rank for all_to_all, at the send "
+             "for point-to-point; recv and setup records left out")]
     if setup:
         notes.append(f"{setup:,} setup records (before the first step) left out")
     if measured.num_attributed:
@@ -855,10 +855,10 @@ def write_html(data: dict[str, Any], path: str | Path) -> Path:
 
 __all__ = [
     "AXIS_STYLE",
+    "TERMS",
     "BenchResult",
     "MeasuredLogs",
     "MoeRouting",
-    "TERMS",
     "bench_section",
     "breakdown_section",
     "build_report_data",
@@ -866,20 +866,20 @@ __all__ = [
     "compare_measured",
     "data_to_json",
     "heatmap_section",
-    "logical_measured_ops",
-    "measured_heatmap_section",
-    "with_axes",
-    "predicted_bytes_by_axis",
     "load_bench",
     "load_measured",
     "load_moe",
+    "logical_measured_ops",
     "measured_bytes_by_axis",
+    "measured_heatmap_section",
     "message_size_section",
     "moe_metrics",
     "moe_section",
+    "predicted_bytes_by_axis",
     "render_html",
     "schedule_section",
     "size_histogram",
+    "with_axes",
     "write_html",
 ]
 
