@@ -44,7 +44,7 @@ _WHERE = {
     "write_table": "table",
 }
 
-__all__ = sorted(_WHERE)
+__all__ = tuple(sorted(_WHERE))
 
 
 def __getattr__(name: str) -> Any:

@@ -215,7 +215,7 @@ class MixedProcessGroup(dist.ProcessGroup):
         self._ranks = list(global_ranks)
         self._name = name
 
-    def getBackendName(self) -> str:  # noqa: N802 (c10d's name)
+    def getBackendName(self) -> str:  # c10d's name
         return MIXED_BACKEND
 
     @property

@@ -21,7 +21,7 @@ import os
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any
 
 from commscope.bench.sweep import GroupBackend, SweepConfig, WrongResultsError, run_sweep
@@ -132,7 +132,7 @@ def measure(cfg: TuneConfig, candidates: Sequence[Candidate], *, emit: Callable[
         for sweep, force in _runs(candidate, cfg.sweep, tuple(group_sizes)):
             made: list[Any] = []
 
-            def new_group(ranks: list[int], name: str = candidate.name, force: dict = force) -> Any:
+            def new_group(ranks: list[int], name: str = candidate.name, force: dict = force, made: list[Any] = made) -> Any:
                 if force:
                     pg = dist.new_group(ranks, backend=MIXED_BACKEND, pg_options=MixedOptions(force=force))
                 else:
@@ -163,7 +163,7 @@ def table_from_rows(rows: Sequence[Any], *, machine: Machine, hosts: Sequence[st
     return TuningTable(machine=machine, hosts=tuple(hosts), world_size=world_size, group_sizes=tuple(group_sizes),
                        candidates=tuple(candidates), measurements=measurements, tie_tolerance=cfg.tie_tolerance,
                        dtype=cfg.sweep.dtype, skipped=skipped, command=command,
-                       date=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                       date=datetime.now(UTC).isoformat(timespec="seconds"))
 
 
 def _rank_main(rank: int, world: int, cfg: TuneConfig, candidates: list[Candidate], quiet: bool, command: str):

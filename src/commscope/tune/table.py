@@ -185,7 +185,7 @@ class TuningTable:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, source: str | None = None) -> "TuningTable":
+    def from_dict(cls, data: Mapping[str, Any], *, source: str | None = None) -> TuningTable:
         if data.get("format") != FORMAT:
             raise ConfigError("format", data.get("format"), f"expected {FORMAT!r}: not a commscope tuning table",
                               source=source)
