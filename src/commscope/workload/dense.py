@@ -231,7 +231,7 @@ def _tp_ops(ctx: _Ctx) -> list[OpSet]:
         layers = tuple(layer for chunk in ctx.chunk_layers(stage) for layer in chunk)
 
         def add(op: str, name: str, phase: str, size: int, lays: tuple[int, ...], per_mb: bool = True,
-                dtype: str = dt, repeat: int = 1) -> None:
+                dtype: str = dt, repeat: int = 1, groups: np.ndarray = groups) -> None:
             out.append(OpSet(op=op, axis="tp", name=name, size_bytes=size, dtype=dtype, phase=phase, groups=groups,
                              layers=lays, micro_batches=m if per_mb else None, repeat=repeat))
 

@@ -173,8 +173,8 @@ def build_torch_workload(model: ModelSpec, parallel: ParallelSpec) -> Workload:
     opsets += _tp_ops(ctx)
     opsets += _pp_ops(ctx)  # Megatron's p2p pattern is pipelining's too (one model chunk per stage)
     opsets += _dp_ops(ctx)
-    notes = (f"{p.framework}: PyTorch 2.13's DTensor TP, torch.distributed.pipelining and "
-             f"{'DDP' if p.framework == 'torch-ddp' else 'FSDP2'} on commscope's reference GPT",)
+    notes = ((f"{p.framework}: PyTorch 2.13's DTensor TP, torch.distributed.pipelining and "
+             f"{'DDP' if p.framework == 'torch-ddp' else 'FSDP2'} on commscope's reference GPT"),)
     return Workload(model=model, parallel=p, layout=layout, opsets=tuple(opsets), framework=p.framework, notes=notes)
 
 
@@ -190,7 +190,7 @@ def _tp_ops(ctx) -> list[OpSet]:
         layers = ctx.chunk_layers(stage)[0]
         first, last = stage == 0, stage == p.pp - 1
 
-        def add(op, name, phase, size=A, layers_=layers, mbs=m, repeat=1):
+        def add(op, name, phase, size=A, layers_=layers, mbs=m, repeat=1, groups=groups):
             out.append(OpSet(op=op, axis="tp", name=name, size_bytes=size, dtype=dt, phase=phase, groups=groups,
                              layers=layers_, micro_batches=mbs, repeat=repeat))
 
