@@ -175,7 +175,7 @@ def test_ring_all_reduce_symmetric_within_groups(job):
     tm = traffic_of(w, 8)
     if parallel.tp == 1:
         return
-    s, d, b = tm.pairs("tp")
+    s, _d, b = tm.pairs("tp")
     sent = np.bincount(s, weights=b.astype(float), minlength=tm.world_size)
     for g in w.layout.groups("tp"):
         vals = sent[g]

@@ -8,11 +8,11 @@ import pytest
 
 pytest.importorskip("torch")
 
-from commscope.cli.main import main  # noqa: E402
-from commscope.cli.tune_cmd import format_selection  # noqa: E402
-from commscope.tune.table import TuningTable, load_table  # noqa: E402
+from commscope.cli.main import main
+from commscope.cli.tune_cmd import format_selection
+from commscope.tune.table import TuningTable, load_table
 
-from tune_tables import synthetic_table  # noqa: E402
+from tune_tables import synthetic_table
 
 
 def test_tiny_sweep_writes_a_valid_table(tmp_path, capsys):

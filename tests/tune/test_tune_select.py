@@ -9,10 +9,10 @@ import pytest
 
 pytest.importorskip("torch")  # which algorithms run on which group sizes comes from the algorithm registry
 
-from commscope.tune.select import nearest_group_size, select_backend, selection_for, winner  # noqa: E402
-from commscope.tune.table import Measurement  # noqa: E402
+from commscope.tune.select import nearest_group_size, select_backend, selection_for, winner
+from commscope.tune.table import Measurement
 
-from tune_tables import SIZES, WINNERS, synthetic_table  # noqa: E402
+from tune_tables import SIZES, WINNERS, synthetic_table
 
 
 def _row(backend: str, time_s: float, *, size: int = 1024, wrong: int | None = 0) -> Measurement:
