@@ -144,13 +144,14 @@ def format_selection(table) -> list[str]:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from commscope.tune.table import ensure_compatible, machine_here, read_table
+    from commscope.tune.files import read_table, table_document
+    from commscope.tune.table import ensure_compatible, machine_here
 
     table = read_table(args.show)
     for diff in ensure_compatible(table, machine_here(), allow_mismatch=args.force, source=str(args.show)):
         print(f"commscope tune: warning: {args.show} was measured on another machine: {diff}", file=sys.stderr)
     if args.json:
-        json.dump(table.to_dict(), sys.stdout, indent=1)
+        json.dump(table_document(table), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         print("\n".join(format_selection(table)))
@@ -158,10 +159,10 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _finish(args: argparse.Namespace, table) -> int:
-    from commscope.tune.table import write_table
+    from commscope.tune.files import table_document, write_table
 
     if args.json:
-        json.dump(table.to_dict(), sys.stdout, indent=1)
+        json.dump(table_document(table), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         print("\n".join(format_selection(table)))

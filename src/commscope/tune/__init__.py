@@ -39,9 +39,10 @@ _WHERE = {
     "Machine": "table",
     "Measurement": "table",
     "TuningTable": "table",
-    "load_table": "table",
-    "read_table": "table",
-    "write_table": "table",
+    "load_table": "files",
+    "read_table": "files",
+    "table_document": "files",
+    "write_table": "files",
 }
 
 __all__ = tuple(sorted(_WHERE))

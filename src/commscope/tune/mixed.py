@@ -64,12 +64,12 @@ import torch.distributed as dist
 
 from commscope.errors import ConfigError
 from commscope.tune.algorithms import ALGORITHMS, Algorithm, BackendPeers, reduce_op_name
+from commscope.tune.files import load_table
 from commscope.tune.select import OpSelection, selection_for
 from commscope.tune.table import (
     TUNABLE_OPS,
     TuningTable,
     ensure_compatible,
-    load_table,
     machine_here,
     uncovered_group_size,
 )
