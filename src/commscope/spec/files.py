@@ -47,6 +47,7 @@ __all__ = [
     "CLUSTER_UNIT_KEYS",
     "FILE_SUFFIXES",
     "cluster_from_mapping",
+    "cluster_preset",
     "cluster_to_mapping",
     "dumps_toml",
     "is_hf_config",
@@ -54,10 +55,12 @@ __all__ = [
     "load_model",
     "load_parallel",
     "model_from_mapping",
+    "model_preset",
     "model_to_mapping",
     "parallel_from_mapping",
     "parallel_to_mapping",
     "read_mapping",
+    "read_preset",
     "write_mapping",
 ]
 
@@ -574,6 +577,28 @@ def _as_file(name_or_path: str | os.PathLike[str]) -> Path | None:
     return None
 
 
+def read_preset(kind: str, name: str) -> tuple[str, dict[str, Any]]:
+    """(key, mapping) of preset ``name`` of ``kind`` (``models`` or ``clusters``), as its TOML file holds it."""
+    # imported here: commscope.presets (run first, as the package of .locate) imports this module
+    from commscope.presets.locate import preset_path
+
+    entry = preset_path(kind, name)
+    key = entry.name.removesuffix(".toml")
+    return key, parse_mapping(entry.read_text(encoding="utf-8"), "toml", source=f"{kind}/{entry.name}")
+
+
+def model_preset(name: str) -> ModelSpec:
+    """The :class:`ModelSpec` of model preset ``name`` (``gpt3-175b``, ``llama3-8b``, ...)."""
+    key, d = read_preset("models", name)
+    return model_from_mapping(d, source=f"models/{key}.toml", name=key)
+
+
+def cluster_preset(name: str) -> ClusterSpec:
+    """The :class:`ClusterSpec` of cluster preset ``name`` (``dgx-a100``, ``rtx3090-pcie``, ...)."""
+    key, d = read_preset("clusters", name)
+    return cluster_from_mapping(d, source=f"clusters/{key}.toml", name=key)
+
+
 def load_model(name_or_path: str | os.PathLike[str] | ModelSpec, *, seq_len: int | None = None) -> ModelSpec:
     """A model from a preset name (``gpt3-175b``), a spec file, or a Hugging Face ``config.json``.
 
@@ -588,8 +613,6 @@ def load_model(name_or_path: str | os.PathLike[str] | ModelSpec, *, seq_len: int
     else:
         path = _as_file(name_or_path)
         if path is None:
-            from commscope.presets import model_preset
-
             model = model_preset(os.fspath(name_or_path))
         else:
             d = read_mapping(path)
@@ -613,8 +636,6 @@ def load_cluster(name_or_path: str | os.PathLike[str] | ClusterSpec) -> ClusterS
         return name_or_path
     path = _as_file(name_or_path)
     if path is None:
-        from commscope.presets import cluster_preset
-
         return cluster_preset(os.fspath(name_or_path))
     return cluster_from_mapping(read_mapping(path), source=str(path), name=path.stem)
 
