@@ -56,7 +56,8 @@ from commscope.bandwidth import AlphaBeta, BandwidthModel, GroupSpan
 from commscope.compute.model import StageCompute, stage_compute
 from commscope.flops import iteration_flops, token_flops
 from commscope.units import dtype_bytes
-from commscope.workload.dense import grad_dtype, pipeline_split_note, stage_layers
+from commscope.workload.framework import grad_dtype
+from commscope.workload.stages import pipeline_split_note, stage_layers
 
 Method = Literal["refined", "seed"]
 METHODS = ("refined", "seed")

@@ -211,7 +211,7 @@ def build_stage_model(m: ModelSpec, p: ParallelSpec, stage: int):
     if p.pp == 1:
         layer_ids = range(m.num_layers)
     else:
-        from commscope.workload.dense import stage_layers
+        from commscope.workload.stages import stage_layers
 
         layer_ids = stage_layers(m, p, stage)[0]
     return modules().GPT(m, layer_ids=layer_ids, first=(stage == 0), last=(stage == p.pp - 1), tp=p.tp)
