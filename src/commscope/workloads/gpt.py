@@ -11,7 +11,7 @@ commscope's prediction for the same spec and framework can be checked against wh
   row-parallel embedding, column-parallel output layer with replicated logits), with and without
   sequence parallelism;
 - pipeline parallelism: ``torch.distributed.pipelining`` (GPipe or 1F1B) over stages cut as
-  :func:`commscope.workload.dense.stage_layers` cuts them.
+  :func:`commscope.workload.stages.stage_layers` cuts them.
 
 The device mesh is (pp, dp, tp), tp fastest: Megatron's default rank order, so a recorded log is
 attributed to axes by the same :class:`~commscope.layout.Layout` the prediction uses.
