@@ -35,7 +35,7 @@ import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from commscope.errors import ConfigError
 from commscope.spec.cluster import ClusterSpec, LinkTier
@@ -63,6 +63,8 @@ __all__ = [
     "read_preset",
     "write_mapping",
 ]
+
+_Spec = TypeVar("_Spec")  # the spec class a mapping is read into
 
 #: File suffixes :func:`read_mapping` understands.
 FILE_SUFFIXES = (".toml", ".json", ".yaml", ".yml")
@@ -266,7 +268,7 @@ def _required(cls: type) -> set[str]:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
 
 
-def _build(cls: type, kwargs: dict[str, Any], what: str, source: str | None) -> Any:
+def _build(cls: type[_Spec], kwargs: dict[str, Any], what: str, source: str | None) -> _Spec:
     """Construct ``cls(**kwargs)`` after checking required keys; add ``source`` to its ConfigErrors."""
     for name in sorted(_required(cls) - kwargs.keys()):
         raise ConfigError(name, None, f"required key missing from {what}; expected {_expected(_hints(cls)[name])}", source=source)
@@ -284,7 +286,7 @@ def _check_mapping(d: Any, what: str, source: str | None) -> Mapping[str, Any]:
     return d
 
 
-def _spec_from_mapping(cls: type, d: Any, what: str, source: str | None, defaults: Mapping[str, Any]) -> Any:
+def _spec_from_mapping(cls: type[_Spec], d: Any, what: str, source: str | None, defaults: Mapping[str, Any]) -> _Spec:
     d = _check_mapping(d, what, source)
     hints = _hints(cls)
     names = [f.name for f in _fields(cls)]
