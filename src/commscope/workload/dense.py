@@ -21,7 +21,7 @@ Worked example, gpt-1.5b (h=1600) with b=4, s=1024, bf16: one TP all-reduce is 4
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -257,7 +257,7 @@ def _zero3_ops(ctx: JobContext, groups: np.ndarray, chunks: list[range], stage: 
         extra = len(layers) - len(lays)  # the non-layer module, once per micro-batch
         variants = ([(lays, 1)] if lays else []) + ([((), extra)] if extra else [])
         for lay, rep in variants:
-            common = dict(axis="dp", groups=groups, layers=lay, micro_batches=ctx.m, repeat=rep)
+            common: dict[str, Any] = dict(axis="dp", groups=groups, layers=lay, micro_batches=ctx.m, repeat=rep)
             out.append(OpSet(op="all_gather", name=f"{label}params_fwd", size_bytes=n * ctx.B, dtype=ctx.act_dtype,
                              phase="fwd", **common))
             out.append(OpSet(op="all_gather", name=f"{label}params_bwd", size_bytes=n * ctx.B, dtype=ctx.act_dtype,

@@ -55,11 +55,11 @@ def stage_units(model: ModelSpec, parallel: ParallelSpec, stage: int) -> list[tu
     q_out, kv_out = model.num_heads * model.head_size, model.kv_heads * model.head_size
     first, last = stage == 0, stage == parallel.pp - 1
     layers = stage_layers(model, parallel, stage)[0] if parallel.pp > 1 else range(model.num_layers)
-    norm = [(h,)]  # RMSNorm weight; LayerNorm without bias has the same one weight
+    norm: list[tuple[int, ...]] = [(h,)]  # RMSNorm weight; LayerNorm without bias has the same one weight
     block = norm + [(q_out // t, h), (kv_out // t, h), (kv_out // t, h), (h, q_out // t)] + norm
     block += [(model.ffn // t, h)] + ([(model.ffn // t, h)] if model.gated_mlp else []) + [(h, model.ffn // t)]
     units: list[tuple[str, list[tuple[int, ...]]]] = [(f"layer{i}", list(block)) for i in layers]
-    root_before = [(vocab // t, h)] if first else []
+    root_before: list[tuple[int, ...]] = [(vocab // t, h)] if first else []
     root_after = (norm + [(vocab // t, h)]) if last else []
     return [("root", root_before + root_after)] + units
 
