@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 from collections.abc import Callable
 
 import numpy as np
@@ -27,10 +27,10 @@ from commscope.errors import ConfigError
 from commscope.flops import token_flops
 from commscope.spec.cluster import ClusterSpec
 from commscope.spec.model import ModelSpec
-from commscope.spec.parallel import ParallelSpec
+from commscope.spec.parallel import ParallelSpec, Recompute
 from commscope.units import dtype_bytes
 
-RECOMPUTE_CODES = ("none", "selective", "full")
+RECOMPUTE_CODES: tuple[Recompute, ...] = ("none", "selective", "full")
 #: ZeRO choices: (zero_stage, distributed_optimizer)
 ZERO_CHOICES = ((0, False), (1, True), (3, False))
 
@@ -64,7 +64,7 @@ class PlanEntry:
         e = self.estimate
         terms = {"compute": e.compute_s, "TP": e.tp_s, "PP": e.pp_s, "DP": e.dp_s + e.emb_s, "CP": e.cp_s,
                  "EP": e.ep_s, "bubble": e.bubble_s}
-        top = max(terms, key=terms.get)
+        top = max(terms, key=lambda k: terms[k])
         share = terms[top] / e.iteration_time_s
         comm = e.comm_ratio
         return f"largest cost {top} ({share:.0%}); comm {comm:.0%}, bubble {e.bubble_ratio:.0%}"
@@ -229,7 +229,7 @@ def screen_time_s(model: ModelSpec, cluster: ClusterSpec, c: dict[str, np.ndarra
                        np.where((zero >= 1) | dist, t_dp_rs + t_dp_ag, t_dp_ar))
     per_mb = (comp + tp_time + pp_time + cp_time + ep_time) / m
     bubble = (pp - 1) / v * per_mb
-    return m * per_mb + bubble + dp_time
+    return np.asarray(m * per_mb + bubble + dp_time)
 
 
 def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_size: int, *, top: int = 10,
@@ -259,7 +259,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_siz
     c = {k: v[fits] for k, v in c.items()}
     mem = mem[fits]
     n_fit = c["tp"].size
-    notes = []
+    notes: list[str] = []
     if n_fit == 0:
         reason = "no valid configuration" if n_valid == 0 else \
             f"none of the {n_valid:,} valid configurations fits in {memory_fraction:.0%} of {cluster.memory_bytes / 2**30:.0f} GiB"
@@ -288,7 +288,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_siz
 class ProgressBar:
     """A one-line stderr progress bar that appears only when the work takes longer than ``delay_s``."""
 
-    def __init__(self, label: str, delay_s: float = 0.5, stream=None) -> None:
+    def __init__(self, label: str, delay_s: float = 0.5, stream: TextIO | None = None) -> None:
         self.label, self.delay_s = label, delay_s
         self.stream = stream or sys.stderr
         self.start = time.perf_counter()

@@ -35,12 +35,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from commscope.record import AXES, CommOp
 from commscope.units import dtype_bytes
+
+if TYPE_CHECKING:  # the workload imports nothing of this module, but flows_of_op makes op sets at run time
+    from commscope.workload.base import OpSet, Workload
 
 Algorithm = Literal["ring", "direct", "tree", "hierarchical"]
 ALGORITHMS: tuple[str, ...] = ("ring", "direct", "tree", "hierarchical")
@@ -185,7 +189,7 @@ class TrafficMatrix:
 
     @property
     def is_intra_node(self) -> np.ndarray:
-        return (self.src // self.gpus_per_node) == (self.dst // self.gpus_per_node)
+        return np.asarray((self.src // self.gpus_per_node) == (self.dst // self.gpus_per_node))
 
     def bytes_by_link(self) -> dict[str, int]:
         intra = self.is_intra_node
@@ -250,7 +254,8 @@ class TrafficMatrix:
         return [(int(self.src[k]), int(self.dst[k]), AXES[self.axis[k]], int(self.bytes[k])) for k in order]
 
 
-def _coalesce(src: np.ndarray, dst: np.ndarray, axis: np.ndarray | None, nbytes: np.ndarray, world: int):
+def _coalesce(src: np.ndarray, dst: np.ndarray, axis: np.ndarray | None, nbytes: np.ndarray,
+              world: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Sum bytes over equal (src, dst[, axis]) keys, keeping int64 exactness."""
     key = src * world + dst
     if axis is not None:
@@ -271,7 +276,7 @@ def _coalesce(src: np.ndarray, dst: np.ndarray, axis: np.ndarray | None, nbytes:
     return uniq // world, uniq % world, ax, summed
 
 
-def _pairs(src, dst, nbytes, world):
+def _pairs(src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, world: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     s, d, _, b = _coalesce(src, dst, None, nbytes, world)
     return s, d, b
 
@@ -292,7 +297,7 @@ def _node_key(groups: np.ndarray, gpus_per_node: int) -> tuple[np.ndarray, list[
     return labels.reshape(-1), [tuple(int(x) for x in row) for row in uniq]
 
 
-def build_traffic(opsets, world_size: int, gpus_per_node: int, *, algorithm: str = "ring") -> TrafficMatrix:
+def build_traffic(opsets: Iterable[OpSet], world_size: int, gpus_per_node: int, *, algorithm: str = "ring") -> TrafficMatrix:
     """Decompose op sets (from a Workload, or measured ops grouped likewise) into a TrafficMatrix."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm={algorithm!r}: valid: {', '.join(ALGORITHMS)}")
@@ -320,7 +325,8 @@ def build_traffic(opsets, world_size: int, gpus_per_node: int, *, algorithm: str
             continue
         if algorithm == "hierarchical" and s.op == "all_reduce":
             labels, keys = _node_key(s.groups, gpus_per_node)
-            parts = [(s.groups[labels == i], key) for i, key in enumerate(keys)]
+            parts: list[tuple[np.ndarray, tuple[int, ...] | None]] = [(s.groups[labels == i], key)
+                                                                       for i, key in enumerate(keys)]
         else:
             parts = [(s.groups, None)]
         for groups, key in parts:
@@ -341,7 +347,7 @@ def build_traffic(opsets, world_size: int, gpus_per_node: int, *, algorithm: str
                          axis=ax[keep], bytes=nbytes[keep], algorithm=algorithm)
 
 
-def traffic_of(workload, gpus_per_node: int, *, algorithm: str = "ring") -> TrafficMatrix:
+def traffic_of(workload: Workload, gpus_per_node: int, *, algorithm: str = "ring") -> TrafficMatrix:
     """The traffic matrix of a :class:`~commscope.workload.base.Workload`."""
     return build_traffic(workload.opsets, workload.world_size, gpus_per_node, algorithm=algorithm)
 
