@@ -125,7 +125,7 @@ def _points_from_nccl_tests(path: Path, group_size: int | None) -> tuple[list[Fi
         result = parse_nccl_tests(path)
     except ValueError as exc:
         raise ConfigError("input", path.name, str(exc)) from None
-    by_key: dict[tuple[str, int, int], Any] = {}
+    by_key: dict[tuple[str, int, int, bool | None], Any] = {}
     for row in result.rows:
         n = group_size or getattr(row, "group_size", None)
         if not n:

@@ -157,7 +157,8 @@ def message_sizes(min_bytes: int, max_bytes: int, step_factor: float = 2.0, step
         raise ConfigError("sizes", f"-b {min_bytes} -e {max_bytes}", "need 1 <= minbytes (-b) <= maxbytes (-e)")
     if step_factor < 1 or (step_factor == 1 and step_bytes < 1):
         raise ConfigError("step", f"-f {step_factor} -i {step_bytes}", "need -f > 1, or -f 1 with -i >= 1")
-    sizes, size = [], min_bytes
+    sizes: list[int] = []
+    size: float = min_bytes
     while size <= max_bytes:
         sizes.append(int(size))
         size = size * step_factor if step_factor > 1 else size + step_bytes
@@ -325,7 +326,8 @@ def _combine(values: np.ndarray, average: int, axis: int = 0) -> np.ndarray:
     mode = AVERAGE_MODES[average]
     if mode == "rank0":
         return np.take(values, 0, axis=axis)
-    return {"avg": np.mean, "min": np.min, "max": np.max}[mode](values, axis=axis)
+    reducers: dict[str, Callable[..., Any]] = {"avg": np.mean, "min": np.min, "max": np.max}
+    return reducers[mode](values, axis=axis)
 
 
 def row_stats(laps_by_group: Sequence[np.ndarray], average: int = 3) -> dict[str, float]:
@@ -415,7 +417,7 @@ def format_table(result: SweepResult) -> str:
             lines.append(format_header(row.op, row.group_size, row.num_groups, backend=row.backend,
                                        group_mode=meta.get("group_mode", "concurrent"), dtype=row.dtype,
                                        redop=row.redop, iters_text=meta.get("iters_text", ""),
-                                       average={v: k for k, v in AVERAGE_MODES.items()}.get(meta.get("average"), 3)))
+                                       average={v: k for k, v in AVERAGE_MODES.items()}.get(str(meta.get("average")), 3)))
         lines.append(format_row(row))
     lines.append(format_footer(result.rows, meta.get("noisy_cv", 0.2)))
     return "\n".join(lines)
