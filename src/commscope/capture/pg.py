@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.distributed_c10d import GroupName
 
 BACKEND_NAME = "commscope"
 INNER_BACKEND_ENV = "COMMSCOPE_INNER_BACKEND"
@@ -41,7 +42,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
 
     def __init__(self, inner: Any, rank: int, size: int, global_ranks: list[int], group_name: str, inner_name: str,
                  sink) -> None:
-        super().__init__(rank, size)
+        super().__init__(rank, size)  # type: ignore[call-arg]  # torch's stub lists only (store, rank, size)
         self._inner = inner
         self._ranks = list(global_ranks)
         self._group_name = group_name
@@ -55,8 +56,8 @@ class RecordingProcessGroup(dist.ProcessGroup):
         return BACKEND_NAME
 
     @property
-    def group_name(self) -> str:
-        return self._group_name
+    def group_name(self) -> GroupName:
+        return GroupName(self._group_name)
 
     @property
     def group_desc(self) -> str:

@@ -24,8 +24,8 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any
-from collections.abc import Iterator
+from typing import Any, TextIO
+from collections.abc import Callable, Iterator
 
 from commscope.io.oplog import json_quote
 
@@ -41,7 +41,7 @@ class RankLog:
         self.flush_s = flush_s
         self._lock = threading.Lock()
         self._buf: list[dict] = []  # records not yet written
-        self._file = None
+        self._file: TextIO | None = None
         self._last_flush = time.monotonic()
         self.num_records = 0
         self.rank: int | None = None
@@ -96,6 +96,7 @@ class RankLog:
         if self._buf:
             if self._file is None:
                 self._open(self._buf[0])
+            assert self._file is not None  # _open opened it
             self._file.write("\n".join(map(_line, self._buf)) + "\n")
             self._file.flush()
             self._buf.clear()
@@ -168,7 +169,7 @@ def _line(rec: dict) -> str:
 
 
 _ACTIVE: RankLog | None = None
-_ORIGINAL_INIT = None
+_ORIGINAL_INIT: Callable[..., Any] | None = None
 
 
 def _patched_init(backend: str | None = None, *args, **kwargs):
@@ -184,6 +185,7 @@ def _patched_init(backend: str | None = None, *args, **kwargs):
 
             inner = "nccl" if torch.cuda.is_available() and "nccl" in name else "gloo"
         os.environ[INNER_BACKEND_ENV] = inner
+    assert _ORIGINAL_INIT is not None  # start() saved it before patching
     return _ORIGINAL_INIT(BACKEND_NAME, *args, **kwargs)
 
 
