@@ -202,7 +202,7 @@ def import_deepspeed_comms(path: str | Path, *, world_size: int | None = None,
         "num_summary_tables": len(tables),
         "num_verbose_lines": len(verbose),
     }
-    always = ("axis", "group", "dtype", "peer", "splits", "phase", "micro_batch", "layer")
+    always: tuple[str, ...] = ("axis", "group", "dtype", "peer", "splits", "phase", "micro_batch", "layer")
     if not use_verbose:
         always += ("rank", "t_start_ns", "t_end_ns")
     return ImportResult(ops=ops, source=str(path), format="deepspeed", missing_fields=missing_fields(ops, always),

@@ -30,9 +30,9 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from commscope.record import OP_NAMES, CommOp
+from commscope.record import OP_NAMES, CommOp, OpName
 
 __all__ = [
     "FORMATS",
@@ -238,7 +238,7 @@ def import_nccl_tests(path: str | Path, *, op: str | None = None, strict: bool =
                 "intra_node": row.intra_node,
                 "source": row.source,
             }
-            ops.append(CommOp(op=op_name, axis="other", group=group, size_bytes=row.size_bytes, dtype=row.dtype,
+            ops.append(CommOp(op=cast(OpName, op_name), axis="other", group=group, size_bytes=row.size_bytes, dtype=row.dtype,
                               splits=splits, count=count, name="nccl-tests", extra=freeze_extra(extra),
                               backend_op=row.op if op_name != row.op else None))
         row_index += run["num_rows"]

@@ -43,7 +43,7 @@ def _check_path_readable(path: Path) -> None:
 
 def _open_text(path: Path, mode: str) -> IO[str]:
     if path.suffix == ".gz":
-        return gzip.open(path, mode + "t", encoding="utf-8", newline="\n" if mode == "w" else None)
+        return gzip.open(path, "wt" if mode == "w" else "rt", encoding="utf-8", newline="\n" if mode == "w" else None)
     return open(path, mode, encoding="utf-8", newline="\n" if mode == "w" else None)
 
 

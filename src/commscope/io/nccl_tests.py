@@ -953,7 +953,7 @@ def _evidence(run: _Run, n: int | None) -> dict[str, Any]:
 
 def _fits(op: str, ev: dict[str, Any], run: _Run, n: int | None) -> list[str]:
     """Why the rows are not ``op`` output (empty when they could be)."""
-    reasons = []
+    reasons: list[str] = []
     sig = _SIGNATURES.get(op)
     if sig is None:
         return reasons

@@ -78,7 +78,7 @@ def _open_text_write(path: Path) -> IO[str]:
     return open(path, "w", encoding="utf-8", newline="\n")
 
 
-def _open_binary_read(path: Path) -> IO[bytes]:
+def _open_binary_read(path: Path) -> gzip.GzipFile | io.BufferedReader:
     if not path.exists():
         raise ValueError(f"{path}: no such file")
     if path.is_dir():
@@ -88,7 +88,7 @@ def _open_binary_read(path: Path) -> IO[bytes]:
     return open(path, "rb")
 
 
-def _lines(fh: IO[bytes], name: str, problems: list[str]) -> Iterator[tuple[int, bytes]]:
+def _lines(fh: Iterable[bytes], name: str, problems: list[str]) -> Iterator[tuple[int, bytes]]:
     """(1-based line number, raw line) pairs; a broken compressed stream ends the iteration with a problem."""
     lineno = 0
     try:
@@ -106,7 +106,7 @@ class _Problems(list):
         super().__init__()
         self.dropped = 0
 
-    def append(self, item: str) -> None:  # type: ignore[override]
+    def append(self, item: str) -> None:
         if len(self) < MAX_PROBLEMS:
             super().append(item)
         else:
