@@ -210,6 +210,7 @@ def load_moe(path: str | Path) -> list[MoeRouting]:
 
     def from_trace(source: Path) -> np.ndarray:
         trace = load_trace(source)
+        assert trace.placement is not None  # __post_init__ fills in the default
         return rank_tokens(trace.counts.sum(axis=(1, 2)), trace.placement, trace.ep)
 
     path = Path(path)
@@ -556,7 +557,7 @@ def compare_measured(measured: MeasuredLogs, prediction=None) -> dict[str, Any]:
     meas = measured_bytes_by_axis(measured.ops)
     pred = predicted_bytes_by_axis(prediction.workload) if prediction is not None else None
     n = measured.num_iterations
-    rows = []
+    rows: list[dict[str, Any]] = []
     for axis in (*REPORT_AXES, "other"):
         mb, mo = meas[axis]["bytes"] / n, meas[axis]["ops"] / n
         pb = pred[axis]["bytes"] if pred else None
