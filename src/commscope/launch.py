@@ -189,7 +189,7 @@ def spawn(fn: Callable[..., Any], nproc: int, *, args: Sequence[Any] = (), backe
     try:
         for rank in range(nproc):
             parent_end, child_end = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_child, name=f"commscope-rank-{rank}", daemon=True,
+            p = ctx.Process(target=_child,  # type: ignore[attr-defined]  # typeshed's BaseContext lacks Process name=f"commscope-rank-{rank}", daemon=True,
                             args=(fn, rank, nproc, tuple(args), backend, store_path, timeout_s, dict(env or {}),
                                   child_end))
             p.start()
@@ -242,7 +242,7 @@ def _collect(procs, conns, timeout_s: float) -> list[Any]:
             rank = rank_of_conn[id(obj)]
             pending_conns.remove(obj)
             try:
-                message = obj.recv()
+                message = conns[rank].recv()  # obj, typed as a Connection
             except (EOFError, OSError):  # the rank closed its pipe without a word: it died
                 procs[rank].join(_TERM_GRACE_S)
                 message = ("error", f"rank {rank} exited with code {procs[rank].exitcode} without returning a result\n",
