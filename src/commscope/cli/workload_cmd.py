@@ -201,6 +201,7 @@ def run_moe_cmd(args: argparse.Namespace) -> int:
         metrics = [routing_metrics(t).summary() for t in load_group_traces(routing_dir, parallel)]
     if args.record is not None:
         _write_job(args.record, model, parallel)
+        assert routing_dir is not None  # set from args.record above
         comparison = compare_run(model, parallel, args.record, routing_dir)
     if args.json:
         json.dump({**out, "routing_metrics": metrics, "comparison": comparison}, sys.stdout, indent=2, default=float)

@@ -154,7 +154,7 @@ def train_moe_rank(rank: int, world: int, cfg: MoeRunConfig, backend: str = "glo
     m, p = cfg.model, cfg.parallel
     log, device = rank_setup(rank, cfg, backend)
     layout = Layout(p)
-    groups = {}
+    groups: dict[str, Any] = {}
     for kind in ("ep", "expert-dp"):  # every rank creates every group, in the same order
         for index, row in enumerate(layout.groups(kind)):
             g = dist.new_group([int(r) for r in row])
