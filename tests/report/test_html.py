@@ -227,6 +227,7 @@ def test_predicted_ops_read_back_as_measured_match_exactly(pred32, tmp_path):
     for r in cmp["rows"]:
         assert r["measured_bytes"] == r["predicted_bytes"] and r["ratio"] == 1.0
         assert r["measured_ops"] == r["predicted_ops"]
+        assert type(r["measured_ops"]) is int and type(r["measured_bytes"]) is int  # counts, not 4.0
 
 
 def test_per_rank_logs_with_steps_setup_and_no_axes(pred32, tmp_path):

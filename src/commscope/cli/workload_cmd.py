@@ -204,7 +204,8 @@ def run_moe_cmd(args: argparse.Namespace) -> int:
         assert routing_dir is not None  # set from args.record above
         comparison = compare_run(model, parallel, args.record, routing_dir)
     if args.json:
-        json.dump({**out, "routing_metrics": metrics, "comparison": comparison}, sys.stdout, indent=2, default=float)
+        json.dump({**out, "routing_metrics": metrics, "comparison": comparison}, sys.stdout, indent=2,
+                  default=lambda value: value.item())  # numpy scalars: an int stays an int (float() wrote 4.0)
         sys.stdout.write("\n")
         return 0
     print(f"{model.name} on {parallel.world_size} ranks ({backend}): ep {parallel.ep} x expert-dp "

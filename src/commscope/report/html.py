@@ -347,6 +347,11 @@ def bytes_section(tm, logical_bytes_by_axis: dict[str, int] | None = None) -> di
             "inter_node_share": link["inter_node"] / total if total else 0.0}
 
 
+def per_iteration(total: int, num_iterations: int) -> int | float:
+    """A count summed over iterations, per iteration: an exact integer when it divides, else the mean."""
+    return total // num_iterations if total % num_iterations == 0 else total / num_iterations
+
+
 def size_histogram(size_bytes: np.ndarray, counts: np.ndarray, axes: Sequence[str], *,
                    num_iterations: int = 1) -> dict[str, Any]:
     """Histogram of message sizes in power-of-two bins [2^k, 2^(k+1)), per axis: ops and bytes per iteration.
@@ -359,7 +364,7 @@ def size_histogram(size_bytes: np.ndarray, counts: np.ndarray, axes: Sequence[st
     axes_arr = np.asarray(list(axes), dtype=object)
 
     def per_it(total: int) -> int | float:
-        return total // num_iterations if total % num_iterations == 0 else total / num_iterations
+        return per_iteration(total, num_iterations)
 
     zero = per_it(int(counts[size_bytes <= 0].sum()))
     keep = size_bytes > 0
@@ -559,7 +564,7 @@ def compare_measured(measured: MeasuredLogs, prediction=None) -> dict[str, Any]:
     n = measured.num_iterations
     rows: list[dict[str, Any]] = []
     for axis in (*REPORT_AXES, "other"):
-        mb, mo = meas[axis]["bytes"] / n, meas[axis]["ops"] / n
+        mb, mo = per_iteration(meas[axis]["bytes"], n), per_iteration(meas[axis]["ops"], n)
         pb = pred[axis]["bytes"] if pred else None
         po = pred[axis]["ops"] if pred else None
         if not mb and not pb:
