@@ -14,10 +14,9 @@ Two passes:
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any
 from collections.abc import Callable
 
 import numpy as np
@@ -283,27 +282,3 @@ def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_siz
     return Plan(model=model, cluster=cluster, num_gpus=num_gpus, global_batch_size=global_batch_size,
                 num_candidates=int(n_candidates), num_valid=int(n_valid), num_fit=int(n_fit),
                 entries=tuple(entries[:top]), screen_s=screen_s, rank_s=time.perf_counter() - t1, notes=tuple(notes))
-
-
-class ProgressBar:
-    """A one-line stderr progress bar that appears only when the work takes longer than ``delay_s``."""
-
-    def __init__(self, label: str, delay_s: float = 0.5, stream: TextIO | None = None) -> None:
-        self.label, self.delay_s = label, delay_s
-        self.stream = stream or sys.stderr
-        self.start = time.perf_counter()
-        self.shown = False
-
-    def __call__(self, done: int, total: int) -> None:
-        elapsed = time.perf_counter() - self.start
-        if elapsed < self.delay_s and done < total:
-            return
-        if elapsed < self.delay_s and not self.shown:
-            return
-        self.shown = True
-        width = 30
-        filled = int(width * done / max(total, 1))
-        self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {elapsed:.1f}s")
-        if done >= total:
-            self.stream.write("\n")
-        self.stream.flush()

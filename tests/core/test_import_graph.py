@@ -133,6 +133,17 @@ def test_the_graph_sees_module_and_function_level_imports(tmp_path: Path) -> Non
     assert cycles(graph) == [["pkg.sub.b", "pkg.sub.c"]]
 
 
+def test_only_the_cli_imports_rich() -> None:
+    """The terminal library stays at the edge: the analytical core (and every other layer) never imports it."""
+    users = set()
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        for node in _imports(ast.parse(path.read_text(), filename=str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if any(n == "rich" or n.startswith("rich.") for n in names):
+                users.add(module_name(path))
+    assert users and all(u.startswith("commscope.cli.") for u in users), sorted(users)
+
+
 def test_commscope_has_no_import_cycles() -> None:
     graph = import_graph()
     assert len(graph) > 50 and "commscope.workload.dense" in graph
