@@ -694,11 +694,13 @@ class GroupBackend:
 
 
 def run_sweep(cfg: SweepConfig, *, emit: Callable[[str], None] | None = None, command: str | None = None,
-              group_backend: GroupBackend | None = None) -> SweepResult:
+              group_backend: GroupBackend | None = None,
+              progress: Callable[[int, int], None] | None = None) -> SweepResult:
     """Measure ``cfg`` on the current default process group; every rank calls it and gets the same result.
 
     ``group_backend``: measure on the groups it makes instead (the default group still synchronises).
-    ``emit`` (rank 0 only) receives the table line by line as rows are measured. Raises ConfigError for a
+    ``emit`` (rank 0 only) receives the table line by line as rows are measured; ``progress`` (rank 0 only) is
+    called as ``progress(done, total)`` after each (op, group size, size). Raises ConfigError for a
     configuration the world cannot run, WrongResultsError (after the whole sweep) when ``cfg.check`` found
     wrong elements.
     """
@@ -748,6 +750,8 @@ def run_sweep(cfg: SweepConfig, *, emit: Callable[[str], None] | None = None, co
                            f"({AVERAGE_MODES[cfg.average]}); mean_time_s: nccl-tests' time",
     }
     rows: list[BenchRow] = []
+    report = progress if me == 0 else None
+    total, done = len(cfg.ops) * len(sizes_g) * len(cfg.sizes), 0
     for op in cfg.ops:
         for g in sizes_g:
             groups, group, gi = layouts[g]
@@ -756,6 +760,9 @@ def run_sweep(cfg: SweepConfig, *, emit: Callable[[str], None] | None = None, co
                                   redop=cfg.redop, iters_text=iters_text, average=cfg.average))
             local = groups[gi].index(me)
             for size in cfg.sizes:
+                done += 1
+                if report:
+                    report(done - 1, total)
                 count, size_bytes = op_count(op, size, g, element_bytes)
                 if count == 0:
                     continue
@@ -765,6 +772,8 @@ def run_sweep(cfg: SweepConfig, *, emit: Callable[[str], None] | None = None, co
                 if say:
                     say(format_row(row))
     result = SweepResult(rows=tuple(rows), meta=meta)
+    if report:
+        report(total, total)
     if say:
         say(format_footer(rows, cfg.noisy_cv))
     if cfg.check and result.num_wrong:

@@ -78,6 +78,7 @@ def config_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace, command: str | None = None) -> int:
+    from commscope.cli.terminal import Progress
     from commscope.launch import LaunchError, ranks_from_env
     from commscope.tune.suite import run_tuning
 
@@ -87,7 +88,9 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
     command = command or "commscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if args.nproc is not None:
         try:
-            table = run_tuning(cfg, args.nproc, timeout_s=args.timeout, quiet=bool(args.json), command=command)
+            with Progress("tune", quiet=bool(args.json)) as progress:
+                table = run_tuning(cfg, args.nproc, timeout_s=args.timeout, quiet=bool(args.json), command=command,
+                                   progress=progress)
         except LaunchError as exc:
             print(f"commscope tune: error: {exc}", file=sys.stderr)
             return EXIT_FAILED
@@ -107,6 +110,7 @@ def _in_job(cfg, env, args: argparse.Namespace, command: str):
     import torch.distributed as dist
 
     from commscope.bench.sweep import check_world
+    from commscope.cli.terminal import Progress
     from commscope.tune.suite import default_group_sizes, measure, num_gpus, plan_candidates, table_from_rows
     from commscope.tune.table import machine_here
 
@@ -119,7 +123,8 @@ def _in_job(cfg, env, args: argparse.Namespace, command: str):
                                           num_gpus=gpus)
     dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout))
     try:
-        rows, hosts = measure(cfg, candidates, emit=None if args.json else print, command=command)
+        with Progress("tune", quiet=bool(args.json) or env.rank != 0) as progress:
+            rows, hosts = measure(cfg, candidates, emit=None if args.json else print, command=command, progress=progress)
     finally:
         dist.destroy_process_group()
     return table_from_rows(rows, machine=machine, hosts=hosts, world_size=env.world_size, group_sizes=group_sizes,

@@ -116,6 +116,7 @@ def _refuse_unrunnable(model, outputs: list[tuple[str, Path | None, str]]) -> No
 
 
 def run_gpt(args: argparse.Namespace) -> int:
+    from commscope.cli.terminal import Progress
     from commscope.workloads.gpt import RunConfig, check_config, run
 
     model, parallel, cluster = resolve_workload_job(args)
@@ -124,7 +125,8 @@ def run_gpt(args: argparse.Namespace) -> int:
     check_config(cfg)
     _refuse_unrunnable(model, [("record", args.record, "rank*.jsonl")])
     backend = args.backend or _default_backend(parallel.world_size)
-    results = run(cfg, timeout_s=args.timeout, backend=backend)
+    with Progress("training", quiet=args.json) as progress:
+        results = run(cfg, timeout_s=args.timeout, backend=backend, progress=progress)
     comparison = None
     if args.record is not None:
         comparison = _record_and_compare(args.record, model, parallel, cluster)
@@ -181,6 +183,7 @@ def _print_comparison(logdir: Path, result: dict) -> None:
 
 
 def run_moe_cmd(args: argparse.Namespace) -> int:
+    from commscope.cli.terminal import Progress
     from commscope.workloads.moe import MoeRunConfig, check_moe_config, compare_run, load_group_traces, run_moe
 
     model, parallel, _cluster = resolve_workload_job(args, moe=True)
@@ -192,7 +195,8 @@ def run_moe_cmd(args: argparse.Namespace) -> int:
     _refuse_unrunnable(model, [("record", args.record, "rank*.jsonl"), ("record-routing", routing_dir,
                                                                          "routing-rank*.npz")])
     backend = args.backend or _default_backend(parallel.world_size)
-    results = run_moe(cfg, timeout_s=args.timeout, backend=backend)
+    with Progress("training", quiet=args.json) as progress:
+        results = run_moe(cfg, timeout_s=args.timeout, backend=backend, progress=progress)
     out = {**_summary([dict(r, stage=0) for r in results], model, parallel, backend), "routing_dir": str(routing_dir)}
     comparison = metrics = None
     if routing_dir is not None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -270,9 +271,10 @@ def rank_setup(rank: int, cfg: RunConfig, backend: str):
     return log, device
 
 
-def launch(fn, cfg: RunConfig, *, timeout_s: float, backend: str) -> list[dict]:
-    """Run ``fn(rank, world, cfg, backend)`` on the job's ranks, forked; through the recording backend that wraps
-    ``backend`` when ``cfg.record`` is set."""
+def launch(fn, cfg: RunConfig, *, timeout_s: float, backend: str,
+           progress: Callable[[int, int], None] | None = None) -> list[dict]:
+    """Run ``fn(rank, world, cfg, backend, progress)`` on the job's ranks, forked; through the recording backend that
+    wraps ``backend`` when ``cfg.record`` is set. Rank 0 reports ``progress(iterations done, iterations)``."""
     from commscope.launch import spawn
 
     env, launch_backend = {}, backend
@@ -283,11 +285,12 @@ def launch(fn, cfg: RunConfig, *, timeout_s: float, backend: str) -> list[dict]:
         env[cpg.INNER_BACKEND_ENV] = backend
         launch_backend = cpg.BACKEND_NAME
         Path(cfg.record).mkdir(parents=True, exist_ok=True)
-    return spawn(fn, cfg.parallel.world_size, args=(cfg, backend), backend=launch_backend, env=env,
+    return spawn(fn, cfg.parallel.world_size, args=(cfg, backend, progress), backend=launch_backend, env=env,
                  timeout_s=timeout_s)
 
 
-def train_rank(rank: int, world: int, cfg: RunConfig, backend: str = "gloo") -> dict:
+def train_rank(rank: int, world: int, cfg: RunConfig, backend: str = "gloo",
+               progress: Callable[[int, int], None] | None = None) -> dict:
     """Body of one rank (forked by :func:`commscope.launch.spawn`): build, parallelise, train ``cfg.steps`` steps."""
     import torch
     from torch.distributed.device_mesh import init_device_mesh
@@ -371,6 +374,8 @@ def train_rank(rank: int, world: int, cfg: RunConfig, backend: str = "gloo") -> 
         if step >= 0:
             times.append(time.perf_counter() - t0)
             losses.append(loss)
+        if progress is not None and rank == 0:
+            progress(it + 1, cfg.warmup + cfg.steps)
         if it == 0 and isinstance(model, torch.nn.parallel.DistributedDataParallel):
             # DDP rebuilds its buckets in gradient-ready order once, at the next forward, broadcasting the new
             # bucket layout from rank 0: do it now, outside any step, so that it counts as setup
@@ -398,7 +403,9 @@ def _set_sync(model, framework: str, sync: bool) -> None:
 
 # --------------------------------------------------------------------------------------------- launch
 
-def run(cfg: RunConfig, *, timeout_s: float = 300.0, backend: str = "gloo") -> list[dict]:
-    """Run the reference training on ``world`` forked ranks; returns each rank's result dict."""
+def run(cfg: RunConfig, *, timeout_s: float = 300.0, backend: str = "gloo",
+        progress: Callable[[int, int], None] | None = None) -> list[dict]:
+    """Run the reference training on ``world`` forked ranks; returns each rank's result dict (``progress``: see
+    :func:`launch`)."""
     check_config(cfg)
-    return launch(train_rank, cfg, timeout_s=timeout_s, backend=backend)
+    return launch(train_rank, cfg, timeout_s=timeout_s, backend=backend, progress=progress)
