@@ -34,7 +34,7 @@ __all__ = ["Progress", "format_table", "print_table"]
 class Progress:
     """A progress bar on stderr for work of ``total`` steps (see the module docstring)."""
 
-    def __init__(self, label: str, total: int | None = None, *, quiet: bool = False, delay_s: float = 0.5) -> None:
+    def __init__(self, label: str, total: int | None = None, *, quiet: bool = False, delay_s: float = 0.25) -> None:
         self.label, self.total, self.delay_s = label, total, delay_s
         self.enabled = not quiet and sys.stderr.isatty()
         self.done = 0
