@@ -34,7 +34,8 @@ from commscope.launch import spawn
 from commscope.spec.parallel import ParallelSpec
 from commscope.tune.mixed import MIXED_BACKEND, TUNING_ENV, register
 from commscope.tune.suite import TuneConfig, run_tuning
-from commscope.tune.table import TuningTable, write_table
+from commscope.tune.files import write_table
+from commscope.tune.table import TuningTable
 from commscope.workloads.gpt import RunConfig, reference_model, train_rank
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                                 step_factor=4, iters=10 if args.quick else 30, warmup_iters=3)
             table = run_tuning(TuneConfig(sweep=sweep), args.nproc, timeout_s=1800)
         else:
-            from commscope.tune.table import load_table
+            from commscope.tune.files import load_table
 
             table = load_table(args.table)
         tune_s = time.perf_counter() - t0

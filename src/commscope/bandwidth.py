@@ -74,7 +74,7 @@ class GroupSpan:
     per_node: int
 
     @classmethod
-    def of(cls, group, gpus_per_node: int) -> "GroupSpan":
+    def of(cls, group, gpus_per_node: int) -> GroupSpan:
         nodes = np.asarray(group) // gpus_per_node
         uniq, counts = np.unique(nodes, return_counts=True)
         return cls(n=len(nodes), num_nodes=len(uniq), per_node=int(counts.min()))
@@ -119,7 +119,7 @@ def alpha_beta_time_s(cluster: ClusterSpec, op: str, size_bytes, n, num_nodes, p
         bw = np.where(inside, intra_bw, f / np.where(t_unit > 0, t_unit, np.inf))
     else:
         nn = np.maximum(n, 1)
-        f = 2 * (nn - 1) / nn if op == "all_reduce" else ((nn - 1) / nn if op in ("all_gather", "reduce_scatter") else 1.0)
+        f = np.asarray(2 * (nn - 1) / nn if op == "all_reduce" else ((nn - 1) / nn if op in ("all_gather", "reduce_scatter") else 1.0))
         f = np.broadcast_to(f, np.broadcast_shapes(np.shape(f), size.shape)).astype(np.float64)
         steps = 2 * (nn - 1) if op == "all_reduce" else np.maximum(nn - 1, 1)
         bw = np.where(inside, intra_bw, np.minimum(intra_bw, k * inter_bw))

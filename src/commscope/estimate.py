@@ -48,7 +48,8 @@ formula, attention and logits included, recomputation added), as does a cluster 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+import os
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -56,7 +57,12 @@ from commscope.bandwidth import AlphaBeta, BandwidthModel, GroupSpan
 from commscope.compute.model import StageCompute, stage_compute
 from commscope.flops import iteration_flops, token_flops
 from commscope.units import dtype_bytes
-from commscope.workload.dense import grad_dtype, pipeline_split_note, stage_layers
+from commscope.workload.framework import grad_dtype
+from commscope.workload.stages import pipeline_split_note, stage_layers
+
+if TYPE_CHECKING:  # api and gpus import this module
+    from commscope.api import Prediction
+    from commscope.gpus import GpuSpec
 
 Method = Literal["refined", "seed"]
 METHODS = ("refined", "seed")
@@ -121,8 +127,8 @@ def _span_of(groups: np.ndarray, gpus_per_node: int) -> GroupSpan:
     return GroupSpan.of(groups[0], gpus_per_node)
 
 
-def estimate(prediction, *, method: Method = "refined", gpu_util: float | None = None,
-             bandwidth: BandwidthModel | None = None, gpu=None) -> Estimate:
+def estimate(prediction: Prediction, *, method: Method = "refined", gpu_util: float | None = None,
+             bandwidth: BandwidthModel | None = None, gpu: str | os.PathLike[str] | GpuSpec | None = None) -> Estimate:
     """Estimate the iteration time of a :class:`~commscope.api.Prediction`.
 
     ``gpu_util`` replaces the compute model by FLOP / (u x peak); ``gpu`` (a :class:`~commscope.gpus.GpuSpec`,
@@ -158,9 +164,10 @@ def estimate(prediction, *, method: Method = "refined", gpu_util: float | None =
     return _refined(prediction, u, peak, bw, compute, notes)
 
 
-def _finish(prediction, method, u, peak, *, comp, tp, pp, dp, ep, cp, emb, bubble, stage, eff, notes,
-            optimizer=0.0, hidden=None, breakdown=None, compute_model="flops", micro_batch=None,
-            tail=None) -> Estimate:
+def _finish(prediction: Prediction, method: str, u: float, peak: float, *, comp: float, tp: float, pp: float, dp: float,
+            ep: float, cp: float, emb: float, bubble: float, stage: int, eff: dict[str, float], notes: list[str],
+            optimizer: float = 0.0, hidden: dict[str, float] | None = None, breakdown: dict[str, float] | None = None,
+            compute_model: str = "flops", micro_batch: float | None = None, tail: float | None = None) -> Estimate:
     model, par = prediction.model, prediction.parallel
     total = comp + tp + pp + dp + ep + cp + emb + bubble + optimizer
     tokens = par.global_batch_size * model.seq_len
@@ -182,7 +189,7 @@ def _finish(prediction, method, u, peak, *, comp, tp, pp, dp, ep, cp, emb, bubbl
     )
 
 
-def _seed(prediction, u: float, peak: float, bw: BandwidthModel) -> Estimate:
+def _seed(prediction: Prediction, u: float, peak: float, bw: BandwidthModel) -> Estimate:
     model, par, tm = prediction.model, prediction.parallel, prediction.traffic
     gpn = prediction.cluster.gpus_per_node
     p, t, d, m = par.pp, par.tp, par.dp * par.cp, par.num_micro_batches
@@ -224,7 +231,7 @@ def _seed(prediction, u: float, peak: float, bw: BandwidthModel) -> Estimate:
                    emb=0.0, bubble=bubble, stage=0, eff=eff, notes=notes + list(bw.notes))
 
 
-def _flop_compute(prediction, u: float, peak: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _flop_compute(prediction: Prediction, u: float, peak: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(forward, backward, attention) seconds per micro-batch per stage from FLOP / (u x peak): Megatron's FLOP
     count per stage (attention and logits included), backward twice the forward, recomputation added to it."""
     model, par = prediction.model, prediction.parallel
@@ -275,7 +282,7 @@ def _late_gathers(times: list[float], window: float) -> float:
     return max(0.0, late)
 
 
-def _refined(prediction, u: float, peak: float, bw: BandwidthModel, compute: StageCompute | None,
+def _refined(prediction: Prediction, u: float, peak: float, bw: BandwidthModel, compute: StageCompute | None,
              notes: list[str]) -> Estimate:
     model, par, wl = prediction.model, prediction.parallel, prediction.workload
     gpn = prediction.cluster.gpus_per_node

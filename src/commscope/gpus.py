@@ -262,7 +262,7 @@ def gpu_from_mapping(d: dict[str, Any], *, source: str | None = None, name: str 
             elif key == "kernel_overhead_us":
                 kwargs[si] = float(value) / _US_PER_S
             elif si in _INT_FIELDS:
-                kwargs[si] = int(round(value * scale))
+                kwargs[si] = round(value * scale)
             else:
                 kwargs[si] = float(value * scale)
         elif key in _INT_FIELDS:

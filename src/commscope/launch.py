@@ -145,7 +145,7 @@ def _child(fn: Callable[..., Any], rank: int, world_size: int, args: Sequence[An
         when = time.time()
         try:
             conn.send(("error", traceback.format_exc(), when))
-        except Exception:  # noqa: BLE001 - e.g. a broken pipe; the exit code still tells the parent
+        except Exception:  # noqa: BLE001, S110 - e.g. a broken pipe; the exit code still tells the parent
             pass
         conn.close()
         os._exit(1)  # skip interpreter teardown: a forked child must not run the parent's atexit hooks
@@ -189,7 +189,7 @@ def spawn(fn: Callable[..., Any], nproc: int, *, args: Sequence[Any] = (), backe
     try:
         for rank in range(nproc):
             parent_end, child_end = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_child, name=f"commscope-rank-{rank}", daemon=True,
+            p = ctx.Process(target=_child,  # type: ignore[attr-defined]  # typeshed's BaseContext lacks Process name=f"commscope-rank-{rank}", daemon=True,
                             args=(fn, rank, nproc, tuple(args), backend, store_path, timeout_s, dict(env or {}),
                                   child_end))
             p.start()
@@ -235,14 +235,14 @@ def _collect(procs, conns, timeout_s: float) -> list[Any]:
                 procs[rank].join(_TERM_GRACE_S)  # reap it, so its exit code and closed pipe are visible
                 if conn in pending_conns and not conn.poll():  # no message and no EOF (a child of it holds the pipe)
                     pending_conns.remove(conn)
-                    errors.append((time.time(), rank, f"rank {rank} exited with code {procs[rank].exitcode} "
-                                                      "without returning a result\n"))
+                    errors.append((time.time(), rank, (f"rank {rank} exited with code {procs[rank].exitcode} "
+                                                      "without returning a result\n")))
                     first_error_at = first_error_at or time.monotonic()
                 continue
             rank = rank_of_conn[id(obj)]
             pending_conns.remove(obj)
             try:
-                message = obj.recv()
+                message = conns[rank].recv()  # obj, typed as a Connection
             except (EOFError, OSError):  # the rank closed its pipe without a word: it died
                 procs[rank].join(_TERM_GRACE_S)
                 message = ("error", f"rank {rank} exited with code {procs[rank].exitcode} without returning a result\n",

@@ -88,7 +88,9 @@ from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 from commscope.spec.params import LayerParams, embedding_params, layer_params, stage_params
 from commscope.units import dtype_bytes
-from commscope.workload.dense import check_job, grad_dtype, stage_layers
+from commscope.workload.dense import check_job
+from commscope.workload.framework import grad_dtype
+from commscope.workload.stages import stage_layers
 
 __all__ = [
     "OPTIMIZER_STATES",

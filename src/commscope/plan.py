@@ -14,10 +14,10 @@ Two passes:
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
@@ -26,10 +26,10 @@ from commscope.errors import ConfigError
 from commscope.flops import token_flops
 from commscope.spec.cluster import ClusterSpec
 from commscope.spec.model import ModelSpec
-from commscope.spec.parallel import ParallelSpec
+from commscope.spec.parallel import ParallelSpec, Recompute
 from commscope.units import dtype_bytes
 
-RECOMPUTE_CODES = ("none", "selective", "full")
+RECOMPUTE_CODES: tuple[Recompute, ...] = ("none", "selective", "full")
 #: ZeRO choices: (zero_stage, distributed_optimizer)
 ZERO_CHOICES = ((0, False), (1, True), (3, False))
 
@@ -63,7 +63,7 @@ class PlanEntry:
         e = self.estimate
         terms = {"compute": e.compute_s, "TP": e.tp_s, "PP": e.pp_s, "DP": e.dp_s + e.emb_s, "CP": e.cp_s,
                  "EP": e.ep_s, "bubble": e.bubble_s}
-        top = max(terms, key=terms.get)
+        top = max(terms, key=lambda k: terms[k])
         share = terms[top] / e.iteration_time_s
         comm = e.comm_ratio
         return f"largest cost {top} ({share:.0%}); comm {comm:.0%}, bubble {e.bubble_ratio:.0%}"
@@ -202,7 +202,7 @@ def screen_time_s(model: ModelSpec, cluster: ClusterSpec, c: dict[str, np.ndarra
     pp_time = np.where(pp > 1, m * 2 * t_p2p, 0.0)
     # CP ring: (c-1)(3 + f) K/V transfers per layer and micro-batch, overlapped with attention compute
     kv = 2 * tokens * np.maximum(1, model.kv_heads // tp) * model.head_size * B
-    cp_nodes, cp_k = _span(cp, tp, gpn)
+    cp_nodes, _cp_k = _span(cp, tp, gpn)
     t_kv = alpha_beta_time_s(cluster, "send", kv, 2, np.where(cp_nodes > 1, 2, 1), 1)
     attn = m * tokens * sum(tf.attention_core) * 3 / pp / tp / (u * peak)
     cp_time = np.maximum(0.0, m * layers_per_stage * (cp - 1) * (3 + (rc == 2)) * t_kv - attn)
@@ -228,7 +228,7 @@ def screen_time_s(model: ModelSpec, cluster: ClusterSpec, c: dict[str, np.ndarra
                        np.where((zero >= 1) | dist, t_dp_rs + t_dp_ag, t_dp_ar))
     per_mb = (comp + tp_time + pp_time + cp_time + ep_time) / m
     bubble = (pp - 1) / v * per_mb
-    return m * per_mb + bubble + dp_time
+    return np.asarray(m * per_mb + bubble + dp_time)
 
 
 def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_size: int, *, top: int = 10,
@@ -258,7 +258,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_siz
     c = {k: v[fits] for k, v in c.items()}
     mem = mem[fits]
     n_fit = c["tp"].size
-    notes = []
+    notes: list[str] = []
     if n_fit == 0:
         reason = "no valid configuration" if n_valid == 0 else \
             f"none of the {n_valid:,} valid configurations fits in {memory_fraction:.0%} of {cluster.memory_bytes / 2**30:.0f} GiB"
@@ -282,27 +282,3 @@ def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_siz
     return Plan(model=model, cluster=cluster, num_gpus=num_gpus, global_batch_size=global_batch_size,
                 num_candidates=int(n_candidates), num_valid=int(n_valid), num_fit=int(n_fit),
                 entries=tuple(entries[:top]), screen_s=screen_s, rank_s=time.perf_counter() - t1, notes=tuple(notes))
-
-
-class ProgressBar:
-    """A one-line stderr progress bar that appears only when the work takes longer than ``delay_s``."""
-
-    def __init__(self, label: str, delay_s: float = 0.5, stream=None) -> None:
-        self.label, self.delay_s = label, delay_s
-        self.stream = stream or sys.stderr
-        self.start = time.perf_counter()
-        self.shown = False
-
-    def __call__(self, done: int, total: int) -> None:
-        elapsed = time.perf_counter() - self.start
-        if elapsed < self.delay_s and done < total:
-            return
-        if elapsed < self.delay_s and not self.shown:
-            return
-        self.shown = True
-        width = 30
-        filled = int(width * done / max(total, 1))
-        self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {elapsed:.1f}s")
-        if done >= total:
-            self.stream.write("\n")
-        self.stream.flush()

@@ -131,7 +131,7 @@ class CommOp:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "CommOp":
+    def from_dict(cls, data: dict[str, Any]) -> CommOp:
         """Inverse of :meth:`to_dict`; unknown keys raise a ValueError naming them."""
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
@@ -145,7 +145,7 @@ class CommOp:
             kwargs["extra"] = tuple(sorted(dict(kwargs["extra"]).items()))
         return cls(**kwargs)
 
-    def with_(self, **changes: Any) -> "CommOp":
+    def with_(self, **changes: Any) -> CommOp:
         return replace(self, **changes)
 
 

@@ -30,7 +30,8 @@ import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -52,7 +53,7 @@ from commscope.errors import ConfigError
 from commscope.gpus import GpuSpec, gpu_for_cluster
 from commscope.spec.cluster import ClusterSpec
 from commscope.spec.model import ModelSpec
-from commscope.spec.parallel import ParallelSpec
+from commscope.spec.parallel import Attention, ParallelSpec
 from commscope.units import TFLOP
 
 __all__ = [
@@ -211,16 +212,16 @@ def shape_rules(model: ModelSpec, parallel: ParallelSpec | None = None, gpu: Gpu
     hard = [
         ("heads_tp", "attention heads divisible by tp", model.num_heads, f"multiple of tp={t}",
          model.num_heads % t == 0 and (model.kv_heads % t == 0 or t % model.kv_heads == 0),
-         f"each TP rank computes a/t = {model.num_heads}/{t} whole heads (and its share of the {model.kv_heads} "
-         "key/value groups); the attention GEMMs are batched over b a/t, which must be an integer [megatron-lm-2019]",
+         (f"each TP rank computes a/t = {model.num_heads}/{t} whole heads (and its share of the {model.kv_heads} "
+         "key/value groups); the attention GEMMs are batched over b a/t, which must be an integer [megatron-lm-2019]"),
          [f"tp in {', '.join(str(x) for x in _divisors(model.num_heads) if x <= 8)}"]),
         ("ffn_tp", "FFN width divisible by tp", model.ffn, f"multiple of tp={t}", model.ffn % t == 0,
          "the MLP's column- and row-parallel GEMMs split f over tp ranks", []),
         ("layers_pp", "layers divisible by the pipeline", model.num_layers,
          f"multiple of pp x virtual = {par.pp * par.virtual_pipeline_size}",
          par.pipeline_layers is not None or model.num_layers % (par.pp * par.virtual_pipeline_size) == 0,
-         "every pipeline stage (and virtual chunk) holds the same number of layers unless pipeline_layers says otherwise; "
-         "an uneven split makes the slowest stage set the pace", []),
+         ("every pipeline stage (and virtual chunk) holds the same number of layers unless pipeline_layers says otherwise; "
+         "an uneven split makes the slowest stage set the pace"), []),
     ]
     if model.is_moe:
         hard.append(("experts_ep", "experts divisible by ep", model.num_experts, f"multiple of ep={e}",
@@ -243,7 +244,7 @@ def shape_rules(model: ModelSpec, parallel: ParallelSpec | None = None, gpu: Gpu
         names, slowdown, lost, share = _rule_cost(gemms, gpu, dtype, fixed, actual)
         return {"affected": names, "slowdown": slowdown, "time_lost_s": lost, "share": share}
 
-    def aligned(rule: str, title: str, symbols: dict[str, int], value: Any, why: str, source: str, fix: str) -> None:
+    def aligned(rule: str, title: str, symbols: dict[str, Any], value: Any, why: str, source: str, fix: str) -> None:
         ok = all(v % q == 0 for v in symbols.values())
         extra: dict[str, Any] = {}
         if dims is not None:
@@ -302,19 +303,19 @@ def shape_rules(model: ModelSpec, parallel: ParallelSpec | None = None, gpu: Gpu
            f"{model.make_vocab_size_divisible_by} x tp = {t}); a multiple of 64 x tp (128 x tp as Megatron does) keeps "
            f"every rank's share a multiple of 64 [anthony-2024: vocabulary divisible by 64]")
     if width % q:
-        status, fix = "broken", (f"make_vocab_size_divisible_by = 128 (V' = {_round_up(v, 128 * t)}), or pad the "
+        status, vocab_fix = "broken", (f"make_vocab_size_divisible_by = 128 (V' = {_round_up(v, 128 * t)}), or pad the "
                                  f"vocabulary to a multiple of {q * t}")
         extra = priced({"vocab_width": _round_up(width, q)}) if dims is not None else {}
     elif v % (q * t):
         # fine thanks to the padding; say what running it unpadded would cost (Hugging Face does not pad)
-        status, fix = "warn", (f"fine under Megatron's padding to {v_pad}; without it (e.g. Hugging Face) pad the "
+        status, vocab_fix = "warn", (f"fine under Megatron's padding to {v_pad}; without it (e.g. Hugging Face) pad the "
                                f"tokenizer to {_round_up(v, q * t)}")
         extra = priced({"vocab_width": width}, actual={"vocab_width": -(-v // t)}) if dims is not None else {}
     else:
-        status, fix, extra = "ok", "", ({"affected": ("logits",)} if dims is not None else {})
+        status, vocab_fix, extra = "ok", "", ({"affected": ("logits",)} if dims is not None else {})
     rules.append(RuleCheck(rule="vocab", title="vocabulary V (padded) per TP rank", value=v,
                            requirement=f"V'/t multiple of {q}", status=status, explanation=why,
-                           source=f"{_SRC_CODESIGN}; Megatron-LM _vocab_size_with_padding", fix=fix, **extra))
+                           source=f"{_SRC_CODESIGN}; Megatron-LM _vocab_size_with_padding", fix=vocab_fix, **extra))
     return tuple(rules)
 
 
@@ -396,7 +397,7 @@ def _gemm_efficiency(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
 
 
 def analyse_shapes(model: ModelSpec, parallel: ParallelSpec, cluster: ClusterSpec, gpu: GpuSpec | None = None,
-                   *, attention: str = "flash", bandwidth: Any = None) -> ShapeReport:
+                   *, attention: Attention = "flash", bandwidth: Any = None) -> ShapeReport:
     """GEMMs, rules and the shape-aware estimate of one job (``gpu`` defaults to the cluster's)."""
     from commscope.api import predict
     from commscope.estimate import estimate
@@ -416,10 +417,10 @@ def analyse_shapes(model: ModelSpec, parallel: ParallelSpec, cluster: ClusterSpe
     est = estimate(pred, gpu=g, bandwidth=bandwidth)
     u = est.gpu_util
     base = estimate(pred, gpu_util=cluster.gpu_util, bandwidth=bandwidth)
-    notes = [f"GEMM model on {g.name}: achievable {g.achievable_fraction:.0%} of peak for large aligned GEMMs "
-             f"(calibration constant; `--measure` on a GPU refines it)",
-             f"the estimate times every kernel with the compute model (commscope.compute): {u:.3f} of peak during "
-             f"compute; the baseline uses the cluster's flat u = {cluster.gpu_util:.2f}",
+    notes = [(f"GEMM model on {g.name}: achievable {g.achievable_fraction:.0%} of peak for large aligned GEMMs "
+             f"(calibration constant; `--measure` on a GPU refines it)"),
+             (f"the estimate times every kernel with the compute model (commscope.compute): {u:.3f} of peak during "
+             f"compute; the baseline uses the cluster's flat u = {cluster.gpu_util:.2f}"),
              ("attention GEMMs: batched over b a/t; " + (
                  "fused (flash): the s x s scores stay on chip; the backward's recomputation of Q K^T is not counted"
                  if attention == "flash" else "unfused: the s x s scores go through HBM"))]
@@ -554,7 +555,7 @@ def _shape_variants(model: ModelSpec, parallel: ParallelSpec, h: int, a: int, d:
     stages = parallel.pp * parallel.virtual_pipeline_size
     # the MLP width that matters is varied (the experts' when every layer is MoE), the other one scaled
     vary_moe = ratio_moe is not None and model.moe_ffn_hidden_size is not None and model.num_moe_layers == model.num_layers
-    ratio, current = (ratio_moe, model.moe_ffn) if vary_moe else (ratio_f, model.ffn)
+    ratio, current = (ratio_moe, model.moe_ffn) if vary_moe and ratio_moe is not None else (ratio_f, model.ffn)
     target = ratio * h
     widths = {max(q * t, math.floor(target / (q * t)) * q * t), math.ceil(target / (q * t)) * q * t,
               max(4 * q * t, round(target / (4 * q * t)) * 4 * q * t)}
@@ -601,7 +602,7 @@ def _shape_variants(model: ModelSpec, parallel: ParallelSpec, h: int, a: int, d:
 
 
 def _suggestion(model: ModelSpec, original: ModelSpec, parallel: ParallelSpec, cluster: ClusterSpec, gpu: GpuSpec,
-                ref: Suggestion | None, bandwidth: Any, attention: str) -> Suggestion:
+                ref: Suggestion | None, bandwidth: Any, attention: Attention) -> Suggestion:
     from commscope.api import predict
     from commscope.estimate import estimate
     from commscope.volumes import axis_volumes
@@ -640,7 +641,7 @@ def _broken(model: ModelSpec, parallel: ParallelSpec) -> tuple[str, ...]:
 
 def suggest_shapes(model: ModelSpec, parallel: ParallelSpec, cluster: ClusterSpec, gpu: GpuSpec | None = None, *,
                    tolerance: float = 0.05, top: int = 5, refine: int = 48, rank_by: str = "time",
-                   hidden_range: float = 0.25, attention: str = "flash", bandwidth: Any = None) -> Suggestions:
+                   hidden_range: float = 0.25, attention: Attention = "flash", bandwidth: Any = None) -> Suggestions:
     """Nearby shapes with parameters within ``tolerance`` that run faster, best first.
 
     Candidates (see :func:`_candidate_models`) are screened by their GEMM time per micro-batch and parameter
@@ -668,7 +669,8 @@ def suggest_shapes(model: ModelSpec, parallel: ParallelSpec, cluster: ClusterSpe
     # screen: GEMM time of a micro-batch (per parameter when ranking so), all candidates in one call
     screen = []
     if within:
-        spans, flat = [], []
+        spans: list[int] = []
+        flat: list[tuple[Gemm, int]] = []
         for c in within:
             gs = model_gemms(c, parallel, attention=attention)
             spans.append(len(gs))
@@ -679,7 +681,7 @@ def suggest_shapes(model: ModelSpec, parallel: ParallelSpec, cluster: ClusterSpe
             time = sum(r.time_s * r.layers for r in results[i:i + span])
             i += span
             screen.append(time / c.num_parameters() if rank_by == "time_per_param" else time)
-    order = np.argsort(np.asarray(screen), kind="stable")[:refine] if screen else []
+    order = np.argsort(np.asarray(screen), kind="stable")[:refine] if screen else np.zeros(0, dtype=np.int64)
     estimated = [_suggestion(within[i], model, parallel, cluster, g, original, bandwidth, attention) for i in order]
 
     def key(s: Suggestion) -> float:
@@ -691,9 +693,9 @@ def suggest_shapes(model: ModelSpec, parallel: ParallelSpec, cluster: ClusterSpe
     heads = ", ".join(str(d) for d in sorted({64, 128, model.head_size}))
     groups = (f", {model.kv_heads} query groups or {model.num_heads // model.kv_heads} heads per group"
               if model.num_query_groups is not None else "")
-    notes = [f"candidates: h a multiple of {ALIGN_ELEMENTS} within +-{hidden_range:.0%} of {model.hidden_size}, head size "
+    notes = [(f"candidates: h a multiple of {ALIGN_ELEMENTS} within +-{hidden_range:.0%} of {model.hidden_size}, head size "
              f"{heads}{groups}, FFN at the original ratio {model.ffn / model.hidden_size:.3g} x h rounded to multiples of "
-             f"64 x tp, layers keeping parameters within +-{tolerance:.0%} and divisible by the pipeline",
+             f"64 x tp, layers keeping parameters within +-{tolerance:.0%} and divisible by the pipeline"),
              "memory is not re-checked (parameters stay within the tolerance)"]
     return Suggestions(original=original, entries=tuple(kept[:top]), tolerance=tolerance, rank_by=rank_by,
                        num_candidates=num_candidates, num_within_tolerance=len(within), num_estimated=len(estimated),
@@ -776,7 +778,7 @@ def _sweep_job(model: ModelSpec, parallel: ParallelSpec, key: str, value: int) -
 
 
 def sweep_shapes(model: ModelSpec, parallel: ParallelSpec, cluster: ClusterSpec, values: Sequence[int], *,
-                 key: str = "hidden", gpu: GpuSpec | None = None, attention: str = "flash",
+                 key: str = "hidden", gpu: GpuSpec | None = None, attention: Attention = "flash",
                  bandwidth: Any = None) -> SweepResult:
     """Predicted GEMM and end-to-end throughput of the job for each value of ``key`` (see :data:`SWEEP_KEYS`).
 

@@ -35,12 +35,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from commscope.record import AXES, CommOp
 from commscope.units import dtype_bytes
+
+if TYPE_CHECKING:  # the workload imports nothing of this module, but flows_of_op makes op sets at run time
+    from commscope.workload.base import OpSet, Workload
 
 Algorithm = Literal["ring", "direct", "tree", "hierarchical"]
 ALGORITHMS: tuple[str, ...] = ("ring", "direct", "tree", "hierarchical")
@@ -185,7 +189,7 @@ class TrafficMatrix:
 
     @property
     def is_intra_node(self) -> np.ndarray:
-        return (self.src // self.gpus_per_node) == (self.dst // self.gpus_per_node)
+        return np.asarray((self.src // self.gpus_per_node) == (self.dst // self.gpus_per_node))
 
     def bytes_by_link(self) -> dict[str, int]:
         intra = self.is_intra_node
@@ -249,20 +253,33 @@ class TrafficMatrix:
         order = np.lexsort((self.axis, self.dst, self.src))
         return [(int(self.src[k]), int(self.dst[k]), AXES[self.axis[k]], int(self.bytes[k])) for k in order]
 
-    def to_pandas(self):
-        """``src, dst, axis, bytes, intra_node`` as a pandas DataFrame (needs pandas; :mod:`commscope.io.tables`)."""
-        from commscope.io.tables import matrix_to_pandas
+    def columns(self) -> dict[str, np.ndarray]:
+        """The matrix as table columns ``src, dst, axis`` (names), ``bytes``, ``intra_node``, sorted by src, dst,
+        axis: what :meth:`to_pandas`, :meth:`to_polars` and the Parquet writer (:mod:`commscope.io.tables`) hold."""
+        order = np.lexsort((self.axis, self.dst, self.src))
+        src, dst = self.src[order].astype(np.int64), self.dst[order].astype(np.int64)
+        return {"src": src, "dst": dst, "axis": np.array(AXES, dtype=object)[self.axis[order]],
+                "bytes": self.bytes[order].astype(np.int64),
+                "intra_node": (src // self.gpus_per_node) == (dst // self.gpus_per_node)}
 
-        return matrix_to_pandas(self)
+    def to_pandas(self) -> Any:
+        """``src, dst, axis, bytes, intra_node`` as a pandas DataFrame, the matrix's scalars in ``attrs``
+        (needs pandas: ``pip install 'commscope[pandas]'``)."""
+        pd = _optional("pandas")
+        frame = pd.DataFrame(self.columns())
+        frame.attrs.update({"world_size": self.world_size, "gpus_per_node": self.gpus_per_node,
+                            "algorithm": self.algorithm, "view": self.view})
+        return frame
 
-    def to_polars(self):
+    def to_polars(self) -> Any:
         """``src, dst, axis, bytes, intra_node`` as a polars DataFrame (needs polars)."""
-        from commscope.io.tables import matrix_to_polars
+        cols: dict[str, Any] = dict(self.columns())
+        cols["axis"] = list(cols["axis"])
+        return _optional("polars").DataFrame(cols)
 
-        return matrix_to_polars(self)
 
-
-def _coalesce(src: np.ndarray, dst: np.ndarray, axis: np.ndarray | None, nbytes: np.ndarray, world: int):
+def _coalesce(src: np.ndarray, dst: np.ndarray, axis: np.ndarray | None, nbytes: np.ndarray,
+              world: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Sum bytes over equal (src, dst[, axis]) keys, keeping int64 exactness."""
     key = src * world + dst
     if axis is not None:
@@ -283,7 +300,7 @@ def _coalesce(src: np.ndarray, dst: np.ndarray, axis: np.ndarray | None, nbytes:
     return uniq // world, uniq % world, ax, summed
 
 
-def _pairs(src, dst, nbytes, world):
+def _pairs(src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, world: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     s, d, _, b = _coalesce(src, dst, None, nbytes, world)
     return s, d, b
 
@@ -304,7 +321,7 @@ def _node_key(groups: np.ndarray, gpus_per_node: int) -> tuple[np.ndarray, list[
     return labels.reshape(-1), [tuple(int(x) for x in row) for row in uniq]
 
 
-def build_traffic(opsets, world_size: int, gpus_per_node: int, *, algorithm: str = "ring") -> TrafficMatrix:
+def build_traffic(opsets: Iterable[OpSet], world_size: int, gpus_per_node: int, *, algorithm: str = "ring") -> TrafficMatrix:
     """Decompose op sets (from a Workload, or measured ops grouped likewise) into a TrafficMatrix."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm={algorithm!r}: valid: {', '.join(ALGORITHMS)}")
@@ -332,7 +349,8 @@ def build_traffic(opsets, world_size: int, gpus_per_node: int, *, algorithm: str
             continue
         if algorithm == "hierarchical" and s.op == "all_reduce":
             labels, keys = _node_key(s.groups, gpus_per_node)
-            parts = [(s.groups[labels == i], key) for i, key in enumerate(keys)]
+            parts: list[tuple[np.ndarray, tuple[int, ...] | None]] = [(s.groups[labels == i], key)
+                                                                       for i, key in enumerate(keys)]
         else:
             parts = [(s.groups, None)]
         for groups, key in parts:
@@ -353,7 +371,7 @@ def build_traffic(opsets, world_size: int, gpus_per_node: int, *, algorithm: str
                          axis=ax[keep], bytes=nbytes[keep], algorithm=algorithm)
 
 
-def traffic_of(workload, gpus_per_node: int, *, algorithm: str = "ring") -> TrafficMatrix:
+def traffic_of(workload: Workload, gpus_per_node: int, *, algorithm: str = "ring") -> TrafficMatrix:
     """The traffic matrix of a :class:`~commscope.workload.base.Workload`."""
     return build_traffic(workload.opsets, workload.world_size, gpus_per_node, algorithm=algorithm)
 
@@ -369,3 +387,13 @@ def flows_of_op(op: CommOp, *, algorithm: str = "ring", gpus_per_node: int = 8) 
                   phase=op.phase or "fwd", groups=groups, repeat=op.count)
     tm = build_traffic([opset], max(op.group) + 1, gpus_per_node, algorithm=algorithm)
     return [(s, d, b) for s, d, _, b in tm.triplets()]
+
+
+def _optional(module: str) -> Any:
+    """An optional extra's module (pandas, polars), imported when asked for; one clear line when it is missing."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ImportError(f"{module} is not installed: pip install {module} (or commscope[{module}])") from None

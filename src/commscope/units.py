@@ -56,7 +56,7 @@ def canonical_dtype(name: str) -> str:
     """Return the short canonical name of a dtype (``bfloat16`` -> ``bf16``); raise for unknown names."""
     key = str(name).strip().lower().removeprefix("torch.")
     if key not in DTYPE_BYTES:
-        raise ValueError(f"unknown dtype {name!r}; valid: {', '.join(sorted(set(_CANONICAL.get(k, k) for k in DTYPE_BYTES)))}")
+        raise ValueError(f"unknown dtype {name!r}; valid: {', '.join(sorted({_CANONICAL.get(k, k) for k in DTYPE_BYTES}))}")
     return _CANONICAL.get(key, key)
 
 

@@ -467,8 +467,8 @@ def _model(row: _Row, label: str, folder: Path) -> tuple[ModelSpec, list[str]]:
     try:
         model = load_model(_file_or_name(model_text, folder))
     except ConfigError as exc:
-        lacking = ", ".join(row.headers.get(n, n) for n, v in shape.items() if v is None)
-        raise row.error("model", model_text, f"{exc.expected} (the shape columns {lacking} are blank or absent, so "
+        blank = ", ".join(row.headers.get(n, n) for n, v in shape.items() if v is None)
+        raise row.error("model", model_text, f"{exc.expected} (the shape columns {blank} are blank or absent, so "
                                               f"model must name a model preset or a model file)") from None
     overrides = {**{k: v for k, v in shape.items() if v is not None}, **given}
     try:

@@ -9,11 +9,11 @@ import pytest
 
 pytest.importorskip("torch")
 
-from commscope.api import predict  # noqa: E402
-from commscope.bench.fitted import FittedModel, read_fitted  # noqa: E402
-from commscope.cli.main import main  # noqa: E402
-from commscope.estimate import estimate  # noqa: E402
-from commscope.spec.parallel import ParallelSpec  # noqa: E402
+from commscope.api import predict
+from commscope.bench.fitted import FittedModel, read_fitted
+from commscope.cli.main import main
+from commscope.estimate import estimate
+from commscope.spec.parallel import ParallelSpec
 
 # tp=2, pp=2, dp=2 on one 8-GPU DGX-1 node: TP and DP all-reduces over 2 ranks and the PP sends stay inside
 # the node, where the gloo fit (measured on one host) applies

@@ -97,7 +97,7 @@ def test_fsdp2_gathers_and_reduce_scatters(tmp_path):
 
 def _tp(rank, world, logdir, sequence_parallel):
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor import Shard
     from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel,
                                                    parallelize_module)
 

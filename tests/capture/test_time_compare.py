@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-
 from commscope.bench.calibrate import calibrate, cluster_toml
 from commscope.bench.fit import _points_from_bench, fit
 from commscope.bench.sweep import SweepConfig
 from commscope.capture.timing import _union_s
 from commscope.cli.main import main
 from commscope.spec.files import load_cluster
+
+torch = pytest.importorskip("torch")
 
 #: Measured / predicted step time of the reference GPT (tp 2, 2 gloo ranks) against this machine's calibration
 #: must lie in [1 / STEP_FACTOR, STEP_FACTOR]. On the shared 2-core VM (6 engineers' jobs, load average 6-17),

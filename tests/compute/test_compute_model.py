@@ -17,7 +17,7 @@ from commscope.gpus import gpu_for_cluster, gpu_preset
 from commscope.presets import cluster_preset, model_preset
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
-from commscope.workload.dense import pipeline_split
+from commscope.workload.stages import pipeline_split
 
 H100 = cluster_preset("dgx-h100")
 A100 = cluster_preset("dgx-a100")

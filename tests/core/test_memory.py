@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-import commscope.memory as memory
+from commscope import memory
 from commscope.errors import ConfigError
 from commscope.memory import (
     MemoryBreakdown,

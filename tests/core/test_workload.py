@@ -11,7 +11,9 @@ from commscope.spec.parallel import ParallelSpec
 from commscope.spec.params import embedding_params, layer_params
 from commscope.traffic import traffic_of
 from commscope.units import dtype_bytes
-from commscope.workload.dense import build_workload, grad_dtype, virtual_stage_layers
+from commscope.workload.dense import build_workload
+from commscope.workload.framework import grad_dtype
+from commscope.workload.stages import virtual_stage_layers
 
 GPT = ModelSpec(name="gpt-1.5b", num_layers=24, hidden_size=2304, num_heads=24, vocab_size=50257, seq_len=1024)
 
@@ -209,7 +211,7 @@ def test_ring_all_reduce_symmetric_within_groups(job):
     tm = traffic_of(w, 8)
     if parallel.tp == 1:
         return
-    s, d, b = tm.pairs("tp")
+    s, _d, b = tm.pairs("tp")
     sent = np.bincount(s, weights=b.astype(float), minlength=tm.world_size)
     for g in w.layout.groups("tp"):
         vals = sent[g]

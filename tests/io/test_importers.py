@@ -19,7 +19,7 @@ import dataclasses
 import gzip
 import json
 import re
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import pytest
@@ -175,7 +175,7 @@ def test_kineto_fixture_ops_sizes_and_times(kineto_trace):
     assert _extra(ar)["kernel_name"] == "ncclKernel_AllReduce_RING_LL_Sum_float"
     assert _extra(ar)["kernel_duration_ns"] == 3_306_963
     # 2024-05-23 00:15 UTC = 2024-05-22 17:15 in the trace's INFO lines (US Pacific)
-    assert datetime.fromtimestamp(ar.t_start_ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M") == \
+    assert datetime.fromtimestamp(ar.t_start_ns / 1e9, tz=UTC).strftime("%Y-%m-%d %H:%M") == \
         "2024-05-23 00:15"
     # event 7914: broadcast of 53 Long -> 424 bytes (NCCL runs it as int8 bytes; the size is the same)
     bc = by_event[7914]
@@ -509,7 +509,7 @@ def test_deepspeed_verbose_lines():
     assert result.missing_fields == MISSING["deepspeed_verbose"]
     rs, ag1, ag2 = result.ops
     assert (rs.op, rs.rank, rs.count, rs.size_bytes) == ("reduce_scatter", 0, 1, round(678.86 * 2**20))
-    end = int(datetime(2022, 6, 26, 1, 39, 55, tzinfo=timezone.utc).timestamp()) * 10**9 + 722 * 10**6
+    end = int(datetime(2022, 6, 26, 1, 39, 55, tzinfo=UTC).timestamp()) * 10**9 + 722 * 10**6
     assert rs.t_end_ns == end and rs.t_start_ns == end - 9_460_000
     assert _extra(rs)["latency_s"] == pytest.approx(9.46e-3)
     assert _extra(rs)["busbw_bytes_per_s"] == pytest.approx(1129.23e9 / 8)

@@ -17,7 +17,7 @@ from conftest import SHARED, requires_shared
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import commscope.io.nccl_tests as nccl_tests
+from commscope.io import nccl_tests
 from commscope.io.nccl_tests import BusbwRow, NcclTestsResult, algbw, busbw_factor, canonical_op, parse_nccl_tests
 from commscope.units import GB, US
 
@@ -283,7 +283,7 @@ def test_newest_format_versions_and_two_decimal_times() -> None:
     result = parse_nccl_tests(_log(A100X8))
     assert result.meta["nccl_tests_version"] == "2.19.4"
     assert result.meta["nccl_version"] == "2.19.3"  # nccl-library=21903
-    big = [r for r in result.rows if r.size_bytes == 134217728 and not r.in_place][0]
+    big = next(r for r in result.rows if r.size_bytes == 134217728 and not r.in_place)
     assert big.time_s == pytest.approx(1295.41 * US)
     assert big.busbw_bytes_per_s == pytest.approx(181.32 * GB)
     assert big.algbw_bytes_per_s == pytest.approx(103.61 * GB)
@@ -362,7 +362,7 @@ def test_path_text_and_gzip_agree(tmp_path: Path) -> None:
     gz = tmp_path / "h100.txt.gz"
     gz.write_bytes(gzip.compress(_log(H100X16).read_bytes()))
     from_gz = parse_nccl_tests(gz)
-    strip = lambda rows: [(r.size_bytes, r.time_s, r.busbw_bytes_per_s, r.in_place) for r in rows]  # noqa: E731
+    strip = lambda rows: [(r.size_bytes, r.time_s, r.busbw_bytes_per_s, r.in_place) for r in rows]
     assert strip(from_path.rows) == strip(from_text.rows) == strip(from_gz.rows) == strip(from_str_path.rows)
     assert from_text.rows[0].source == "<text>:24"
     assert from_gz.rows[0].source == "h100.txt.gz:24"
@@ -399,17 +399,17 @@ def test_failure_message_after_half_a_row() -> None:
 
 
 def _preamble(size, count, type_name, redop, root) -> str:
-    return "%12li  %12li  %8s  %6s  %6s" % (size, count, type_name, redop, "%6i" % root)
+    return "%12li  %12li  %8s  %6s  %6s" % (size, count, type_name, redop, "%6i" % root)  # noqa: UP031 - nccl-tests' own printf formats
 
 
 def _half(time_us, alg, bus, wrong) -> str:
-    return "  %7s  %6.2f  %6.2f  %6s" % ("%7.2f" % time_us, alg, bus, wrong)
+    return "  %7s  %6.2f  %6.2f  %6s" % ("%7.2f" % time_us, alg, bus, wrong)  # noqa: UP031 - nccl-tests' own printf formats
 
 
 def _devices(n: int, hosts: int = 1) -> list[str]:
     per = n // hosts
     return [
-        "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s"
+        "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s"  # noqa: UP031 - nccl-tests' own printf formats
         % (r, 0, 1000 + r, f"node{r // per}", r % per, 0, r, 0, "NVIDIA H100 80GB HBM3")
         for r in range(n)
     ]
@@ -432,8 +432,8 @@ def _allreduce_rows(n: int, dtype: str = "float", elem: int = 4) -> list[str]:
 
 
 def _output(rows: list[str], n: int = 8, hosts: int = 1, summary: bool = True) -> str:
-    lines = ["# nThread 1 nGpus 1 minBytes 1048576 maxBytes 2097152 step: 2(factor) warmup iters: 5 iters: 20 "
-             "agg iters: 1 validation: 1 graph: 0", "#", "# Using devices", *_devices(n, hosts), *HEADER, *rows]
+    lines = [("# nThread 1 nGpus 1 minBytes 1048576 maxBytes 2097152 step: 2(factor) warmup iters: 5 iters: 20 "
+             "agg iters: 1 validation: 1 graph: 0"), "#", "# Using devices", *_devices(n, hosts), *HEADER, *rows]
     if summary:
         lines += ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 30 ", "#"]
     return "\n".join(lines) + "\n"
@@ -460,14 +460,14 @@ def test_per_iteration_and_timestamp_columns() -> None:
     """The newest nccl-tests: per-iteration stats after each half, a timestamp at the end of the row."""
     header = [
         "#                                                     out-of-place (+ per-iteration)      in-place (+ per-iteration)",
-        "#       size         count      type   redop    root     time   algbw   busbw  #wrong    i_min    i_max    i_p99"
-        "    i_cv%     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%           timestamp",
-        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)     (us)     (us)"
-        "      (%)     (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%)   %Y-%m-%d %H:%M:%S",
+        ("#       size         count      type   redop    root     time   algbw   busbw  #wrong    i_min    i_max    i_p99"
+        "    i_cv%     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%           timestamp"),
+        ("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)     (us)     (us)"
+        "      (%)     (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%)   %Y-%m-%d %H:%M:%S"),
     ]
-    stats = "  %7s  %7s  %7s  %7s" % ("60.10", "70.20", "69.90", "3.10")
+    stats = "  %7s  %7s  %7s  %7s" % ("60.10", "70.20", "69.90", "3.10")  # noqa: UP031 - nccl-tests' own printf formats
     row = (_preamble(1048576, 262144, "float", "sum", -1) + _half(67.31, 15.58, 27.26, 0) + stats
-           + _half(65.27, 16.07, 28.11, 0) + stats + "%21s" % "2025-06-01 12:00:00")
+           + _half(65.27, 16.07, 28.11, 0) + stats + "%21s" % "2025-06-01 12:00:00")  # noqa: UP031 - nccl-tests' own printf formats
     text = "\n".join(["# Using devices", *_devices(8), *header, row, "# Avg bus bandwidth    : 27.685 "]) + "\n"
     result = parse_nccl_tests(text)
     assert result.problems == []

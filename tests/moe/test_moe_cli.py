@@ -67,7 +67,7 @@ def test_analyze_the_report_format(capsys, tmp_path):
     (("traffic", "--routing", "uniform"), "needs an MoE model (num_experts > 0); gpt-1.5b is dense"),
 ])
 def test_bad_input_exits_2_with_one_line(capsys, tmp_path, argv, message):
-    code, out, err = run(capsys, *argv)
+    code, _out, err = run(capsys, *argv)
     assert code == 2 and message in err and err.count("\n") == 1, err
 
 
@@ -75,7 +75,7 @@ def test_bad_trace_file_exits_2_naming_file_iteration_and_field(capsys, tmp_path
     counts = np.ones((3, 1, 1, 2, 2), dtype=np.int64)
     counts[2, 0, 0, 1, 0] = -5
     np.savez(tmp_path / "t.npz", counts=counts, meta=np.array('{"top_k": 1}'))
-    code, out, err = run(capsys, "moe", "analyze", tmp_path / "t.npz")
+    code, _out, err = run(capsys, "moe", "analyze", tmp_path / "t.npz")
     assert code == 2 and err.count("\n") == 1
     assert f"{tmp_path / 't.npz'}, iteration 2, micro-batch 0, layer 0, rank 1, expert 0: counts=-5: must be >= 0" in err
 

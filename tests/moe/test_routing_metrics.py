@@ -103,7 +103,7 @@ def test_capacity_drops_are_counted_and_not_sent():
 def test_metrics_table_and_summary_are_complete():
     m = routing_metrics(generate("zipf:1.2", top_k=2, **SHAPE))
     table = m.table()
-    assert list(table)[0] == "iteration" and all(len(v) == 5 for v in table.values())
+    assert next(iter(table)) == "iteration" and all(len(v) == 5 for v in table.values())
     s = m.summary()
     assert {"expert_entropy_mean", "balance_error_max", "on_off_switch_rate", "uniformity_trend_per_iteration"} <= set(s)
     assert s["balance_error_mean"] > 1.0 and m.pair_tokens.shape == (5, 4, 4) and m.expert_tokens.shape == (5, 3, 16)

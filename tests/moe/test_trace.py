@@ -85,26 +85,26 @@ def _counts(**where):
 
 
 @pytest.mark.parametrize("arrays,pattern", [
-    (dict(counts=np.ones((3, 2, 4))), r"bad\.npz: counts=\(3, 2, 4\): must have 5 dimensions "
-                                      r"\(iterations, micro_batches, layers, ep, experts\)"),
-    (dict(counts=_counts(i2_0_1_1_3=-4)), r"bad\.npz, iteration 2, micro-batch 0, layer 1, rank 1, expert 3: counts=-4: "
-                                          r"must be >= 0"),
-    (dict(counts=_counts(i1_0_0_0_0=2.5)), r"bad\.npz, iteration 1, micro-batch 0, layer 0, rank 0, expert 0: "
-                                           r"counts=2\.5: must be a whole number"),
-    (dict(counts=_counts(i0_0_1_0_2=np.nan)), r"bad\.npz, iteration 0, .*layer 1, rank 0, expert 2: counts=nan: must be "
-                                              r"a finite"),
+    (dict(counts=np.ones((3, 2, 4))), (r"bad\.npz: counts=\(3, 2, 4\): must have 5 dimensions "
+                                      r"\(iterations, micro_batches, layers, ep, experts\)")),
+    (dict(counts=_counts(i2_0_1_1_3=-4)), (r"bad\.npz, iteration 2, micro-batch 0, layer 1, rank 1, expert 3: counts=-4: "
+                                          r"must be >= 0")),
+    (dict(counts=_counts(i1_0_0_0_0=2.5)), (r"bad\.npz, iteration 1, micro-batch 0, layer 0, rank 0, expert 0: "
+                                           r"counts=2\.5: must be a whole number")),
+    (dict(counts=_counts(i0_0_1_0_2=np.nan)), (r"bad\.npz, iteration 0, .*layer 1, rank 0, expert 2: counts=nan: must be "
+                                              r"a finite")),
     (dict(counts=np.full((3, 1, 2, 2, 4), "x")), r"bad\.npz: counts='<U1': must hold integer token counts"),
-    (dict(counts=_counts(), placement=np.array([0, 1, 2, 1])), r"bad\.npz: placement\[2\]=2: expert 2 must live on an "
-                                                              r"EP rank in 0\.\.1"),
+    (dict(counts=_counts(), placement=np.array([0, 1, 2, 1])), (r"bad\.npz: placement\[2\]=2: expert 2 must live on an "
+                                                              r"EP rank in 0\.\.1")),
     (dict(counts=_counts(), placement=np.array([0, 1])), r"bad\.npz: placement=\(2,\): must have one EP rank per expert"),
     (dict(counts=_counts(), meta=_meta(num_experts=6)), r"bad\.npz: num_experts=6: counts has 4 experts"),
     (dict(counts=_counts(), meta=_meta(top_k=9)), r"bad\.npz: top_k=9: must be an integer in 1\.\.num_experts=4"),
     (dict(counts=_counts(), meta=np.array("{not json")), r"bad\.npz: meta='\{not json': must be a JSON object"),
-    (dict(counts=_counts(), meta=_meta(tokens_per_rank=5)), r"bad\.npz, iteration 0, micro-batch 0, layer 0, rank 0: "
+    (dict(counts=_counts(), meta=_meta(tokens_per_rank=5)), (r"bad\.npz, iteration 0, micro-batch 0, layer 0, rank 0: "
                                                             r"counts=20: summed over experts must be tokens_per_rank x "
-                                                            r"top_k = 5 x 1 = 5"),
-    (dict(counts=_counts(i1_0_0_1_2=9), meta=_meta(tokens_per_rank=5)), r"iteration 1, .*rank 1, expert 2: counts=9: "
-                                                                        r"must be <= tokens_per_rank=5"),
+                                                            r"top_k = 5 x 1 = 5")),
+    (dict(counts=_counts(i1_0_0_1_2=9), meta=_meta(tokens_per_rank=5)), (r"iteration 1, .*rank 1, expert 2: counts=9: "
+                                                                        r"must be <= tokens_per_rank=5")),
     (dict(counts=_counts(), layer_ids=np.array([3, 3])), r"bad\.npz: layer_ids=\(3, 3\): must be distinct"),
     (dict(routing=np.ones((3, 4, 5))), r"bad\.npz: routing=\(3, 4, 5\): must have shape \(iterations, ep, ep\)"),
     (dict(routing=-np.ones((3, 4, 4))), r"bad\.npz, iteration 0, rank 0, to rank 0: routing=-1\.0: must be >= 0"),

@@ -73,7 +73,7 @@ def _console_lines(stderr: str) -> list[str]:
 
 
 def _errors_listed(dom: str) -> list[str]:
-    box = re.search(r'<div id="errors"[^>]*>(.*?)</div>', dom, re.S)
+    box = re.search(r'<div id="errors"[^>]*>(.*?)</div>', dom, re.DOTALL)
     return re.findall(r"<li>(.*?)</li>", box.group(1)) if box else []
 
 

@@ -40,7 +40,7 @@ def est32(pred32):
 
 
 def _embedded(html: str) -> dict:
-    m = re.search(r'<script id="report-data" type="application/json">(.*?)</script>', html, re.S)
+    m = re.search(r'<script id="report-data" type="application/json">(.*?)</script>', html, re.DOTALL)
     assert m, "no embedded data"
     return json.loads(m.group(1))
 
@@ -99,7 +99,7 @@ def test_every_section_holds_the_librarys_numbers(pred32, est32):
     assert h["level"] == "gpu" and h["block"] == 1 and h["side"] == 32
     by_axis = tm.bytes_by_axis()
     for layer in h["layers"]:
-        s, d, b = tm.pairs(layer["axis"])
+        s, _d, b = tm.pairs(layer["axis"])
         assert layer["num_cells"] == s.size
         assert sum(layer["b"]) == by_axis[layer["axis"]] == layer["total_bytes"]
         assert max(layer["b"]) <= h["max_bytes"] and min(layer["b"]) >= h["min_bytes"]
@@ -197,7 +197,7 @@ def test_page_is_self_contained(pred32, est32, tmp_path):
 
 
 def _embedded_text(html: str) -> str:
-    return re.search(r'<script id="report-data" type="application/json">(.*?)</script>', html, re.S).group(1)
+    return re.search(r'<script id="report-data" type="application/json">(.*?)</script>', html, re.DOTALL).group(1)
 
 
 def test_16384_gpus_is_node_level_and_small(capsys):
@@ -227,6 +227,7 @@ def test_predicted_ops_read_back_as_measured_match_exactly(pred32, tmp_path):
     for r in cmp["rows"]:
         assert r["measured_bytes"] == r["predicted_bytes"] and r["ratio"] == 1.0
         assert r["measured_ops"] == r["predicted_ops"]
+        assert type(r["measured_ops"]) is int and type(r["measured_bytes"]) is int  # counts, not 4.0
 
 
 def test_per_rank_logs_with_steps_setup_and_no_axes(pred32, tmp_path):
@@ -404,7 +405,7 @@ def test_cli_errors_exit_2_with_one_line(tmp_path, monkeypatch, capsys, argv, ma
 
 def test_public_names():
     assert set(report_html.__all__) <= set(dir(report_html))
-    import commscope.report.png as png
+    from commscope.report import png
 
     assert set(png.__all__) <= set(dir(png))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from fractions import Fraction
 
@@ -67,7 +68,7 @@ def test_every_pass_runs_once_in_dependency_order_without_overlap(name, p, m, v)
         by_stage[s.stage].append((s.t_start_s, s.t_end_s))
     for spans in by_stage.values():
         spans.sort()
-        for (_, e0), (s1, _) in zip(spans, spans[1:]):
+        for (_, e0), (s1, _) in itertools.pairwise(spans):
             assert s1 >= e0 - 1e-12
     # the gaps are the idle time
     gaps = defaultdict(float)

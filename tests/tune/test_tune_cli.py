@@ -8,11 +8,12 @@ import pytest
 
 pytest.importorskip("torch")
 
-from commscope.cli.main import main  # noqa: E402
-from commscope.cli.tune_cmd import format_selection  # noqa: E402
-from commscope.tune.table import TuningTable, load_table  # noqa: E402
+from commscope.cli.main import main
+from commscope.cli.tune_cmd import format_selection
+from commscope.tune.files import load_table
+from commscope.tune.table import TuningTable
 
-from tune_tables import synthetic_table  # noqa: E402
+from tune_tables import synthetic_table
 
 
 def test_tiny_sweep_writes_a_valid_table(tmp_path, capsys):
@@ -59,7 +60,8 @@ def test_without_nproc_or_torchrun_says_how(capsys, monkeypatch):
 def test_show_checks_the_table_against_this_machine(tmp_path, capsys):
     from dataclasses import replace
 
-    from commscope.tune.table import machine_here, write_table
+    from commscope.tune.files import write_table
+    from commscope.tune.table import machine_here
 
     here = write_table(synthetic_table(machine=machine_here()), tmp_path / "here.json")
     assert main(["tune", "--show", str(here)]) == 0

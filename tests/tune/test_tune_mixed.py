@@ -15,7 +15,8 @@ import torch.distributed as dist  # noqa: E402
 
 from commscope.launch import spawn  # noqa: E402
 from commscope.tune.mixed import MIXED_BACKEND, TUNING_ENV, MixedProcessGroup, register  # noqa: E402
-from commscope.tune.table import machine_here, write_table  # noqa: E402
+from commscope.tune.files import write_table  # noqa: E402
+from commscope.tune.table import machine_here  # noqa: E402
 
 from tune_tables import synthetic_table  # noqa: E402
 

@@ -9,10 +9,11 @@ import pytest
 
 pytest.importorskip("torch")  # which algorithms run on which group sizes comes from the algorithm registry
 
-from commscope.tune.select import nearest_group_size, select_backend, selection_for, winner  # noqa: E402
-from commscope.tune.table import Measurement  # noqa: E402
+from commscope.tune.files import table_document
+from commscope.tune.select import nearest_group_size, select_backend, selection_for, winner
+from commscope.tune.table import Measurement
 
-from tune_tables import SIZES, WINNERS, synthetic_table  # noqa: E402
+from tune_tables import SIZES, WINNERS, synthetic_table
 
 
 def _row(backend: str, time_s: float, *, size: int = 1024, wrong: int | None = 0) -> Measurement:
@@ -87,7 +88,7 @@ def test_usable_device_and_unknown_op():
 
 
 def test_summary_lists_every_op_and_group_size():
-    summary = synthetic_table().to_dict()["selection"]
+    summary = table_document(synthetic_table())["selection"]
     assert {(e["op"], e["group_size"]) for e in summary} == {(op, g) for op in WINNERS for g in (2, 4)}
     ar = next(e for e in summary if e["op"] == "all_reduce" and e["group_size"] == 2)
     assert ar["crossovers_bytes"] == [1024, 16384]

@@ -14,15 +14,13 @@ import torch.distributed as dist  # noqa: E402
 import commscope.tune  # noqa: E402
 from commscope.errors import ConfigError  # noqa: E402
 from commscope.tune.mixed import MixedOptions, _agree  # noqa: E402
+from commscope.tune.files import load_table, read_table, table_document, write_table  # noqa: E402
 from commscope.tune.table import (  # noqa: E402
     TuningTable,
     differences,
     ensure_compatible,
-    load_table,
     machine_here,
-    read_table,
     uncovered_group_size,
-    write_table,
 )
 
 from tune_tables import fake_machine, synthetic_table  # noqa: E402
@@ -37,7 +35,7 @@ def test_round_trip_through_the_file(tmp_path):
     data = json.loads(path.read_text())
     assert data["format"] == "commscope-tuning" and data["schema_version"] == 1
     assert data["fingerprint"]["num_hosts"] == 1 and data["fingerprint"]["group_sizes"] == [2, 4]
-    assert TuningTable.from_dict(table.to_dict(with_selection=False)) == table  # selection is derived
+    assert TuningTable.from_dict(table.to_dict()) == table  # selection is derived: the file adds it
 
 
 def test_the_public_api_resolves():
@@ -85,7 +83,7 @@ def test_init_refuses_before_any_process_group_exists(tmp_path):
     (lambda d: d.pop("candidates"), "malformed"),
 ])
 def test_unreadable_or_edited_files_are_refused(tmp_path, edit, says):
-    data = synthetic_table().to_dict()
+    data = table_document(synthetic_table())
     edit(data)
     path = tmp_path / "t.json"
     path.write_text(json.dumps(data))

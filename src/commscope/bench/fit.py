@@ -25,7 +25,7 @@ import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +125,7 @@ def _points_from_nccl_tests(path: Path, group_size: int | None) -> tuple[list[Fi
         result = parse_nccl_tests(path)
     except ValueError as exc:
         raise ConfigError("input", path.name, str(exc)) from None
-    by_key: dict[tuple[str, int, int], Any] = {}
+    by_key: dict[tuple[str, int, int, bool | None], Any] = {}
     for row in result.rows:
         n = group_size or getattr(row, "group_size", None)
         if not n:
@@ -301,8 +301,8 @@ def to_toml(result: FitResult, *, command: str | None = None, table_prefix: str 
         "# Per op and group size n: time_s = alpha_us x 1e-6 + size_bytes x f(op, n) / (busbw_GBps x 1e9),",
         "# piecewise in size (segments); f is nccl-tests' bus-bandwidth factor (all_reduce 2(n-1)/n;",
         "# all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast, reduce, sendrecv 1).",
-        f"# Fitted on {result.time_kind} times, least squares on relative error, "
-        f"tolerance {result.tolerance:g}, at most {result.max_pieces} segments.",
+        (f"# Fitted on {result.time_kind} times, least squares on relative error, "
+        f"tolerance {result.tolerance:g}, at most {result.max_pieces} segments."),
         "# Use: commscope estimate ... --bandwidth THIS_FILE",
         "",
         f"[{table_prefix}model]",
@@ -313,7 +313,7 @@ def to_toml(result: FitResult, *, command: str | None = None, table_prefix: str 
     ]
     if result.backend:
         out.append(f"backend = {_toml_str(result.backend)}")
-    out.append(f"created = {_toml_str(datetime.now(timezone.utc).isoformat(timespec='seconds'))}")
+    out.append(f"created = {_toml_str(datetime.now(UTC).isoformat(timespec='seconds'))}")
     if command:
         out.append(f"command = {_toml_str(command)}")
     out.append(f"tolerance = {_toml_float(result.tolerance)}")
@@ -347,8 +347,8 @@ def format_fit(result: FitResult) -> str:
             err = f"{worst:>9.1%}" if i == 0 else ""
             lines.append(f"{c.op if i == 0 else '':>16}  {c.group_size if i == 0 else '':>4}  {rng:>21}  "
                          f"{s.alpha_s / US:>10.2f}  {s.busbw_bytes_per_s / GB:>12.4g}  {err}")
-    lines += ["#", f"#{'op':>15}  {'n':>4}  {'size (B)':>12}  {'measured (us)':>13}  {'fitted (us)':>11}  "
-                   f"{'rel err':>8}"]
+    lines += ["#", (f"#{'op':>15}  {'n':>4}  {'size (B)':>12}  {'measured (us)':>13}  {'fitted (us)':>11}  "
+                   f"{'rel err':>8}")]
     for r in result.residuals:
         lines.append(f"{r.op:>16}  {r.group_size:>4}  {r.size_bytes:>12}  {r.measured_time_s / US:>13.2f}  "
                      f"{r.fitted_time_s / US:>11.2f}  {r.rel_error:>+8.1%}")

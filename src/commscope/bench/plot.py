@@ -40,7 +40,7 @@ def plot_busbw(rows: Sequence[BenchRow], path: Path, *, title: str = "") -> Path
             (line,) = ax.plot(x, y, marker="o", markersize=3, label=f"{op} (n={n})")
             noisy = [(r.size_bytes, r.busbw_bytes_per_s / GB) for r in pts if r.noisy]
             if noisy:
-                ax.scatter(*zip(*noisy), s=30, facecolors="none", edgecolors=line.get_color())
+                ax.scatter([x for x, _ in noisy], [y for _, y in noisy], s=30, facecolors="none", edgecolors=line.get_color())
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: _size_label(v)))
         ax.set_xlabel("message size (bytes, nccl-tests' convention)")

@@ -65,7 +65,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any, Literal
 
 import numpy as np
@@ -76,11 +76,11 @@ from commscope.units import GB, MiB, US, canonical_dtype, dtype_bytes, parse_siz
 
 __all__ = [
     "AVERAGE_MODES",
-    "BenchRow",
     "DTYPES",
-    "GroupBackend",
     "OPS",
     "REDOPS",
+    "BenchRow",
+    "GroupBackend",
     "SweepConfig",
     "SweepResult",
     "WrongResultsError",
@@ -157,7 +157,8 @@ def message_sizes(min_bytes: int, max_bytes: int, step_factor: float = 2.0, step
         raise ConfigError("sizes", f"-b {min_bytes} -e {max_bytes}", "need 1 <= minbytes (-b) <= maxbytes (-e)")
     if step_factor < 1 or (step_factor == 1 and step_bytes < 1):
         raise ConfigError("step", f"-f {step_factor} -i {step_bytes}", "need -f > 1, or -f 1 with -i >= 1")
-    sizes, size = [], min_bytes
+    sizes: list[int] = []
+    size: float = min_bytes
     while size <= max_bytes:
         sizes.append(int(size))
         size = size * step_factor if step_factor > 1 else size + step_bytes
@@ -287,7 +288,7 @@ class BenchRow:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "BenchRow":
+    def from_dict(cls, data: dict[str, Any]) -> BenchRow:
         names = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in names})
 
@@ -325,7 +326,8 @@ def _combine(values: np.ndarray, average: int, axis: int = 0) -> np.ndarray:
     mode = AVERAGE_MODES[average]
     if mode == "rank0":
         return np.take(values, 0, axis=axis)
-    return {"avg": np.mean, "min": np.min, "max": np.max}[mode](values, axis=axis)
+    reducers: dict[str, Callable[..., Any]] = {"avg": np.mean, "min": np.min, "max": np.max}
+    return reducers[mode](values, axis=axis)
 
 
 def row_stats(laps_by_group: Sequence[np.ndarray], average: int = 3) -> dict[str, float]:
@@ -373,13 +375,13 @@ def format_header(op: str, n: int, num_groups: int, *, backend: str, group_mode:
     return "\n".join([
         f"# {op}: {groups}, backend {backend}{executes}",
         f"# type {DTYPES[dtype]}, redop {redop if op in _REDUCING else 'none'}, {iters_text}",
-        f"# time = median over iterations ({AVERAGE_MODES[average]} over ranks per iteration); busbw = algbw x "
-        f"{busbw_factor(op, n):.4g} (nccl-tests' factor for n={n})",
+        (f"# time = median over iterations ({AVERAGE_MODES[average]} over ranks per iteration); busbw = algbw x "
+        f"{busbw_factor(op, n):.4g} (nccl-tests' factor for n={n})"),
         "#",
-        f"#{'size':>11}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  {'time':>7}  {'algbw':>6}  "
-        f"{'busbw':>6}  {'#wrong':>6}  {'p95':>7}  {'cv':>5}",
-        f"#{'(B)':>11}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  "
-        f"{'(GB/s)':>6}  {'':>6}  {'(us)':>7}  {'':>5}",
+        (f"#{'size':>11}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  {'time':>7}  {'algbw':>6}  "
+        f"{'busbw':>6}  {'#wrong':>6}  {'p95':>7}  {'cv':>5}"),
+        (f"#{'(B)':>11}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  "
+        f"{'(GB/s)':>6}  {'':>6}  {'(us)':>7}  {'':>5}"),
     ])
 
 
@@ -415,7 +417,7 @@ def format_table(result: SweepResult) -> str:
             lines.append(format_header(row.op, row.group_size, row.num_groups, backend=row.backend,
                                        group_mode=meta.get("group_mode", "concurrent"), dtype=row.dtype,
                                        redop=row.redop, iters_text=meta.get("iters_text", ""),
-                                       average={v: k for k, v in AVERAGE_MODES.items()}.get(meta.get("average"), 3)))
+                                       average={v: k for k, v in AVERAGE_MODES.items()}.get(str(meta.get("average")), 3)))
         lines.append(format_row(row))
     lines.append(format_footer(result.rows, meta.get("noisy_cv", 0.2)))
     return "\n".join(lines)
@@ -450,7 +452,7 @@ class _Pattern:
     k: int = 1
 
     @classmethod
-    def for_op(cls, op: str, redop: str, n: int, dtype: str) -> "_Pattern":
+    def for_op(cls, op: str, redop: str, n: int, dtype: str) -> _Pattern:
         limit = _EXACT_MAX[dtype]
         if op not in _REDUCING or redop in ("min", "max"):
             return cls("spread")
@@ -692,11 +694,13 @@ class GroupBackend:
 
 
 def run_sweep(cfg: SweepConfig, *, emit: Callable[[str], None] | None = None, command: str | None = None,
-              group_backend: GroupBackend | None = None) -> SweepResult:
+              group_backend: GroupBackend | None = None,
+              progress: Callable[[int, int], None] | None = None) -> SweepResult:
     """Measure ``cfg`` on the current default process group; every rank calls it and gets the same result.
 
     ``group_backend``: measure on the groups it makes instead (the default group still synchronises).
-    ``emit`` (rank 0 only) receives the table line by line as rows are measured. Raises ConfigError for a
+    ``emit`` (rank 0 only) receives the table line by line as rows are measured; ``progress`` (rank 0 only) is
+    called as ``progress(done, total)`` after each (op, group size, size). Raises ConfigError for a
     configuration the world cannot run, WrongResultsError (after the whole sweep) when ``cfg.check`` found
     wrong elements.
     """
@@ -736,7 +740,7 @@ def run_sweep(cfg: SweepConfig, *, emit: Callable[[str], None] | None = None, co
     meta: dict[str, Any] = {
         "tool": "commscope bench", "backend": backend, "world_size": world, "hostname": socket.gethostname(),
         "hosts": hosts, "num_hosts": len(set(hosts)), "torch_version": torch.__version__,
-        "python_version": platform.python_version(), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "python_version": platform.python_version(), "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": command if command is not None else " ".join(sys.argv), "device": _device_name(device),
         "group_mode": cfg.group_mode, "group_sizes": list(sizes_g), "dtype": cfg.dtype, "redop": cfg.redop,
         "iters": cfg.iters, "warmup_iters": cfg.warmup_iters, "time_budget_s": cfg.time_budget_s,
@@ -746,6 +750,8 @@ def run_sweep(cfg: SweepConfig, *, emit: Callable[[str], None] | None = None, co
                            f"({AVERAGE_MODES[cfg.average]}); mean_time_s: nccl-tests' time",
     }
     rows: list[BenchRow] = []
+    report = progress if me == 0 else None
+    total, done = len(cfg.ops) * len(sizes_g) * len(cfg.sizes), 0
     for op in cfg.ops:
         for g in sizes_g:
             groups, group, gi = layouts[g]
@@ -754,6 +760,9 @@ def run_sweep(cfg: SweepConfig, *, emit: Callable[[str], None] | None = None, co
                                   redop=cfg.redop, iters_text=iters_text, average=cfg.average))
             local = groups[gi].index(me)
             for size in cfg.sizes:
+                done += 1
+                if report:
+                    report(done - 1, total)
                 count, size_bytes = op_count(op, size, g, element_bytes)
                 if count == 0:
                     continue
@@ -763,6 +772,8 @@ def run_sweep(cfg: SweepConfig, *, emit: Callable[[str], None] | None = None, co
                 if say:
                     say(format_row(row))
     result = SweepResult(rows=tuple(rows), meta=meta)
+    if report:
+        report(total, total)
     if say:
         say(format_footer(rows, cfg.noisy_cv))
     if cfg.check and result.num_wrong:

@@ -125,7 +125,7 @@ def measured_traffic(ops: list[CommOp], world_size: int, gpus_per_node: int, *, 
                             groups=np.array([group], dtype=np.int64), repeat=count))
     tm = build_traffic(opsets, world_size, gpus_per_node, algorithm=algorithm)
     return TrafficMatrix(world_size=tm.world_size, gpus_per_node=tm.gpus_per_node, src=tm.src, dst=tm.dst, axis=tm.axis,
-                         bytes=tm.bytes, algorithm=algorithm, view=view)
+                         bytes=tm.bytes, algorithm=algorithm, view="wire" if view == "wire" else "logical")
 
 
 def size_histogram(ops: list[CommOp]) -> list[tuple[int, int, int]]:
@@ -227,7 +227,7 @@ def compare(prediction, run: RunLog) -> dict:
                      "predicted_bytes": p_bytes, "measured_bytes": m_bytes, "diff_bytes": m_bytes - p_bytes})
     by_axis: dict[str, dict] = {}
     for r in rows:
-        a = by_axis.setdefault(r["axis"], {"predicted_bytes": 0, "measured_bytes": 0, "predicted_count": 0,
+        a = by_axis.setdefault(str(r["axis"]), {"predicted_bytes": 0, "measured_bytes": 0, "predicted_count": 0,
                                            "measured_count": 0})
         for k in a:
             a[k] += r[k]

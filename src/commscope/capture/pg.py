@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.distributed_c10d import GroupName
 
 BACKEND_NAME = "commscope"
 INNER_BACKEND_ENV = "COMMSCOPE_INNER_BACKEND"
@@ -41,7 +42,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
 
     def __init__(self, inner: Any, rank: int, size: int, global_ranks: list[int], group_name: str, inner_name: str,
                  sink) -> None:
-        super().__init__(rank, size)
+        super().__init__(rank, size)  # type: ignore[call-arg]  # torch's stub lists only (store, rank, size)
         self._inner = inner
         self._ranks = list(global_ranks)
         self._group_name = group_name
@@ -51,12 +52,12 @@ class RecordingProcessGroup(dist.ProcessGroup):
         self._me = self._ranks[rank]
 
     # ----- identity -----
-    def getBackendName(self) -> str:  # noqa: N802 (c10d's name)
+    def getBackendName(self) -> str:  # c10d's name
         return BACKEND_NAME
 
     @property
-    def group_name(self) -> str:
-        return self._group_name
+    def group_name(self) -> GroupName:
+        return GroupName(self._group_name)
 
     @property
     def group_desc(self) -> str:
@@ -290,7 +291,7 @@ _INFLIGHT: dict[int, tuple[Any, dict, Any, str]] = {}
 """Recorded ops not yet seen complete: key -> (inner work, record, sink, inner backend name)."""
 
 
-def _track(work, recs: list[dict], sink, backend: str) -> "_TimedWork":
+def _track(work, recs: list[dict], sink, backend: str) -> _TimedWork:
     if _INFLIGHT:
         observe_completions()
     keys = [id(rec) for rec in recs]
@@ -311,7 +312,7 @@ def _finish(key: int, completed: bool) -> None:
 def _is_completed(work) -> bool:
     try:
         return bool(work.is_completed())
-    except Exception:  # a backend that cannot tell: seen complete when waited on, or at the end
+    except Exception:  # noqa: BLE001 - a backend that cannot tell: seen complete when waited on, or at the end
         return False
 
 
@@ -409,12 +410,12 @@ class _TimedWork(dist.Work):
             try:
                 entry[0].get_future()
                 return
-            except Exception:
+            except Exception:  # noqa: BLE001, S110 - a work without a future: it is finished below
                 pass
             completed = _is_completed(entry[0])
             for key in self._keys:
                 _finish(key, completed)
-        except Exception:  # interpreter shutdown: the log's close() writes what is left
+        except Exception:  # noqa: BLE001, S110 - interpreter shutdown: the log's close() writes what is left
             pass
 
 

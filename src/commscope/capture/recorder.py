@@ -24,7 +24,8 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, TextIO
+from collections.abc import Callable, Iterator
 
 from commscope.io.oplog import STEP_KEY, json_quote
 
@@ -40,7 +41,7 @@ class RankLog:
         self.flush_s = flush_s
         self._lock = threading.Lock()
         self._buf: list[dict] = []  # records not yet written
-        self._file = None
+        self._file: TextIO | None = None
         self._last_flush = time.monotonic()
         self.num_records = 0
         self.rank: int | None = None
@@ -115,6 +116,7 @@ class RankLog:
                 if first is None:  # step lines only: the rank (and so the file) is known from the first op
                     return
                 self._open(first)
+            assert self._file is not None  # _open opened it
             self._file.write("\n".join(map(_line, self._buf)) + "\n")
             self._file.flush()
             self._buf.clear()
@@ -190,7 +192,7 @@ def _line(rec: dict) -> str:
 
 
 _ACTIVE: RankLog | None = None
-_ORIGINAL_INIT = None
+_ORIGINAL_INIT: Callable[..., Any] | None = None
 
 
 def _patched_init(backend: str | None = None, *args, **kwargs):
@@ -206,6 +208,7 @@ def _patched_init(backend: str | None = None, *args, **kwargs):
 
             inner = "nccl" if torch.cuda.is_available() and "nccl" in name else "gloo"
         os.environ[INNER_BACKEND_ENV] = inner
+    assert _ORIGINAL_INIT is not None  # start() saved it before patching
     return _ORIGINAL_INIT(BACKEND_NAME, *args, **kwargs)
 
 

@@ -107,9 +107,11 @@ def _print_line(line: str) -> None:
 def _rank_main(rank: int, world_size: int, cfg, quiet: bool, command: str):
     """One rank's sweep; returns (result on rank 0 else None, whether the data check failed)."""
     from commscope.bench.sweep import WrongResultsError, run_sweep
+    from commscope.cli.terminal import Progress
 
     try:
-        result = run_sweep(cfg, emit=None if quiet else _print_line, command=command)
+        with Progress("bench", quiet=quiet or rank != 0) as progress:
+            result = run_sweep(cfg, emit=None if quiet else _print_line, command=command, progress=progress)
         failed = False
     except WrongResultsError as exc:
         result, failed = exc.result, True

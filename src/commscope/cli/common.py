@@ -53,8 +53,8 @@ _PARALLEL_FLAGS: list[tuple[tuple[str, ...], str, Any, str]] = [
     (("--order",), "order", str, "rank order, innermost first (default tp-cp-ep-dp-pp)"),
     (("--grad-reduce-dtype",), "grad_reduce_dtype", str, "gradient-reduction dtype (default fp32 for bf16 models)"),
     (("--grad-bucket-size",), "grad_bucket_size", int, "elements per DP gradient bucket (default: one bucket)"),
-    (("--framework",), "framework", str, "whose implementation communicates: megatron (default), torch-ddp, torch-fsdp2 "
-                                         "(PyTorch's DDP/FSDP2 + DTensor TP + pipelining, as `commscope workload gpt` runs)"),
+    (("--framework",), "framework", str, ("whose implementation communicates: megatron (default), torch-ddp, torch-fsdp2 "
+                                         "(PyTorch's DDP/FSDP2 + DTensor TP + pipelining, as `commscope workload gpt` runs)")),
 ]
 
 
@@ -166,7 +166,7 @@ def _replace(spec: Any, overrides: dict[str, Any]) -> Any:
     valid = {f.name for f in fields(spec)}
     unknown = set(overrides) - valid
     if unknown:
-        raise ConfigError(sorted(unknown)[0], overrides[sorted(unknown)[0]], f"not a field of {type(spec).__name__}")
+        raise ConfigError(min(unknown), overrides[min(unknown)], f"not a field of {type(spec).__name__}")
     return replace(spec, **overrides) if overrides else spec
 
 

@@ -14,9 +14,12 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from commscope.cli.common import add_job_args, add_routing_args, resolve_job
 
@@ -135,7 +138,7 @@ def write_metrics(metrics, out: Path, *, summary: dict[str, Any]) -> list[Path]:
         writer.writerow(table)
         columns = [table[name].tolist() for name in table]
         for row in zip(*columns):
-            writer.writerow("" if isinstance(v, float) and v != v else (f"{v:.6g}" if isinstance(v, float) else v)
+            writer.writerow("" if isinstance(v, float) and math.isnan(v) else (f"{v:.6g}" if isinstance(v, float) else v)
                             for v in row)
     json_path.write_text(json.dumps(summary, indent=2) + "\n")
     return [csv_path, json_path]
@@ -170,15 +173,15 @@ def format_metrics(s: dict[str, Any], metrics) -> str:
              "", f"{'metric':<34}{'mean':>9}{'first':>9}{'last':>9}{'max':>9}"]
     for label, name in rows:
         values = getattr(metrics, name)
-        finite = values[values == values]
+        finite = values[~np.isnan(values)]
         first, last, top = (finite[0], finite[-1], finite.max()) if finite.size else (None, None, None)
         lines.append(f"{label:<34}{num(s.get(f'{name}_mean', float(finite.mean()) if finite.size else None)):>9}"
                      f"{num(first):>9}{num(last):>9}{num(top):>9}")
     trend = s["uniformity_trend_per_iteration"] or 0.0
     lines += ["",
               f"trend towards uniformity: {trend * 100:+.4f} expert entropy per 100 iterations",
-              f"on-off regularity: {num(s['on_off_switch_rate'])} of pairs switch per iteration "
-              f"(~0.5 random, ~0 steady); lag-1 autocorrelation {num(s['pair_autocorrelation'])}",
-              f"the slowest rank's all-to-all takes {num(s['balance_error_mean'])}x what balanced routing predicts "
-              f"on average, {num(s['balance_error_max'])}x at worst"]
+              (f"on-off regularity: {num(s['on_off_switch_rate'])} of pairs switch per iteration "
+              f"(~0.5 random, ~0 steady); lag-1 autocorrelation {num(s['pair_autocorrelation'])}"),
+              (f"the slowest rank's all-to-all takes {num(s['balance_error_mean'])}x what balanced routing predicts "
+              f"on average, {num(s['balance_error_max'])}x at worst")]
     return "\n".join(lines)

@@ -33,7 +33,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from commscope.errors import ConfigError
-    from commscope.plan import PlanSpace, ProgressBar, plan
+    from commscope.cli.terminal import Progress, print_table
+    from commscope.plan import PlanSpace, plan
 
     model = resolve_model(args)
     cluster = resolve_cluster(args)
@@ -41,9 +42,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("top", args.top, "must be >= 1")
     space = PlanSpace(micro_batch_sizes=args.micro_batch_sizes, virtual_pipeline_sizes=args.virtual_pipeline_sizes,
                       cp_sizes=args.cp_sizes, ep_sizes=args.ep_sizes, max_tp=args.max_tp)
-    result = plan(model, cluster, args.gpus, args.global_batch_size or 512, top=args.top, space=space,
-                  refine=args.refine, gpu_util=args.gpu_util,
-                  progress=None if args.json else ProgressBar("estimating"))
+    with Progress("estimating", quiet=args.json) as progress:
+        result = plan(model, cluster, args.gpus, args.global_batch_size or 512, top=args.top, space=space,
+                      refine=args.refine, gpu_util=args.gpu_util, progress=progress)
     if args.json:
         json.dump(result.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -52,13 +53,14 @@ def run(args: argparse.Namespace) -> int:
           f"{result.num_candidates:,} candidates, {result.num_valid:,} valid, {result.num_fit:,} fit in memory; "
           f"screened in {result.screen_s:.2f} s, top {len(result.entries)} estimated op by op in {result.rank_s:.2f} s")
     print()
-    head = (f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>4} {'cp':>3} {'ep':>3} {'mb':>3} {'v':>2} {'sp':>3} {'recomp':>9} "
-            f"{'zero':>6} {'iter s':>8} {'TFLOP/s':>8} {'MFU':>6} {'mem GiB':>8}  why")
-    print(head)
+    columns = ("#", "tp", "pp", "dp", "cp", "ep", "mb", "v", "sp", "recomp", "zero", "iter s", "TFLOP/s", "MFU", "mem GiB",
+               "why")
+    rows = []
     for i, e in enumerate(result.entries, start=1):
         p, est = e.parallel, e.estimate
         zero = "dist" if p.distributed_optimizer else str(p.zero_stage)
-        print(f"{i:>3} {p.tp:>3} {p.pp:>3} {p.dp:>4} {p.cp:>3} {p.ep:>3} {p.micro_batch_size:>3} "
-              f"{p.virtual_pipeline_size:>2} {'y' if p.sequence_parallel else 'n':>3} {p.recompute:>9} {zero:>6} "
-              f"{est.iteration_time_s:>8.3f} {est.tflops_per_gpu:>8.1f} {est.mfu:>6.1%} {e.memory_bytes / 2**30:>8.1f}  {e.reason}")
+        rows.append((i, p.tp, p.pp, p.dp, p.cp, p.ep, p.micro_batch_size, p.virtual_pipeline_size,
+                     "y" if p.sequence_parallel else "n", p.recompute, zero, f"{est.iteration_time_s:.3f}",
+                     f"{est.tflops_per_gpu:.1f}", f"{est.mfu:.1%}", f"{e.memory_bytes / 2**30:.1f}", e.reason))
+    print_table(columns, rows, left=("why",))
     return 0

@@ -16,6 +16,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from commscope.cli.terminal import print_table
     from commscope.presets import list_presets
 
     table = list_presets()
@@ -26,9 +27,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
     for kind, rows in table.items():
-        print(f"{kind}:")
-        for row in rows:
-            desc = row.get("description", "")
-            print(f"  {row['name']:<20} {desc}")
+        print_table((kind[:-1], "description"), [(row["name"], row.get("description", "")) for row in rows],
+                    left=(kind[:-1], "description"))
         print()
     return 0

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         env["COMMSCOPE_RECORD"] = str(args.out.resolve())
         env["PYTHONPATH"] = os.pathsep.join([hook_dir] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         try:
-            proc = subprocess.run(command, env=env)
+            proc = subprocess.run(command, env=env, check=False)
         except FileNotFoundError:
             raise ConfigError("command", command[0], "not found on PATH") from None
     print(f"commscope record: logs in {args.out} (exit status {proc.returncode})", file=sys.stderr)

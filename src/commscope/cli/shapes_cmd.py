@@ -163,9 +163,9 @@ def format_report(report) -> str:
     layer_t = sum(r.time_s for r in layer_results)
     layer_f = sum(r.gemm.flop for r in layer_results)
     peak = gpu.peak_flops_for(model.dtype)
-    lines += ["", f"one {kind} layer: {layer_t * 1e3:.2f} ms of GEMMs at {layer_f / layer_t / peak:.1%} of peak; "
+    lines += ["", (f"one {kind} layer: {layer_t * 1e3:.2f} ms of GEMMs at {layer_f / layer_t / peak:.1%} of peak; "
                   f"a micro-batch ({model.num_layers} layers + logits, all stages): {report.gemm_time_s * 1e3:.1f} ms at "
-                  f"{report.gemm_efficiency:.1%} (a large aligned GEMM: {gpu.achievable_fraction:.0%})"]
+                  f"{report.gemm_efficiency:.1%} (a large aligned GEMM: {gpu.achievable_fraction:.0%})")]
     worst = sorted((r for r in report.gemms), key=lambda r: r.efficiency)[:3]
     lines.append("least efficient: " + "; ".join(f"{r.gemm.name} {r.gemm.pass_} {r.efficiency:.0%} ({_why(r)})"
                                                  for r in worst))
@@ -184,9 +184,9 @@ def format_report(report) -> str:
             if rule.fix:
                 lines.append(f"          fix: {rule.fix}")
     est, base = report.estimate, report.baseline_estimate
-    lines += ["", f"estimate ({est.method}): flat u = {base.gpu_util:.2f} -> {base.iteration_time_s:.3f} s per iteration; "
+    lines += ["", (f"estimate ({est.method}): flat u = {base.gpu_util:.2f} -> {base.iteration_time_s:.3f} s per iteration; "
                   f"shape-aware u = {est.gpu_util:.3f} -> {est.iteration_time_s:.3f} s (compute {est.compute_s:.3f} s, "
-                  f"communication {est.comm_s:.3f} s, bubble {est.bubble_s:.3f} s)"]
+                  f"communication {est.comm_s:.3f} s, bubble {est.bubble_s:.3f} s)")]
     lines += [f"note: {n}" for n in report.notes]
     return "\n".join(lines)
 
@@ -208,8 +208,8 @@ def _why(r) -> str:
 
 def format_suggestions(s) -> str:
     by = "iteration time" if s.rank_by == "time" else "iteration time per parameter"
-    lines = [f"nearby shapes within +-{s.tolerance:.0%} parameters, ranked by predicted {by} "
-             f"({s.num_candidates} shapes, {s.num_within_tolerance} within tolerance, {s.num_estimated} estimated):", ""]
+    lines = [(f"nearby shapes within +-{s.tolerance:.0%} parameters, ranked by predicted {by} "
+             f"({s.num_candidates} shapes, {s.num_within_tolerance} within tolerance, {s.num_estimated} estimated):"), ""]
     lines.append(f"{'#':>2} {'layers':>6} {'hidden':>6} {'heads':>5} {'head':>4} {'ffn':>6} {'params':>8} {'dparams':>7} "
                  f"{'iter s':>7} {'speedup':>7} {'compute':>7} {'GEMM eff':>8} {'dcomm B':>8} {'dcomm ms':>8}  changes / broken rules")
     rows = [("-", s.original)] + [(str(i), e) for i, e in enumerate(s.entries, start=1)]
@@ -233,16 +233,16 @@ def format_measured(measured, gpu) -> str:
     from commscope.shapes import calibrated_achievable_fraction
 
     lines = ["measured with torch.matmul on this GPU (CUDA events):", "",
-             f"{'gemm':<12} {'pass':<6} {'M':>6} {'N':>6} {'K':>6} {'predicted us':>12} {'measured us':>12} "
-             f"{'pred/meas':>9} {'TFLOP/s':>8}"]
+             (f"{'gemm':<12} {'pass':<6} {'M':>6} {'N':>6} {'K':>6} {'predicted us':>12} {'measured us':>12} "
+             f"{'pred/meas':>9} {'TFLOP/s':>8}")]
     for m in measured:
         g = m.result.gemm
         lines.append(f"{g.name:<12} {g.pass_:<6} {g.m:>6} {g.n:>6} {g.k:>6} {m.result.time_s * 1e6:>12.1f} "
                      f"{m.measured_s * 1e6:>12.1f} {m.predicted_over_measured:>9.2f} {g.flop / m.measured_s / 1e12:>8.1f}")
     cal = calibrated_achievable_fraction(measured, gpu)
     if cal is not None:
-        lines += ["", f"calibration: achievable_fraction {gpu.achievable_fraction:.2f} -> {cal:.2f} matches the median "
-                      f"compute-bound GEMM; put it in a GPU file (--gpu my-gpu.toml) to use it"]
+        lines += ["", (f"calibration: achievable_fraction {gpu.achievable_fraction:.2f} -> {cal:.2f} matches the median "
+                      f"compute-bound GEMM; put it in a GPU file (--gpu my-gpu.toml) to use it")]
     return "\n".join(lines)
 
 

@@ -6,9 +6,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from commscope.cli.common import add_job_args, add_routing_args, resolve_job
+from commscope.cli.terminal import format_table
 from commscope.record import REPORT_AXES
 from commscope.traffic import ALGORITHMS
 from commscope.units import format_bytes
@@ -76,10 +77,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def op_detail(wl, detail: str | None) -> str:
+def op_detail(wl: Any, detail: str | None) -> Literal["full", "group"]:
     """The op-list detail written: the one asked for, else full up to MAX_FULL_OPS records, else group."""
-    if detail is not None:
-        return detail
+    if detail in ("full", "group"):
+        return "full" if detail == "full" else "group"
     return "full" if wl.num_ops("full") <= MAX_FULL_OPS else "group"
 
 
@@ -131,24 +132,26 @@ def format_summary(s: dict[str, Any]) -> str:
     """The human-readable table of `commscope traffic`."""
     p = s["parallel"]
     lines = [
-        f"{s['model']} on {s['cluster']}: {s['world_size']} GPUs ({s['num_nodes']} nodes x {s['gpus_per_node']}), "
-        f"{_config_label(s).split(',')[0]}, {p['num_micro_batches']} micro-batches, order {p['order']}, {s['algorithm']} algorithm",
+        (f"{s['model']} on {s['cluster']}: {s['world_size']} GPUs ({s['num_nodes']} nodes x {s['gpus_per_node']}), "
+        f"{_config_label(s).split(',')[0]}, {p['num_micro_batches']} micro-batches, order {p['order']}, {s['algorithm']} algorithm"),
         "",
-        f"{'axis':<6}{'bytes sent':>14}{'share':>8}{'intra-node':>14}{'inter-node':>14}{'op bytes':>14}",
     ]
     total = s["total_bytes"] or 1
+    rows = []
     for axis in REPORT_AXES:
         b = s["bytes_by_axis"][axis]
         links = s["bytes_by_axis_and_link"].get(axis, {"intra_node": 0, "inter_node": 0})
-        lines.append(f"{axis:<6}{format_bytes(b):>14}{b / total:>8.1%}{format_bytes(links['intra_node']):>14}"
-                     f"{format_bytes(links['inter_node']):>14}{format_bytes(s['logical_bytes_by_axis'][axis]):>14}")
+        rows.append((axis, format_bytes(b), f"{b / total:.1%}", format_bytes(links["intra_node"]),
+                     format_bytes(links["inter_node"]), format_bytes(s["logical_bytes_by_axis"][axis])))
     lk = s["bytes_by_link"]
-    lines.append(f"{'total':<6}{format_bytes(s['total_bytes']):>14}{'':>8}{format_bytes(lk['intra_node']):>14}"
-                 f"{format_bytes(lk['inter_node']):>14}")
+    rows.append(("total", format_bytes(s["total_bytes"]), "", format_bytes(lk["intra_node"]),
+                 format_bytes(lk["inter_node"]), ""))
+    lines.append(format_table(("axis", "bytes sent", "share", "intra-node", "inter-node", "op bytes"), rows,
+                              left=("axis",)))
     lines += [
         "",
-        f"ops per iteration: {s['num_ops']:,}   GPU pairs that talk: {s['num_pairs']:,}   "
-        f"busiest pair: {format_bytes(s['max_pair_bytes'])}",
+        (f"ops per iteration: {s['num_ops']:,}   GPU pairs that talk: {s['num_pairs']:,}   "
+        f"busiest pair: {format_bytes(s['max_pair_bytes'])}"),
         "bytes sent = what GPUs put on links per iteration (the traffic matrix); op bytes = sum of message sizes.",
     ]
     lines += [f"note: {n}" for n in s.get("notes", [])]

@@ -78,6 +78,7 @@ def config_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace, command: str | None = None) -> int:
+    from commscope.cli.terminal import Progress
     from commscope.launch import LaunchError, ranks_from_env
     from commscope.tune.suite import run_tuning
 
@@ -87,7 +88,9 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
     command = command or "commscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if args.nproc is not None:
         try:
-            table = run_tuning(cfg, args.nproc, timeout_s=args.timeout, quiet=bool(args.json), command=command)
+            with Progress("tune", quiet=bool(args.json)) as progress:
+                table = run_tuning(cfg, args.nproc, timeout_s=args.timeout, quiet=bool(args.json), command=command,
+                                   progress=progress)
         except LaunchError as exc:
             print(f"commscope tune: error: {exc}", file=sys.stderr)
             return EXIT_FAILED
@@ -107,6 +110,7 @@ def _in_job(cfg, env, args: argparse.Namespace, command: str):
     import torch.distributed as dist
 
     from commscope.bench.sweep import check_world
+    from commscope.cli.terminal import Progress
     from commscope.tune.suite import default_group_sizes, measure, num_gpus, plan_candidates, table_from_rows
     from commscope.tune.table import machine_here
 
@@ -119,7 +123,8 @@ def _in_job(cfg, env, args: argparse.Namespace, command: str):
                                           num_gpus=gpus)
     dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout))
     try:
-        rows, hosts = measure(cfg, candidates, emit=None if args.json else print, command=command)
+        with Progress("tune", quiet=bool(args.json) or env.rank != 0) as progress:
+            rows, hosts = measure(cfg, candidates, emit=None if args.json else print, command=command, progress=progress)
     finally:
         dist.destroy_process_group()
     return table_from_rows(rows, machine=machine, hosts=hosts, world_size=env.world_size, group_sizes=group_sizes,
@@ -130,9 +135,9 @@ def format_selection(table) -> list[str]:
     """The selection as lines: per op and group size, each backend and the largest size it gets."""
     from commscope.tune.select import selection_summary
 
-    lines = [f"# selection ({table.machine.device}, torch {table.machine.torch_version}, "
+    lines = [(f"# selection ({table.machine.device}, torch {table.machine.torch_version}, "
              f"{table.world_size} ranks on {table.num_hosts} host(s); ties within {table.tie_tolerance:.0%} go to "
-             "the native backend)"]
+             "the native backend)")]
     for entry in selection_summary(table):
         parts = [f"{seg['backend']} up to {format_bytes(seg['max_size_bytes'])}" if seg["max_size_bytes"] is not None
                  else f"{seg['backend']} {'beyond' if len(entry['segments']) > 1 else 'at every size'}"
@@ -144,13 +149,14 @@ def format_selection(table) -> list[str]:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from commscope.tune.table import ensure_compatible, machine_here, read_table
+    from commscope.tune.files import read_table, table_document
+    from commscope.tune.table import ensure_compatible, machine_here
 
     table = read_table(args.show)
     for diff in ensure_compatible(table, machine_here(), allow_mismatch=args.force, source=str(args.show)):
         print(f"commscope tune: warning: {args.show} was measured on another machine: {diff}", file=sys.stderr)
     if args.json:
-        json.dump(table.to_dict(), sys.stdout, indent=1)
+        json.dump(table_document(table), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         print("\n".join(format_selection(table)))
@@ -158,10 +164,10 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _finish(args: argparse.Namespace, table) -> int:
-    from commscope.tune.table import write_table
+    from commscope.tune.files import table_document, write_table
 
     if args.json:
-        json.dump(table.to_dict(), sys.stdout, indent=1)
+        json.dump(table_document(table), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         print("\n".join(format_selection(table)))

@@ -115,25 +115,19 @@ def run(args: argparse.Namespace) -> int:
 
 def format_validation(result: Any) -> str:
     """The table: one line per run, the error summary, then the notes (each once, with the runs it applies to)."""
+    from commscope.cli.terminal import format_table
     from commscope.validate import TERMS
 
     rows = result.rows
     terms = [(f, label) for f, label in TERMS if f == "compute_s" or any(getattr(r, f) for r in rows)]
     axes = [a for a in ("cp", "ep") if any(getattr(r, a) > 1 for r in rows)]
     hidden = any(sum(r.hidden_s.values()) for r in rows)
-    case_w = max(4, *(len(r.case_id) for r in rows)) + 2
-    model_w = max(5, *(len(r.model) for r in rows)) + 2
-    head = f"{'case':<{case_w}}{'model':<{model_w}}{'t':>3}{'p':>4}{'d':>5}" + "".join(f"{a:>4}" for a in axes)
-    head += f"{'measured s':>12}{'predicted s':>13}{'error':>8}" + "".join(f"{label:>9}" for _, label in terms)
-    head += f"{'hidden':>9}" if hidden else ""
-    lines = [head]
-    for r in rows:
-        line = f"{r.case_id:<{case_w}}{r.model:<{model_w}}{r.tp:>3}{r.pp:>4}{r.dp:>5}"
-        line += "".join(f"{getattr(r, a):>4}" for a in axes)
-        line += f"{r.measured_s:>12.3f}{r.predicted_s:>13.3f}{r.error:>+8.1%}"
-        line += "".join(f"{getattr(r, f):>9.3f}" for f, _ in terms)
-        line += f"{sum(r.hidden_s.values()):>9.3f}" if hidden else ""
-        lines.append(line)
+    columns = ["case", "model", "t", "p", "d", *axes, "measured s", "predicted s", "error", *(label for _, label in terms)]
+    columns += ["hidden"] if hidden else []
+    table = [[r.case_id, r.model, r.tp, r.pp, r.dp, *(getattr(r, a) for a in axes), f"{r.measured_s:.3f}",
+              f"{r.predicted_s:.3f}", f"{r.error:+.1%}", *(f"{getattr(r, f):.3f}" for f, _ in terms)]
+             + ([f"{sum(r.hidden_s.values()):.3f}"] if hidden else []) for r in rows]
+    lines = [format_table(columns, table, left=("case", "model"))]
     summary = (f"mean absolute error {result.mean_abs_error:.1%}, worst {result.worst_abs_error:.1%} "
                f"({result.worst_case}); mean error {result.mean_error:+.1%} over {len(rows)} runs")
     legend = ("terms: exposed seconds per iteration of the predicted time"

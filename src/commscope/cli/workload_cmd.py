@@ -116,6 +116,7 @@ def _refuse_unrunnable(model, outputs: list[tuple[str, Path | None, str]]) -> No
 
 
 def run_gpt(args: argparse.Namespace) -> int:
+    from commscope.cli.terminal import Progress
     from commscope.workloads.gpt import RunConfig, check_config, run
 
     model, parallel, cluster = resolve_workload_job(args)
@@ -124,7 +125,8 @@ def run_gpt(args: argparse.Namespace) -> int:
     check_config(cfg)
     _refuse_unrunnable(model, [("record", args.record, "rank*.jsonl")])
     backend = args.backend or _default_backend(parallel.world_size)
-    results = run(cfg, timeout_s=args.timeout, backend=backend)
+    with Progress("training", quiet=args.json) as progress:
+        results = run(cfg, timeout_s=args.timeout, backend=backend, progress=progress)
     comparison = None
     if args.record is not None:
         comparison = _record_and_compare(args.record, model, parallel, cluster)
@@ -181,9 +183,10 @@ def _print_comparison(logdir: Path, result: dict) -> None:
 
 
 def run_moe_cmd(args: argparse.Namespace) -> int:
+    from commscope.cli.terminal import Progress
     from commscope.workloads.moe import MoeRunConfig, check_moe_config, compare_run, load_group_traces, run_moe
 
-    model, parallel, cluster = resolve_workload_job(args, moe=True)
+    model, parallel, _cluster = resolve_workload_job(args, moe=True)
     routing_dir = args.record_routing or (args.record / "routing" if args.record is not None else None)
     cfg = MoeRunConfig(model=model, parallel=parallel, steps=args.steps, warmup=args.warmup, seed=args.seed,
                        record=None if args.record is None else str(args.record),
@@ -192,7 +195,8 @@ def run_moe_cmd(args: argparse.Namespace) -> int:
     _refuse_unrunnable(model, [("record", args.record, "rank*.jsonl"), ("record-routing", routing_dir,
                                                                          "routing-rank*.npz")])
     backend = args.backend or _default_backend(parallel.world_size)
-    results = run_moe(cfg, timeout_s=args.timeout, backend=backend)
+    with Progress("training", quiet=args.json) as progress:
+        results = run_moe(cfg, timeout_s=args.timeout, backend=backend, progress=progress)
     out = {**_summary([dict(r, stage=0) for r in results], model, parallel, backend), "routing_dir": str(routing_dir)}
     comparison = metrics = None
     if routing_dir is not None:
@@ -201,9 +205,11 @@ def run_moe_cmd(args: argparse.Namespace) -> int:
         metrics = [routing_metrics(t).summary() for t in load_group_traces(routing_dir, parallel)]
     if args.record is not None:
         _write_job(args.record, model, parallel)
+        assert routing_dir is not None  # set from args.record above
         comparison = compare_run(model, parallel, args.record, routing_dir)
     if args.json:
-        json.dump({**out, "routing_metrics": metrics, "comparison": comparison}, sys.stdout, indent=2, default=float)
+        json.dump({**out, "routing_metrics": metrics, "comparison": comparison}, sys.stdout, indent=2,
+                  default=lambda value: value.item())  # numpy scalars: an int stays an int (float() wrote 4.0)
         sys.stdout.write("\n")
         return 0
     print(f"{model.name} on {parallel.world_size} ranks ({backend}): ep {parallel.ep} x expert-dp "

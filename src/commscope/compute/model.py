@@ -35,7 +35,7 @@ from commscope.gpus import GpuSpec
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 from commscope.spec.params import stage_params
-from commscope.workload.dense import stage_layers
+from commscope.workload.stages import stage_layers
 
 __all__ = ["StageCompute", "stage_compute"]
 

@@ -60,8 +60,8 @@ class ChakraOp:
 
 def _require_chakra() -> tuple[Any, Any]:
     try:
-        from chakra.schema.protobuf import et_def_pb2  # type: ignore[import-untyped]
-        from chakra.src.third_party.utils import protolib  # type: ignore[import-untyped]
+        from chakra.schema.protobuf import et_def_pb2
+        from chakra.src.third_party.utils import protolib
     except ImportError:
         raise ImportError("mlc-chakra is not installed: pip install mlc-chakra (or commscope[chakra])") from None
     return et_def_pb2, protolib

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any, Literal
 
@@ -211,7 +211,7 @@ def import_deepspeed_comms(path: str | Path, *, world_size: int | None = None,
         "num_summary_tables": len(tables),
         "num_verbose_lines": len(verbose),
     }
-    always = ("axis", "group", "dtype", "peer", "splits", "phase", "micro_batch", "layer")
+    always: tuple[str, ...] = ("axis", "group", "dtype", "peer", "splits", "phase", "micro_batch", "layer")
     if not use_verbose:
         always += ("rank", "t_start_ns", "t_end_ns")
     return ImportResult(ops=ops, source=str(path), format="deepspeed", missing_fields=missing_fields(ops, always),
@@ -333,7 +333,7 @@ def _read_verbose(lines: list[str], problems: Problems) -> list[dict[str, Any]]:
             problems.note(f"line {ln}", "no [YYYY-MM-DD HH:MM:SS,mmm] timestamp before 'comm op:'; times left empty")
         if ts:
             try:
-                when = datetime.strptime(ts.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+                when = datetime.strptime(ts.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
             except ValueError:
                 problems.add(f"line {ln}", f"timestamp {ts.group(1)!r} is no valid date; times left empty")
             else:

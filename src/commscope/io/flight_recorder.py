@@ -37,7 +37,7 @@ import math
 import pickle
 import re
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from commscope.io.import_base import (
     ImportResult,
@@ -46,7 +46,7 @@ from commscope.io.import_base import (
     missing_fields,
     read_input,
 )
-from commscope.record import CommOp, OpName
+from commscope.record import CommOp
 
 __all__ = ["import_flight_recorder", "is_flight_recorder", "load_dump"]
 
@@ -219,7 +219,7 @@ def import_flight_recorder(path: str | Path, *, strict: bool = False) -> ImportR
             "entry": i,
         }
         try:
-            ops.append(CommOp(op=cast(OpName, op), axis="other", group=group, size_bytes=size, dtype=dtype, rank=rank, peer=peer,
+            ops.append(CommOp(op=op, axis="other", group=group, size_bytes=size, dtype=dtype, rank=rank, peer=peer,
                               t_start_ns=t_start, t_end_ns=t_end, name="flight-recorder", extra=freeze_extra(extra)))
         except ValueError as exc:
             problems.add(where, f"{pname}: {exc}, skipped")

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import cast
 
 from commscope.io.import_base import (
     FORMATS,
@@ -40,7 +41,7 @@ from commscope.io.import_base import (
     missing_fields,
     read_input,
 )
-from commscope.record import OP_NAMES, CommOp
+from commscope.record import OP_NAMES, CommOp, OpName
 
 __all__ = [
     "FORMATS",
@@ -111,7 +112,7 @@ def import_nccl_tests(path: str | Path, *, op: str | None = None, strict: bool =
                 "intra_node": row.intra_node,
                 "source": row.source,
             }
-            ops.append(CommOp(op=op_name, axis="other", group=group, size_bytes=row.size_bytes, dtype=row.dtype,
+            ops.append(CommOp(op=cast(OpName, op_name), axis="other", group=group, size_bytes=row.size_bytes, dtype=row.dtype,
                               splits=splits, count=count, name="nccl-tests", extra=freeze_extra(extra),
                               backend_op=row.op if op_name != row.op else None))
         row_index += run["num_rows"]
@@ -147,7 +148,7 @@ _DEEPSPEED_RE = re.compile(r"Comm\. Op\s+Message Size\s+Count|comm op:\s*\S.*\|\
 _NCCL_TESTS_RE = re.compile(
     r"^\s*#\s*nThread\s+\d|#\s*Avg bus bandwidth|[A-Za-z0-9_]_perf(?:_mpi)?\b|^\s*#\s+size\s+count\s+type"
     r"|#\s*Collective test starting|rccl-tests:|# [nr]ccl-tests version",
-    re.M,
+    re.MULTILINE,
 )
 _HEAD_BYTES = 1 << 16
 

@@ -69,12 +69,12 @@ from pathlib import Path
 from typing import Any
 
 from commscope.io.import_base import ImportResult, Problems, freeze_extra, missing_fields, read_input
-from commscope.record import CommOp
+from commscope.record import CommOp, OpName
 
 __all__ = ["DTYPES", "OP_NAMES", "import_kineto"]
 
 #: ``Collective name`` (lower case) -> CommOp op.
-OP_NAMES: dict[str, str] = {
+OP_NAMES: dict[str, OpName] = {
     "allreduce": "all_reduce",
     "all_reduce": "all_reduce",
     "allreduce_coalesced": "all_reduce",
@@ -172,12 +172,12 @@ class _Rpc:
     dur_us: float | None
     thread: tuple[Any, Any]
     coll: str
-    op: str
+    op: OpName
     args: dict[str, Any]
     ext_id: int | None
-    kernels: list["_Kernel"] = field(default_factory=list)
+    kernels: list[_Kernel] = field(default_factory=list)
     pairing: str | None = None
-    inside: "_Rpc | None" = None
+    inside: _Rpc | None = None
     """The record_param_comms this one lies within, on the same thread (a barrier's all_reduce)."""
     container: bool = False
     """True when another record_param_comms lies within this one: the inner one launches the kernel."""
@@ -220,10 +220,10 @@ def _int(value: Any) -> int | None:
 def _int_list(value: Any) -> tuple[list[int] | None, bool]:
     """(integers, truncated) of ``"[0, 1, 2]"``, ``"[0, 1, ...]"`` or a JSON list; (None, False) if unreadable."""
     if isinstance(value, list):
-        out = [_int(v) for v in value]
-        if any(v is None for v in out):
+        ints = [_int(v) for v in value]
+        if any(v is None for v in ints):
             return None, False
-        return [v for v in out if v is not None], False
+        return [v for v in ints if v is not None], False
     if not isinstance(value, str):
         return None, False
     text = value.strip().strip('"').strip()
@@ -277,7 +277,7 @@ def import_kineto(path: str | Path, *, strict: bool = False) -> ImportResult:
     else:
         raise ValueError(f"{name}: the JSON holds a {type(top).__name__}; expected a Kineto trace object")
 
-    dist_info = top.get("distributedInfo") if isinstance(top.get("distributedInfo"), dict) else {}
+    dist_info = info if isinstance(info := top.get("distributedInfo"), dict) else {}
     trace_rank = _int(dist_info.get("rank"))
     world_size = _int(dist_info.get("world_size"))
     base_ns = _int(top.get("baseTimeNanoseconds"))
@@ -537,7 +537,7 @@ def _read_kernel(i: int, ev: dict[str, Any], func: str, problems: Problems) -> _
         problems.add(f"event {i}", f"NCCL kernel without a valid 'ts' / 'dur' ({ev.get('ts')!r}, "
                                    f"{ev.get('dur')!r}), skipped")
         return None
-    args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+    args = a if isinstance(a := ev.get("args"), dict) else {}
     coll = _str(args.get("Collective name"))
     return _Kernel(index=i, ts_us=ts, dur_us=dur, name=str(ev["name"]), func=func,
                    coll=OP_NAMES.get(coll.lower()) if coll else None, ext_id=_int(args.get("External id")),
@@ -595,7 +595,7 @@ def _pair(rpcs: list[_Rpc], kernels: list[_Kernel],
         if k.used or k.correlation is None or k.correlation not in launches:
             continue
         thread, ts = launches[k.correlation]
-        items = by_thread.get(thread)
+        items = by_thread.get(thread, [])
         if not items:
             continue
         j = bisect.bisect_right(starts[thread], ts)

@@ -43,7 +43,7 @@ def _check_path_readable(path: Path) -> None:
 
 def _open_text(path: Path, mode: str) -> IO[str]:
     if path.suffix == ".gz":
-        return gzip.open(path, mode + "t", encoding="utf-8", newline="\n" if mode == "w" else None)
+        return gzip.open(path, "wt" if mode == "w" else "rt", encoding="utf-8", newline="\n" if mode == "w" else None)
     return open(path, mode, encoding="utf-8", newline="\n" if mode == "w" else None)
 
 
@@ -191,7 +191,7 @@ def read_npz(path: str | Path) -> TrafficMatrix:
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
-    except Exception as exc:  # zipfile.BadZipFile, OSError, EOFError, ValueError: whatever a broken file raises
+    except Exception as exc:  # noqa: BLE001 - zipfile.BadZipFile, OSError, EOFError, ValueError: whatever a broken file raises
         raise ValueError(f"{path}: cannot read as .npz ({type(exc).__name__}: {exc})") from None
     missing = [k for k in _NPZ_KEYS if k not in arrays]
     if missing:

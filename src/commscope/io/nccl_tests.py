@@ -309,7 +309,7 @@ _FAILURE_RES = (
     re.compile(r"Invalid number of GPUs|invalid size specified|invalid sizes for|invalid option"),
     re.compile(r"error while loading shared libraries|cannot open shared object|command not found"
                r"|No such file or directory|Connection refused|Connection timed out|Could not resolve hostname"),
-    re.compile(r"\bout of memory\b|\bcuda(?:Error|Malloc failed)|\bhipError|\bCUDA error\b|\bHIP error\b", re.I),
+    re.compile(r"\bout of memory\b|\bcuda(?:Error|Malloc failed)|\bhipError|\bCUDA error\b|\bHIP error\b", re.IGNORECASE),
 )
 
 
@@ -456,7 +456,7 @@ def _parse_half(toks: list[str], in_place: bool, schema: _Schema) -> _Half:
         else:
             if w != int(w) and "e" not in wtok.lower():
                 raise _RowError(f"#wrong {toks[3]!r} is not a whole number")
-            wrong = int(round(w))
+            wrong = round(w)
     for extra in toks[4 : schema.half]:
         if _num(extra) is None:
             raise _RowError(f"per-iteration column {extra!r} is not a number")
@@ -804,10 +804,10 @@ class _Reader:
         if m:
             self.json_output = m.group(1).strip()
             return
-        if re.match(r"error\s*:", body, re.I):
+        if re.match(r"error\s*:", body, re.IGNORECASE):
             self.problems.add(ln, f"the output reports an error: {_clip(body, 200)}")
             return
-        if body.startswith("Blocking Enabled") or body.startswith("Parallel Init"):
+        if body.startswith(("Blocking Enabled", "Parallel Init")):
             return
 
     def _params(self, s: str) -> dict[str, Any]:
@@ -955,7 +955,7 @@ def _evidence(run: _Run, n: int | None) -> dict[str, Any]:
 
 def _fits(op: str, ev: dict[str, Any], run: _Run, n: int | None) -> list[str]:
     """Why the rows are not ``op`` output (empty when they could be)."""
-    reasons = []
+    reasons: list[str] = []
     sig = _SIGNATURES.get(op)
     if sig is None:
         return reasons

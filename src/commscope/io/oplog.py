@@ -99,7 +99,7 @@ def _open_text_write(path: Path) -> IO[str]:
     return open(path, "w", encoding="utf-8", newline="\n")
 
 
-def _open_binary_read(path: Path) -> IO[bytes]:
+def _open_binary_read(path: Path) -> gzip.GzipFile | io.BufferedReader:
     if not path.exists():
         raise ValueError(f"{path}: no such file")
     if path.is_dir():
@@ -109,7 +109,7 @@ def _open_binary_read(path: Path) -> IO[bytes]:
     return open(path, "rb")
 
 
-def _lines(fh: IO[bytes], name: str, problems: list[str]) -> Iterator[tuple[int, bytes]]:
+def _lines(fh: Iterable[bytes], name: str, problems: list[str]) -> Iterator[tuple[int, bytes]]:
     """(1-based line number, raw line) pairs; a broken compressed stream ends the iteration with a problem."""
     lineno = 0
     try:
@@ -127,7 +127,7 @@ class _Problems(list):
         super().__init__()
         self.dropped = 0
 
-    def append(self, item: str) -> None:  # type: ignore[override]
+    def append(self, item: str) -> None:
         if len(self) < MAX_PROBLEMS:
             super().append(item)
         else:
@@ -221,7 +221,7 @@ def _package_version() -> str:
         from importlib.metadata import version
 
         return version("commscope")
-    except Exception:  # not installed (running from a source tree)
+    except ImportError:  # not installed (running from a source tree): PackageNotFoundError is one
         return "unknown"
 
 

@@ -59,14 +59,14 @@ def _require(module: str, extra: str) -> Any:
 
 def _pyarrow() -> Any:
     _require("pyarrow.parquet", "parquet")
-    import pyarrow  # type: ignore[import-untyped]
+    import pyarrow
 
     return pyarrow
 
 
 def _read_table(path: Path) -> Any:
     _pyarrow()
-    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+    import pyarrow.parquet as pq
 
     if not path.is_file():
         raise ValueError(f"{path}: no such file")
@@ -102,7 +102,7 @@ def _ops_table(ops: Iterable[CommOp]) -> Any:
 
 def write_ops_parquet(path: str | Path, ops: Iterable[CommOp]) -> int:
     """Write ``ops`` to a Parquet file (columns :data:`OP_COLUMNS`); returns the number of rows."""
-    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+    import pyarrow.parquet as pq
 
     table = _ops_table(ops)
     pq.write_table(table, Path(path))
@@ -152,18 +152,12 @@ def ops_to_polars(ops: Iterable[CommOp]) -> Any:
 # ----------------------------------------------------------------------------------------------- matrices
 
 
-def _matrix_columns(tm: TrafficMatrix) -> dict[str, Any]:
-    order = np.lexsort((tm.axis, tm.dst, tm.src))
-    return {"src": tm.src[order].astype(np.int64), "dst": tm.dst[order].astype(np.int64),
-            "axis": np.array(AXES, dtype=object)[tm.axis[order]], "bytes": tm.bytes[order].astype(np.int64)}
-
-
 def write_matrix_parquet(path: str | Path, tm: TrafficMatrix) -> int:
     """Write ``tm`` as Parquet rows ``src, dst, axis, bytes`` with its scalars in the metadata; returns rows."""
     pa = _pyarrow()
-    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+    import pyarrow.parquet as pq
 
-    cols = _matrix_columns(tm)
+    cols = tm.columns()
     table = pa.table({"src": pa.array(cols["src"], pa.int64()), "dst": pa.array(cols["dst"], pa.int64()),
                       "axis": pa.array(list(cols["axis"]), pa.string()), "bytes": pa.array(cols["bytes"], pa.int64())})
     meta = {f"{_META_PREFIX}{k}": str(getattr(tm, k)) for k in _MATRIX_META}
@@ -194,23 +188,14 @@ def read_matrix_parquet(path: str | Path) -> TrafficMatrix:
                          axis=np.array([code[a] for a in axes], dtype=np.int64),
                          bytes=table.column("bytes").to_numpy().astype(np.int64),
                          algorithm=meta[f"{_META_PREFIX}algorithm"],
-                         view=meta[f"{_META_PREFIX}view"])  # type: ignore[arg-type]
+                         view=meta[f"{_META_PREFIX}view"])
 
 
 def matrix_to_pandas(tm: TrafficMatrix) -> Any:
     """A pandas DataFrame ``src, dst, axis, bytes`` (``traffic_bytes[src, dst]``), with ``intra_node``."""
-    pd = _require("pandas", "pandas")
-    cols = _matrix_columns(tm)
-    cols["intra_node"] = (cols["src"] // tm.gpus_per_node) == (cols["dst"] // tm.gpus_per_node)
-    frame = pd.DataFrame(cols)
-    frame.attrs.update({k: getattr(tm, k) for k in _MATRIX_META})
-    return frame
+    return tm.to_pandas()
 
 
 def matrix_to_polars(tm: TrafficMatrix) -> Any:
     """A polars DataFrame ``src, dst, axis, bytes, intra_node``."""
-    pl = _require("polars", "polars")
-    cols = _matrix_columns(tm)
-    cols["intra_node"] = (cols["src"] // tm.gpus_per_node) == (cols["dst"] // tm.gpus_per_node)
-    cols["axis"] = list(cols["axis"])
-    return pl.DataFrame(cols)
+    return tm.to_polars()

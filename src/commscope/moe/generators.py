@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -236,7 +236,7 @@ def generate(spec: RoutingSpec | str, *, iterations: int, ep: int, num_experts: 
                           f"micro-batches x layers x ep x experts) exceed {MAX_ELEMENTS:,}: simulate fewer iterations "
                           "or micro-batches")
     source = f"{spec.text}, seed {seed}"
-    common = dict(top_k=top_k, placement=placement, layer_ids=layer_ids, tokens_per_rank=tokens_per_rank, source=source,
+    common: dict[str, Any] = dict(top_k=top_k, placement=placement, layer_ids=layer_ids, tokens_per_rank=tokens_per_rank, source=source,
                   first_iteration=first_iteration)
     if spec.kind == "balanced":
         counts = _balanced_counts(shape[:3], ep, num_experts, tokens_per_rank, top_k)

@@ -185,6 +185,7 @@ def routing_metrics(trace: RoutingTrace, *, window: int = 10, capacity_factor: f
     steps = np.arange(I)
     lo = np.maximum(0, steps - window)
     for layer in range(L):
+        assert trace.placement is not None  # __post_init__ fills in the default
         per_mb = rank_tokens(kept[:, :, layer], trace.placement, R)  # (I, M, R, R)
         offdiag = per_mb * ~np.eye(R, dtype=bool)
         busiest = np.maximum(offdiag.sum(axis=-1), offdiag.sum(axis=-2)).max(axis=-1)  # (I, M)

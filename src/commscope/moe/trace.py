@@ -157,6 +157,7 @@ def save_trace(trace: RoutingTrace, path: str | Path) -> Path:
         path = path.with_name(path.name + ".npz")
     meta = {"format": FORMAT, "version": VERSION, "top_k": trace.top_k, "num_experts": trace.num_experts,
             "tokens_per_rank": trace.tokens_per_rank, "source": trace.source, "first_iteration": trace.first_iteration}
+    assert trace.placement is not None  # __post_init__ fills in the default
     _write_npz(path, counts=_compact(trace.counts), placement=trace.placement,
                layer_ids=np.asarray(trace.layer_ids, dtype=np.int64), meta=np.array(json.dumps(meta)))
     return path
@@ -200,7 +201,7 @@ def _write_npz(path: Path, **arrays: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as fh:
-        np.savez(fh, **arrays)
+        np.savez(fh, **arrays)  # type: ignore[arg-type]  # numpy's stub: a key of **kwds could be allow_pickle
     os.replace(tmp, path)
 
 
@@ -380,8 +381,7 @@ def _where(mask: np.ndarray, dims: tuple[str, ...], layer_ids: tuple[int, ...] |
     """'iteration 12, micro-batch 0, layer 5, rank 3' for the first True entry of ``mask``."""
     index = np.unravel_index(int(np.argmax(mask)), mask.shape)
     parts = []
-    for name, i in zip(dims, index):
-        i = int(i)
+    for name, i in zip(dims, map(int, index)):
         parts.append(f"layer {layer_ids[i]}" if name == "layer" and layer_ids is not None else f"{name} {i}")
     return ", ".join(parts)
 

@@ -158,6 +158,7 @@ def _colorbar(fig: Any, image: Any, axes: Any, norm: LogNorm) -> None:
 
     bar = fig.colorbar(image, ax=axes, shrink=0.9, pad=0.02)
     bar.set_label(_COLORBAR_LABEL)
+    assert norm.vmin is not None and norm.vmax is not None  # the heatmaps build their norm with both
     bar.ax.yaxis.set_major_locator(FixedLocator(_ticks(norm.vmin, norm.vmax)))
     bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda x, _pos: si_bytes(x)))
     bar.ax.yaxis.set_minor_locator(NullLocator())
@@ -180,7 +181,7 @@ def _draw(ax: Axes, grid: _Grid, tm: TrafficMatrix, norm: LogNorm | None, *, fon
     g = tm.gpus_per_node
     if grid.level == "gpu" and 1 < num_nodes <= MAX_NODE_LINES and grid.block == 1:
         bounds = np.arange(1, num_nodes) * g - 0.5
-        style = dict(colors="0.55", linewidths=0.6 if num_nodes <= 16 else 0.4, alpha=0.8, zorder=3)
+        style: dict[str, Any] = dict(colors="0.55", linewidths=0.6 if num_nodes <= 16 else 0.4, alpha=0.8, zorder=3)
         ax.hlines(bounds, -0.5, grid.side - 0.5, **style)
         ax.vlines(bounds, -0.5, grid.side - 0.5, **style)
     step = _tick_step(grid.side, g if grid.level == "gpu" else 1)
@@ -276,7 +277,7 @@ def plot_heatmaps_by_axis(tm: TrafficMatrix, path: str | Path, *, level: Level =
     Figure, FigureCanvasAgg = _matplotlib()
     path = _output_path(path)
     present = set(tm.axes_present())
-    axes_drawn = [a for a in (*REPORT_AXES, "other") if a in present] or [None]
+    axes_drawn: list[str | None] = [a for a in (*REPORT_AXES, "other") if a in present] or [None]
     grids = [_Grid(tm, resolved, a, MAX_CELLS_PANEL) for a in axes_drawn]
     norm = _norm([g.positive for g in grids])
     totals = tm.bytes_by_axis()

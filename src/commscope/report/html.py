@@ -222,6 +222,7 @@ def load_moe(path: str | Path) -> list[MoeRouting]:
 
     def from_trace(source: Path) -> np.ndarray:
         trace = load_trace(source)
+        assert trace.placement is not None  # __post_init__ fills in the default
         return rank_tokens(trace.counts.sum(axis=(1, 2)), trace.placement, trace.ep)
 
     path = Path(path)
@@ -358,6 +359,11 @@ def bytes_section(tm, logical_bytes_by_axis: dict[str, int] | None = None) -> di
             "inter_node_share": link["inter_node"] / total if total else 0.0}
 
 
+def per_iteration(total: int, num_iterations: int) -> int | float:
+    """A count summed over iterations, per iteration: an exact integer when it divides, else the mean."""
+    return total // num_iterations if total % num_iterations == 0 else total / num_iterations
+
+
 def size_histogram(size_bytes: np.ndarray, counts: np.ndarray, axes: Sequence[str], *,
                    num_iterations: int = 1) -> dict[str, Any]:
     """Histogram of message sizes in power-of-two bins [2^k, 2^(k+1)), per axis: ops and bytes per iteration.
@@ -370,7 +376,7 @@ def size_histogram(size_bytes: np.ndarray, counts: np.ndarray, axes: Sequence[st
     axes_arr = np.asarray(list(axes), dtype=object)
 
     def per_it(total: int) -> int | float:
-        return total // num_iterations if total % num_iterations == 0 else total / num_iterations
+        return per_iteration(total, num_iterations)
 
     zero = per_it(int(counts[size_bytes <= 0].sum()))
     keep = size_bytes > 0
@@ -568,9 +574,9 @@ def compare_measured(measured: MeasuredLogs, prediction=None) -> dict[str, Any]:
     meas = measured_bytes_by_axis(measured.ops)
     pred = predicted_bytes_by_axis(prediction.workload) if prediction is not None else None
     n = measured.num_iterations
-    rows = []
+    rows: list[dict[str, Any]] = []
     for axis in (*REPORT_AXES, "other"):
-        mb, mo = meas[axis]["bytes"] / n, meas[axis]["ops"] / n
+        mb, mo = per_iteration(meas[axis]["bytes"], n), per_iteration(meas[axis]["ops"], n)
         pb = pred[axis]["bytes"] if pred else None
         po = pred[axis]["ops"] if pred else None
         if not mb and not pb:
@@ -584,8 +590,8 @@ def compare_measured(measured: MeasuredLogs, prediction=None) -> dict[str, Any]:
              + (f" from {len(ranks)} rank(s)" if ranks else "")
              + f"; {n} iteration(s)" + (f" (steps {measured.steps[0]}–{measured.steps[-1]})" if measured.steps else "")
              + f": measured sums are divided by {n}",
-             "counted once per collective (its group's lowest rank), per issuing rank for all_to_all, at the send "
-             "for point-to-point; recv and setup records left out"]
+             ("counted once per collective (its group's lowest rank), per issuing rank for all_to_all, at the send "
+             "for point-to-point; recv and setup records left out")]
     if setup:
         notes.append(f"{setup:,} setup records (before the first step) left out")
     if measured.num_attributed:
@@ -919,10 +925,10 @@ def write_html(data: dict[str, Any], path: str | Path) -> Path:
 
 __all__ = [
     "AXIS_STYLE",
+    "TERMS",
     "BenchResult",
     "MeasuredLogs",
     "MoeRouting",
-    "TERMS",
     "bench_section",
     "breakdown_section",
     "build_report_data",
@@ -930,20 +936,20 @@ __all__ = [
     "compare_measured",
     "data_to_json",
     "heatmap_section",
-    "logical_measured_ops",
-    "measured_heatmap_section",
-    "with_axes",
-    "predicted_bytes_by_axis",
     "load_bench",
     "load_measured",
     "load_moe",
+    "logical_measured_ops",
     "measured_bytes_by_axis",
+    "measured_heatmap_section",
     "message_size_section",
     "moe_metrics",
     "moe_section",
+    "predicted_bytes_by_axis",
     "render_html",
     "schedule_section",
     "size_histogram",
     "time_section",
+    "with_axes",
     "write_html",
 ]

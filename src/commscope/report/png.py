@@ -297,7 +297,7 @@ def plot_moe(section: dict[str, Any], path: str | Path, *, frames: int = 6) -> P
     grid = fig.add_gridspec(len(items), frames + 2)
     for row, it in enumerate(items):
         n = len(it["frames"])
-        picks = sorted(set(int(round(k * (n - 1) / max(1, frames - 1))) for k in range(min(frames, n))))
+        picks = sorted({round(k * (n - 1) / max(1, frames - 1)) for k in range(min(frames, n))})
         image = None
         for col, f in enumerate(picks):
             ax = fig.add_subplot(grid[row, col])

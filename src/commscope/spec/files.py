@@ -35,7 +35,7 @@ import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from commscope.errors import ConfigError
 from commscope.spec.cluster import ClusterSpec, LinkTier
@@ -47,6 +47,7 @@ __all__ = [
     "CLUSTER_UNIT_KEYS",
     "FILE_SUFFIXES",
     "cluster_from_mapping",
+    "cluster_preset",
     "cluster_to_mapping",
     "dumps_toml",
     "is_hf_config",
@@ -54,12 +55,16 @@ __all__ = [
     "load_model",
     "load_parallel",
     "model_from_mapping",
+    "model_preset",
     "model_to_mapping",
     "parallel_from_mapping",
     "parallel_to_mapping",
     "read_mapping",
+    "read_preset",
     "write_mapping",
 ]
+
+_Spec = TypeVar("_Spec")  # the spec class a mapping is read into
 
 #: File suffixes :func:`read_mapping` understands.
 FILE_SUFFIXES = (".toml", ".json", ".yaml", ".yml")
@@ -263,7 +268,7 @@ def _required(cls: type) -> set[str]:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
 
 
-def _build(cls: type, kwargs: dict[str, Any], what: str, source: str | None) -> Any:
+def _build(cls: type[_Spec], kwargs: dict[str, Any], what: str, source: str | None) -> _Spec:
     """Construct ``cls(**kwargs)`` after checking required keys; add ``source`` to its ConfigErrors."""
     for name in sorted(_required(cls) - kwargs.keys()):
         raise ConfigError(name, None, f"required key missing from {what}; expected {_expected(_hints(cls)[name])}", source=source)
@@ -281,7 +286,7 @@ def _check_mapping(d: Any, what: str, source: str | None) -> Mapping[str, Any]:
     return d
 
 
-def _spec_from_mapping(cls: type, d: Any, what: str, source: str | None, defaults: Mapping[str, Any]) -> Any:
+def _spec_from_mapping(cls: type[_Spec], d: Any, what: str, source: str | None, defaults: Mapping[str, Any]) -> _Spec:
     d = _check_mapping(d, what, source)
     hints = _hints(cls)
     names = [f.name for f in _fields(cls)]
@@ -370,7 +375,7 @@ def cluster_from_mapping(d: Mapping[str, Any], *, source: str | None = None, nam
             if key == "peak_tflops":
                 kwargs[si] = _flops_table(key, value, scale, source)
             elif key == "memory_GiB":
-                kwargs[si] = int(round(_number(key, value, source) * scale))
+                kwargs[si] = round(_number(key, value, source) * scale)
             else:
                 kwargs[si] = float(_number(key, value, source) * scale)
         elif key in ("intra_node", "inter_node"):
@@ -583,6 +588,28 @@ def _as_file(name_or_path: str | os.PathLike[str]) -> Path | None:
     return None
 
 
+def read_preset(kind: str, name: str) -> tuple[str, dict[str, Any]]:
+    """(key, mapping) of preset ``name`` of ``kind`` (``models`` or ``clusters``), as its TOML file holds it."""
+    # imported here: commscope.presets (run first, as the package of .locate) imports this module
+    from commscope.presets.locate import preset_path
+
+    entry = preset_path(kind, name)
+    key = entry.name.removesuffix(".toml")
+    return key, parse_mapping(entry.read_text(encoding="utf-8"), "toml", source=f"{kind}/{entry.name}")
+
+
+def model_preset(name: str) -> ModelSpec:
+    """The :class:`ModelSpec` of model preset ``name`` (``gpt3-175b``, ``llama3-8b``, ...)."""
+    key, d = read_preset("models", name)
+    return model_from_mapping(d, source=f"models/{key}.toml", name=key)
+
+
+def cluster_preset(name: str) -> ClusterSpec:
+    """The :class:`ClusterSpec` of cluster preset ``name`` (``dgx-a100``, ``rtx3090-pcie``, ...)."""
+    key, d = read_preset("clusters", name)
+    return cluster_from_mapping(d, source=f"clusters/{key}.toml", name=key)
+
+
 def load_model(name_or_path: str | os.PathLike[str] | ModelSpec, *, seq_len: int | None = None) -> ModelSpec:
     """A model from a preset name (``gpt3-175b``), a spec file, or a Hugging Face ``config.json``.
 
@@ -597,8 +624,6 @@ def load_model(name_or_path: str | os.PathLike[str] | ModelSpec, *, seq_len: int
     else:
         path = _as_file(name_or_path)
         if path is None:
-            from commscope.presets import model_preset
-
             model = model_preset(os.fspath(name_or_path))
         else:
             d = read_mapping(path)
@@ -622,8 +647,6 @@ def load_cluster(name_or_path: str | os.PathLike[str] | ClusterSpec) -> ClusterS
         return name_or_path
     path = _as_file(name_or_path)
     if path is None:
-        from commscope.presets import cluster_preset
-
         return cluster_preset(os.fspath(name_or_path))
     return cluster_from_mapping(read_mapping(path), source=str(path), name=path.stem)
 

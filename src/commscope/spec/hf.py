@@ -235,7 +235,7 @@ def model_from_hf_config(
                     moe_layer_freq=freq,
                 )
     try:
-        return ModelSpec(name=label, dtype=dtype, **fields)
+        return ModelSpec(name=str(label), dtype=dtype, **fields)
     except ConfigError as exc:
         if exc.source is not None or source is None:
             raise

@@ -19,8 +19,10 @@ on each of them, which is why the DP volume counts them t times.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from commscope.spec.model import ModelSpec
+if TYPE_CHECKING:  # for annotations only: ModelSpec.num_parameters() calls this module, so no import back
+    from commscope.spec.model import ModelSpec
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

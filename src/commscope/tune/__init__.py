@@ -39,12 +39,13 @@ _WHERE = {
     "Machine": "table",
     "Measurement": "table",
     "TuningTable": "table",
-    "load_table": "table",
-    "read_table": "table",
-    "write_table": "table",
+    "load_table": "files",
+    "read_table": "files",
+    "table_document": "files",
+    "write_table": "files",
 }
 
-__all__ = sorted(_WHERE)
+__all__ = tuple(sorted(_WHERE))
 
 
 def __getattr__(name: str) -> Any:
@@ -54,4 +55,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return __all__
+    return list(__all__)

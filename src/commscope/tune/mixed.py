@@ -61,15 +61,16 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.distributed_c10d import GroupName
 
 from commscope.errors import ConfigError
 from commscope.tune.algorithms import ALGORITHMS, Algorithm, BackendPeers, reduce_op_name
+from commscope.tune.files import load_table
 from commscope.tune.select import OpSelection, selection_for
 from commscope.tune.table import (
     TUNABLE_OPS,
     TuningTable,
     ensure_compatible,
-    load_table,
     machine_here,
     uncovered_group_size,
 )
@@ -206,7 +207,7 @@ class MixedProcessGroup(dist.ProcessGroup):
 
     def __init__(self, *, rank: int, size: int, natives: dict[str, Any], transport: Any, router: Router,
                  global_ranks: list[int], name: str) -> None:
-        super().__init__(rank, size)
+        super().__init__(rank, size)  # type: ignore[call-arg]  # torch's stub lists only (store, rank, size)
         self._natives = natives
         self._transport = transport
         self._peers = BackendPeers(transport) if transport is not None else None
@@ -215,12 +216,12 @@ class MixedProcessGroup(dist.ProcessGroup):
         self._ranks = list(global_ranks)
         self._name = name
 
-    def getBackendName(self) -> str:  # noqa: N802 (c10d's name)
+    def getBackendName(self) -> str:  # c10d's name
         return MIXED_BACKEND
 
     @property
-    def group_name(self) -> str:  # c10d's name for the group (the C++ one is never set on a Python group)
-        return self._name
+    def group_name(self) -> GroupName:  # c10d's name for the group (the C++ one is never set on a Python group)
+        return GroupName(self._name)
 
     def __repr__(self) -> str:
         return f"MixedProcessGroup(ranks={self._ranks}, natives={sorted(self._natives)})"
@@ -419,7 +420,7 @@ def _agree(store: Any, rank: int, size: int, options: MixedOptions, is_world: bo
                                                           "in this job's shape, or pass allow_mismatch=True (--force)")
 
 
-def _create(opts, pg_options=None):
+def _create(opts: Any, pg_options: Any = None) -> MixedProcessGroup:
     """Creator registered with c10d (extended API: it gets the group's global ranks)."""
     options = pg_options if isinstance(pg_options, MixedOptions) else _default_options()
     store, rank, size = opts.store, opts.group_rank, opts.group_size

@@ -21,7 +21,8 @@ import os
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from functools import partial
+from datetime import datetime, UTC
 from typing import Any
 
 from commscope.bench.sweep import GroupBackend, SweepConfig, WrongResultsError, run_sweep
@@ -110,9 +111,21 @@ def _runs(candidate: Candidate, cfg: SweepConfig, group_sizes: tuple[int, ...]) 
             for sizes, ops in by_sizes.items()]
 
 
+def _points(sweep: SweepConfig) -> int:
+    """The (op, group size, size) points of one sweep, as run_sweep counts its progress."""
+    return len(sweep.ops) * len(sweep.group_sizes or ()) * len(sweep.sizes)
+
+
+def _shifted(progress: Callable[[int, int], None], base: int, total: int, done: int, _sweep_total: int) -> None:
+    """One sweep's progress as part of all of them."""
+    progress(min(base + done, total), total)
+
+
 def measure(cfg: TuneConfig, candidates: Sequence[Candidate], *, emit: Callable[[str], None] | None = None,
-            command: str | None = None) -> tuple[list[Any], list[str]]:
+            command: str | None = None,
+            progress: Callable[[int, int], None] | None = None) -> tuple[list[Any], list[str]]:
     """Every rank of an initialised default group calls this; returns (bench rows, host of each rank).
+    ``progress(done, total)`` (rank 0) counts the (op, group size, size) points of all the candidates' sweeps.
 
     Rows whose data check failed are kept (with ``wrong`` set); they never win a selection.
     """
@@ -128,11 +141,13 @@ def measure(cfg: TuneConfig, candidates: Sequence[Candidate], *, emit: Callable[
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", dist.get_rank())) % torch.cuda.device_count())
     rows: list[Any] = []
     hosts: list[str] = []
+    total = sum(_points(s) for c in candidates for s, _ in _runs(c, cfg.sweep, tuple(group_sizes)))
+    finished = 0
     for candidate in candidates:
         for sweep, force in _runs(candidate, cfg.sweep, tuple(group_sizes)):
             made: list[Any] = []
 
-            def new_group(ranks: list[int], name: str = candidate.name, force: dict = force) -> Any:
+            def new_group(ranks: list[int], name: str = candidate.name, force: dict = force, made: list[Any] = made) -> Any:
                 if force:
                     pg = dist.new_group(ranks, backend=MIXED_BACKEND, pg_options=MixedOptions(force=force))
                 else:
@@ -142,13 +157,17 @@ def measure(cfg: TuneConfig, candidates: Sequence[Candidate], *, emit: Callable[
 
             try:
                 result = run_sweep(sweep, emit=emit, command=command,
-                                   group_backend=GroupBackend(name=candidate.name, new_group=new_group))
+                                   group_backend=GroupBackend(name=candidate.name, new_group=new_group),
+                                   progress=None if progress is None else partial(_shifted, progress, finished, total))
             except WrongResultsError as exc:
                 result = exc.result
             rows += result.rows
             hosts = list(result.meta["hosts"])
+            finished += _points(sweep)
             for pg in made:  # every rank is past the sweep's last collective on them
                 dist.destroy_process_group(pg)
+    if progress is not None:
+        progress(total, total)
     return rows, hosts
 
 
@@ -163,12 +182,13 @@ def table_from_rows(rows: Sequence[Any], *, machine: Machine, hosts: Sequence[st
     return TuningTable(machine=machine, hosts=tuple(hosts), world_size=world_size, group_sizes=tuple(group_sizes),
                        candidates=tuple(candidates), measurements=measurements, tie_tolerance=cfg.tie_tolerance,
                        dtype=cfg.sweep.dtype, skipped=skipped, command=command,
-                       date=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                       date=datetime.now(UTC).isoformat(timespec="seconds"))
 
 
-def _rank_main(rank: int, world: int, cfg: TuneConfig, candidates: list[Candidate], quiet: bool, command: str):
+def _rank_main(rank: int, world: int, cfg: TuneConfig, candidates: list[Candidate], quiet: bool, command: str,
+               progress: Callable[[int, int], None] | None = None):
     emit = None if quiet else _print_line
-    rows, hosts = measure(cfg, candidates, emit=emit, command=command)
+    rows, hosts = measure(cfg, candidates, emit=emit, command=command, progress=progress if rank == 0 else None)
     return (rows, hosts) if rank == 0 else None
 
 
@@ -177,7 +197,7 @@ def _print_line(line: str) -> None:
 
 
 def run_tuning(cfg: TuneConfig, nproc: int, *, timeout_s: float = 1800.0, quiet: bool = True,
-               command: str = "") -> TuningTable:
+               command: str = "", progress: Callable[[int, int], None] | None = None) -> TuningTable:
     """Start ``nproc`` local ranks, measure every candidate, return the table (rank 0 prints rows unless ``quiet``)."""
     from commscope.bench.sweep import check_world
     from commscope.launch import spawn
@@ -194,7 +214,7 @@ def run_tuning(cfg: TuneConfig, nproc: int, *, timeout_s: float = 1800.0, quiet:
         raise ConfigError("backend", ",".join(cfg.candidates or ()), "nothing left to measure")
     # a CUDA context does not survive fork (machine_here has made one where there is a GPU)
     start = "spawn" if machine.device != "cpu" else None
-    out = spawn(_rank_main, nproc, args=(cfg, candidates, quiet, command), backend="gloo", timeout_s=timeout_s,
+    out = spawn(_rank_main, nproc, args=(cfg, candidates, quiet, command, progress), backend="gloo", timeout_s=timeout_s,
                 start_method=start)
     rows, hosts = out[0]
     return table_from_rows(rows, machine=machine, hosts=hosts or [socket.gethostname()] * nproc, world_size=nproc,

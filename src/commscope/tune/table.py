@@ -12,7 +12,8 @@ File format (JSON, ``format = "commscope-tuning"``, ``schema_version = 1``):
                    algbw/busbw in bytes/s, cv, iters, wrong (the data check), noisy
     tie_tolerance  the selection rule's parameter (see :mod:`commscope.tune.select`)
     selection      derived from the measurements by that rule, written for people to read; a file whose
-                   selection does not follow from its measurements is refused
+                   selection does not follow from its measurements is refused (:mod:`commscope.tune.files`
+                   writes and reads the file; this module knows the data, not the rule)
 
 A table is refused on a machine that differs from the one it was measured on (another torch version,
 another set of backends, another device) unless the caller passes ``allow_mismatch``: the measurements
@@ -31,7 +32,6 @@ import platform
 import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from commscope.errors import ConfigError
@@ -46,11 +46,8 @@ __all__ = [
     "TuningTable",
     "differences",
     "ensure_compatible",
-    "load_table",
     "machine_here",
-    "read_table",
     "uncovered_group_size",
-    "write_table",
 ]
 
 FORMAT = "commscope-tuning"
@@ -160,10 +157,11 @@ class TuningTable:
     @property
     def digest(self) -> str:
         """SHA-256 of the canonical JSON: ranks compare it to be sure they route by the same table."""
-        text = json.dumps(self.to_dict(with_selection=False), sort_keys=True, separators=(",", ":"))
+        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 
-    def to_dict(self, *, with_selection: bool = True) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
+        """The table's own fields; the file adds the derived selection (:func:`commscope.tune.files.table_document`)."""
         data: dict[str, Any] = {
             "format": FORMAT,
             "schema_version": SCHEMA_VERSION,
@@ -178,14 +176,10 @@ class TuningTable:
             "skipped": dict(self.skipped),
             "measurements": [asdict(m) for m in self.measurements],
         }
-        if with_selection:
-            from commscope.tune.select import selection_summary
-
-            data["selection"] = selection_summary(self)
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, source: str | None = None) -> "TuningTable":
+    def from_dict(cls, data: Mapping[str, Any], *, source: str | None = None) -> TuningTable:
         if data.get("format") != FORMAT:
             raise ConfigError("format", data.get("format"), f"expected {FORMAT!r}: not a commscope tuning table",
                               source=source)
@@ -209,32 +203,7 @@ class TuningTable:
             if isinstance(exc, ConfigError):
                 raise ConfigError(exc.field, exc.value, exc.expected, source=source) from None
             raise ConfigError("tuning table", type(exc).__name__, f"malformed ({exc})", source=source) from None
-        stored = data.get("selection")
-        if stored is not None:
-            from commscope.tune.select import selection_summary
-
-            if json.loads(json.dumps(stored)) != json.loads(json.dumps(selection_summary(table))):
-                raise ConfigError("selection", "edited", "does not follow from the measurements by the selection rule; "
-                                  "re-run `commscope tune`, or delete the selection field to derive it again",
-                                  source=source)
         return table
-
-
-def write_table(table: TuningTable, path: str | Path) -> Path:
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(table.to_dict(), indent=1) + "\n")
-    return out
-
-
-def read_table(path: str | Path) -> TuningTable:
-    """The table in ``path``, not checked against this machine (for reading and reporting)."""
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError("tuning table", str(p), f"is not JSON (line {exc.lineno}: {exc.msg})") from None
-    return TuningTable.from_dict(data, source=str(p))
 
 
 def machine_here() -> Machine:
@@ -275,14 +244,6 @@ def ensure_compatible(table: TuningTable, here: Machine, *, allow_mismatch: bool
                           f"{table.machine.hostname!r}): re-run `commscope tune` here, or pass allow_mismatch=True "
                           "(--force) to apply it anyway", source=None)
     return diff
-
-
-def load_table(path: str | Path, *, allow_mismatch: bool = False, here: Machine | None = None) -> TuningTable:
-    """The table in ``path``, refused (ConfigError) when it was measured on another machine than ``here``
-    (default: this one) unless ``allow_mismatch``."""
-    table = read_table(path)
-    ensure_compatible(table, machine_here() if here is None else here, allow_mismatch=allow_mismatch, source=str(path))
-    return table
 
 
 def uncovered_group_size(table: TuningTable, group_size: int, ops: Iterable[str] | None = None) -> str | None:

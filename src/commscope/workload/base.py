@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -93,7 +93,7 @@ class OpSet:
                 for op in per_rank.row_ops(0, detail):
                     yield op.with_(rank=member, splits=sends)
             return
-        base = dict(op=self.op, axis=self.axis, group=group, size_bytes=self.size_bytes, dtype=self.dtype,
+        base: dict[str, Any] = dict(op=self.op, axis=self.axis, group=group, size_bytes=self.size_bytes, dtype=self.dtype,
                     rank=rank, peer=peer, phase=self.phase, name=self.name)
         if detail == "group":
             layer = self.layers[0] if len(self.layers) == 1 else None
@@ -156,6 +156,6 @@ def p2p_pair(*, axis: str, name: str, size_bytes: int, dtype: str, phase: str, s
              layers: tuple[int, ...] = (), micro_batches: int | None = None, repeat: int = 1) -> tuple[OpSet, OpSet]:
     """A send op set and its matching recv op set for flows src[i] -> dst[i]."""
     pairs = np.stack([np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)], axis=1)
-    common = dict(axis=axis, name=name, size_bytes=size_bytes, dtype=dtype, phase=phase, groups=pairs,
+    common: dict[str, Any] = dict(axis=axis, name=name, size_bytes=size_bytes, dtype=dtype, phase=phase, groups=pairs,
                   layers=layers, micro_batches=micro_batches, repeat=repeat)
     return OpSet(op="send", **common), OpSet(op="recv", **common)

@@ -20,17 +20,23 @@ Worked example, gpt-1.5b (h=1600) with b=4, s=1024, bf16: one TP all-reduce is 4
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from commscope.errors import check
-from commscope.layout import Layout
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 from commscope.spec.params import layer_params, stage_params
 from commscope.units import dtype_bytes
 from commscope.workload.base import OpSet, Workload, p2p_pair
+from commscope.workload.framework import FrameworkRules, JobContext, build, pipeline_p2p
+from commscope.workload.pytorch import TorchRules
+from commscope.workload.stages import pipeline_split_note, stage_layers, virtual_stage_layers
+
+if TYPE_CHECKING:
+    from commscope.moe.trace import RoutingTrace
 
 
 def check_job(model: ModelSpec, parallel: ParallelSpec) -> None:
@@ -56,169 +62,54 @@ def check_job(model: ModelSpec, parallel: ParallelSpec) -> None:
         check(parallel.ep == 1, "ep", parallel.ep, f"needs an MoE model (num_experts > 0); {model.name} is dense")
 
 
-def virtual_stage_layers(model: ModelSpec, parallel: ParallelSpec) -> list[range]:
-    """Global layer indices of each virtual stage k = chunk * pp + stage (Megatron's interleaved assignment).
-
-    The split, in order of precedence: ``pipeline_layers``; Megatron's ``--decoder-first-pipeline-num-layers`` /
-    ``--decoder-last-pipeline-num-layers`` (the other stages split the rest evenly); an even split when
-    pp x v divides the layers; otherwise (v = 1) :func:`balanced_pipeline_layers`.
-    """
-    return _ranges(pipeline_split(model, parallel))
-
-
-def _ranges(sizes: list[int]) -> list[range]:
-    out, start = [], 0
-    for n in sizes:
-        out.append(range(start, start + n))
-        start += n
-    return out
-
-
-def pipeline_split(model: ModelSpec, parallel: ParallelSpec) -> list[int]:
-    """Layers of each virtual stage (see :func:`virtual_stage_layers`); raises ConfigError when none can be made."""
-    p, v, num = parallel.pp, parallel.virtual_pipeline_size, model.num_layers
-    if parallel.pipeline_layers is not None:
-        return list(parallel.pipeline_layers)
-    first, last = parallel.decoder_first_pipeline_num_layers, parallel.decoder_last_pipeline_num_layers
-    if first is not None or last is not None:
-        check(v == 1, "virtual_pipeline_size", v, "with --decoder-first/last-pipeline-num-layers give the split of every "
-              "virtual stage with --pipeline-layers instead")
-        ends = (first or 0) + (last or 0)
-        inner = p - (first is not None) - (last is not None)
-        rest = num - ends
-        check(rest >= inner and (inner == 0 and rest == 0 or inner > 0 and rest % inner == 0),
-              "decoder_first_pipeline_num_layers" if first is not None else "decoder_last_pipeline_num_layers",
-              first if first is not None else last,
-              f"the remaining {rest} of num_layers={num} must split evenly over the other {inner} stage(s)")
-        mid = [rest // inner] * inner if inner else []
-        return ([first] if first is not None else []) + mid + ([last] if last is not None else [])
-    if num % (p * v) == 0:
-        return [num // (p * v)] * (p * v)
-    check(v == 1, "virtual_pipeline_size", v,
-          f"pp x virtual_pipeline_size = {p * v} must divide num_layers={num} (or give --pipeline-layers)")
-    split = balanced_pipeline_layers(model, p)
-    check(split is not None, "pp", p, f"is larger than num_layers={num}")
-    return list(split or ())
-
-
-@functools.lru_cache(maxsize=256)
-def balanced_pipeline_layers(model: ModelSpec, pp: int) -> tuple[int, ...] | None:
-    """An uneven split for pp stages that do not divide the layers: equal middle stages and lighter first and
-    last stages, chosen to minimise the slowest stage's forward FLOPs (the last stage also computes the logits),
-    as Megatron-core's ``--decoder-first/last-pipeline-num-layers`` let a user do by hand.
-
-    Worked example: Llama 3 405B (126 layers, V = 128,256, h = 16,384) on pp = 16 gives 7, 8 x 14, 7 (the split
-    Meta used [llama3-2024]): the logits cost ~0.6 layer, so a last stage of 7 layers + logits stays under 8.
-    None when pp > num_layers. Cached per (model, pp): every stage of a workload and of the estimate asks for it.
-    """
-    from commscope.flops import token_flops
-
-    num = model.num_layers
-    if pp > num:
-        return None
-    if num % pp == 0:
-        return (num // pp,) * pp
-    tf = token_flops(model)
-    layer = sum(tf.layers) / num
-    best: tuple[float, int, tuple[int, ...]] | None = None
-    for first in range(1, num + 1):
-        for last in range(1, num - first + 1):
-            rest = num - first - last
-            if pp == 2:
-                if rest:
-                    continue
-                mid: tuple[int, ...] = ()
-            elif rest < pp - 2 or rest % (pp - 2):
-                continue
-            else:
-                mid = (rest // (pp - 2),) * (pp - 2)
-            cost = max([first * layer, last * layer + tf.logits] + [n * layer for n in mid])
-            spread = max((first, last) + mid) - min((first, last) + mid)
-            key = (cost, spread, (first,) + mid + (last,))
-            if best is None or key[:2] < best[:2]:
-                best = key
-    return best[2] if best else None
-
-
-def stage_layers(model: ModelSpec, parallel: ParallelSpec, stage: int) -> list[range]:
-    """Layer ranges of each model chunk held by pipeline ``stage``."""
-    vs = virtual_stage_layers(model, parallel)
-    return [vs[chunk * parallel.pp + stage] for chunk in range(parallel.virtual_pipeline_size)]
-
-
-def grad_dtype(model: ModelSpec, parallel: ParallelSpec) -> str:
-    """dtype of gradient reduction: Megatron accumulates and reduces bf16 models' gradients in fp32."""
-    if parallel.grad_reduce_dtype is not None:
-        return parallel.grad_reduce_dtype
-    return "fp32" if model.dtype == "bf16" else model.dtype
-
-
-def build_workload(model: ModelSpec, parallel: ParallelSpec, *, routing=None, routing_iteration: int = 0) -> Workload:
-    """Every CommOp of one Megatron-style training iteration of ``model`` under ``parallel``.
+def build_workload(model: ModelSpec, parallel: ParallelSpec, *, routing: np.ndarray | RoutingTrace | None = None,
+                   routing_iteration: int = 0) -> Workload:
+    """Every CommOp of one training iteration of ``model`` under ``parallel``, by the rules of
+    ``parallel.framework`` (:data:`FRAMEWORK_RULES`; Megatron-LM's are this module's).
 
     ``routing`` (MoE only) gives per-pair all-to-all bytes: ``None`` (balanced), an (ep, ep) token matrix, or a
     :class:`~commscope.moe.trace.RoutingTrace` whose iteration ``routing_iteration`` is used
     (see :mod:`commscope.workload.moe`).
     """
-    check_job(model, parallel)
-    split_note = pipeline_split_note(model, parallel)
-    if parallel.framework != "megatron":
-        from commscope.workload.pytorch import build_torch_workload
-
-        return build_torch_workload(model, parallel)
-    layout = Layout(parallel)
-    ctx = _Ctx(model, parallel, layout)
-    opsets: list[OpSet] = []
-    opsets += _tp_ops(ctx)
-    opsets += _cp_ops(ctx)
-    opsets += _pp_ops(ctx)
-    opsets += _dp_ops(ctx)
-    opsets += _emb_ops(ctx)
-    if model.is_moe:
-        from commscope.workload.moe import ep_ops
-
-        opsets += ep_ops(ctx, routing, routing_iteration=routing_iteration)
-    notes = ([split_note] if split_note else []) + ctx.notes
-    return Workload(model=model, parallel=parallel, layout=layout, opsets=tuple(opsets), notes=tuple(notes))
+    if parallel.framework == "megatron":
+        return build(MegatronRules(routing=routing, routing_iteration=routing_iteration), model, parallel)
+    check_job(model, parallel)  # what Megatron refuses the other frameworks refuse too; their rules check the rest
+    return build(FRAMEWORK_RULES[parallel.framework](), model, parallel)
 
 
-def pipeline_split_note(model: ModelSpec, parallel: ParallelSpec) -> str | None:
-    """A line saying which uneven pipeline split was chosen, when the user gave none and pp does not divide the layers."""
-    p, v = parallel.pp, parallel.virtual_pipeline_size
-    if (parallel.pipeline_layers is not None or parallel.decoder_first_pipeline_num_layers is not None
-            or parallel.decoder_last_pipeline_num_layers is not None or model.num_layers % (p * v) == 0):
-        return None
-    split = pipeline_split(model, parallel)
-    return (f"pipeline split {','.join(map(str, split))}: pp={p} does not divide num_layers={model.num_layers}, so the "
-            f"first and last stages are lighter (the last also computes the logits); --pipeline-layers or "
-            f"--decoder-first/last-pipeline-num-layers choose another")
+class MegatronRules:
+    """Megatron-LM's communication rules (:class:`~commscope.workload.framework.FrameworkRules`; module docstring)."""
+
+    def __init__(self, *, routing: np.ndarray | RoutingTrace | None = None, routing_iteration: int = 0) -> None:
+        self.routing, self.routing_iteration = routing, routing_iteration
+
+    def check(self, model: ModelSpec, parallel: ParallelSpec) -> None:
+        check_job(model, parallel)
+
+    def per_layer(self, ctx: JobContext) -> list[OpSet]:
+        out = _tp_ops(ctx) + _cp_ops(ctx)
+        if ctx.model.is_moe:
+            from commscope.workload.moe import ep_ops
+
+            out += ep_ops(ctx, self.routing, routing_iteration=self.routing_iteration)
+        return out
+
+    def per_stage(self, ctx: JobContext) -> list[OpSet]:
+        return pipeline_p2p(ctx)
+
+    def per_step(self, ctx: JobContext) -> list[OpSet]:
+        return _dp_ops(ctx) + _emb_ops(ctx)
+
+    def notes(self, ctx: JobContext) -> list[str]:
+        split_note = pipeline_split_note(ctx.model, ctx.parallel)
+        return [split_note] if split_note else []
 
 
-class _Ctx:
-    """Quantities shared by the op generators (internal)."""
-
-    def __init__(self, model: ModelSpec, parallel: ParallelSpec, layout: Layout) -> None:
-        self.model, self.parallel, self.layout = model, parallel, layout
-        self.m = parallel.num_micro_batches
-        self.B = model.dtype_bytes
-        self.act_dtype = model.dtype
-        self.grad_dtype = grad_dtype(model, parallel)
-        self.G = dtype_bytes(self.grad_dtype)
-        self.tokens = parallel.micro_batch_size * model.seq_len // parallel.cp  # b s / c per rank per micro-batch
-        self.act_bytes = self.tokens * model.hidden_size * self.B  # b (s/c) h B
-        self.sp = parallel.sequence_parallel and parallel.tp > 1
-        self.stage = layout.stage_of()
-        self.notes: list[str] = []
-
-    def groups_of_stage(self, kind: str, stage: int) -> np.ndarray:
-        groups = self.layout.groups(kind)
-        return groups[self.stage[groups[:, 0]] == stage]
-
-    def chunk_layers(self, stage: int) -> list[tuple[int, ...]]:
-        return [tuple(r) for r in stage_layers(self.model, self.parallel, stage)]
+#: The rules of each ``ParallelSpec.framework`` (a class of :class:`~commscope.workload.framework.FrameworkRules`).
+FRAMEWORK_RULES: dict[str, Callable[[], FrameworkRules]] = {"megatron": MegatronRules, "torch-ddp": TorchRules, "torch-fsdp2": TorchRules}
 
 
-def _tp_ops(ctx: _Ctx) -> list[OpSet]:
+def _tp_ops(ctx: JobContext) -> list[OpSet]:
     """Tensor-parallel collectives: per layer per micro-batch, plus embedding, logits and cross-entropy."""
     p, model = ctx.parallel, ctx.model
     if p.tp == 1:
@@ -231,7 +122,7 @@ def _tp_ops(ctx: _Ctx) -> list[OpSet]:
         layers = tuple(layer for chunk in ctx.chunk_layers(stage) for layer in chunk)
 
         def add(op: str, name: str, phase: str, size: int, lays: tuple[int, ...], per_mb: bool = True,
-                dtype: str = dt, repeat: int = 1) -> None:
+                dtype: str = dt, repeat: int = 1, groups: np.ndarray = groups) -> None:
             out.append(OpSet(op=op, axis="tp", name=name, size_bytes=size, dtype=dtype, phase=phase, groups=groups,
                              layers=lays, micro_batches=m if per_mb else None, repeat=repeat))
 
@@ -280,7 +171,7 @@ def _tp_ops(ctx: _Ctx) -> list[OpSet]:
     return out
 
 
-def _cp_ops(ctx: _Ctx) -> list[OpSet]:
+def _cp_ops(ctx: JobContext) -> list[OpSet]:
     """Context parallelism: ring attention passes K and V around the CP ring (c - 1 steps per layer forward,
     K/V and their gradients backward)."""
     p, model = ctx.parallel, ctx.model
@@ -304,37 +195,6 @@ def _cp_ops(ctx: _Ctx) -> list[OpSet]:
     return out
 
 
-def _pp_ops(ctx: _Ctx) -> list[OpSet]:
-    """Pipeline p2p: activations forward and their gradients backward across every (virtual) stage boundary.
-
-    With v model chunks per rank a micro-batch crosses p v - 1 boundaries, the last stage handing chunk k
-    to the first stage's chunk k + 1 ([megatron-sc21] interleaved schedule).
-    """
-    p = ctx.parallel
-    if p.pp == 1:
-        return []
-    # sequence parallelism leaves each TP rank 1/t of the activation; so does Megatron-LM's scatter/gather,
-    # whose receiver then all-gathers the pieces over its TP group
-    gather = p.scatter_gather_tensors_in_pipeline and p.tp > 1 and not ctx.sp
-    size = ctx.act_bytes // p.tp if ctx.sp or gather else ctx.act_bytes
-    pp_groups = ctx.layout.groups("pp")
-    num_virtual = p.pp * p.virtual_pipeline_size
-    out: list[OpSet] = []
-    for k in range(num_virtual - 1):
-        s_src, s_dst = k % p.pp, (k + 1) % p.pp
-        src, dst = pp_groups[:, s_src], pp_groups[:, s_dst]
-        out += p2p_pair(axis="pp", name=f"activation_vstage{k}", size_bytes=size, dtype=ctx.act_dtype, phase="fwd",
-                        src=src, dst=dst, micro_batches=ctx.m)
-        out += p2p_pair(axis="pp", name=f"activation_grad_vstage{k + 1}", size_bytes=size, dtype=ctx.act_dtype,
-                        phase="bwd", src=dst, dst=src, micro_batches=ctx.m)
-        if gather:
-            out += [OpSet(op="all_gather", axis="pp", name=f"activation_gather_vstage{k + 1}", size_bytes=ctx.act_bytes,
-                          dtype=ctx.act_dtype, phase="fwd", groups=ctx.groups_of_stage("tp", s_dst), micro_batches=ctx.m),
-                    OpSet(op="all_gather", axis="pp", name=f"activation_grad_gather_vstage{k}", size_bytes=ctx.act_bytes,
-                          dtype=ctx.act_dtype, phase="bwd", groups=ctx.groups_of_stage("tp", s_src), micro_batches=ctx.m)]
-    return out
-
-
 def _buckets(total_elements: int, bucket: int | None) -> list[int]:
     if total_elements == 0:
         return []
@@ -344,7 +204,7 @@ def _buckets(total_elements: int, bucket: int | None) -> list[int]:
     return [bucket] * full + ([rest] if rest else [])
 
 
-def _dp_ops(ctx: _Ctx) -> list[OpSet]:
+def _dp_ops(ctx: JobContext) -> list[OpSet]:
     """Data parallelism over the dp x cp group (dense parameters) and the expert-dp group (expert parameters)."""
     p, model = ctx.parallel, ctx.model
     out: list[OpSet] = []
@@ -374,7 +234,7 @@ def _dp_ops(ctx: _Ctx) -> list[OpSet]:
     return out
 
 
-def _zero3_ops(ctx: _Ctx, groups: np.ndarray, chunks: list[range], stage: int, *, expert: bool) -> list[OpSet]:
+def _zero3_ops(ctx: JobContext, groups: np.ndarray, chunks: list[range], stage: int, *, expert: bool) -> list[OpSet]:
     """ZeRO-3: every micro-batch gathers each layer's parameters forward and again backward, and
     reduce-scatters its gradients backward; non-layer parameters (embeddings, final norm) likewise."""
     p, model = ctx.parallel, ctx.model
@@ -397,7 +257,7 @@ def _zero3_ops(ctx: _Ctx, groups: np.ndarray, chunks: list[range], stage: int, *
         extra = len(layers) - len(lays)  # the non-layer module, once per micro-batch
         variants = ([(lays, 1)] if lays else []) + ([((), extra)] if extra else [])
         for lay, rep in variants:
-            common = dict(axis="dp", groups=groups, layers=lay, micro_batches=ctx.m, repeat=rep)
+            common: dict[str, Any] = dict(axis="dp", groups=groups, layers=lay, micro_batches=ctx.m, repeat=rep)
             out.append(OpSet(op="all_gather", name=f"{label}params_fwd", size_bytes=n * ctx.B, dtype=ctx.act_dtype,
                              phase="fwd", **common))
             out.append(OpSet(op="all_gather", name=f"{label}params_bwd", size_bytes=n * ctx.B, dtype=ctx.act_dtype,
@@ -407,7 +267,7 @@ def _zero3_ops(ctx: _Ctx, groups: np.ndarray, chunks: list[range], stage: int, *
     return out
 
 
-def _emb_ops(ctx: _Ctx) -> list[OpSet]:
+def _emb_ops(ctx: JobContext) -> list[OpSet]:
     """Tied embeddings with pp > 1: the first and last stage all-reduce the word-embedding gradients."""
     p, model = ctx.parallel, ctx.model
     if p.pp == 1 or not model.tied_embeddings:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +36,7 @@ from commscope.record import CommOp
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 from commscope.workload.base import Detail, OpSet
+from commscope.workload.framework import JobContext
 
 #: (phase, op names) of the four all-to-alls of an MoE layer; ``dispatch*`` send the routing matrix,
 #: ``combine*`` its transpose.
@@ -59,7 +61,8 @@ def routed_tokens_per_rank(model: ModelSpec, parallel: ParallelSpec) -> int:
     return tokens // parallel.tp if parallel.sequence_parallel and parallel.tp > 1 else tokens
 
 
-def ep_ops(ctx, routing=None, *, routing_iteration: int = 0) -> list[OpSet]:
+def ep_ops(ctx: JobContext, routing: np.ndarray | RoutingTrace | None = None, *,
+           routing_iteration: int = 0) -> list[OpSet]:
     """All-to-all op sets of every MoE layer; ``routing`` as in the module docstring (None: balanced)."""
     p, model = ctx.parallel, ctx.model
     if p.ep == 1:
@@ -86,11 +89,11 @@ def ep_ops(ctx, routing=None, *, routing_iteration: int = 0) -> list[OpSet]:
     return out
 
 
-def _moe_layers_of_stage(ctx, stage: int) -> tuple[int, ...]:
+def _moe_layers_of_stage(ctx: JobContext, stage: int) -> tuple[int, ...]:
     return tuple(layer for chunk in ctx.chunk_layers(stage) for layer in chunk if ctx.model.is_moe_layer(layer))
 
 
-def _all_to_alls(ctx, groups: np.ndarray, splits: np.ndarray, *, layers: tuple[int, ...], micro_batches: int | None,
+def _all_to_alls(ctx: JobContext, groups: np.ndarray, splits: np.ndarray, *, layers: tuple[int, ...], micro_batches: int | None,
                  micro_batch: int | None = None, size_bytes: int | None = None) -> list[OpSet]:
     """The dispatch, combine and their gradients for one (ep, ep) byte matrix ``splits[i, j]`` (i sends to j);
     ``size_bytes`` (default: each op's busiest send buffer) is what the estimate times."""
@@ -98,7 +101,7 @@ def _all_to_alls(ctx, groups: np.ndarray, splits: np.ndarray, *, layers: tuple[i
     # before the dispatch every EP rank learns how many tokens each rank sends to each expert (Megatron-core's
     # all-to-all dispatcher gathers num_local_tokens_per_expert; so does commscope workload moe): int64 x E
     ep, experts = groups.shape[1], ctx.model.num_experts
-    counts = dict(op="all_gather", axis="ep", name="dispatch_counts", size_bytes=ep * experts * 8, dtype="int64",
+    counts: dict[str, Any] = dict(op="all_gather", axis="ep", name="dispatch_counts", size_bytes=ep * experts * 8, dtype="int64",
                   phase="fwd", groups=groups, layers=layers)
     out.append(OpSet(micro_batches=micro_batches, **counts) if micro_batch is None
                else MicroBatchOpSet(micro_batch=micro_batch, **counts))
@@ -106,7 +109,7 @@ def _all_to_alls(ctx, groups: np.ndarray, splits: np.ndarray, *, layers: tuple[i
         for name in names:
             mat = splits if name.startswith("dispatch") else splits.T
             size = size_bytes if size_bytes is not None else int(mat.sum(axis=1).max())
-            common = dict(op="all_to_all", axis="ep", name=name, size_bytes=size, dtype=ctx.act_dtype, phase=phase,
+            common: dict[str, Any] = dict(op="all_to_all", axis="ep", name=name, size_bytes=size, dtype=ctx.act_dtype, phase=phase,
                           groups=groups, layers=layers, splits=mat.copy())
             if micro_batch is None:
                 out.append(OpSet(micro_batches=micro_batches, **common))
@@ -122,7 +125,7 @@ def _balanced_trace(tokens: int, top_k: int, ep: int, num_experts: int) -> Routi
     return generate("balanced", iterations=1, ep=ep, num_experts=num_experts, top_k=top_k, tokens_per_rank=tokens)
 
 
-def _traced_ops(ctx, routing, iteration: int) -> list[OpSet]:
+def _traced_ops(ctx: JobContext, routing: np.ndarray | RoutingTrace, iteration: int) -> list[OpSet]:
     """Op sets from expert counts: one set per MoE layer (and per micro-batch when the routing differs)."""
     p, model = ctx.parallel, ctx.model
     if isinstance(routing, RoutingTrace):
@@ -136,6 +139,8 @@ def _traced_ops(ctx, routing, iteration: int) -> list[OpSet]:
             raise ConfigError("routing_iteration", iteration, f"must be in 0..{trace.iterations - 1}",
                               source=trace.source)
         counts, placement = trace.counts[iteration], trace.placement
+        if placement is None:  # the trace's default
+            placement = contiguous_placement(model.num_experts, p.ep)
         source = f"{trace.source}, iteration {trace.first_iteration + iteration}"
         tokens_known = trace.tokens_per_rank
     else:

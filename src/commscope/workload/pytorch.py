@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from commscope.layout import Layout
+from commscope.errors import check
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
-from commscope.workload.base import OpSet, Workload
+from commscope.workload.base import OpSet
+from commscope.workload.framework import JobContext, pipeline_p2p
+from commscope.workload.stages import stage_layers
 
 _FIRST_BUCKET_BYTES = 1 << 20  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 _DEFAULT_BUCKET_BYTES = 25 << 20  # DDP's bucket_cap_mb=25
@@ -48,18 +50,16 @@ def stage_units(model: ModelSpec, parallel: ParallelSpec, stage: int) -> list[tu
     Units are FSDP2's: one per transformer block, and ``root`` for the embedding, final norm and output
     layer of the stage (an empty list on middle stages). Shapes are the local TP shards.
     """
-    from commscope.workload.dense import stage_layers
-
     t, h = parallel.tp, model.hidden_size
     vocab = model.padded_vocab_size(t)
     q_out, kv_out = model.num_heads * model.head_size, model.kv_heads * model.head_size
     first, last = stage == 0, stage == parallel.pp - 1
     layers = stage_layers(model, parallel, stage)[0] if parallel.pp > 1 else range(model.num_layers)
-    norm = [(h,)]  # RMSNorm weight; LayerNorm without bias has the same one weight
+    norm: list[tuple[int, ...]] = [(h,)]  # RMSNorm weight; LayerNorm without bias has the same one weight
     block = norm + [(q_out // t, h), (kv_out // t, h), (kv_out // t, h), (h, q_out // t)] + norm
     block += [(model.ffn // t, h)] + ([(model.ffn // t, h)] if model.gated_mlp else []) + [(h, model.ffn // t)]
     units: list[tuple[str, list[tuple[int, ...]]]] = [(f"layer{i}", list(block)) for i in layers]
-    root_before = [(vocab // t, h)] if first else []
+    root_before: list[tuple[int, ...]] = [(vocab // t, h)] if first else []
     root_after = (norm + [(vocab // t, h)]) if last else []
     return [("root", root_before + root_after)] + units
 
@@ -134,9 +134,6 @@ def fsdp_gathers(order: list[tuple[str, int]], m: int, *, root: bool, pipelined:
 
 def check_torch_job(model: ModelSpec, parallel: ParallelSpec) -> None:
     """Refuse what the reference GPT under PyTorch's parallelism does not cover, naming the field."""
-    from commscope.errors import check
-    from commscope.workload.dense import stage_layers
-
     m, p = model, parallel
     check(not m.is_moe, "model", m.name, f"is an MoE model; framework {p.framework} covers dense models")
     check(not m.bias, "model.bias", m.bias, f"framework {p.framework} models the reference GPT, which has no biases")
@@ -161,24 +158,29 @@ def check_torch_job(model: ModelSpec, parallel: ParallelSpec) -> None:
           f"every pipeline stage needs at least one layer (num_layers={m.num_layers})")
 
 
-def build_torch_workload(model: ModelSpec, parallel: ParallelSpec) -> Workload:
-    """Every CommOp of one iteration of the reference GPT under PyTorch's parallelism (see module docstring)."""
-    from commscope.workload.dense import _Ctx, _pp_ops
+class TorchRules:
+    """PyTorch's own parallelism on the reference GPT (:class:`~commscope.workload.framework.FrameworkRules`;
+    module docstring): DTensor TP per layer, pipelining's p2p per stage, DDP or FSDP2 per step."""
 
-    p = parallel
-    check_torch_job(model, p)
-    layout = Layout(p)
-    ctx = _Ctx(model, p, layout)
-    opsets: list[OpSet] = []
-    opsets += _tp_ops(ctx)
-    opsets += _pp_ops(ctx)  # Megatron's p2p pattern is pipelining's too (one model chunk per stage)
-    opsets += _dp_ops(ctx)
-    notes = (f"{p.framework}: PyTorch 2.13's DTensor TP, torch.distributed.pipelining and "
-             f"{'DDP' if p.framework == 'torch-ddp' else 'FSDP2'} on commscope's reference GPT",)
-    return Workload(model=model, parallel=p, layout=layout, opsets=tuple(opsets), framework=p.framework, notes=notes)
+    def check(self, model: ModelSpec, parallel: ParallelSpec) -> None:
+        check_torch_job(model, parallel)
+
+    def per_layer(self, ctx: JobContext) -> list[OpSet]:
+        return _tp_ops(ctx)
+
+    def per_stage(self, ctx: JobContext) -> list[OpSet]:
+        return pipeline_p2p(ctx)  # Megatron's p2p pattern is pipelining's too (one model chunk per stage)
+
+    def per_step(self, ctx: JobContext) -> list[OpSet]:
+        return _dp_ops(ctx)
+
+    def notes(self, ctx: JobContext) -> list[str]:
+        p = ctx.parallel
+        return [(f"{p.framework}: PyTorch 2.13's DTensor TP, torch.distributed.pipelining and "
+                f"{'DDP' if p.framework == 'torch-ddp' else 'FSDP2'} on commscope's reference GPT")]
 
 
-def _tp_ops(ctx) -> list[OpSet]:
+def _tp_ops(ctx: JobContext) -> list[OpSet]:
     p, model = ctx.parallel, ctx.model
     if p.tp == 1:
         return []
@@ -190,7 +192,8 @@ def _tp_ops(ctx) -> list[OpSet]:
         layers = ctx.chunk_layers(stage)[0]
         first, last = stage == 0, stage == p.pp - 1
 
-        def add(op, name, phase, size=A, layers_=layers, mbs=m, repeat=1):
+        def add(op: str, name: str, phase: str, size: int = A, layers_: tuple[int, ...] = layers, mbs: int | None = m,
+                repeat: int = 1, groups: np.ndarray = groups) -> None:
             out.append(OpSet(op=op, axis="tp", name=name, size_bytes=size, dtype=dt, phase=phase, groups=groups,
                              layers=layers_, micro_batches=mbs, repeat=repeat))
 
@@ -223,7 +226,7 @@ def _tp_ops(ctx) -> list[OpSet]:
     return out
 
 
-def _dp_ops(ctx) -> list[OpSet]:
+def _dp_ops(ctx: JobContext) -> list[OpSet]:
     p, model = ctx.parallel, ctx.model
     if p.dp == 1:
         return []

@@ -11,7 +11,7 @@ commscope's prediction for the same spec and framework can be checked against wh
   row-parallel embedding, column-parallel output layer with replicated logits), with and without
   sequence parallelism;
 - pipeline parallelism: ``torch.distributed.pipelining`` (GPipe or 1F1B) over stages cut as
-  :func:`commscope.workload.dense.stage_layers` cuts them.
+  :func:`commscope.workload.stages.stage_layers` cuts them.
 
 The device mesh is (pp, dp, tp), tp fastest: Megatron's default rank order, so a recorded log is
 attributed to axes by the same :class:`~commscope.layout.Layout` the prediction uses.
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -211,7 +212,7 @@ def build_stage_model(m: ModelSpec, p: ParallelSpec, stage: int):
     if p.pp == 1:
         layer_ids = range(m.num_layers)
     else:
-        from commscope.workload.dense import stage_layers
+        from commscope.workload.stages import stage_layers
 
         layer_ids = stage_layers(m, p, stage)[0]
     return modules().GPT(m, layer_ids=layer_ids, first=(stage == 0), last=(stage == p.pp - 1), tp=p.tp)
@@ -270,9 +271,10 @@ def rank_setup(rank: int, cfg: RunConfig, backend: str):
     return log, device
 
 
-def launch(fn, cfg: RunConfig, *, timeout_s: float, backend: str) -> list[dict]:
-    """Run ``fn(rank, world, cfg, backend)`` on the job's ranks, forked; through the recording backend that wraps
-    ``backend`` when ``cfg.record`` is set."""
+def launch(fn, cfg: RunConfig, *, timeout_s: float, backend: str,
+           progress: Callable[[int, int], None] | None = None) -> list[dict]:
+    """Run ``fn(rank, world, cfg, backend, progress)`` on the job's ranks, forked; through the recording backend that
+    wraps ``backend`` when ``cfg.record`` is set. Rank 0 reports ``progress(iterations done, iterations)``."""
     from commscope.launch import spawn
 
     env, launch_backend = {}, backend
@@ -283,11 +285,12 @@ def launch(fn, cfg: RunConfig, *, timeout_s: float, backend: str) -> list[dict]:
         env[cpg.INNER_BACKEND_ENV] = backend
         launch_backend = cpg.BACKEND_NAME
         Path(cfg.record).mkdir(parents=True, exist_ok=True)
-    return spawn(fn, cfg.parallel.world_size, args=(cfg, backend), backend=launch_backend, env=env,
+    return spawn(fn, cfg.parallel.world_size, args=(cfg, backend, progress), backend=launch_backend, env=env,
                  timeout_s=timeout_s)
 
 
-def train_rank(rank: int, world: int, cfg: RunConfig, backend: str = "gloo") -> dict:
+def train_rank(rank: int, world: int, cfg: RunConfig, backend: str = "gloo",
+               progress: Callable[[int, int], None] | None = None) -> dict:
     """Body of one rank (forked by :func:`commscope.launch.spawn`): build, parallelise, train ``cfg.steps`` steps."""
     import torch
     from torch.distributed.device_mesh import init_device_mesh
@@ -373,6 +376,8 @@ def train_rank(rank: int, world: int, cfg: RunConfig, backend: str = "gloo") -> 
         if step >= 0:
             times.append(time.perf_counter() - t0)
             losses.append(loss)
+        if progress is not None and rank == 0:
+            progress(it + 1, cfg.warmup + cfg.steps)
         if it == 0 and isinstance(model, torch.nn.parallel.DistributedDataParallel):
             # DDP rebuilds its buckets in gradient-ready order once, at the next forward, broadcasting the new
             # bucket layout from rank 0: do it now, outside any step, so that it counts as setup
@@ -400,7 +405,9 @@ def _set_sync(model, framework: str, sync: bool) -> None:
 
 # --------------------------------------------------------------------------------------------- launch
 
-def run(cfg: RunConfig, *, timeout_s: float = 300.0, backend: str = "gloo") -> list[dict]:
-    """Run the reference training on ``world`` forked ranks; returns each rank's result dict."""
+def run(cfg: RunConfig, *, timeout_s: float = 300.0, backend: str = "gloo",
+        progress: Callable[[int, int], None] | None = None) -> list[dict]:
+    """Run the reference training on ``world`` forked ranks; returns each rank's result dict (``progress``: see
+    :func:`launch`)."""
     check_config(cfg)
-    return launch(train_rank, cfg, timeout_s=timeout_s, backend=backend)
+    return launch(train_rank, cfg, timeout_s=timeout_s, backend=backend, progress=progress)

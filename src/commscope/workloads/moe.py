@@ -17,6 +17,7 @@ Each rank writes its own routing (``routing-rank#####.npz``, see :mod:`commscope
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -143,7 +144,8 @@ def _build_moe_layer():
     return MoELayer
 
 
-def train_moe_rank(rank: int, world: int, cfg: MoeRunConfig, backend: str = "gloo") -> dict:
+def train_moe_rank(rank: int, world: int, cfg: MoeRunConfig, backend: str = "gloo",
+                   progress: Callable[[int, int], None] | None = None) -> dict:
     """One rank of the reference MoE training (forked by :func:`commscope.launch.spawn`)."""
     import torch
     import torch.distributed as dist
@@ -154,7 +156,7 @@ def train_moe_rank(rank: int, world: int, cfg: MoeRunConfig, backend: str = "glo
     m, p = cfg.model, cfg.parallel
     log, device = rank_setup(rank, cfg, backend)
     layout = Layout(p)
-    groups = {}
+    groups: dict[str, Any] = {}
     for kind in ("ep", "expert-dp"):  # every rank creates every group, in the same order
         for index, row in enumerate(layout.groups(kind)):
             g = dist.new_group([int(r) for r in row])
@@ -210,6 +212,8 @@ def train_moe_rank(rank: int, world: int, cfg: MoeRunConfig, backend: str = "glo
         if step >= 0:
             times.append(time.perf_counter() - t0)
             losses.append(loss_sum)
+        if progress is not None and rank == 0:
+            progress(it + 1, total_iters)
     if log is not None:
         log.close()
     if cfg.record_routing is not None:
@@ -237,10 +241,11 @@ def _all_reduce_grads(params, group, size: int) -> None:
         q.grad = part.view_as(q)
 
 
-def run_moe(cfg: MoeRunConfig, *, timeout_s: float = 300.0, backend: str = "gloo") -> list[dict]:
+def run_moe(cfg: MoeRunConfig, *, timeout_s: float = 300.0, backend: str = "gloo",
+            progress: Callable[[int, int], None] | None = None) -> list[dict]:
     """Run the reference MoE training on ``dp`` forked ranks; returns each rank's result dict."""
     check_moe_config(cfg)
-    return launch(train_moe_rank, cfg, timeout_s=timeout_s, backend=backend)
+    return launch(train_moe_rank, cfg, timeout_s=timeout_s, backend=backend, progress=progress)
 
 
 def load_group_traces(routing_dir: str | Path, parallel: ParallelSpec) -> list:
