@@ -32,6 +32,7 @@ from typing import Literal
 import numpy as np
 
 from commscope.errors import ConfigError
+from commscope.moe.routing import balanced_counts, routed_tokens_per_rank
 from commscope.moe.trace import RoutingTrace, load_trace
 
 Kind = Literal["uniform", "balanced", "zipf", "hot", "drift", "settle"]
@@ -204,16 +205,6 @@ def _sample(rng: np.random.Generator, pi: np.ndarray, shape: tuple[int, ...], to
     return counts
 
 
-def _balanced_counts(shape: tuple[int, ...], ep: int, num_experts: int, tokens: int, top_k: int) -> np.ndarray:
-    """Exact even split: T top_k / E per expert; the remainder goes to consecutive experts, each rank
-    continuing where the previous one stopped, so that experts' totals differ by at most one per rank cycle."""
-    base, rest = divmod(tokens * top_k, num_experts)
-    x = np.arange(num_experts)
-    r = np.arange(ep)[:, None]
-    row = base + ((x[None, :] - r * rest) % num_experts < rest)  # (ep, E): rank r's extras follow rank r-1's
-    return np.broadcast_to(row, shape + (ep, num_experts)).astype(np.int64)
-
-
 def generate(spec: RoutingSpec | str, *, iterations: int, ep: int, num_experts: int, top_k: int, tokens_per_rank: int,
              micro_batches: int = 1, num_layers: int = 1, seed: int = 0, first_iteration: int = 0,
              layer_ids: tuple[int, ...] | None = None, placement: np.ndarray | None = None) -> RoutingTrace:
@@ -239,7 +230,7 @@ def generate(spec: RoutingSpec | str, *, iterations: int, ep: int, num_experts: 
     common = dict(top_k=top_k, placement=placement, layer_ids=layer_ids, tokens_per_rank=tokens_per_rank, source=source,
                   first_iteration=first_iteration)
     if spec.kind == "balanced":
-        counts = _balanced_counts(shape[:3], ep, num_experts, tokens_per_rank, top_k)
+        counts = balanced_counts(shape[:3], ep, num_experts, tokens_per_rank, top_k)
         return RoutingTrace(counts=np.ascontiguousarray(counts), **common)
     order_rng = np.random.default_rng([seed, 2**32])
     ranks = np.stack([order_rng.permutation(num_experts) for _ in range(num_layers)])  # (L, E) popularity ranks
@@ -267,7 +258,6 @@ def routing_for_job(routing: str | RoutingTrace, model, parallel, *, iterations:
     MoE layer of the model, ``micro_batches`` per iteration (default: the iteration's). A trace is checked
     against the job (ep, experts) and cut to iterations ``first_iteration ..`` (``iterations=None``: all).
     """
-    from commscope.workload.moe import routed_tokens_per_rank
 
     label = routing.source if isinstance(routing, RoutingTrace) else str(routing)
     if not model.is_moe:
