@@ -118,6 +118,9 @@ class MoeRouting:
     routing: np.ndarray
     """(iterations, ep, ep) non-negative counts."""
     source: str = ""
+    trace: Any = None
+    """The :class:`~commscope.moe.trace.RoutingTrace` behind ``routing`` when it came from one (expert counts):
+    the section then also shows the talk's dynamics (:func:`commscope.moe.metrics.routing_metrics`)."""
 
 
 _HEADER_ITERATION_KEYS = ("num_iterations", "iterations", "num_steps", "steps")
@@ -208,9 +211,11 @@ def load_moe(path: str | Path) -> list[MoeRouting]:
     from commscope.moe.routing import rank_tokens
     from commscope.moe.trace import RANK_FILE_GLOB, load_trace
 
-    def from_trace(source: Path) -> np.ndarray:
+    def from_trace(source: Path) -> MoeRouting:
         trace = load_trace(source)
-        return rank_tokens(trace.counts.sum(axis=(1, 2)), trace.placement, trace.ep)
+        routing = rank_tokens(trace.counts.sum(axis=(1, 2)), trace.placement, trace.ep)
+        return MoeRouting(name=source.stem if source.is_file() else source.name, routing=routing, source=str(source),
+                          trace=trace)
 
     path = Path(path)
     if not path.exists():
@@ -218,7 +223,7 @@ def load_moe(path: str | Path) -> list[MoeRouting]:
     files = sorted(path.glob("*.npz")) if path.is_dir() else [path]
     out = []
     if path.is_dir() and any(path.glob(RANK_FILE_GLOB)):
-        out.append(MoeRouting(name=path.name, routing=from_trace(path), source=str(path)))
+        out.append(from_trace(path))
         files = [f for f in files if not f.match(RANK_FILE_GLOB)]
     if not files and not out:
         raise ConfigError("moe", str(path), "holds no *.npz files")
@@ -236,7 +241,7 @@ def load_moe(path: str | Path) -> list[MoeRouting]:
                 raise
             raise ConfigError("moe", str(f), f"is not a readable .npz ({exc})") from None
         if routing is None:
-            out.append(MoeRouting(name=f.stem, routing=from_trace(f), source=str(f)))
+            out.append(from_trace(f))
             continue
         if routing.ndim == 2:
             routing = routing[None]
@@ -707,8 +712,65 @@ def moe_section(routings: Sequence[MoeRouting], *, max_frames: int = MAX_MOE_FRA
                       "matrices": [[[float(x) if not float(x).is_integer() else int(x) for x in row] for row in mat]
                                    for mat in sampled],
                       "max_tokens": float(sampled.max()) if sampled.size else 0.0,
-                      "metrics": moe_metrics(r)})
-    return {"items": items, "notes": ["routing[i, j]: tokens EP rank i (row) sends to EP rank j (column)"]}
+                      **_moe_dynamics(item.trace, moe_metrics(r))})
+    notes = ["routing[i, j]: tokens EP rank i (row) sends to EP rank j (column)"]
+    for it in items:
+        if "phases" in it:
+            notes.append(_phases_note(it["name"], it["summary"], it["phases"]))
+    if any(item.trace is not None for item in routings):
+        notes += list(MOE_DYNAMICS_NOTES)
+    return {"items": items, "notes": notes}
+
+
+#: The seed talk's MoE quantities drawn over iterations for a trace with expert counts: (metric, label, colour).
+MOE_DYNAMICS_SERIES = (("expert_entropy", "expert entropy (1 = uniform)", "#59a14f"),
+                       ("expert_imbalance", "expert max / mean", "#e15759"),
+                       ("balance_error", "slowest rank vs balanced", "#76b7b2"),
+                       ("prediction_error_last", "error predicting k from k-1", "#4e79a7"),
+                       ("pairs_switching", "pairs switching on/off", "#edc948"))
+MOE_DYNAMICS_NOTES = (
+    ("expert entropy: of the load over experts per layer / log E, 1 = uniform (the talk: low entropy); its "
+     "least-squares slope is the trend towards uniformity"),
+    ("pairs switching on/off: share of rank pairs above or below their own mean that flip from one iteration to "
+     "the next (~0.5 independent noise, ~0 steady: the talk's on-off regularity)"),
+    ("error predicting k from k-1: relative L1 error of each layer's rank-to-rank matrix predicted by the previous "
+     "iteration's (0 = perfectly predictable)"),
+    ("slowest rank vs balanced: the busiest rank's all-to-all bytes over what balanced routing (every peer tool's "
+     "assumption) gives it"),
+)
+
+
+def _moe_dynamics(trace, metrics: dict[str, list[float]]) -> dict[str, Any]:
+    """``metrics``, and for a routing trace the talk's quantities per iteration (added to ``metrics`` and drawn as
+    ``series``), their means per window of training (``phases``) and the run's ``summary``."""
+    if trace is None:
+        return {"metrics": metrics}
+    from commscope.moe.metrics import routing_metrics
+
+    dyn = routing_metrics(trace)
+    summary = dyn.summary()
+    return {"metrics": {**metrics, **{key: getattr(dyn, key) for key, _, _ in MOE_DYNAMICS_SERIES}},
+            "series": [{"key": key, "label": label, "color": color} for key, label, color in MOE_DYNAMICS_SERIES],
+            "phases": summary.pop("phases"),
+            "summary": {k: summary[k] for k in ("expert_entropy_first", "expert_entropy_last",
+                                                "uniformity_trend_per_iteration", "on_off_switch_rate",
+                                                "pair_autocorrelation", "prediction_error_last_mean",
+                                                "balance_error_mean", "balance_error_max")}}
+
+
+def _phases_note(name: str, summary: dict[str, Any], phases: list[dict[str, Any]]) -> str:
+    """One line: the run's dynamics per window of training, as `commscope moe analyze` prints them."""
+    def num(v: Any, fmt: str = ".2f") -> str:
+        return "\u2013" if v is None else format(v, fmt)
+
+    windows = "; ".join(f"it {p['first_iteration']}-{p['last_iteration']}: entropy {num(p['expert_entropy'])}, "
+                        f"switching {num(p['pairs_switching'])}, error from k-1 {num(p['prediction_error_last'])}, "
+                        f"slowest rank {num(p['balance_error'])}x balanced" for p in phases)
+    trend = (summary["uniformity_trend_per_iteration"] or 0.0) * 100
+    return (f"{name} over training \u2014 {windows}. Expert entropy {num(summary['expert_entropy_first'], '.3f')} "
+            f"\u2192 {num(summary['expert_entropy_last'], '.3f')}, trend {trend:+.3f} per 100 iterations; on-off "
+            f"switching {num(summary['on_off_switch_rate'])}, lag-1 autocorrelation "
+            f"{num(summary['pair_autocorrelation'])}")
 
 
 def _summary(prediction, estimate) -> list[dict[str, Any]]:
@@ -1834,7 +1896,11 @@ function drawMoe(Mo) {
 function metricChart(parent, it) {
   var W = 520, H = 220, M = {l: 46, r: 12, t: 10, b: 30}, pw = W - M.l - M.r, ph = H - M.t - M.b, n = it.num_iterations;
   var s = svgRoot(parent, W, H), m = it.metrics;
-  var imb = m.load_imbalance, ymax = Math.max(2, Math.max.apply(null, imb)) ;
+  var series = it.series || [{key: "load_imbalance", label: "load imbalance (max / mean)", color: "#e15759"},
+    {key: "cross_rank_fraction", label: "cross-rank fraction", color: "#4e79a7"},
+    {key: "entropy", label: "normalised entropy", color: "#59a14f"}];
+  var ymax = 2;
+  series.forEach(function (q) { m[q.key].forEach(function (v) { if (v !== null && v > ymax) ymax = v; }); });
   var ticks = niceTicks(ymax, 4), top = ticks[ticks.length - 1];
   var X = function (i) { return M.l + pw * (n > 1 ? i / (n - 1) : 0.5); }, Y = function (v) { return M.t + ph - ph * v / top; };
   ticks.forEach(function (t) {
@@ -1844,18 +1910,15 @@ function metricChart(parent, it) {
   var step = Math.max(1, Math.ceil(n / 2000));
   function line(vals, col, label) {
     var pts = [];
-    for (var i = 0; i < n; i += step) pts.push(X(i).toFixed(1) + "," + Y(vals[i]).toFixed(1));
+    for (var i = 0; i < n; i += step) if (vals[i] !== null) pts.push(X(i).toFixed(1) + "," + Y(vals[i]).toFixed(1));
     titled(sv("polyline", {points: pts.join(" "), fill: "none", stroke: col, "stroke-width": 1.8}, s), label);
   }
-  line(imb, "#e15759", "load imbalance (max / mean)");
-  line(m.cross_rank_fraction, "#4e79a7", "cross-rank fraction");
-  line(m.entropy, "#59a14f", "normalised entropy");
+  series.forEach(function (q) { line(m[q.key], q.color, q.label); });
   sv("text", {x: M.l + pw / 2, y: H - 6, "text-anchor": "middle", "font-size": 11, fill: "#323f4b"}, s, "iteration");
   sv("text", {x: M.l, y: H - 6, "font-size": 10, fill: "#616e7c"}, s, "0");
   sv("text", {x: M.l + pw, y: H - 6, "text-anchor": "end", "font-size": 10, fill: "#616e7c"}, s, String(n - 1));
   var lineEl = sv("line", {x1: X(0), x2: X(0), y1: M.t, y2: M.t + ph, stroke: "#323f4b", "stroke-dasharray": "3 3"}, s);
-  legend(parent, [{label: "load imbalance", color: "#e15759"}, {label: "cross-rank fraction", color: "#4e79a7"},
-                  {label: "entropy", color: "#59a14f"}]);
+  legend(parent, series.map(function (q) { return {label: q.label, color: q.color}; }));
   return {line: lineEl, x: X};
 }
 
