@@ -114,3 +114,25 @@ def test_settle_becomes_more_uniform():
 def test_size_guard():
     with pytest.raises(ConfigError, match="exceed 100,000,000: simulate fewer iterations"):
         generate("uniform", iterations=100_000, ep=64, num_experts=64, top_k=2, tokens_per_rank=10, num_layers=1)
+
+
+def test_routing_generators_and_the_moe_workload_do_not_import_each_other():
+    """Both use commscope.moe.routing and commscope.moe.trace; neither reaches into the other (no import circle),
+    not even inside a function."""
+    import ast
+    from pathlib import Path
+
+    import commscope
+
+    root = Path(commscope.__file__).parent
+
+    def imports(relative: str) -> set[str]:
+        tree = ast.parse((root / relative).read_text())
+        return {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
+            a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+
+    moe_modules = {f"commscope.moe.{p.stem}" for p in (root / "moe").glob("*.py")}
+    assert not {m for m in imports("workload/moe.py") if m in moe_modules} - {"commscope.moe.routing",
+                                                                             "commscope.moe.trace"}
+    for path in (root / "moe").glob("*.py"):
+        assert not any(m.startswith("commscope.workload") for m in imports(f"moe/{path.name}")), path.name

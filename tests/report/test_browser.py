@@ -118,6 +118,10 @@ def full_report(tmp_path_factory):
     rng = np.random.default_rng(1)
     (tmp / "moe").mkdir()
     np.savez(tmp / "moe" / "layer0.npz", routing=rng.integers(0, 900, size=(120, 8, 8)))
+    from commscope.moe.generators import generate
+    from commscope.moe.trace import save_trace
+
+    save_trace(generate("settle:30", iterations=90, ep=4, num_experts=8, top_k=2, tokens_per_rank=64), tmp / "moe" / "trace.npz")
     data = build_report_data(prediction=pred, estimate=estimate(pred), plan=plan(pred.model, pred.cluster, 32, 512, top=4),
                              measured=load_measured(logs), bench=load_bench(tmp / "bench.json"), moe=load_moe(tmp / "moe"),
                              command_line="commscope report --model gpt-3b --tp 2 --pp 4 --dp 4 ... --out report.html")
@@ -130,6 +134,8 @@ def test_loads_without_errors_and_draws_every_section(tmp_path, full_report):
     _assert_clean(dom, err)
     for section in ("heatmap", "bytes", "breakdown", "schedule", "sizes", "measured", "measured-heatmap", "bench", "moe", "inputs"):
         assert f'<section class="card" id="{section}"' in dom, section
+    moe = dom[dom.index('id="moe"'):]
+    assert "pairs switching on/off" in moe and "trace over training" in moe  # a trace's dynamics are drawn
     cells = int(_attr(dom, 'canvas id="heatmap-canvas"', "data-cells"))
     assert cells == data["heatmap"]["all"]["num_cells"] > 0
     assert _attr(dom, 'canvas id="heatmap-canvas"', "data-axes") == "tp,pp,dp,emb"

@@ -324,6 +324,27 @@ def test_moe_inputs_and_metrics(tmp_path):
     assert load_moe(tmp_path / "single.npz")[0].routing.shape == (1, 4, 4)
 
 
+def test_moe_trace_shows_the_talks_dynamics(tmp_path):
+    from commscope.moe.generators import generate
+    from commscope.moe.metrics import routing_metrics
+    from commscope.moe.trace import save_trace
+
+    trace = generate("settle:20", iterations=60, ep=4, num_experts=8, top_k=2, tokens_per_rank=64, num_layers=2)
+    save_trace(trace, tmp_path / "run.npz")
+    (item,) = load_moe(tmp_path / "run.npz")
+    section = report_html.moe_section([item])
+    first = section["items"][0]
+    expected = routing_metrics(trace)
+    keys = [s["key"] for s in first["series"]]
+    assert {"expert_entropy", "pairs_switching", "prediction_error_last", "balance_error"} <= set(keys)
+    for key in keys:
+        assert np.allclose(first["metrics"][key], getattr(expected, key), equal_nan=True), key
+    assert len(first["phases"]) == 5 and first["phases"][0]["first_iteration"] == 0
+    assert first["phases"][-1]["expert_entropy"] > first["phases"][0]["expert_entropy"]  # settle grows uniform
+    assert any(n.startswith("run over training") for n in section["notes"])
+    assert report_html.data_to_json({"moe": section})  # JSON-ready (NaN -> null)
+
+
 @pytest.mark.parametrize("arrays, match", [
     ({"routing": np.ones((3, 4, 5))}, "expected \\(iterations, ep, ep\\)"),
     ({"routing": -np.ones((3, 4, 4))}, "token counts >= 0"),

@@ -143,11 +143,12 @@ def add_cluster_args(parser: argparse.ArgumentParser) -> None:
 def add_routing_args(parser: argparse.ArgumentParser, *, iteration: bool = True, default: str | None = None) -> None:
     """MoE routing flags: --routing (a generator spec or a trace), --routing-seed, --routing-iteration (when
     ``iteration``) and Megatron's --moe-expert-capacity-factor (sets the model's capacity_factor)."""
-    from commscope.moe.generators import GENERATORS
+    from commscope.moe.generators import FITTED, GENERATORS
 
     g = parser.add_argument_group("MoE routing")
     g.add_argument("--routing", default=default, metavar="SPEC",
-                   help=f"expert routing: {', '.join(GENERATORS.values())}, or a routing trace (.npz or a directory "
+                   help=f"expert routing: {', '.join(GENERATORS.values())}, {FITTED} (fitted to a recorded trace, for any "
+                        "EP size), or a routing trace (.npz or a directory "
                         f"of routing-rank*.npz) (default {default or 'balanced, the classic assumption'})")
     g.add_argument("--routing-seed", type=int, default=0, help="seed of the synthetic routing (default 0)")
     if iteration:

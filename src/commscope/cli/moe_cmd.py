@@ -177,6 +177,14 @@ def format_metrics(s: dict[str, Any], metrics) -> str:
         first, last, top = (finite[0], finite[-1], finite.max()) if finite.size else (None, None, None)
         lines.append(f"{label:<34}{num(s.get(f'{name}_mean', float(finite.mean()) if finite.size else None)):>9}"
                      f"{num(first):>9}{num(last):>9}{num(top):>9}")
+    from commscope.moe.metrics import PHASE_COLUMNS
+
+    lines += ["", ("over training (means per window): expert entropy, expert max/mean, slowest rank vs balanced, "
+                   "error predicting k from k-1, pairs switching on/off, dropped"),
+              f"{'iterations':<14}" + "".join(f"{label:>13}" for _, label in PHASE_COLUMNS)]
+    for row in s["phases"]:
+        span = f"{row['first_iteration']}-{row['last_iteration']}"
+        lines.append(f"{span:<14}" + "".join(f"{num(row[name]):>13}" for name, _ in PHASE_COLUMNS))
     trend = s["uniformity_trend_per_iteration"] or 0.0
     lines += ["",
               f"trend towards uniformity: {trend * 100:+.4f} expert entropy per 100 iterations",

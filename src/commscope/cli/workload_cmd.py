@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
+import time
 from pathlib import Path
 
 from commscope.cli.common import add_cluster_args, add_model_args, add_parallel_args
@@ -44,6 +46,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--record-routing", type=Path, default=None,
                    help="write the routing (routing-rank#####.npz per EP rank) here (default: RECORD/routing "
                         "when --record is given)")
+    t = e.add_argument_group("training data and router (Megatron's flags)")
+    t.add_argument("--data", default="random", metavar="{random,text,text:PATH}",
+                   help="random tokens (default), text: the Python standard library's own sources tokenised byte by "
+                        "byte, text:PATH: your text file or directory")
+    t.add_argument("--moe-aux-loss-coeff", dest="aux_loss_coeff", type=float, default=0.0,
+                   help="Switch/GShard load-balancing loss coefficient (default 0: none; Megatron uses e.g. 1e-2)")
+    t.add_argument("--moe-z-loss-coeff", dest="z_loss_coeff", type=float, default=0.0,
+                   help="router z-loss coefficient (default 0: none; ST-MoE uses 1e-3)")
+    t.add_argument("--moe-expert-capacity-factor", "--capacity-factor", dest="model.capacity_factor", type=float,
+                   default=None, help="each expert takes at most ceil(factor x T top_k / experts) of a rank's "
+                                      "assignments, the most probable; the rest are dropped, not sent (default: none)")
+    t.add_argument("--lr", type=float, default=None, help="Adam's learning rate (default 2e-3)")
     e.set_defaults(func=run_moe_cmd)
     p.set_defaults(func=lambda args: _missing_kind(p))
 
@@ -190,19 +204,28 @@ def run_moe_cmd(args: argparse.Namespace) -> int:
     routing_dir = args.record_routing or (args.record / "routing" if args.record is not None else None)
     cfg = MoeRunConfig(model=model, parallel=parallel, steps=args.steps, warmup=args.warmup, seed=args.seed,
                        record=None if args.record is None else str(args.record),
-                       record_routing=None if routing_dir is None else str(routing_dir))
+                       record_routing=None if routing_dir is None else str(routing_dir), data=args.data,
+                       aux_loss_coeff=args.aux_loss_coeff, z_loss_coeff=args.z_loss_coeff,
+                       **({} if args.lr is None else {"lr": args.lr}))
     check_moe_config(cfg)
     _refuse_unrunnable(model, [("record", args.record, "rank*.jsonl"), ("record-routing", routing_dir,
                                                                          "routing-rank*.npz")])
     backend = args.backend or _default_backend(parallel.world_size)
+    t0 = time.perf_counter()
     with Progress("training", quiet=args.json) as progress:
         results = run_moe(cfg, timeout_s=args.timeout, backend=backend, progress=progress)
-    out = {**_summary([dict(r, stage=0) for r in results], model, parallel, backend), "routing_dir": str(routing_dir)}
+    wall_s = time.perf_counter() - t0
+    out = {**_summary([dict(r, stage=0) for r in results], model, parallel, backend), "routing_dir": str(routing_dir),
+           "data": args.data, "aux_loss_coeff": args.aux_loss_coeff, "z_loss_coeff": args.z_loss_coeff,
+           "capacity_factor": model.capacity_factor, "wall_s": wall_s,
+           "router_aux_loss": [statistics.fmean(r["aux_losses"][i] for r in results)
+                               for i in range(len(results[0]["aux_losses"]))]}
     comparison = metrics = None
     if routing_dir is not None:
         from commscope.moe.metrics import routing_metrics
 
-        metrics = [routing_metrics(t).summary() for t in load_group_traces(routing_dir, parallel)]
+        metrics = [routing_metrics(t, capacity_factor=model.capacity_factor).summary()
+                   for t in load_group_traces(routing_dir, parallel)]
     if args.record is not None:
         _write_job(args.record, model, parallel)
         assert routing_dir is not None  # set from args.record above
@@ -214,9 +237,14 @@ def run_moe_cmd(args: argparse.Namespace) -> int:
         return 0
     print(f"{model.name} on {parallel.world_size} ranks ({backend}): ep {parallel.ep} x expert-dp "
           f"{parallel.dp // parallel.ep}, {model.num_experts} experts top-{model.top_k}, "
-          f"{parallel.num_micro_batches} micro-batches of {parallel.micro_batch_size}, {args.steps} step(s)")
-    print(f"loss per step: {', '.join(f'{x:.4f}' for x in out['loss'])}")
-    print(f"step time: median {out['step_s_median'] * 1e3:.1f} ms (slowest rank per step)")
+          f"{parallel.num_micro_batches} micro-batches of {parallel.micro_batch_size}, {args.steps} step(s), "
+          f"data {args.data}, aux loss {args.aux_loss_coeff:g}"
+          + (f", z-loss {args.z_loss_coeff:g}" if args.z_loss_coeff else "")
+          + (f", capacity factor {model.capacity_factor:g}" if model.capacity_factor is not None else ""))
+    print(f"loss per step: {loss_curve(out['loss'])}")
+    if args.aux_loss_coeff or args.z_loss_coeff:
+        print(f"router loss (aux + z) per step: {loss_curve(out['router_aux_loss'])}")
+    print(f"step time: median {out['step_s_median'] * 1e3:.1f} ms (slowest rank per step); {wall_s:.1f} s in all")
     if metrics:
         m0 = metrics[0]
         print(f"routing (EP group 0, {m0['iterations']} steps): expert entropy {m0['expert_entropy_first']:.3f} -> "
@@ -229,6 +257,14 @@ def run_moe_cmd(args: argparse.Namespace) -> int:
 
         print_comparison(comparison)
     return 0
+
+
+def loss_curve(values: list[float], points: int = 11) -> str:
+    """``step: loss`` at up to ``points`` evenly spread steps (every step when there are few)."""
+    if len(values) <= points:
+        return ", ".join(f"{x:.4f}" for x in values)
+    picks = sorted({round(i * (len(values) - 1) / (points - 1)) for i in range(points)})
+    return ", ".join(f"{i}: {values[i]:.4f}" for i in picks)
 
 
 def _write_job(logdir: Path, model, parallel) -> None:

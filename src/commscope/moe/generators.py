@@ -16,6 +16,10 @@ spec                        routing
                             iterations (default 10), from a random start per layer
 ``settle[:<tau>[:<s>]]``    learned-then-settling: Zipf with exponent s e^(-it / tau) (default s = 1.5, tau = 50
                             iterations), skewed early and more uniform as training goes on [seed-talk]
+``fit:<trace>``             fitted to a recorded trace (:mod:`commscope.moe.fit`): its experts' popularity and
+                            trend, their switching (AR(1) persistence and innovation) and the spread between
+                            source ranks, replayed for any EP size, tokens per rank, experts and layers
+                            (:func:`generate_fitted`; through :func:`routing_for_job`, which knows the job)
 ==========================  ========================================================================================
 
 Determinism: iteration ``it`` draws from ``numpy.random.default_rng([seed, it])`` and the per-layer expert
@@ -25,13 +29,15 @@ the same whether it is generated alone (``first_iteration=it``) or inside a long
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from commscope.errors import ConfigError
+from commscope.moe.fit import FittedRouting, carried_popularity, fit_routing
+from commscope.moe.routing import balanced_counts, routed_tokens_per_rank
 from commscope.moe.trace import RoutingTrace, load_trace
 
 Kind = Literal["uniform", "balanced", "zipf", "hot", "drift", "settle"]
@@ -45,6 +51,8 @@ GENERATORS: dict[str, str] = {
     "drift": "drift[:<period>]",
     "settle": "settle[:<tau>[:<s>]]",
 }
+#: The spelling of a routing fitted to a recorded trace (:func:`generate_fitted`, through :func:`routing_for_job`).
+FITTED = "fit:<trace>"
 #: Largest trace (elements of counts) a generator builds: 10^8 int64 = 800 MB.
 MAX_ELEMENTS = 100_000_000
 _DRIFT_SHARE = 0.5  # share of the traffic in the drifting hot spot
@@ -81,13 +89,17 @@ class RoutingSpec:
 
 
 def _valid_text() -> str:
-    return "valid: " + ", ".join(GENERATORS.values()) + ", or a routing trace (.npz file or directory)"
+    return ("valid: " + ", ".join(GENERATORS.values()) + ", or a routing trace (.npz file or directory), or "
+            f"{FITTED} (a routing fitted to a trace)")
 
 
 def parse_routing(text: str) -> RoutingSpec:
     """``"zipf:1.2"`` -> RoutingSpec(kind="zipf", zipf_exponent=1.2); ConfigError naming the valid choices."""
     name, *params = str(text).strip().split(":")
     name = name.lower()
+    if name == "fit":
+        raise ConfigError("routing", text, "fit:<trace> is fitted to a recorded trace for a job: give it where a job "
+                                           "is known (commscope moe simulate, traffic --routing; routing_for_job)")
     if name not in GENERATORS:
         raise ConfigError("routing", text, _valid_text())
     most = {"uniform": 0, "balanced": 0, "zipf": 1, "hot": 2, "drift": 1, "settle": 2}[name]
@@ -204,24 +216,9 @@ def _sample(rng: np.random.Generator, pi: np.ndarray, shape: tuple[int, ...], to
     return counts
 
 
-def _balanced_counts(shape: tuple[int, ...], ep: int, num_experts: int, tokens: int, top_k: int) -> np.ndarray:
-    """Exact even split: T top_k / E per expert; the remainder goes to consecutive experts, each rank
-    continuing where the previous one stopped, so that experts' totals differ by at most one per rank cycle."""
-    base, rest = divmod(tokens * top_k, num_experts)
-    x = np.arange(num_experts)
-    r = np.arange(ep)[:, None]
-    row = base + ((x[None, :] - r * rest) % num_experts < rest)  # (ep, E): rank r's extras follow rank r-1's
-    return np.broadcast_to(row, shape + (ep, num_experts)).astype(np.int64)
-
-
-def generate(spec: RoutingSpec | str, *, iterations: int, ep: int, num_experts: int, top_k: int, tokens_per_rank: int,
-             micro_batches: int = 1, num_layers: int = 1, seed: int = 0, first_iteration: int = 0,
-             layer_ids: tuple[int, ...] | None = None, placement: np.ndarray | None = None) -> RoutingTrace:
-    """A synthetic routing trace of iterations ``first_iteration ..`` (``iterations`` of them): counts of shape
-    (iterations, micro_batches, num_layers, ep, num_experts); every row routes ``tokens_per_rank x top_k``
-    assignments. Deterministic in ``seed`` (see the module docstring)."""
-    if isinstance(spec, str):
-        spec = parse_routing(spec)
+def _checked_shape(*, iterations: int, ep: int, num_experts: int, top_k: int, tokens_per_rank: int,
+                   micro_batches: int, num_layers: int, first_iteration: int) -> tuple[int, int, int, int, int]:
+    """The trace's shape (iterations, micro_batches, layers, ep, experts), or a ConfigError naming the field."""
     for name, value, low in (("iterations", iterations, 1), ("ep", ep, 1), ("num_experts", num_experts, 1),
                              ("tokens_per_rank", tokens_per_rank, 1), ("micro_batches", micro_batches, 1),
                              ("num_layers", num_layers, 1), ("first_iteration", first_iteration, 0)):
@@ -235,11 +232,25 @@ def generate(spec: RoutingSpec | str, *, iterations: int, ep: int, num_experts: 
         raise ConfigError("iterations", iterations, f"{' x '.join(map(str, shape))} = {size:,} counts (iterations x "
                           f"micro-batches x layers x ep x experts) exceed {MAX_ELEMENTS:,}: simulate fewer iterations "
                           "or micro-batches")
+    return shape
+
+
+def generate(spec: RoutingSpec | str, *, iterations: int, ep: int, num_experts: int, top_k: int, tokens_per_rank: int,
+             micro_batches: int = 1, num_layers: int = 1, seed: int = 0, first_iteration: int = 0,
+             layer_ids: tuple[int, ...] | None = None, placement: np.ndarray | None = None) -> RoutingTrace:
+    """A synthetic routing trace of iterations ``first_iteration ..`` (``iterations`` of them): counts of shape
+    (iterations, micro_batches, num_layers, ep, num_experts); every row routes ``tokens_per_rank x top_k``
+    assignments. Deterministic in ``seed`` (see the module docstring)."""
+    if isinstance(spec, str):
+        spec = parse_routing(spec)
+    shape = _checked_shape(iterations=iterations, ep=ep, num_experts=num_experts, top_k=top_k,
+                           tokens_per_rank=tokens_per_rank, micro_batches=micro_batches, num_layers=num_layers,
+                           first_iteration=first_iteration)
     source = f"{spec.text}, seed {seed}"
     common: dict[str, Any] = dict(top_k=top_k, placement=placement, layer_ids=layer_ids, tokens_per_rank=tokens_per_rank, source=source,
                   first_iteration=first_iteration)
     if spec.kind == "balanced":
-        counts = _balanced_counts(shape[:3], ep, num_experts, tokens_per_rank, top_k)
+        counts = balanced_counts(shape[:3], ep, num_experts, tokens_per_rank, top_k)
         return RoutingTrace(counts=np.ascontiguousarray(counts), **common)
     order_rng = np.random.default_rng([seed, 2**32])
     ranks = np.stack([order_rng.permutation(num_experts) for _ in range(num_layers)])  # (L, E) popularity ranks
@@ -259,6 +270,50 @@ def generate(spec: RoutingSpec | str, *, iterations: int, ep: int, num_experts: 
     return RoutingTrace(counts=counts, **common)
 
 
+def generate_fitted(fitted: FittedRouting, *, iterations: int, ep: int, num_experts: int, top_k: int,
+                    tokens_per_rank: int, micro_batches: int = 1, num_layers: int = 1, seed: int = 0,
+                    first_iteration: int = 0, layer_ids: tuple[int, ...] | None = None,
+                    placement: np.ndarray | None = None) -> RoutingTrace:
+    """A trace for any job from a routing fitted to a recorded one (:mod:`commscope.moe.fit`).
+
+    Layer j replays recorded layer ``j mod layers``; with another number of experts the popularity profile is
+    carried by quantile to a seeded random expert order. At iteration t the log popularity is the fitted slow
+    course at t (held at its end beyond the recorded iterations) plus the AR(1) deviation (started from its stationary distribution at
+    iteration 0 and stepped with ``default_rng([seed, t, 1])``, so that an iteration is the same alone or
+    inside a run), plus each source rank's own N(0, tau^2) offset; every (micro-batch, layer, rank) then routes
+    its tokens as :func:`generate` does, with ``default_rng([seed, t])``.
+    """
+    shape = _checked_shape(iterations=iterations, ep=ep, num_experts=num_experts, top_k=top_k,
+                           tokens_per_rank=tokens_per_rank, micro_batches=micro_batches, num_layers=num_layers,
+                           first_iteration=first_iteration)
+    source_layer = np.arange(num_layers) % fitted.num_layers
+    order_rng = np.random.default_rng([seed, 2**32])
+    orders = [order_rng.permutation(num_experts) for _ in range(num_layers)]
+    course = np.stack([np.stack([carried_popularity(k[s], num_experts, o) for s, o in zip(source_layer, orders)])
+                       for k in fitted.knot_log_popularity])  # (K, L, E) the slow course, carried to this job
+    carried = replace(fitted, knot_log_popularity=course)
+    phi = fitted.persistence[source_layer][:, None]
+    sigma = fitted.innovation[source_layer][:, None]
+    tau = fitted.rank_spread[source_layer][None, :, None, None]
+    size = (num_layers, num_experts)
+    deviation = sigma / np.sqrt(1 - phi**2) * np.random.default_rng([seed, 2**32 + 1]).standard_normal(size)
+    counts = np.empty(shape, dtype=np.int64)
+    for t in range(first_iteration + iterations):
+        if t > 0:
+            deviation = phi * deviation + sigma * np.random.default_rng([seed, t, 1]).standard_normal(size)
+        if t < first_iteration:
+            continue
+        log_popularity = carried.log_popularity(t) + deviation  # (L, E)
+        rng = np.random.default_rng([seed, t])
+        offsets = tau * rng.standard_normal((micro_batches, num_layers, ep, num_experts))
+        popularity = np.exp(log_popularity[None, :, None, :] + offsets)
+        counts[t - first_iteration] = _sample(rng, inclusion_probabilities(popularity, top_k),
+                                              (micro_batches, num_layers, ep), tokens_per_rank, top_k)
+    return RoutingTrace(counts=counts, top_k=top_k, placement=placement, layer_ids=layer_ids,
+                        tokens_per_rank=tokens_per_rank, source=f"{fitted.source}, seed {seed}",
+                        first_iteration=first_iteration)
+
+
 def routing_for_job(routing: str | RoutingTrace, model, parallel, *, iterations: int | None = 1, first_iteration: int = 0,
                     micro_batches: int | None = None, seed: int = 0) -> RoutingTrace:
     """The routing of ``model`` under ``parallel``: a generator spec (``zipf:1.2``), a trace path, or a trace.
@@ -267,7 +322,6 @@ def routing_for_job(routing: str | RoutingTrace, model, parallel, *, iterations:
     MoE layer of the model, ``micro_batches`` per iteration (default: the iteration's). A trace is checked
     against the job (ep, experts) and cut to iterations ``first_iteration ..`` (``iterations=None``: all).
     """
-    from commscope.workload.moe import routed_tokens_per_rank
 
     label = routing.source if isinstance(routing, RoutingTrace) else str(routing)
     if not model.is_moe:
@@ -275,6 +329,13 @@ def routing_for_job(routing: str | RoutingTrace, model, parallel, *, iterations:
     if parallel.ep < 2:
         raise ConfigError("routing", label, "needs expert parallelism (--ep > 1): with ep=1 no token leaves its rank")
     trace = routing if isinstance(routing, RoutingTrace) else None
+    layer_ids = tuple(i for i in range(model.num_layers) if model.is_moe_layer(i))
+    if trace is None and label.startswith("fit:"):
+        return generate_fitted(fit_routing(load_trace(label[4:])), iterations=1 if iterations is None else iterations,
+                               ep=parallel.ep, num_experts=model.num_experts, top_k=model.top_k,
+                               tokens_per_rank=routed_tokens_per_rank(model, parallel),
+                               micro_batches=micro_batches or parallel.num_micro_batches, num_layers=len(layer_ids),
+                               seed=seed, first_iteration=first_iteration, layer_ids=layer_ids)
     if trace is None and (Path(label).exists() or label.endswith(".npz")):
         trace = load_trace(label)
     if trace is not None:
@@ -285,7 +346,6 @@ def routing_for_job(routing: str | RoutingTrace, model, parallel, *, iterations:
                               source=trace.source)
         stop = trace.iterations if iterations is None else first_iteration + iterations
         return trace if (first_iteration, stop) == (0, trace.iterations) else trace.take_iterations(first_iteration, stop)
-    layer_ids = tuple(i for i in range(model.num_layers) if model.is_moe_layer(i))
     return generate(parse_routing(label), iterations=1 if iterations is None else iterations, ep=parallel.ep,
                     num_experts=model.num_experts, top_k=model.top_k,
                     tokens_per_rank=routed_tokens_per_rank(model, parallel),
@@ -293,5 +353,5 @@ def routing_for_job(routing: str | RoutingTrace, model, parallel, *, iterations:
                     first_iteration=first_iteration, layer_ids=layer_ids)
 
 
-__all__ = ["GENERATORS", "MAX_ELEMENTS", "RoutingSpec", "generate", "inclusion_probabilities", "parse_routing",
-           "routing_for_job"]
+__all__ = ["FITTED", "GENERATORS", "MAX_ELEMENTS", "RoutingSpec", "generate", "generate_fitted", "inclusion_probabilities",
+           "parse_routing", "routing_for_job"]

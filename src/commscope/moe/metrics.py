@@ -36,6 +36,10 @@ Over the run (:meth:`RoutingMetrics.summary`): means and extremes of those, plus
 - ``uniformity_trend_per_iteration``: least-squares slope of ``expert_entropy`` over iterations
   (> 0: routing grows more uniform as training goes on).
 
+Over training (:meth:`RoutingMetrics.phases`): the run cut into consecutive windows of iterations, each with
+the mean of the talk's quantities (:data:`PHASE_COLUMNS`), so that a change in the course of training shows
+as a change between rows rather than hiding in a run-wide mean.
+
 Everything is vectorised over iterations, ranks and experts; layers are visited one at a time so that memory
 stays at a few (iterations, ep, ep) arrays.
 """
@@ -44,6 +48,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -55,6 +60,12 @@ from commscope.moe.trace import RoutingTrace
 PER_ITERATION = ("assignments", "dropped_assignments", "dropped_fraction", "expert_entropy", "pair_entropy",
                  "expert_imbalance", "expert_gini", "rank_imbalance", "cross_rank_fraction", "balance_error",
                  "prediction_error_last", "prediction_error_moving_average", "pairs_switching")
+
+
+#: Per-iteration quantities averaged over each window of :meth:`RoutingMetrics.phases`: (column, label).
+PHASE_COLUMNS = (("expert_entropy", "entropy"), ("expert_imbalance", "max/mean"),
+                 ("balance_error", "slowest/bal."), ("prediction_error_last", "err. k-1"),
+                 ("pairs_switching", "switching"), ("dropped_fraction", "dropped"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,6 +112,21 @@ class RoutingMetrics:
     def on_off_switch_rate(self) -> float:
         return _nanmean(self.pairs_switching)
 
+    def phases(self, count: int = 5) -> list[dict[str, Any]]:
+        """The run in ``count`` consecutive windows of (nearly) equal length: ``first_iteration``,
+        ``last_iteration`` (training iterations, inclusive) and the mean of each :data:`PHASE_COLUMNS` quantity
+        (None where undefined, e.g. switching in a one-iteration window at the start)."""
+        edges = np.linspace(0, self.iterations, min(max(count, 1), self.iterations) + 1).round().astype(int)
+        out = []
+        for lo, hi in pairwise(edges):
+            row: dict[str, Any] = {"first_iteration": self.first_iteration + int(lo),
+                                   "last_iteration": self.first_iteration + int(hi) - 1}
+            for name, _ in PHASE_COLUMNS:
+                value = _nanmean(getattr(self, name)[lo:hi])
+                row[name] = value if math.isfinite(value) else None
+            out.append(row)
+        return out
+
     def table(self) -> dict[str, np.ndarray]:
         """Column name -> per-iteration values, ``iteration`` first (for a CSV)."""
         columns = {name: getattr(self, name) for name in PER_ITERATION}
@@ -123,8 +149,10 @@ class RoutingMetrics:
             out[f"{name}_mean"] = _nanmean(getattr(self, name))
         for name in ("expert_imbalance", "rank_imbalance", "balance_error"):
             out[f"{name}_max"] = float(np.nanmax(getattr(self, name)))
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else
-                    (float(v) if isinstance(v, (float, np.floating)) else v)) for k, v in out.items()}
+        out = {k: (None if isinstance(v, float) and not math.isfinite(v) else
+                   (float(v) if isinstance(v, (float, np.floating)) else v)) for k, v in out.items()}
+        out["phases"] = self.phases()
+        return out
 
 
 def _nanmean(values: np.ndarray) -> float:
@@ -239,4 +267,4 @@ def routing_metrics(trace: RoutingTrace, *, window: int = 10, capacity_factor: f
     )
 
 
-__all__ = ["PER_ITERATION", "RoutingMetrics", "gini", "imbalance", "normalized_entropy", "routing_metrics"]
+__all__ = ["PER_ITERATION", "PHASE_COLUMNS", "RoutingMetrics", "gini", "imbalance", "normalized_entropy", "routing_metrics"]

@@ -21,7 +21,30 @@ and 476 are dropped. Capacity on the receiving side (per expert over all ranks) 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from commscope.spec.model import ModelSpec
+    from commscope.spec.parallel import ParallelSpec
+
+
+def routed_tokens_per_rank(model: ModelSpec, parallel: ParallelSpec) -> int:
+    """Tokens each EP rank routes per micro-batch and MoE layer: b s / c, divided by t with sequence parallelism."""
+    tokens = parallel.micro_batch_size * model.seq_len // parallel.cp
+    return tokens // parallel.tp if parallel.sequence_parallel and parallel.tp > 1 else tokens
+
+
+def balanced_counts(shape: tuple[int, ...], ep: int, num_experts: int, tokens: int, top_k: int) -> np.ndarray:
+    """Counts of shape ``shape + (ep, num_experts)`` for the exact even split: T top_k / E per expert; the
+    remainder goes to consecutive experts, each rank continuing where the previous one stopped, so that experts'
+    totals differ by at most one per rank cycle."""
+    base, rest = divmod(tokens * top_k, num_experts)
+    x = np.arange(num_experts)
+    r = np.arange(ep)[:, None]
+    row = base + ((x[None, :] - r * rest) % num_experts < rest)  # (ep, E): rank r's extras follow rank r-1's
+    return np.ascontiguousarray(np.broadcast_to(row, shape + (ep, num_experts)), dtype=np.int64)
 
 
 def balanced_routing(tokens: int, top_k: int, ep: int) -> np.ndarray:
@@ -67,4 +90,5 @@ def rank_tokens(counts: np.ndarray, placement: np.ndarray, ep: int) -> np.ndarra
     return np.rint(counts.astype(np.float64) @ onehot).astype(np.int64)
 
 
-__all__ = ["apply_capacity", "balanced_routing", "expert_capacity", "rank_tokens"]
+__all__ = ["apply_capacity", "balanced_counts", "balanced_routing", "expert_capacity", "rank_tokens",
+           "routed_tokens_per_rank"]

@@ -130,6 +130,9 @@ class MoeRouting:
     routing: np.ndarray
     """(iterations, ep, ep) non-negative counts."""
     source: str = ""
+    trace: Any = None
+    """The :class:`~commscope.moe.trace.RoutingTrace` behind ``routing`` when it came from one (expert counts):
+    the section then also shows the talk's dynamics (:func:`commscope.moe.metrics.routing_metrics`)."""
 
 
 _HEADER_ITERATION_KEYS = ("num_iterations", "iterations", "num_steps", "steps")
@@ -220,10 +223,12 @@ def load_moe(path: str | Path) -> list[MoeRouting]:
     from commscope.moe.routing import rank_tokens
     from commscope.moe.trace import RANK_FILE_GLOB, load_trace
 
-    def from_trace(source: Path) -> np.ndarray:
+    def from_trace(source: Path) -> MoeRouting:
         trace = load_trace(source)
         assert trace.placement is not None  # __post_init__ fills in the default
-        return rank_tokens(trace.counts.sum(axis=(1, 2)), trace.placement, trace.ep)
+        routing = rank_tokens(trace.counts.sum(axis=(1, 2)), trace.placement, trace.ep)
+        return MoeRouting(name=source.stem if source.is_file() else source.name, routing=routing, source=str(source),
+                          trace=trace)
 
     path = Path(path)
     if not path.exists():
@@ -231,7 +236,7 @@ def load_moe(path: str | Path) -> list[MoeRouting]:
     files = sorted(path.glob("*.npz")) if path.is_dir() else [path]
     out = []
     if path.is_dir() and any(path.glob(RANK_FILE_GLOB)):
-        out.append(MoeRouting(name=path.name, routing=from_trace(path), source=str(path)))
+        out.append(from_trace(path))
         files = [f for f in files if not f.match(RANK_FILE_GLOB)]
     if not files and not out:
         raise ConfigError("moe", str(path), "holds no *.npz files")
@@ -249,7 +254,7 @@ def load_moe(path: str | Path) -> list[MoeRouting]:
                 raise
             raise ConfigError("moe", str(f), f"is not a readable .npz ({exc})") from None
         if routing is None:
-            out.append(MoeRouting(name=f.stem, routing=from_trace(f), source=str(f)))
+            out.append(from_trace(f))
             continue
         if routing.ndim == 2:
             routing = routing[None]
@@ -756,8 +761,65 @@ def moe_section(routings: Sequence[MoeRouting], *, max_frames: int = MAX_MOE_FRA
                       "matrices": [[[float(x) if not float(x).is_integer() else int(x) for x in row] for row in mat]
                                    for mat in sampled],
                       "max_tokens": float(sampled.max()) if sampled.size else 0.0,
-                      "metrics": moe_metrics(r)})
-    return {"items": items, "notes": ["routing[i, j]: tokens EP rank i (row) sends to EP rank j (column)"]}
+                      **_moe_dynamics(item.trace, moe_metrics(r))})
+    notes = ["routing[i, j]: tokens EP rank i (row) sends to EP rank j (column)"]
+    for it in items:
+        if "phases" in it:
+            notes.append(_phases_note(it["name"], it["summary"], it["phases"]))
+    if any(item.trace is not None for item in routings):
+        notes += list(MOE_DYNAMICS_NOTES)
+    return {"items": items, "notes": notes}
+
+
+#: The seed talk's MoE quantities drawn over iterations for a trace with expert counts: (metric, label, colour).
+MOE_DYNAMICS_SERIES = (("expert_entropy", "expert entropy (1 = uniform)", "#59a14f"),
+                       ("expert_imbalance", "expert max / mean", "#e15759"),
+                       ("balance_error", "slowest rank vs balanced", "#76b7b2"),
+                       ("prediction_error_last", "error predicting k from k-1", "#4e79a7"),
+                       ("pairs_switching", "pairs switching on/off", "#edc948"))
+MOE_DYNAMICS_NOTES = (
+    ("expert entropy: of the load over experts per layer / log E, 1 = uniform (the talk: low entropy); its "
+     "least-squares slope is the trend towards uniformity"),
+    ("pairs switching on/off: share of rank pairs above or below their own mean that flip from one iteration to "
+     "the next (~0.5 independent noise, ~0 steady: the talk's on-off regularity)"),
+    ("error predicting k from k-1: relative L1 error of each layer's rank-to-rank matrix predicted by the previous "
+     "iteration's (0 = perfectly predictable)"),
+    ("slowest rank vs balanced: the busiest rank's all-to-all bytes over what balanced routing (every peer tool's "
+     "assumption) gives it"),
+)
+
+
+def _moe_dynamics(trace, metrics: dict[str, list[float]]) -> dict[str, Any]:
+    """``metrics``, and for a routing trace the talk's quantities per iteration (added to ``metrics`` and drawn as
+    ``series``), their means per window of training (``phases``) and the run's ``summary``."""
+    if trace is None:
+        return {"metrics": metrics}
+    from commscope.moe.metrics import routing_metrics
+
+    dyn = routing_metrics(trace)
+    summary = dyn.summary()
+    return {"metrics": {**metrics, **{key: getattr(dyn, key) for key, _, _ in MOE_DYNAMICS_SERIES}},
+            "series": [{"key": key, "label": label, "color": color} for key, label, color in MOE_DYNAMICS_SERIES],
+            "phases": summary.pop("phases"),
+            "summary": {k: summary[k] for k in ("expert_entropy_first", "expert_entropy_last",
+                                                "uniformity_trend_per_iteration", "on_off_switch_rate",
+                                                "pair_autocorrelation", "prediction_error_last_mean",
+                                                "balance_error_mean", "balance_error_max")}}
+
+
+def _phases_note(name: str, summary: dict[str, Any], phases: list[dict[str, Any]]) -> str:
+    """One line: the run's dynamics per window of training, as `commscope moe analyze` prints them."""
+    def num(v: Any, fmt: str = ".2f") -> str:
+        return "\u2013" if v is None else format(v, fmt)
+
+    windows = "; ".join(f"it {p['first_iteration']}-{p['last_iteration']}: entropy {num(p['expert_entropy'])}, "
+                        f"switching {num(p['pairs_switching'])}, error from k-1 {num(p['prediction_error_last'])}, "
+                        f"slowest rank {num(p['balance_error'])}x balanced" for p in phases)
+    trend = (summary["uniformity_trend_per_iteration"] or 0.0) * 100
+    return (f"{name} over training \u2014 {windows}. Expert entropy {num(summary['expert_entropy_first'], '.3f')} "
+            f"\u2192 {num(summary['expert_entropy_last'], '.3f')}, trend {trend:+.3f} per 100 iterations; on-off "
+            f"switching {num(summary['on_off_switch_rate'])}, lag-1 autocorrelation "
+            f"{num(summary['pair_autocorrelation'])}")
 
 
 def _summary(prediction, estimate) -> list[dict[str, Any]]:

@@ -30,11 +30,15 @@ from typing import Any
 import numpy as np
 
 from commscope.errors import ConfigError
-from commscope.moe.routing import apply_capacity, balanced_routing, rank_tokens
+from commscope.moe.routing import (
+    apply_capacity,
+    balanced_counts,
+    balanced_routing,
+    rank_tokens,
+    routed_tokens_per_rank,
+)
 from commscope.moe.trace import RoutingTrace, checked_counts, contiguous_placement
 from commscope.record import CommOp
-from commscope.spec.model import ModelSpec
-from commscope.spec.parallel import ParallelSpec
 from commscope.workload.base import Detail, OpSet
 from commscope.workload.framework import JobContext
 
@@ -53,12 +57,6 @@ class MicroBatchOpSet(OpSet):
     def row_ops(self, row: int, detail: Detail = "full") -> Iterator[CommOp]:
         for op in OpSet.row_ops(self, row, detail):
             yield op.with_(micro_batch=self.micro_batch)
-
-
-def routed_tokens_per_rank(model: ModelSpec, parallel: ParallelSpec) -> int:
-    """Tokens each EP rank routes per micro-batch and MoE layer: b s / c, divided by t with sequence parallelism."""
-    tokens = parallel.micro_batch_size * model.seq_len // parallel.cp
-    return tokens // parallel.tp if parallel.sequence_parallel and parallel.tp > 1 else tokens
 
 
 def ep_ops(ctx: JobContext, routing: np.ndarray | RoutingTrace | None = None, *,
@@ -120,9 +118,8 @@ def _all_to_alls(ctx: JobContext, groups: np.ndarray, splits: np.ndarray, *, lay
 
 def _balanced_trace(tokens: int, top_k: int, ep: int, num_experts: int) -> RoutingTrace:
     """One iteration of the exact even split over experts (for capacity with balanced routing)."""
-    from commscope.moe.generators import generate
-
-    return generate("balanced", iterations=1, ep=ep, num_experts=num_experts, top_k=top_k, tokens_per_rank=tokens)
+    return RoutingTrace(counts=balanced_counts((1, 1, 1), ep, num_experts, tokens, top_k), top_k=top_k,
+                        tokens_per_rank=tokens, source="balanced, seed 0")
 
 
 def _traced_ops(ctx: JobContext, routing: np.ndarray | RoutingTrace, iteration: int) -> list[OpSet]:

@@ -1,12 +1,26 @@
 """Reference MoE training: the reference GPT with routed-expert layers, expert parallelism on real ranks.
 
-Every MoE layer routes each token to its top-k experts (softmax router, no capacity limit, so nothing is
-dropped and the recorded routing is exactly what was sent). Experts are placed in contiguous blocks over the
-EP group; each layer and micro-batch
+Every MoE layer routes each token to its top-k experts by a softmax router trained the way MoE models are
+[megatron-core]: the Switch/GShard load-balancing loss [switch-2021] [gshard-2020]
 
-1. all-gathers the per-expert token counts over the EP group (int64, like Megatron-core's dispatcher),
-2. dispatches the token copies with ``all_to_all_single`` and uneven splits, runs its local experts,
+    L_aux = coeff x E / (k T^2) x sum_x (sum_t p_t,x) x n_x      (= coeff when routing is balanced)
+
+over the T tokens of the rank's micro-batch (p the router's softmax over all E experts, n_x the assignments
+expert x got before dropping; Megatron-core's ``switch_load_balancing_loss_func``, ``--moe-aux-loss-coeff``),
+and optionally the router z-loss ``coeff_z x mean_t logsumexp(logits_t)^2`` [st-moe-2022] (``--moe-z-loss-coeff``).
+With a capacity factor (``--moe-expert-capacity-factor``) each expert takes at most
+``ceil(factor x T k / E)`` of the rank's assignments, the most probable ones (Megatron-core's ``probs`` drop
+policy); dropped assignments are not sent and add nothing to the token's output (the residual carries it).
+Experts are placed in contiguous blocks over the EP group; each layer and micro-batch
+
+1. all-gathers the per-expert token counts it will send over the EP group (int64, like Megatron-core's
+   dispatcher),
+2. dispatches the kept token copies with ``all_to_all_single`` and uneven splits, runs its local experts,
 3. combines the outputs with the reverse ``all_to_all_single``; autograd runs both again backward.
+
+The recorded routing is the counts after top-k and before dropping (the trace's contract); the prediction
+applies the same capacity, so the recorded all-to-all sizes and the predicted ones agree to the byte.
+The data is random tokens or real text (:mod:`commscope.workloads.data`); the optimizer is Adam.
 
 After the micro-batches, dense gradients are all-reduced over the data-parallel group in one bucket and
 expert gradients over the expert-data-parallel group (Megatron's DP without bucketing), so that the
@@ -16,6 +30,7 @@ Each rank writes its own routing (``routing-rank#####.npz``, see :mod:`commscope
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -42,9 +57,16 @@ class MoeRunConfig(RunConfig):
     """One reference MoE run: a :class:`RunConfig` that also writes each rank's routing."""
 
     warmup: int = 0
-    lr: float = 0.05
+    lr: float = 2e-3
+    """Adam's learning rate."""
     record_routing: str | None = None
     """Directory for routing-rank#####.npz (group###/ per EP group when there are several); None: not written."""
+    data: str = "random"
+    """Training data: ``random``, ``text`` or ``text:PATH`` (:func:`commscope.workloads.data.parse_data`)."""
+    aux_loss_coeff: float = 0.0
+    """Load-balancing loss coefficient (Megatron's ``--moe-aux-loss-coeff``; 0: none, routing may collapse)."""
+    z_loss_coeff: float = 0.0
+    """Router z-loss coefficient (Megatron's ``--moe-z-loss-coeff``; 0: none)."""
 
 
 def check_moe_config(cfg: MoeRunConfig) -> None:
@@ -61,8 +83,13 @@ def check_moe_config(cfg: MoeRunConfig) -> None:
     check(p.recompute == "none", "recompute", p.recompute, "the MoE workload does not recompute (none)")
     check(p.grad_bucket_size is None, "grad_bucket_size", p.grad_bucket_size, "one bucket (unset)")
     check(m.num_experts % p.ep == 0, "ep", p.ep, f"must divide num_experts={m.num_experts}")
-    check(m.capacity_factor is None, "model.capacity_factor", m.capacity_factor,
-          "the reference MoE drops no tokens (unset), so that the recorded routing is what was sent")
+    check(cfg.lr > 0, "lr", cfg.lr, "must be > 0")
+    for name in ("aux_loss_coeff", "z_loss_coeff"):
+        value = getattr(cfg, name)
+        check(math.isfinite(value) and value >= 0, name, value, "must be a finite number >= 0")
+    from commscope.workloads.data import check_data, parse_data
+
+    check_data(parse_data(cfg.data), vocab_size=m.vocab_size, seq_len=m.seq_len)
     check(m.num_shared_experts == 0, "model.num_shared_experts", m.num_shared_experts, "not in the reference MoE (0)")
     from commscope.workload.pytorch import check_torch_job
 
@@ -98,11 +125,15 @@ def _build_moe_layer():
     class MoELayer(nn.Module):
         """Top-k routing over ``num_experts``; this rank holds experts [ep_rank E/ep, (ep_rank + 1) E/ep)."""
 
-        def __init__(self, m: ModelSpec, layer: int, *, ep: int, ep_rank: int, group, seed: int, log) -> None:
+        def __init__(self, m: ModelSpec, layer: int, *, ep: int, ep_rank: int, group, seed: int, log,
+                     aux_loss_coeff: float, z_loss_coeff: float) -> None:
             super().__init__()
             dtype = torch_dtype(m.dtype)
             self.layer, self.ep, self.ep_rank, self.group, self.log = layer, ep, ep_rank, group, log
             self.E, self.k, self.local = m.num_experts, m.top_k, m.num_experts // ep
+            self.capacity_factor = m.capacity_factor
+            self.aux_loss_coeff, self.z_loss_coeff = aux_loss_coeff, z_loss_coeff
+            self.aux_loss = None  # the router losses of the last forward (a scalar tensor), for the training loop
             self.router = nn.Linear(m.hidden_size, m.num_experts, bias=False, dtype=dtype)
             experts = []
             for e in range(ep_rank * self.local, (ep_rank + 1) * self.local):
@@ -112,15 +143,38 @@ def _build_moe_layer():
                     experts.append(Expert(m.hidden_size, m.moe_ffn, m.gated_mlp, dtype))
             self.experts = nn.ModuleList(experts)
 
+        def route(self, tokens):
+            """(assignments kept, grouped by expert; kept counts per expert; top-k weights (T, k)); logs the
+            counts before dropping and sets ``aux_loss``."""
+            logits = self.router(tokens).float()  # (T, E)
+            probs = torch.softmax(logits, dim=-1)
+            weights, idx = probs.topk(self.k, dim=-1)  # (T, k)
+            flat = idx.reshape(-1)  # (T k,) assignments, token-major
+            counts = torch.bincount(flat, minlength=self.E)
+            self.log(self.layer, counts)
+            num_tokens = tokens.shape[0]
+            aux = logits.new_zeros(())
+            if self.aux_loss_coeff:
+                # Megatron-core switch_load_balancing_loss_func: coeff E / (k T^2) sum_x (sum_t p_tx) n_x
+                aux = aux + (probs.sum(dim=0) * counts.to(probs.dtype)).sum() * (
+                    self.E * self.aux_loss_coeff / (self.k * num_tokens * num_tokens))
+            if self.z_loss_coeff:
+                aux = aux + torch.logsumexp(logits, dim=-1).square().mean() * self.z_loss_coeff
+            self.aux_loss = aux
+            if self.capacity_factor is None:
+                return torch.argsort(flat, stable=True), counts, weights
+            # each expert keeps its ceil(factor T k / E) most probable assignments (commscope.moe.routing)
+            capacity = math.ceil(num_tokens * self.k / self.E * self.capacity_factor)
+            by_prob = torch.argsort(-weights.detach().reshape(-1), stable=True)
+            grouped = by_prob[torch.argsort(flat[by_prob], stable=True)]  # by expert, most probable first
+            starts = torch.cumsum(counts, 0) - counts
+            position = torch.arange(flat.numel(), device=flat.device) - starts[flat[grouped]]
+            return grouped[position < capacity], counts.clamp(max=capacity), weights
+
         def forward(self, x):
             shape = x.shape
             tokens = x.reshape(-1, shape[-1])
-            probs = torch.softmax(self.router(tokens).float(), dim=-1)
-            weights, idx = probs.topk(self.k, dim=-1)
-            flat = idx.reshape(-1)
-            order = torch.argsort(flat, stable=True)
-            counts = torch.bincount(flat, minlength=self.E)
-            self.log(self.layer, counts)
+            order, counts, weights = self.route(tokens)
             every = torch.empty(self.ep * self.E, dtype=torch.int64, device=x.device)
             dist.all_gather_single(every, counts, group=self.group)
             every = every.view(self.ep, self.ep, self.local)  # [source rank, destination rank, local expert]
@@ -137,7 +191,8 @@ def _build_moe_layer():
                 for s, part in enumerate(y.split([r.shape[0] for r in rows])):
                     outs[s * self.local + e] = part
             back = all_to_all_single(torch.cat(outs), send, recv, self.group)
-            combined = torch.empty_like(back).index_copy(0, order, back)
+            # dropped assignments stay zero: the token keeps only its residual for that expert
+            combined = back.new_zeros(tokens.shape[0] * self.k, shape[-1]).index_copy(0, order, back)
             out = (combined.view(-1, self.k, shape[-1]) * weights.unsqueeze(-1).to(back.dtype)).sum(dim=1)
             return out.view(shape)
 
@@ -178,31 +233,47 @@ def train_moe_rank(rank: int, world: int, cfg: MoeRunConfig, backend: str = "glo
 
     MoELayer = _build_moe_layer()
     torch.manual_seed(cfg.seed)  # dense weights equal on every rank
-    model = modules().GPT(m, layer_ids=range(m.num_layers), first=True, last=True, tp=1,
-                          make_ffn=lambda i: MoELayer(m, i, ep=p.ep, ep_rank=ep_rank, group=ep_group, seed=cfg.seed,
-                                                      log=log_counts) if m.is_moe_layer(i) else None).to(device)
+    moe_modules = []
+
+    def make_ffn(i: int):
+        if not m.is_moe_layer(i):
+            return None
+        moe_modules.append(MoELayer(m, i, ep=p.ep, ep_rank=ep_rank, group=ep_group, seed=cfg.seed, log=log_counts,
+                                    aux_loss_coeff=cfg.aux_loss_coeff, z_loss_coeff=cfg.z_loss_coeff))
+        return moe_modules[-1]
+
+    model = modules().GPT(m, layer_ids=range(m.num_layers), first=True, last=True, tp=1, make_ffn=make_ffn).to(device)
     expert_params = [q for name, q in model.named_parameters() if ".experts." in name]
     ids = {id(q) for q in expert_params}
     dense_params = [q for q in model.parameters() if id(q) not in ids]
     edp_group, edp_ranks = groups["expert-dp"]
-    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    from commscope.workloads.data import check_data, parse_data, sample_windows
+
+    corpus = check_data(parse_data(cfg.data), vocab_size=m.vocab_size, seq_len=m.seq_len)
     gen = torch.Generator().manual_seed(cfg.seed * 1000 + rank)
-    losses, times = [], []
+    rng = np.random.default_rng([cfg.seed, rank])  # this rank's stream of text windows
+    losses, aux_losses, times = [], [], []
     for it in range(total_iters):
         state["it"] = it
         step = it - cfg.warmup
         if log is not None:
             log.step = step if step >= 0 else None
-        tokens = torch.randint(0, m.vocab_size, (mb * mbs, m.seq_len + 1), generator=gen).to(device)
+        if corpus is None:
+            tokens = torch.randint(0, m.vocab_size, (mb * mbs, m.seq_len + 1), generator=gen).to(device)
+        else:
+            tokens = torch.from_numpy(sample_windows(corpus, rng, mb * mbs, m.seq_len + 1)).to(device)
         t0 = time.perf_counter()
         opt.zero_grad()
-        loss_sum = 0.0
+        loss_sum = aux_sum = 0.0
         for i in range(mbs):
             state["mb"] = i
             x, y = tokens[i * mb:(i + 1) * mb, :-1], tokens[i * mb:(i + 1) * mb, 1:]
             loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1).float(), y.flatten()) / mbs
-            loss.backward()
+            aux = sum((layer.aux_loss for layer in moe_modules), loss.new_zeros(())) / mbs
+            (loss + aux).backward()
             loss_sum += loss.item()
+            aux_sum += float(aux.item())
         # Megatron's data parallelism without bucketing: one all-reduce of the dense gradients over dp,
         # one of the expert gradients over expert-dp
         _all_reduce_grads(dense_params, None, world)
@@ -212,6 +283,7 @@ def train_moe_rank(rank: int, world: int, cfg: MoeRunConfig, backend: str = "glo
         if step >= 0:
             times.append(time.perf_counter() - t0)
             losses.append(loss_sum)
+            aux_losses.append(aux_sum)
         if progress is not None and rank == 0:
             progress(it + 1, total_iters)
     if log is not None:
@@ -225,7 +297,8 @@ def train_moe_rank(rank: int, world: int, cfg: MoeRunConfig, backend: str = "glo
             out = out / f"group{groups['ep_index']:03d}"
         write_rank_trace(out, ep_rank, routing, top_k=m.top_k, num_experts=m.num_experts,
                          layer_ids=tuple(moe_layers), ep=p.ep, tokens_per_rank=mb * m.seq_len)
-    return {"rank": rank, "ep_rank": ep_rank, "losses": losses, "step_s": times, "routing": routing,
+    return {"rank": rank, "ep_rank": ep_rank, "losses": losses, "aux_losses": aux_losses, "step_s": times,
+            "routing": routing,
             "ops": None if log is None else log.num_records}
 
 

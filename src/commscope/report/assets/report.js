@@ -923,7 +923,11 @@ function drawMoe(Mo) {
 function metricChart(parent, it) {
   var W = 520, H = 220, M = {l: 46, r: 12, t: 10, b: 30}, pw = W - M.l - M.r, ph = H - M.t - M.b, n = it.num_iterations;
   var s = svgRoot(parent, W, H), m = it.metrics;
-  var imb = m.load_imbalance, ymax = Math.max(2, Math.max.apply(null, imb)) ;
+  var series = it.series || [{key: "load_imbalance", label: "load imbalance (max / mean)", color: "#e15759"},
+    {key: "cross_rank_fraction", label: "cross-rank fraction", color: "#4e79a7"},
+    {key: "entropy", label: "normalised entropy", color: "#59a14f"}];
+  var ymax = 2;
+  series.forEach(function (q) { m[q.key].forEach(function (v) { if (v !== null && v > ymax) ymax = v; }); });
   var ticks = niceTicks(ymax, 4), top = ticks[ticks.length - 1];
   var X = function (i) { return M.l + pw * (n > 1 ? i / (n - 1) : 0.5); }, Y = function (v) { return M.t + ph - ph * v / top; };
   ticks.forEach(function (t) {
@@ -933,18 +937,15 @@ function metricChart(parent, it) {
   var step = Math.max(1, Math.ceil(n / 2000));
   function line(vals, col, label) {
     var pts = [];
-    for (var i = 0; i < n; i += step) pts.push(X(i).toFixed(1) + "," + Y(vals[i]).toFixed(1));
+    for (var i = 0; i < n; i += step) if (vals[i] !== null) pts.push(X(i).toFixed(1) + "," + Y(vals[i]).toFixed(1));
     titled(sv("polyline", {points: pts.join(" "), fill: "none", stroke: col, "stroke-width": 1.8}, s), label);
   }
-  line(imb, "#e15759", "load imbalance (max / mean)");
-  line(m.cross_rank_fraction, "#4e79a7", "cross-rank fraction");
-  line(m.entropy, "#59a14f", "normalised entropy");
+  series.forEach(function (q) { line(m[q.key], q.color, q.label); });
   sv("text", {x: M.l + pw / 2, y: H - 6, "text-anchor": "middle", "font-size": 11, fill: "#323f4b"}, s, "iteration");
   sv("text", {x: M.l, y: H - 6, "font-size": 10, fill: "#616e7c"}, s, "0");
   sv("text", {x: M.l + pw, y: H - 6, "text-anchor": "end", "font-size": 10, fill: "#616e7c"}, s, String(n - 1));
   var lineEl = sv("line", {x1: X(0), x2: X(0), y1: M.t, y2: M.t + ph, stroke: "#323f4b", "stroke-dasharray": "3 3"}, s);
-  legend(parent, [{label: "load imbalance", color: "#e15759"}, {label: "cross-rank fraction", color: "#4e79a7"},
-                  {label: "entropy", color: "#59a14f"}]);
+  legend(parent, series.map(function (q) { return {label: q.label, color: q.color}; }));
   return {line: lineEl, x: X};
 }
 
