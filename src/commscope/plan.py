@@ -24,6 +24,7 @@ import numpy as np
 from commscope.bandwidth import alpha_beta_time_s
 from commscope.errors import ConfigError
 from commscope.flops import token_flops
+from commscope.memory import USABLE_MEMORY_FRACTION
 from commscope.spec.cluster import ClusterSpec
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
@@ -233,7 +234,7 @@ def screen_time_s(model: ModelSpec, cluster: ClusterSpec, c: dict[str, np.ndarra
 
 def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_size: int, *, top: int = 10,
          space: PlanSpace = PlanSpace(), refine: int = 64, gpu_util: float | None = None,
-         memory_fraction: float = 0.9, progress: Callable[[int, int], None] | None = None) -> Plan:
+         memory_fraction: float = USABLE_MEMORY_FRACTION, progress: Callable[[int, int], None] | None = None) -> Plan:
     """The ``top`` fastest configurations of ``model`` on ``num_gpus`` GPUs that fit in memory."""
     from commscope.api import predict
     from commscope.estimate import estimate

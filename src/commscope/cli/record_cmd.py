@@ -36,6 +36,11 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise ConfigError("command", "", "give the job to run after --, e.g. commscope record --out logs -- torchrun train.py")
+    from commscope.capture.recorder import check_fresh_logdir
+    from commscope.cli.common import check_out_dir
+
+    check_out_dir(args.out)
+    check_fresh_logdir(args.out)
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="commscope-record-") as hook_dir:
         Path(hook_dir, "sitecustomize.py").write_text(_SITECUSTOMIZE)

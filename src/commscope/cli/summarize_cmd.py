@@ -45,9 +45,16 @@ def run(args: argparse.Namespace) -> int:
         if layout.world_size != run_log.world_size:
             raise ConfigError("tp x pp x dp x cp", layout.world_size, f"must equal the {run_log.world_size} ranks in the logs")
     s = summary(run_log, layout=layout, gpus_per_node=args.gpus_per_node)
+    from commscope.capture.recorder import read_failure
+
+    failure = read_failure(args.logdir)
+    if failure is not None:
+        s["failure"] = failure
     if args.out is not None:
+        from commscope.cli.common import check_out_dir
         from commscope.io.matrix import write_npz, write_triplets_csv
 
+        check_out_dir(args.out)
         args.out.mkdir(parents=True, exist_ok=True)
         ops = logical_ops(run_log)
         if layout is not None:
@@ -65,7 +72,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{args.logdir}: {len(s['ranks_logged'])} rank logs, world size {s['world_size']}, {s['records']:,} records, "
           f"{s['logical_ops']:,} ops")
-    if s["unfinished_ranks"]:
+    if failure is not None:
+        stopped = [r for r in s["unfinished_ranks"] if r != failure.get("rank")]
+        print(f"failed: rank {failure.get('rank')} {failure.get('how')} first; "
+              f"{f'ranks {stopped} were stopped because of it' if stopped else 'no other rank was cut short'}")
+    elif s["unfinished_ranks"]:
         print(f"warning: ranks {s['unfinished_ranks']} did not finish (no completion marker): their logs may be cut short")
     for p in s["problems"][:10]:
         print(f"problem: {p}")

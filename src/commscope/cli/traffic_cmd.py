@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from commscope.cli.common import add_job_args, add_routing_args, resolve_job
+from commscope.cli.common import add_job_args, add_routing_args, check_out_dir, resolve_job
 from commscope.record import REPORT_AXES
 from commscope.traffic import ALGORITHMS
 from commscope.units import format_bytes
@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from commscope.cli.moe_cmd import job_routing
 
     model, parallel, cluster = resolve_job(args)
+    check_out_dir(args.out)
     pred = predict(model, parallel, cluster, algorithm=args.algorithm, routing=job_routing(args, model, parallel))
     summary = pred.summary()
     written: list[Path] = []

@@ -282,10 +282,15 @@ def _check_mapping(d: Any, what: str, source: str | None) -> Mapping[str, Any]:
 
 
 def _spec_from_mapping(cls: type, d: Any, what: str, source: str | None, defaults: Mapping[str, Any]) -> Any:
+    return _build(cls, {**defaults, **_spec_fields(cls, d, what, source)}, what, source)
+
+
+def _spec_fields(cls: type, d: Any, what: str, source: str | None) -> dict[str, Any]:
+    """The fields of ``cls`` that mapping ``d`` names, each checked and converted (``meta`` ignored)."""
     d = _check_mapping(d, what, source)
     hints = _hints(cls)
     names = [f.name for f in _fields(cls)]
-    kwargs: dict[str, Any] = dict(defaults)
+    kwargs: dict[str, Any] = {}
     for key, value in d.items():
         if key == META_KEY:
             _check_mapping(value, META_KEY, source)
@@ -293,7 +298,13 @@ def _spec_from_mapping(cls: type, d: Any, what: str, source: str | None, default
         if key not in hints:
             raise _unknown_key(str(key), value, names + [META_KEY], what, source)
         kwargs[key] = _coerce(key, value, hints[key], source)
-    return _build(cls, kwargs, what, source)
+    return kwargs
+
+
+def parallel_fields(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The ParallelSpec fields a parallel file names, checked and converted, without the defaults of the
+    fields it leaves out (the command line supplies those)."""
+    return _spec_fields(ParallelSpec, read_mapping(path), "a parallel file", os.fspath(path))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -605,6 +616,30 @@ def load_model(name_or_path: str | os.PathLike[str] | ModelSpec, *, seq_len: int
         except TypeError:
             raise ConfigError("seq_len", seq_len, "must be a positive integer") from None
     return model
+
+
+def hf_config_notes(name_or_path: str | os.PathLike[str], *, seq_len_given: bool) -> list[str]:
+    """What reading ``name_or_path`` as a Hugging Face ``config.json`` assumed, one line each: the sequence
+    length taken from ``max_position_embeddings`` (the longest context the model supports, not the training
+    sequence length) when none was given, and a ``model_type`` the file does not state. Empty for any other
+    model source."""
+    path = _as_file(name_or_path)
+    if path is None:
+        return []
+    d = read_mapping(path)
+    if not is_hf_config(d):
+        return []
+    from commscope.spec.hf import hf_family
+
+    notes = []
+    if "model_type" not in d:
+        how = "from its architectures" if d.get("architectures") else "from its keys"
+        notes.append(f"{path}: no model_type; read as {hf_family(d, source=str(path))!r}, guessed {how}")
+    key = next((k for k in ("max_position_embeddings", "n_positions", "n_ctx") if k in d), None)
+    if not seq_len_given and key is not None:
+        notes.append(f"{path}: seq_length={d[key]} taken from {key} (the longest context the model supports); give "
+                     f"--seq-length for the training sequence length")
+    return notes
 
 
 def load_cluster(name_or_path: str | os.PathLike[str] | ClusterSpec) -> ClusterSpec:

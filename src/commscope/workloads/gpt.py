@@ -270,10 +270,14 @@ def rank_setup(rank: int, cfg: RunConfig, backend: str):
     return log, device
 
 
-def launch(fn, cfg: RunConfig, *, timeout_s: float, backend: str) -> list[dict]:
+def launch(fn, cfg: RunConfig, *, timeout_s: float, backend: str, oversubscribe: bool = False) -> list[dict]:
     """Run ``fn(rank, world, cfg, backend)`` on the job's ranks, forked; through the recording backend that wraps
-    ``backend`` when ``cfg.record`` is set."""
-    from commscope.launch import spawn
+    ``backend`` when ``cfg.record`` is set. When a rank fails, the recording gets a marker naming it
+    (:func:`commscope.capture.recorder.write_failure`) before LaunchError goes on."""
+    from commscope.launch import LaunchError, check_backend, check_nproc, spawn
+
+    check_nproc(cfg.parallel.world_size, oversubscribe=oversubscribe, field="world size (tp x pp x dp x cp)")
+    check_backend(backend, cfg.parallel.world_size)
 
     env, launch_backend = {}, backend
     if cfg.record is not None:
@@ -283,8 +287,15 @@ def launch(fn, cfg: RunConfig, *, timeout_s: float, backend: str) -> list[dict]:
         env[cpg.INNER_BACKEND_ENV] = backend
         launch_backend = cpg.BACKEND_NAME
         Path(cfg.record).mkdir(parents=True, exist_ok=True)
-    return spawn(fn, cfg.parallel.world_size, args=(cfg, backend), backend=launch_backend, env=env,
-                 timeout_s=timeout_s)
+    try:
+        return spawn(fn, cfg.parallel.world_size, args=(cfg, backend), backend=launch_backend, env=env,
+                     timeout_s=timeout_s, oversubscribe=oversubscribe)
+    except LaunchError as exc:
+        if cfg.record is not None:
+            from commscope.capture.recorder import write_failure
+
+            write_failure(Path(cfg.record), exc, world_size=cfg.parallel.world_size)
+        raise
 
 
 def train_rank(rank: int, world: int, cfg: RunConfig, backend: str = "gloo") -> dict:
@@ -398,7 +409,7 @@ def _set_sync(model, framework: str, sync: bool) -> None:
 
 # --------------------------------------------------------------------------------------------- launch
 
-def run(cfg: RunConfig, *, timeout_s: float = 300.0, backend: str = "gloo") -> list[dict]:
+def run(cfg: RunConfig, *, timeout_s: float = 300.0, backend: str = "gloo", oversubscribe: bool = False) -> list[dict]:
     """Run the reference training on ``world`` forked ranks; returns each rank's result dict."""
     check_config(cfg)
-    return launch(train_rank, cfg, timeout_s=timeout_s, backend=backend)
+    return launch(train_rank, cfg, timeout_s=timeout_s, backend=backend, oversubscribe=oversubscribe)

@@ -237,10 +237,11 @@ def _all_reduce_grads(params, group, size: int) -> None:
         q.grad = part.view_as(q)
 
 
-def run_moe(cfg: MoeRunConfig, *, timeout_s: float = 300.0, backend: str = "gloo") -> list[dict]:
+def run_moe(cfg: MoeRunConfig, *, timeout_s: float = 300.0, backend: str = "gloo",
+            oversubscribe: bool = False) -> list[dict]:
     """Run the reference MoE training on ``dp`` forked ranks; returns each rank's result dict."""
     check_moe_config(cfg)
-    return launch(train_moe_rank, cfg, timeout_s=timeout_s, backend=backend)
+    return launch(train_moe_rank, cfg, timeout_s=timeout_s, backend=backend, oversubscribe=oversubscribe)
 
 
 def load_group_traces(routing_dir: str | Path, parallel: ParallelSpec) -> list:
