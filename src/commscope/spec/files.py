@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from commscope.errors import ConfigError
-from commscope.spec.cluster import ClusterSpec, LinkTier
+from commscope.spec.cluster import ClusterSpec, LinkTier, implausible_link
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 from commscope.units import GB, GiB, TFLOP, canonical_dtype
@@ -347,7 +347,13 @@ def _link_from_mapping(tier: str, d: Any, source: str | None) -> LinkTier:
         if name not in kwargs:
             hint = " (or bandwidth_GBps)" if name == "bandwidth_bytes_per_s" else ""
             raise ConfigError(f"{tier}.{name}", None, f"required key missing from the {tier} table{hint}", source=source)
-    return _build(LinkTier, kwargs, f"the {tier} table", source)
+    link = _build(LinkTier, kwargs, f"the {tier} table", source)
+    for key, bw, lat in (("bandwidth", link.bandwidth_bytes_per_s, None), ("latency", None, link.latency_s)):
+        why = implausible_link(bw, lat)
+        if why is not None:
+            given = next((k for k in d if k.startswith(key)), key)
+            raise ConfigError(f"{tier}.{given}", d.get(given), why, source=source)
+    return link
 
 
 def cluster_from_mapping(d: Mapping[str, Any], *, source: str | None = None, name: str | None = None) -> ClusterSpec:
