@@ -384,5 +384,5 @@ def _collect(procs, conns, timeout_s: float) -> list[Any]:
         hung = [r for r in range(nproc) if r not in results]
         raise LaunchError(f"rank(s) {_ranks_text(hung)} of {nproc} still running after timeout_s={timeout_s:g}; "
                           f"all ranks were killed", rank=hung[0] if len(hung) == 1 else None, timed_out=True,
-                          how="hung", failed_after=tuple(hung[1:]))
+                          how="hung", failed_after=tuple(hung[1:]) if len(hung) == 1 else tuple(hung))
     return [results[r] for r in range(nproc)]

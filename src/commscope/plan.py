@@ -50,6 +50,15 @@ class PlanSpace:
     max_tp: int | None = None
     """Largest tp; default: GPUs per node (TP across nodes is rarely worth it)."""
 
+    def __post_init__(self) -> None:
+        for name in ("micro_batch_sizes", "virtual_pipeline_sizes", "cp_sizes", "ep_sizes"):
+            values = getattr(self, name)
+            if values is not None and (not values or any(v < 1 for v in values)):
+                raise ConfigError(name.replace("_", "-"), ",".join(map(str, values)),
+                                  "must be one or more positive integers, e.g. 1,2,4")
+        if self.max_tp is not None and self.max_tp < 1:
+            raise ConfigError("max-tp", self.max_tp, "must be >= 1")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlanEntry:

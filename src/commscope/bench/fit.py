@@ -177,7 +177,7 @@ def load_points(path: Path, *, group_size: int | None = None,
     ``op`` names the collective of nccl-tests output that does not say."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError("input", str(path), "no such file")
+        raise ConfigError("input", str(path), "is a directory; give a file" if path.is_dir() else "no such file")
     text = path.read_text(errors="replace")
     if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):
         try:

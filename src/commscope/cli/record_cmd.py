@@ -24,14 +24,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Run COMMAND (python train.py, torchrun ..., srun ...) with recording on: each rank "
                                    "writes OUT/rank#####.jsonl. Works with any backend the job asks for.")
     p.add_argument("--out", type=Path, required=True, help="directory for the per-rank logs")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
+    p.add_argument("job", nargs=argparse.REMAINDER, metavar="command", help="the command, after --")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from commscope.errors import ConfigError
 
-    command = list(args.command)
+    command = list(args.job)
     if command and command[0] == "--":
         command = command[1:]
     if not command:

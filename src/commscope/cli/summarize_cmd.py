@@ -72,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{args.logdir}: {len(s['ranks_logged'])} rank logs, world size {s['world_size']}, {s['records']:,} records, "
           f"{s['logical_ops']:,} ops")
-    if failure is not None:
+    if failure is not None and failure.get("rank") is None:  # several ranks hung: no first one to name
+        print(f"failed: ranks {failure.get('stopped_after')} were still running at the launcher's timeout and were killed")
+    elif failure is not None:
         stopped = [r for r in s["unfinished_ranks"] if r != failure.get("rank")]
         print(f"failed: rank {failure.get('rank')} {failure.get('how')} first; "
               f"{f'ranks {stopped} were stopped because of it' if stopped else 'no other rank was cut short'}")

@@ -61,9 +61,10 @@ def _plausible(table: MeasuredTable) -> MeasuredTable:
     hi = LINK_BANDWIDTH_RANGE_BYTES_PER_S[1]
     for r in table.rows:
         if not (math.isfinite(r.busbw_bytes_per_s) and r.busbw_bytes_per_s <= hi):
+            why = implausible_link(r.busbw_bytes_per_s) if math.isfinite(r.busbw_bytes_per_s) else None
             raise ConfigError(f"{r.op} over {r.group_size} ranks at {r.size_bytes} B: busbw",
-                              f"{r.busbw_bytes_per_s / GB:g} GB/s", implausible_link(r.busbw_bytes_per_s)
-                              or "must be a finite number", source=table.source)
+                              f"{r.busbw_bytes_per_s / GB:g} GB/s", why or "must be a finite number",
+                              source=table.source)
     return table
 
 
@@ -77,7 +78,7 @@ def read_bandwidth(path: Path, *, fallback: AlphaBeta | None = None) -> Bandwidt
 def _read_bandwidth(path: Path, fallback: AlphaBeta | None) -> BandwidthModel:
     path = Path(path)
     if not path.is_file():
-        raise ConfigError("bandwidth", str(path), "no such file")
+        raise ConfigError("bandwidth", str(path), "is a directory; give a file" if path.is_dir() else "no such file")
     source = path.name
     suffix = path.suffix.lower()
     text = path.read_text(errors="replace")

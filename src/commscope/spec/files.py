@@ -100,10 +100,12 @@ def read_mapping(path: str | os.PathLike[str]) -> dict[str, Any]:
     """
     p = Path(path)
     suffix = p.suffix.lower()
+    if p.is_dir():
+        raise ConfigError("path", str(p), f"is a directory; give a {', '.join(FILE_SUFFIXES)} file")
     if suffix not in FILE_SUFFIXES:
         raise ConfigError("path", str(p), f"unknown file type {suffix or '(none)'!r}; valid: {', '.join(FILE_SUFFIXES)}")
     if not p.is_file():
-        raise ConfigError("path", str(p), "no such file")
+        raise ConfigError("path", str(p), "is a directory; give a file" if p.is_dir() else "no such file")
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -587,7 +589,8 @@ def _as_file(name_or_path: str | os.PathLike[str]) -> Path | None:
         return p / "config.json"
     text = os.fspath(name_or_path)
     if isinstance(name_or_path, os.PathLike) or os.sep in text or "/" in text or p.suffix.lower() in FILE_SUFFIXES:
-        raise ConfigError("path", text, "no such file")
+        raise ConfigError("path", text, "is a directory without a config.json; give a file" if p.is_dir()
+                          else "no such file")
     return None
 
 
@@ -668,5 +671,6 @@ def load_parallel(path: str | os.PathLike[str] | ParallelSpec | Mapping[str, Any
         return parallel_from_mapping(path)
     p = Path(path)
     if not p.is_file():
-        raise ConfigError("path", os.fspath(path), f"no such file; a parallel configuration is a {', '.join(FILE_SUFFIXES)} file")
+        raise ConfigError("path", os.fspath(path), f"{'is a directory' if p.is_dir() else 'no such file'}; a parallel "
+                                                   f"configuration is a {', '.join(FILE_SUFFIXES)} file")
     return parallel_from_mapping(read_mapping(p), source=str(p))
