@@ -363,7 +363,7 @@ def _collect(procs, conns, timeout_s: float) -> list[Any]:
             if message[0] == "ok":
                 results[rank] = message[1]
             else:
-                errors.append((1, message[2], rank, message[1]))
+                errors.append((1, float(message[2]), rank, str(message[1])))
                 first_error_at = first_error_at or time.monotonic()
     if errors:
         # A rank that died without a word (a signal, os._exit) caused the failures its peers then raised

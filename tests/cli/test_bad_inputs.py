@@ -203,3 +203,83 @@ def test_the_table_covers_every_command() -> None:
                     "shapes", "workload", "moe", "tune", "validate"):
         assert counts.get(command, 0) >= 1, command
     assert sum(counts.values()) == len(BAD_INPUTS) >= 100
+
+
+# --- values that are computed, but never silently: one warning line each ------------------------------------------
+
+def _run(capsys: pytest.CaptureFixture[str], line: str) -> tuple[int, str, str]:
+    code = main(shlex.split(line))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_hugging_face_config_says_what_it_assumed(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                                  "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 131072}))
+    job = "--tp 1 --pp 1 --dp 1 --global-batch-size 1 --micro-batch-size 1 --cluster dgx-a100 --json"
+    code, _, err = _run(capsys, f"traffic --model {config} {job}")
+    assert code == 0
+    warnings = err.strip().splitlines()
+    assert len(warnings) == 2 and all(w.startswith("commscope traffic: warning: ") for w in warnings)
+    assert "no model_type; read as 'llama', guessed from its keys" in warnings[0]
+    assert "seq_length=131072 taken from max_position_embeddings" in warnings[1] and "--seq-length" in warnings[1]
+    code, _, err = _run(capsys, f"traffic --model {config} --seq-length 2048 {job}")
+    assert code == 0 and "max_position_embeddings" not in err  # the user chose: nothing to say
+    config.write_text(json.dumps({**json.loads(config.read_text()), "model_type": "llama"}))
+    code, _, err = _run(capsys, f"traffic --model {config} --seq-length 2048 {job}")
+    assert code == 0 and err == ""
+
+
+def test_an_estimate_that_does_not_fit_in_memory_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    job = "estimate --model gpt-1.5b --tp 1 --pp 1 --dp 1 --global-batch-size 512 --micro-batch-size 64"
+    code, out, err = _run(capsys, job)
+    assert code == 0
+    assert "warning: this configuration does not fit in memory" in out and "GiB" in out
+    code, out, err = _run(capsys, job + " --json")
+    assert code == 0 and json.loads(out)["memory"]["fits"] is False
+    assert err.startswith("commscope estimate: warning: this configuration does not fit in memory")
+    code, out, err = _run(capsys, "estimate --json")  # the defaults fit
+    assert code == 0 and json.loads(out)["memory"]["fits"] is True and err == ""
+
+
+def test_a_parallel_file_and_the_same_flags_give_the_same_job(capsys: pytest.CaptureFixture[str],
+                                                               tmp_path: Path) -> None:
+    """One set of defaults: fields a --parallel file leaves out take the command's defaults, as flags do."""
+    parallel = tmp_path / "parallel.toml"
+    for text, flags in (("tp = 2\n", "--tp 2"), ("pp = 2\nsequence_parallel = true\n", "--pp 2 --sequence-parallel"),
+                        ("dp = 8\n", "--dp 8")):
+        parallel.write_text(text)
+        code, from_file, err = _run(capsys, f"traffic --parallel {parallel} --json")
+        assert code == 0, err
+        code, from_flags, err = _run(capsys, f"traffic {flags} --json")
+        assert code == 0, err
+        assert json.loads(from_file) == json.loads(from_flags), text
+
+
+def test_a_meaningless_fit_is_flagged_and_kept_out_of_the_estimate(capsys: pytest.CaptureFixture[str],
+                                                                   tmp_path: Path) -> None:
+    bench = tmp_path / "bench.json"
+    fitted = tmp_path / "fit.toml"
+    # all_reduce: time grows with size (a real link); sendrecv: flat, i.e. infinite bus bandwidth
+    rows = json.loads(bench_json([1e-4 + 4**i * 1e-7 for i in range(6)]))["rows"]
+    rows += json.loads(bench_json([5e-5] * 6, op="sendrecv", noisy=True))["rows"]
+    bench.write_text(json.dumps({"meta": {"backend": "gloo"}, "rows": rows}))
+    code, out, err = _run(capsys, f"fit {bench} --out {fitted}")
+    assert code == 0
+    warning = [line for line in err.splitlines() if "warning" in line]
+    assert len(warning) == 1 and "sendrecv over 2 ranks: unreliable fit" in warning[0]
+    assert "infinite" in warning[0] or "outside any real link's range" in warning[0]
+    assert "UNRELIABLE sendrecv" in out and "fitted to 6 of 6 rows flagged noisy" in out
+    code, out, err = _run(capsys, f"estimate --tp 1 --pp 2 --dp 2 --global-batch-size 8 --bandwidth {fitted} --json")
+    assert code == 0, err
+    notes = json.loads(out)["notes"]
+    assert any("sendrecv over 2 ranks left out: unreliable fit" in n for n in notes)
+    assert any("no sendrecv fit" in n and "cluster preset" in n for n in notes)  # PP fell back, and says so
+
+
+def test_count_of_bad_inputs_by_command() -> None:
+    """The numbers the issue asks for (printed with -s)."""
+    counts = count_by_command()
+    print("bad inputs by command:", ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), f"(total {len(BAD_INPUTS)})")
+    assert counts["traffic"] >= 20 and counts["bench"] >= 8 and counts["workload"] >= 8

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
-import torch.distributed as dist  # noqa: E402
+import torch.distributed as dist
 
-from commscope.capture.recorder import FAILURE_FILE, read_failure  # noqa: E402
-from commscope.cli.main import main  # noqa: E402
-from commscope.launch import LaunchError  # noqa: E402
-from commscope.spec.parallel import ParallelSpec  # noqa: E402
-from commscope.workloads.gpt import RunConfig, launch, rank_setup, reference_model  # noqa: E402
+from commscope.capture.recorder import FAILURE_FILE, read_failure
+from commscope.cli.main import main
+from commscope.launch import LaunchError
+from commscope.spec.parallel import ParallelSpec
+from commscope.workloads.gpt import RunConfig, launch, rank_setup, reference_model
 
 
 def _dies_on_rank_1(rank: int, world: int, cfg: RunConfig, backend: str) -> int:

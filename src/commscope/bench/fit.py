@@ -363,8 +363,9 @@ def to_toml(result: FitResult, *, command: str | None = None) -> str:
         why = result.why_unreliable(c)
         if why is not None:  # read back, the curve is left out of the model (and the estimate says so)
             out.append(f"unreliable = {_toml_str(why)}")
-        if result.noisy_rows(c) is not None:  # read back, a note in the estimate
-            out.append(f"noisy_rows = {_toml_str(result.noisy_rows(c))}")
+        noisy = result.noisy_rows(c)
+        if noisy is not None:  # read back, a note in the estimate
+            out.append(f"noisy_rows = {_toml_str(noisy)}")
         out.append("segments = [")
         for s in c.segments:
             out.append(f"  {{ size_min_bytes = {s.size_min_bytes}, size_max_bytes = {s.size_max_bytes}, "

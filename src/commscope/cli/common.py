@@ -294,7 +294,6 @@ def estimate_job(prediction, args: argparse.Namespace):
     or fit; ops it lacks fall back to the cluster preset's alpha-beta model, with a note)."""
     from commscope.bandwidth import AlphaBeta
     from commscope.estimate import estimate
-
     from commscope.gpus import gpu_for_cluster
 
     try:
