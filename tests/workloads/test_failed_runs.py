@@ -59,3 +59,15 @@ def test_a_failed_workload_is_one_line_and_its_job_is_written_first(tmp_path: Pa
     assert (logdir / "model.toml").is_file() and (logdir / "parallel.toml").is_file()  # written before the start
     marker = json.loads((logdir / FAILURE_FILE).read_text())
     assert marker["timed_out"] and marker["rank"] is None and marker["stopped_after"] == [0, 1]
+
+
+def test_a_recording_never_goes_into_a_directory_that_holds_one(tmp_path: Path) -> None:
+    import commscope.capture
+    from commscope.errors import ConfigError
+
+    old = tmp_path / "logs"
+    old.mkdir()
+    (old / "rank00000.jsonl").write_text("{}\n")
+    with pytest.raises(ConfigError, match="already holds a recording"), commscope.capture.record(old):
+        pass
+    assert (old / "rank00000.jsonl").read_text() == "{}\n"
