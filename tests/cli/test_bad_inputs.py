@@ -120,6 +120,7 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("plan --gpus 8 --cp-sizes 0,2", "cp-sizes='0,2'"),
     ("plan --gpus 8 --max-tp 0", "max-tp=0"),
     ("plan --gpus 1 --model llama3-405b --cluster dgx-a100", "none of the"),
+    ("plan --gpus 8 --model llama3-8b --cluster dgx1-v100", "no bf16 arithmetic"),
     # --- values with no physical meaning
     ("estimate --seq-length 1002 --cp 2 --tp 1 --pp 1 --dp 4", "divisible by 2 x cp = 4"),
     ("estimate --fp8-format hybrid --cluster dgx-a100", "fp8_format='hybrid'"),

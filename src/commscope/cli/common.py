@@ -289,19 +289,23 @@ def resolve_job(args: argparse.Namespace) -> tuple[ModelSpec, ParallelSpec, Clus
     return model, parallel, cluster
 
 
+def check_gpu_dtype(model: ModelSpec, cluster: ClusterSpec) -> None:
+    """Refuse timing a model in a dtype the cluster's GPU cannot compute in (bf16 on a V100)."""
+    from commscope.gpus import gpu_for_cluster
+
+    try:
+        gpu = gpu_for_cluster(cluster)
+    except ConfigError:  # a cluster of a GPU commscope has no model of: the estimate says how it copes
+        return
+    gpu.check_dtype(model.dtype)
+
+
 def estimate_job(prediction, args: argparse.Namespace):
     """``estimate`` of a prediction with the command's --method, --gpu-util and --bandwidth (a measured table
     or fit; ops it lacks fall back to the cluster preset's alpha-beta model, with a note)."""
     from commscope.bandwidth import AlphaBeta
     from commscope.estimate import estimate
-    from commscope.gpus import gpu_for_cluster
-
-    try:
-        gpu = gpu_for_cluster(prediction.cluster)
-    except ConfigError:  # a cluster of a GPU commscope has no model of: the estimate says how it copes
-        gpu = None
-    if gpu is not None:
-        gpu.check_dtype(prediction.model.dtype)
+    check_gpu_dtype(prediction.model, prediction.cluster)
     bw = None
     if args.bandwidth is not None:
         from commscope.io.bandwidth_file import read_bandwidth
