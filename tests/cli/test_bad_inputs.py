@@ -120,11 +120,9 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("plan --gpus 8 --cp-sizes 0,2", "cp-sizes='0,2'"),
     ("plan --gpus 8 --max-tp 0", "max-tp=0"),
     ("plan --gpus 1 --model llama3-405b --cluster dgx-a100", "none of the"),
-    ("plan --gpus 8 --model llama3-8b --cluster dgx1-v100", "no bf16 arithmetic"),
     # --- values with no physical meaning
     ("estimate --seq-length 1002 --cp 2 --tp 1 --pp 1 --dp 4", "divisible by 2 x cp = 4"),
     ("estimate --fp8-format hybrid --cluster dgx-a100", "fp8_format='hybrid'"),
-    ("estimate --dtype bf16 --cluster dgx1-v100", "no bf16 arithmetic"),
     ("estimate --gpu-util 0", "gpu_util=0.0"),
     ("estimate --gpu-util 1.5", "gpu_util=1.5"),
     ("traffic --cluster {tmp}/fast-cluster.toml", "outside any real link's range"),
@@ -242,6 +240,16 @@ def test_an_estimate_that_does_not_fit_in_memory_says_so(capsys: pytest.CaptureF
     assert err.startswith("commscope estimate: warning: this configuration does not fit in memory")
     code, out, err = _run(capsys, "estimate --json")  # the defaults fit
     assert code == 0 and json.loads(out)["memory"]["fits"] is True and err == ""
+
+
+def test_bf16_on_a_gpu_without_it_is_said(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(capsys, "estimate --dtype bf16 --cluster dgx1-v100 --json")
+    assert code == 0 and json.loads(out)["iteration_time_s"] > 0
+    assert err.strip().splitlines() == [err.strip()] and "has no bf16 arithmetic" in err and "--dtype fp16" in err
+    code, out, err = _run(capsys, "estimate --dtype fp16 --cluster dgx1-v100 --json")
+    assert code == 0 and err == ""
+    code, out, err = _run(capsys, "estimate --dtype bf16 --cluster dgx-a100 --json")
+    assert code == 0 and err == ""
 
 
 def test_a_parallel_file_and_the_same_flags_give_the_same_job(capsys: pytest.CaptureFixture[str],

@@ -289,15 +289,18 @@ def resolve_job(args: argparse.Namespace) -> tuple[ModelSpec, ParallelSpec, Clus
     return model, parallel, cluster
 
 
-def check_gpu_dtype(model: ModelSpec, cluster: ClusterSpec) -> None:
-    """Refuse timing a model in a dtype the cluster's GPU cannot compute in (bf16 on a V100)."""
+def check_gpu_dtype(model: ModelSpec, cluster: ClusterSpec, args: argparse.Namespace | None = None) -> None:
+    """Warn, in one line, when the model's dtype is one the cluster's GPU cannot compute in (bf16 on a V100:
+    timed at the fp16 peak, as the presets of bf16 models on the default V100 cluster always were)."""
     from commscope.gpus import gpu_for_cluster
 
     try:
         gpu = gpu_for_cluster(cluster)
     except ConfigError:  # a cluster of a GPU commscope has no model of: the estimate says how it copes
         return
-    gpu.check_dtype(model.dtype)
+    problem = gpu.dtype_problem(model.dtype)
+    if problem is not None:
+        warn(args, problem)
 
 
 def estimate_job(prediction, args: argparse.Namespace):
@@ -305,7 +308,7 @@ def estimate_job(prediction, args: argparse.Namespace):
     or fit; ops it lacks fall back to the cluster preset's alpha-beta model, with a note)."""
     from commscope.bandwidth import AlphaBeta
     from commscope.estimate import estimate
-    check_gpu_dtype(prediction.model, prediction.cluster)
+    check_gpu_dtype(prediction.model, prediction.cluster, args)
     bw = None
     if args.bandwidth is not None:
         from commscope.io.bandwidth_file import read_bandwidth

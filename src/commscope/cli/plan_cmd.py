@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
     model = resolve_model(args)
     cluster = resolve_cluster(args)
-    check_gpu_dtype(model, cluster)
+    check_gpu_dtype(model, cluster, args)
     if args.top < 1:
         raise ConfigError("top", args.top, "must be >= 1")
     space = PlanSpace(micro_batch_sizes=args.micro_batch_sizes, virtual_pipeline_sizes=args.virtual_pipeline_sizes,
