@@ -62,3 +62,55 @@ def jobs(draw, *, max_world: int = 64, moe: bool | None = False):
         grad_bucket_size=draw(st.sampled_from([None, None, 1000])),
     )
     return model, parallel
+
+
+# --- damaged logs, for fuzzing the parsers of real tools' output ---------------------------------------------------
+
+#: Values a damaged log puts where a number or a JSON value was.
+EXTREME_VALUES = ["1e400", "-1", "nan", "NaN", "inf", "0", "1e30", "99999999999999999999999", "-0", "1e-30", "N/A",
+                  "x", "", "null", '"x"', "[]", "{}", "true", '"[0, 99]"', "100000000000000000000000000000000.0"]
+_NUMBER = r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
+
+
+@st.composite
+def damaged_log(draw, text: str, *, focus: str | None = None):
+    """``text`` with 1-4 damages a real log suffers: lines lost, repeated (a header line inside a table, as two
+    runs' outputs interleave), swapped or cut off; a number or JSON value replaced by an extreme or wrong value
+    or scaled by up to 10^±30. ``focus`` (a regex): lines to damage by preference, so that a 240,000-line trace is
+    damaged where its parser looks."""
+    import re
+
+    lines = text.split("\n")
+    focused = [i for i, line in enumerate(lines) if focus and re.search(focus, line)] or list(range(len(lines)))
+    for _ in range(draw(st.integers(1, 4))):
+        if not lines:
+            break
+        i = draw(st.sampled_from(focused)) if focused and max(focused) < len(lines) else draw(
+            st.integers(0, len(lines) - 1))
+        kind = draw(st.sampled_from(["drop", "repeat", "swap", "value", "scale", "header", "cut", "garbage"]))
+        if kind == "drop":
+            del lines[i]
+        elif kind == "repeat":
+            lines.insert(draw(st.integers(0, len(lines))), lines[i])
+        elif kind == "swap":
+            j = draw(st.integers(0, len(lines) - 1))
+            lines[i], lines[j] = lines[j], lines[i]
+        elif kind == "header":
+            headers = [line for line in lines if line.lstrip().startswith("#")]
+            if headers:
+                lines.insert(i, draw(st.sampled_from(headers)))
+        elif kind == "cut":
+            lines = lines[:i] + [lines[i][: draw(st.integers(0, len(lines[i])))]]
+        elif kind == "garbage":
+            lines.insert(i, draw(st.text(alphabet=st.characters(codec="utf-8"), max_size=40)))
+        else:
+            numbers = list(re.finditer(_NUMBER, lines[i]))
+            if not numbers:
+                continue
+            m = draw(st.sampled_from(numbers))
+            if kind == "value":
+                new = draw(st.sampled_from(EXTREME_VALUES))
+            else:
+                new = repr(float(m.group()) * 10.0 ** draw(st.integers(-30, 30)))
+            lines[i] = lines[i][: m.start()] + new + lines[i][m.end():]
+    return "\n".join(lines)

@@ -21,6 +21,11 @@ class ConfigError(ValueError):
         super().__init__(f"{where}{field}={value!r}: {expected}")
 
 
+class JobFailed(RuntimeError):
+    """A job commscope started failed (a rank died or hung). The command line prints its one-line message and
+    exits with status 1: not the user's input, but not a crash of commscope either."""
+
+
 def check(condition: bool, field: str, value: Any, expected: str) -> None:
     """Raise :class:`ConfigError` unless ``condition`` holds."""
     if not condition:

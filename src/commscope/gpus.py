@@ -172,6 +172,15 @@ class GpuSpec:
             return self.achievable_fraction_fp8
         return self.achievable_fraction
 
+    def dtype_problem(self, dtype: str) -> str | None:
+        """Why this GPU cannot compute in ``dtype`` (bf16 before sm_80, Ampere), or None. :meth:`peak_flops_for`
+        then lets fp16's figure stand in; the command line says so in a warning."""
+        sm = re.search(r"sm_(\d+)", self.architecture or "")
+        if canonical_dtype(dtype) == "bf16" and "bf16" not in self.peak_flops and sm is not None and int(sm.group(1)) < 80:
+            return (f"dtype=bf16 on {self.name} ({self.architecture}), which has no bf16 arithmetic (bf16 needs sm_80, "
+                    "Ampere, or newer): timed at its fp16 peak; give --dtype fp16 for what this GPU would run")
+        return None
+
     def peak_flops_for(self, dtype: str) -> float:
         """Peak FLOP/s for ``dtype``; fp16 and bf16 stand in for each other when only one is given."""
         key = canonical_dtype(dtype)

@@ -28,7 +28,13 @@ cores, and GNU OpenMP's pool must not be used in a child forked from a parent th
 back pickled through one pipe per rank; ranks then wait for each other (through the store) before
 destroying the group, so that none tears down while a peer is still connecting. If a rank raises, every
 rank is stopped and :class:`LaunchError` names the rank and carries its traceback; a rank still running at
-``timeout_s`` is killed the same way.
+``timeout_s`` is killed the same way. A rank that dies without a word (a signal, ``os._exit``) is named before
+the ranks that raised because their peer vanished, with how it died (``killed by signal SIGKILL``).
+
+Every rank dies with the launcher: on Linux each asks the kernel for SIGKILL when its parent exits
+(``PR_SET_PDEATHSIG``), so a launcher that is killed leaves no ranks behind. ``nproc`` is capped at
+:func:`max_local_ranks` (4 per core, at least 8) unless ``oversubscribe``: a mistyped ``--nproc 100000``
+must not fork until the machine stops answering.
 
 :func:`ranks_from_env` reads the same variables from a job started by torchrun or Slurm.
 """
@@ -39,6 +45,8 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import shutil
+import signal
+import sys
 import tempfile
 import time
 import traceback
@@ -47,22 +55,111 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from commscope.errors import ConfigError
+from commscope.errors import ConfigError, JobFailed
 
-__all__ = ["LaunchError", "RankEnv", "ranks_from_env", "spawn"]
+__all__ = ["LaunchError", "RankEnv", "check_backend", "check_nproc", "max_local_ranks", "ranks_from_env", "spawn"]
 
 #: Seconds a stopped rank gets to exit after SIGTERM before SIGKILL.
 _TERM_GRACE_S = 2.0
+#: Ranks per core :func:`spawn` starts without ``oversubscribe`` (the tests run 8 ranks on 2 cores).
+RANKS_PER_CORE = 4
+#: Ranks :func:`spawn` always allows, however few cores.
+MIN_LOCAL_RANKS = 8
 
 
-class LaunchError(RuntimeError):
-    """A rank failed or hung. ``rank`` is the first rank that failed (None: several hung), ``details`` its traceback."""
+class LaunchError(JobFailed):
+    """A rank failed or hung. ``rank`` is the first rank that failed (None: several hung), ``details`` its traceback,
+    ``how`` how it ended (``raised ValueError: ...``, ``killed by signal SIGKILL``, ``exited with code 3``),
+    ``exitcode`` its exit status (negative: the signal), ``failed_after`` the ranks that failed or were stopped
+    after it, and ``summary`` all of that in one line."""
 
-    def __init__(self, message: str, *, rank: int | None, details: str = "", timed_out: bool = False) -> None:
+    def __init__(self, message: str, *, rank: int | None, details: str = "", timed_out: bool = False,
+                 how: str = "", exitcode: int | None = None, failed_after: tuple[int, ...] = (),
+                 summary: str | None = None) -> None:
         super().__init__(message)
         self.rank = rank
         self.details = details
         self.timed_out = timed_out
+        self.how = how
+        self.exitcode = exitcode
+        self.failed_after = failed_after
+        self.summary = summary or message.splitlines()[0]
+
+
+def max_local_ranks() -> int:
+    """Ranks this machine runs without ``oversubscribe``: ``RANKS_PER_CORE`` per usable core, at least 8."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(MIN_LOCAL_RANKS, RANKS_PER_CORE * cores)
+
+
+def check_nproc(nproc: int, *, oversubscribe: bool = False, field: str = "nproc") -> None:
+    """Raise ConfigError unless ``nproc`` ranks can start here (>= 1; <= :func:`max_local_ranks` unless
+    ``oversubscribe``)."""
+    if nproc < 1:
+        raise ConfigError(field, nproc, "must be >= 1")
+    limit = max_local_ranks()
+    if nproc > limit and not oversubscribe:
+        raise ConfigError(field, nproc, f"is more ranks than this machine runs ({os.cpu_count()} cores: at most "
+                                        f"{limit} local ranks); pass --oversubscribe to start them anyway")
+
+
+def check_backend(backend: str, nproc: int = 1) -> None:
+    """Raise ConfigError unless this torch has ``backend`` (gloo, nccl, mpi, ucc, or commscope's recording
+    backend) and, for NCCL, one GPU per rank."""
+    import torch.distributed as dist
+
+    name = backend.lower()
+    available = {"gloo": dist.is_gloo_available, "nccl": dist.is_nccl_available, "mpi": dist.is_mpi_available,
+                 "ucc": getattr(dist, "is_ucc_available", lambda: False)}
+    known = [k for k, ok in available.items() if ok()]
+    if name in available and not available[name]():
+        raise ConfigError("backend", backend, f"this torch {_torch_version()} was built without it; it has "
+                                              f"{', '.join(known) or 'no backend'}")
+    if name not in available and name != "commscope" and ":" not in name:
+        raise ConfigError("backend", backend, f"not a torch.distributed backend; this torch has {', '.join(known)}")
+    if name == "nccl":
+        import torch
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if gpus < nproc:
+            raise ConfigError("backend", backend, f"NCCL needs one GPU per rank: {nproc} rank(s), but this machine "
+                                                  f"has {gpus} (use --backend gloo, or fewer ranks)")
+
+
+def _torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to SIGKILL this process when its parent exits; exit at once if it already has."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):  # no libc symbol: the parent's own cleanup still stops this rank
+            return
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """``killed by signal SIGKILL`` for a negative multiprocessing exit code, ``exited with code 3`` otherwise."""
+    if exitcode is None:
+        return "was still running"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"was killed by signal {name}"
+    return f"exited with code {exitcode}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,8 +208,10 @@ def _start_method(backend: str) -> str:
 
 
 def _child(fn: Callable[..., Any], rank: int, world_size: int, args: Sequence[Any], backend: str, store_path: str,
-           timeout_s: float, env: Mapping[str, str], conn: multiprocessing.connection.Connection) -> None:
+           timeout_s: float, env: Mapping[str, str], conn: multiprocessing.connection.Connection,
+           parent_pid: int) -> None:
     """Body of one rank: init, run, send ("ok", value) or ("error", traceback, when) back, wait for all, destroy."""
+    _die_with_parent(parent_pid)
     try:
         os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
                            "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1"})
@@ -167,18 +266,20 @@ def _stop(procs: Sequence[Any]) -> None:
 
 def spawn(fn: Callable[..., Any], nproc: int, *, args: Sequence[Any] = (), backend: str = "gloo",
           timeout_s: float = 120.0, env: Mapping[str, str] | None = None,
-          start_method: str | None = None) -> list[Any]:
+          start_method: str | None = None, oversubscribe: bool = False) -> list[Any]:
     """Run ``fn(rank, nproc, *args)`` on ``nproc`` ranks of a fresh process group; return the values in rank order.
 
     ``backend``: the torch.distributed backend (``gloo``; ``nccl`` puts rank r on ``cuda:r``).
     ``timeout_s``: wall-clock limit for the whole job (start, ``fn`` and teardown); also the process
     group's collective timeout. ``env``: extra environment variables for the ranks.
     ``start_method``: ``fork`` (default where available and the backend is not NCCL) or ``spawn``.
+    ``oversubscribe``: allow more than :func:`max_local_ranks` ranks.
 
-    Raises LaunchError (a RuntimeError) naming the failing rank with its traceback, or the hung ranks.
+    Raises ConfigError for a rank count beyond the machine or a backend this torch lacks, LaunchError (a RuntimeError) naming the failing rank with its traceback, or the hung ranks.
     """
-    if nproc < 1:
-        raise ConfigError("nproc", nproc, "must be >= 1")
+    check_nproc(nproc, oversubscribe=oversubscribe)
+    if "commscope" not in backend:  # the recording backend wraps one the job's code checks
+        check_backend(backend, nproc)
     if timeout_s <= 0:
         raise ConfigError("timeout_s", timeout_s, "must be > 0")
     method = start_method or _start_method(backend)
@@ -191,7 +292,7 @@ def spawn(fn: Callable[..., Any], nproc: int, *, args: Sequence[Any] = (), backe
             parent_end, child_end = ctx.Pipe(duplex=False)
             p = ctx.Process(target=_child,  # type: ignore[attr-defined]  # typeshed's BaseContext lacks Process name=f"commscope-rank-{rank}", daemon=True,
                             args=(fn, rank, nproc, tuple(args), backend, store_path, timeout_s, dict(env or {}),
-                                  child_end))
+                                  child_end, os.getpid()))
             p.start()
             child_end.close()
             procs.append(p)
@@ -208,11 +309,23 @@ def spawn(fn: Callable[..., Any], nproc: int, *, args: Sequence[Any] = (), backe
         shutil.rmtree(tmpdir, ignore_errors=True)
 
 
+def _died(rank: int, exitcode: int | None) -> tuple[int, float, int, str]:
+    """An ``errors`` entry of :func:`_collect` for a rank that ended without sending a result or an error."""
+    return (0, time.time(), rank, f"rank {rank} {describe_exit(exitcode)} without returning a result\n")
+
+
+def _ranks_text(ranks: Sequence[int]) -> str:
+    """``0, 1, 2`` for up to 16 ranks, ``0, 1, ..., 99 (100 ranks)`` beyond."""
+    if len(ranks) <= 16:
+        return ", ".join(map(str, ranks))
+    return f"{', '.join(map(str, ranks[:8]))}, ..., {ranks[-1]} ({len(ranks)} ranks)"
+
+
 def _collect(procs, conns, timeout_s: float) -> list[Any]:
     nproc = len(procs)
     deadline = time.monotonic() + timeout_s
     results: dict[int, Any] = {}
-    errors: list[tuple[float, int, str]] = []
+    errors: list[tuple[int, float, int, str]] = []  # (0 died silently / 1 raised, when, rank, text)
     rank_of_conn = {id(c): r for r, c in enumerate(conns)}
     rank_of_sentinel = {p.sentinel: r for r, p in enumerate(procs)}
     pending_conns = list(conns)
@@ -235,8 +348,7 @@ def _collect(procs, conns, timeout_s: float) -> list[Any]:
                 procs[rank].join(_TERM_GRACE_S)  # reap it, so its exit code and closed pipe are visible
                 if conn in pending_conns and not conn.poll():  # no message and no EOF (a child of it holds the pipe)
                     pending_conns.remove(conn)
-                    errors.append((time.time(), rank, (f"rank {rank} exited with code {procs[rank].exitcode} "
-                                                      "without returning a result\n")))
+                    errors.append(_died(rank, procs[rank].exitcode))
                     first_error_at = first_error_at or time.monotonic()
                 continue
             rank = rank_of_conn[id(obj)]
@@ -245,21 +357,32 @@ def _collect(procs, conns, timeout_s: float) -> list[Any]:
                 message = conns[rank].recv()  # obj, typed as a Connection
             except (EOFError, OSError):  # the rank closed its pipe without a word: it died
                 procs[rank].join(_TERM_GRACE_S)
-                message = ("error", f"rank {rank} exited with code {procs[rank].exitcode} without returning a result\n",
-                           time.time())
+                errors.append(_died(rank, procs[rank].exitcode))
+                first_error_at = first_error_at or time.monotonic()
+                continue
             if message[0] == "ok":
                 results[rank] = message[1]
             else:
-                errors.append((message[2], rank, message[1]))
+                errors.append((1, float(message[2]), rank, str(message[1])))
                 first_error_at = first_error_at or time.monotonic()
     if errors:
+        # A rank that died without a word (a signal, os._exit) caused the failures its peers then raised
+        # ("Connection closed by peer"), whatever the order the parent heard of them: it is named first.
         errors.sort()
-        _, rank, text = errors[0]
-        others = sorted({r for _, r, _ in errors[1:]} - {rank})
-        also = f" (ranks {', '.join(map(str, others))} failed after it)" if others else ""
-        raise LaunchError(f"rank {rank} of {nproc} failed{also}:\n{text}", rank=rank, details=text)
+        silent, _, rank, text = errors[0]
+        after = tuple(r for r in range(nproc) if r != rank and r not in results)
+        if silent == 0:
+            how = describe_exit(procs[rank].exitcode)
+        else:
+            last = [ln for ln in text.strip().splitlines() if ln.strip()]
+            how = f"raised {last[-1].strip() if last else 'an exception'}"
+        also = f"; rank(s) {_ranks_text(after)} failed or were stopped after it" if after else ""
+        summary = f"rank {rank} of {nproc} failed first: it {how}{also}"
+        raise LaunchError(f"rank {rank} of {nproc} failed{also}:\n{text}", rank=rank, details=text, how=how,
+                          exitcode=procs[rank].exitcode if silent == 0 else 1, failed_after=after, summary=summary)
     if len(results) < nproc:
         hung = [r for r in range(nproc) if r not in results]
-        raise LaunchError(f"rank(s) {', '.join(map(str, hung))} of {nproc} still running after timeout_s={timeout_s:g}; "
-                          f"all ranks were killed", rank=hung[0] if len(hung) == 1 else None, timed_out=True)
+        raise LaunchError(f"rank(s) {_ranks_text(hung)} of {nproc} still running after timeout_s={timeout_s:g}; "
+                          f"all ranks were killed", rank=hung[0] if len(hung) == 1 else None, timed_out=True,
+                          how="hung", failed_after=tuple(hung[1:]) if len(hung) == 1 else tuple(hung))
     return [results[r] for r in range(nproc)]

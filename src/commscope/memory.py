@@ -289,6 +289,11 @@ def memory_per_stage(
     return tuple(out)
 
 
+#: Fraction of a GPU's memory a configuration may plan to use (the rest: CUDA context, allocator fragmentation,
+#: NCCL buffers); ``plan`` keeps configurations under it and ``estimate`` says when one is over it.
+USABLE_MEMORY_FRACTION = 0.9
+
+
 def memory_per_gpu(model: ModelSpec, parallel: ParallelSpec, *, optimizer: str = "adam") -> MemoryBreakdown:
     """Peak memory of the most loaded GPU: every pipeline stage checked, the largest total taken.
 

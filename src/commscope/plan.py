@@ -24,6 +24,7 @@ import numpy as np
 from commscope.bandwidth import alpha_beta_time_s
 from commscope.errors import ConfigError
 from commscope.flops import token_flops
+from commscope.memory import USABLE_MEMORY_FRACTION
 from commscope.spec.cluster import ClusterSpec
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec, Recompute
@@ -48,6 +49,15 @@ class PlanSpace:
     """None: (1,) for dense models, powers of two dividing num_experts for MoE."""
     max_tp: int | None = None
     """Largest tp; default: GPUs per node (TP across nodes is rarely worth it)."""
+
+    def __post_init__(self) -> None:
+        for name in ("micro_batch_sizes", "virtual_pipeline_sizes", "cp_sizes", "ep_sizes"):
+            values = getattr(self, name)
+            if values is not None and (not values or any(v < 1 for v in values)):
+                raise ConfigError(name.replace("_", "-"), ",".join(map(str, values)),
+                                  "must be one or more positive integers, e.g. 1,2,4")
+        if self.max_tp is not None and self.max_tp < 1:
+            raise ConfigError("max-tp", self.max_tp, "must be >= 1")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -233,7 +243,7 @@ def screen_time_s(model: ModelSpec, cluster: ClusterSpec, c: dict[str, np.ndarra
 
 def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_size: int, *, top: int = 10,
          space: PlanSpace = PlanSpace(), refine: int = 64, gpu_util: float | None = None,
-         memory_fraction: float = 0.9, progress: Callable[[int, int], None] | None = None) -> Plan:
+         memory_fraction: float = USABLE_MEMORY_FRACTION, progress: Callable[[int, int], None] | None = None) -> Plan:
     """The ``top`` fastest configurations of ``model`` on ``num_gpus`` GPUs that fit in memory."""
     from commscope.api import predict
     from commscope.estimate import estimate

@@ -46,6 +46,11 @@ PHASES: tuple[str, ...] = get_args(Phase)
 COLLECTIVES: frozenset[str] = frozenset(OP_NAMES) - {"send", "recv"}
 
 
+#: Larger than any one message a training job can send: 1 TiB, several times the memory of the largest GPU
+#: (288 GB), which must hold the whole buffer of any collective (all_gather's gathered output included).
+#: Readers of other tools' logs skip a size above it as damaged, with a problem line.
+MAX_MESSAGE_BYTES = 2**40
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CommOp:
     """One communication operation.

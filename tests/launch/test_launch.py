@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -11,7 +14,15 @@ torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 
 from commscope.errors import ConfigError  # noqa: E402
-from commscope.launch import LaunchError, RankEnv, ranks_from_env, spawn  # noqa: E402
+from commscope.launch import (  # noqa: E402
+    LaunchError,
+    RankEnv,
+    check_backend,
+    check_nproc,
+    max_local_ranks,
+    ranks_from_env,
+    spawn,
+)
 
 
 def _sum_of_ranks(rank, world, scale):
@@ -100,3 +111,98 @@ def test_ranks_from_env():
         ranks_from_env({"RANK": "8", "WORLD_SIZE": "8"})
     with pytest.raises(ConfigError, match="WORLD_SIZE"):
         ranks_from_env({"RANK": "0", "WORLD_SIZE": "two"})
+
+
+def _killed_on_rank_2(rank, world):
+    t = torch.ones(1)
+    dist.all_reduce(t)  # everyone is connected
+    if rank == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.all_reduce(t)  # the others fail here ("Connection closed by peer") after rank 2 vanished
+    return rank
+
+
+def test_a_killed_rank_is_named_first_with_its_signal():
+    # its peers raise too, and may report before the parent sees rank 2's exit: the silent death still comes first
+    with pytest.raises(LaunchError) as info:
+        spawn(_killed_on_rank_2, 4, timeout_s=60)
+    err = info.value
+    assert err.rank == 2 and err.exitcode == -signal.SIGKILL and not err.timed_out
+    assert err.how == "was killed by signal SIGKILL"
+    assert err.summary.startswith("rank 2 of 4 failed first: it was killed by signal SIGKILL; rank(s) 0, 1, 3 ")
+    assert "\n" not in err.summary and err.failed_after == (0, 1, 3)
+
+
+def test_a_raising_rank_is_summarised_in_one_line():
+    with pytest.raises(LaunchError) as info:
+        spawn(_fails_on_rank_1, 3, timeout_s=60)
+    assert info.value.summary.startswith("rank 1 of 3 failed first: it raised ValueError: rank one is broken")
+    assert "\n" not in info.value.summary
+
+
+def test_rank_counts_beyond_the_machine_are_refused_before_any_fork():
+    limit = max_local_ranks()
+    assert limit >= 8
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError, match="--oversubscribe"):
+        spawn(_sum_of_ranks, 100_000)
+    assert time.monotonic() - t0 < 1.0
+    check_nproc(limit + 1, oversubscribe=True)  # the user asked for it
+
+
+def test_a_backend_this_torch_lacks_is_refused():
+    with pytest.raises(ConfigError, match="not a torch.distributed backend"):
+        check_backend("carrier-pigeon")
+    if not dist.is_mpi_available():
+        with pytest.raises(ConfigError, match="built without it"):
+            spawn(_sum_of_ranks, 2, backend="mpi")
+
+
+_ORPHAN_PARENT = """
+import os, sys, time
+from commscope.launch import spawn
+
+def sleeper(rank, world, pid_dir):
+    open(os.path.join(pid_dir, str(os.getpid())), "w").close()
+    time.sleep(120)
+
+spawn(sleeper, 2, args=(sys.argv[1],), timeout_s=300)
+"""
+
+
+def test_ranks_die_with_their_launcher(tmp_path):
+    """A launcher killed with SIGKILL cleans nothing up; the kernel stops its ranks (PR_SET_PDEATHSIG)."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    script = tmp_path / "parent.py"
+    script.write_text(_ORPHAN_PARENT)
+    parent = subprocess.Popen([sys.executable, str(script), str(tmp_path)], env=dict(os.environ))
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len([p for p in tmp_path.iterdir() if p.name.isdigit()]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pids = [int(p.name) for p in tmp_path.iterdir() if p.name.isdigit()]
+        assert len(pids) == 2
+        parent.kill()
+        parent.wait(10)
+        deadline = time.monotonic() + 10
+        alive = pids
+        while alive and time.monotonic() < deadline:
+            alive = [pid for pid in pids if _alive(pid)]
+            time.sleep(0.1)
+        assert alive == []
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        for pid in pids:  # a failed test leaves no sleeping orphans behind
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False

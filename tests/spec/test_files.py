@@ -267,8 +267,10 @@ def clusters(draw):
     pos = st.floats(min_value=1e-3, max_value=1e15, allow_nan=False, allow_infinity=False)
 
     def tier(label):
-        return LinkTier(name=draw(st.text(max_size=12)) or label, bandwidth_bytes_per_s=draw(pos),
-                        latency_s=draw(st.floats(min_value=0, max_value=1e-2)), source=draw(st.text(max_size=20)))
+        # within any real link's range: a cluster file outside it is refused (LINK_BANDWIDTH_RANGE_BYTES_PER_S)
+        return LinkTier(name=draw(st.text(max_size=12)) or label,
+                        bandwidth_bytes_per_s=draw(st.floats(min_value=1e7, max_value=1e13)),
+                        latency_s=draw(st.floats(min_value=1e-7, max_value=1e-2)), source=draw(st.text(max_size=20)))
 
     return ClusterSpec(
         name=draw(st.text(max_size=12)),

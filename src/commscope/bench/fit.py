@@ -24,8 +24,8 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from datetime import datetime, UTC
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ import numpy as np
 
 from commscope.bench.fitted import FITTED_KIND, Curve, FittedModel, Segment, _factor, canonical_op
 from commscope.errors import ConfigError
+from commscope.spec.cluster import implausible_link
 from commscope.units import GB, US
 
 __all__ = ["FitPoint", "FitResult", "Residual", "fit", "fit_curve", "format_fit", "load_points", "to_toml"]
@@ -47,6 +48,8 @@ class FitPoint:
     size_bytes: int
     time_s: float
     intra_node: bool | None = None
+    noisy: bool = False
+    """The measurement flagged this row noisy (commscope bench: coefficient of variation above its threshold)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,9 +79,20 @@ class FitResult:
     backend: str | None = None
     tolerance: float = 0.1
     max_pieces: int = 3
+    unreliable: dict[tuple[str, int, bool | None], str] = field(default_factory=dict)
+    """Why a curve (op, group size, intra_node) means nothing physically: a bus bandwidth outside any real
+    link's range (infinite: time did not grow with size). Such curves are left out of ``estimate --bandwidth``."""
+    noisy: dict[tuple[str, int, bool | None], str] = field(default_factory=dict)
+    """Curves fitted mostly to rows the measurement flagged noisy (``7 of 7 rows``): used, with a note."""
 
     def model(self, **kwargs: Any) -> FittedModel:
         return FittedModel(curves=list(self.curves), source=self.source, **kwargs)
+
+    def why_unreliable(self, curve: Curve) -> str | None:
+        return self.unreliable.get((curve.op, curve.group_size, curve.intra_node))
+
+    def noisy_rows(self, curve: Curve) -> str | None:
+        return self.noisy.get((curve.op, curve.group_size, curve.intra_node))
 
     def max_rel_error(self, op: str, group_size: int) -> float:
         errs = [abs(r.rel_error) for r in self.residuals if r.op == op and r.group_size == group_size]
@@ -113,20 +127,25 @@ def _points_from_bench(data: dict, source: str) -> tuple[list[FitPoint], dict[st
                               "need size_bytes > 0, a finite time_s > 0 and group_size >= 2", source=source)
         intra = row.get("intra_node")
         points.append(FitPoint(op=canonical_op(row["op"]), group_size=n, size_bytes=size, time_s=t,
-                               intra_node=intra if isinstance(intra, bool) else None))
+                               intra_node=intra if isinstance(intra, bool) else None, noisy=bool(row.get("noisy"))))
     meta = data.get("meta", {}) if isinstance(data.get("meta"), dict) else {}
     return points, {"time_kind": "median", "backend": meta.get("backend")}
 
 
-def _points_from_nccl_tests(path: Path, group_size: int | None) -> tuple[list[FitPoint], dict[str, Any]]:
+def _points_from_nccl_tests(path: Path, group_size: int | None,
+                            op: str | None = None) -> tuple[list[FitPoint], dict[str, Any]]:
     from commscope.io.nccl_tests import parse_nccl_tests
 
     try:
-        result = parse_nccl_tests(path)
+        result = parse_nccl_tests(path, op=op)
     except ValueError as exc:
         raise ConfigError("input", path.name, str(exc)) from None
     by_key: dict[tuple[str, int, int, bool | None], Any] = {}
     for row in result.rows:
+        if row.op == "unknown":  # no header names the test and the rows fit no collective's arithmetic
+            raise ConfigError("input", path.name, f"{row.source}: the collective of these rows cannot be told (no "
+                                                  "command line names the test binary and the rows fit none); give "
+                                                  "it with --op all_reduce (or all_gather, ...)")
         n = group_size or getattr(row, "group_size", None)
         if not n:
             raise ConfigError("group_size", None, f"{path.name} does not say how many ranks ran; give --group-size N",
@@ -152,11 +171,13 @@ def _points_from_nccl_tests(path: Path, group_size: int | None) -> tuple[list[Fi
     return points, {"time_kind": "mean", "backend": "nccl-tests"}
 
 
-def load_points(path: Path, *, group_size: int | None = None) -> tuple[list[FitPoint], dict[str, Any]]:
-    """Rows of ``path`` (bench JSON or nccl-tests stdout) as FitPoints, with ``time_kind`` and ``backend``."""
+def load_points(path: Path, *, group_size: int | None = None,
+                op: str | None = None) -> tuple[list[FitPoint], dict[str, Any]]:
+    """Rows of ``path`` (bench JSON or nccl-tests stdout) as FitPoints, with ``time_kind`` and ``backend``;
+    ``op`` names the collective of nccl-tests output that does not say."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError("input", str(path), "no such file")
+        raise ConfigError("input", str(path), "is a directory; give a file" if path.is_dir() else "no such file")
     text = path.read_text(errors="replace")
     if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):
         try:
@@ -168,9 +189,9 @@ def load_points(path: Path, *, group_size: int | None = None) -> tuple[list[FitP
         points, info = _points_from_bench(data, path.name)
         if group_size:
             points = [FitPoint(op=p.op, group_size=group_size, size_bytes=p.size_bytes, time_s=p.time_s,
-                               intra_node=p.intra_node) for p in points]
+                               intra_node=p.intra_node, noisy=p.noisy) for p in points]
         return points, info
-    return _points_from_nccl_tests(path, group_size)
+    return _points_from_nccl_tests(path, group_size, op)
 
 
 # --- fitting ----------------------------------------------------------------------------------------------
@@ -254,11 +275,15 @@ def fit(points: Iterable[FitPoint], *, source: str = "measurements", time_kind: 
     if max_pieces < 1:
         raise ConfigError("max_pieces", max_pieces, "must be >= 1")
     groups: dict[tuple[str, int, bool | None], dict[int, list[float]]] = {}
+    noisy: dict[tuple[str, int, bool | None], list[bool]] = {}
     for p in points:
         groups.setdefault((p.op, p.group_size, p.intra_node), {}).setdefault(p.size_bytes, []).append(p.time_s)
+        noisy.setdefault((p.op, p.group_size, p.intra_node), []).append(p.noisy)
     if not groups:
         raise ConfigError("input", source, "has no rows to fit")
     curves, residuals = [], []
+    unreliable: dict[tuple[str, int, bool | None], str] = {}
+    noisy_rows: dict[tuple[str, int, bool | None], str] = {}
     for (op, n, intra), by_size in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], str(kv[0][2]))):
         if len(by_size) < 2:
             only = next(iter(by_size))
@@ -272,11 +297,27 @@ def fit(points: Iterable[FitPoint], *, source: str = "measurements", time_kind: 
                              busbw_bytes_per_s=f / b if b > 0 else math.inf) for s, e, a, b in pieces)
         curve = Curve(op=op, group_size=n, segments=segs, intra_node=intra)
         curves.append(curve)
+        why = _unreliable(segs[-1])
+        if why is not None:
+            unreliable[(op, n, intra)] = why
+        flags = noisy[(op, n, intra)]
+        if sum(flags) * 2 > len(flags):
+            noisy_rows[(op, n, intra)] = f"{sum(flags)} of {len(flags)}"
         for s, t in zip(sizes, times):
             residuals.append(Residual(op=op, group_size=n, size_bytes=int(s), measured_time_s=t,
                                       fitted_time_s=curve.time_s(s, f)))
     return FitResult(curves=tuple(curves), residuals=tuple(residuals), source=source, time_kind=time_kind,
-                     backend=backend, tolerance=tolerance, max_pieces=max_pieces)
+                     backend=backend, tolerance=tolerance, max_pieces=max_pieces, unreliable=unreliable, noisy=noisy_rows)
+
+
+def _unreliable(largest: Segment) -> str | None:
+    """Why a fitted curve means nothing physically, judged on the segment of its largest messages (where bus
+    bandwidth, not latency, sets the time: a small-message segment may rightly be flat)."""
+    if math.isinf(largest.busbw_bytes_per_s):
+        return (f"infinite bus bandwidth: the time did not grow with size up to {largest.size_max_bytes:,} B "
+                "(measure larger messages)")
+    why = implausible_link(largest.busbw_bytes_per_s)
+    return None if why is None else f"bus bandwidth {why}"
 
 
 # --- output -----------------------------------------------------------------------------------------------
@@ -322,6 +363,12 @@ def to_toml(result: FitResult, *, command: str | None = None, table_prefix: str 
         if c.intra_node is not None:
             out.append(f"intra_node = {'true' if c.intra_node else 'false'}")
         out.append(f"max_rel_error = {_toml_float(result.max_rel_error(c.op, c.group_size))}")
+        why = result.why_unreliable(c)
+        if why is not None:  # read back, the curve is left out of the model (and the estimate says so)
+            out.append(f"unreliable = {_toml_str(why)}")
+        noisy = result.noisy_rows(c)
+        if noisy is not None:  # read back, a note in the estimate
+            out.append(f"noisy_rows = {_toml_str(noisy)}")
         out.append("segments = [")
         for s in c.segments:
             out.append(f"  {{ size_min_bytes = {s.size_min_bytes}, size_max_bytes = {s.size_max_bytes}, "
@@ -347,6 +394,10 @@ def format_fit(result: FitResult) -> str:
             err = f"{worst:>9.1%}" if i == 0 else ""
             lines.append(f"{c.op if i == 0 else '':>16}  {c.group_size if i == 0 else '':>4}  {rng:>21}  "
                          f"{s.alpha_s / US:>10.2f}  {s.busbw_bytes_per_s / GB:>12.4g}  {err}")
+    lines += [f"# UNRELIABLE {c.op} over {c.group_size} ranks: {result.why_unreliable(c)}" for c in result.curves
+              if result.why_unreliable(c)]
+    lines += [f"# noisy: {c.op} over {c.group_size} ranks fitted to {result.noisy_rows(c)} rows flagged noisy"
+              for c in result.curves if result.noisy_rows(c)]
     lines += ["#", (f"#{'op':>15}  {'n':>4}  {'size (B)':>12}  {'measured (us)':>13}  {'fitted (us)':>11}  "
                    f"{'rel err':>8}")]
     for r in result.residuals:

@@ -173,11 +173,17 @@ def _num(item: dict, key: str, where: str, source: str) -> float:
     return value
 
 
-def curves_from_mapping(data: dict, source: str) -> list[Curve]:
-    """Curves from a parsed fitted-model TOML (``[[curves]]`` with inline ``segments``)."""
+def curves_from_mapping(data: dict, source: str, notes: list[str] | None = None) -> list[Curve]:
+    """Curves from a parsed fitted-model TOML (``[[curves]]`` with inline ``segments``). A curve ``commscope fit``
+    marked ``unreliable`` is left out, with a line in ``notes`` saying why."""
     curves = []
-    for i, item in enumerate(data.get("curves", []), start=1):
+    items = data.get("curves", [])
+    if not isinstance(items, list):
+        raise ConfigError("curves", type(items).__name__, "must be a list of [[curves]] tables", source=source)
+    for i, item in enumerate(items, start=1):
         where = f"curves[{i}]"
+        if not isinstance(item, dict):
+            raise ConfigError(where, item, "must be a table", source=source)
         if "op" not in item or "group_size" not in item:
             raise ConfigError(where, dict(item), "lacks op or group_size", source=source)
         segs = []
@@ -191,11 +197,23 @@ def curves_from_mapping(data: dict, source: str) -> list[Curve]:
                                 alpha_s=_num(seg, "alpha_us", w, source) * US, busbw_bytes_per_s=busbw))
         if not segs:
             raise ConfigError(where, item["op"], "has no segments", source=source)
+        if item.get("unreliable"):
+            skipped = f"{source}: {item['op']} over {item['group_size']} ranks left out: unreliable fit ({item['unreliable']})"
+            if notes is not None:
+                notes.append(skipped)
+            continue
+        if item.get("noisy_rows") and notes is not None:
+            notes.append(f"{source}: {item['op']} over {item['group_size']} ranks was fitted to {item['noisy_rows']} "
+                         "rows flagged noisy; its times are uncertain")
         intra = item.get("intra_node")
         curves.append(Curve(op=canonical_op(item["op"]), group_size=int(item["group_size"]),
                             segments=tuple(sorted(segs, key=lambda s: s.size_min_bytes)),
                             intra_node=intra if isinstance(intra, bool) else None))
     if not curves:
+        left_out = [n for n in notes or [] if "unreliable fit" in n]
+        if left_out:
+            raise ConfigError("bandwidth", source, f"every fitted curve is unreliable ({left_out[0].split('(', 1)[-1]}; "
+                                                   "measure again")
         raise ConfigError("bandwidth", source, "has no [[curves]] (expected a file written by `commscope fit`)")
     return curves
 
@@ -212,4 +230,6 @@ def read_fitted(path: Path, *, fallback: AlphaBeta | None = None) -> FittedModel
     kind = data.get("model", {}).get("kind")
     if kind != FITTED_KIND:
         raise ConfigError("bandwidth", path.name, f"[model] kind={kind!r}: expected {FITTED_KIND!r}")
-    return FittedModel(curves=curves_from_mapping(data, path.name), source=path.name, fallback=fallback)
+    notes: list[str] = []
+    curves = curves_from_mapping(data, path.name, notes)
+    return FittedModel(curves=curves, source=path.name, fallback=fallback, notes=notes)

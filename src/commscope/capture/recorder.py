@@ -31,6 +31,44 @@ from commscope.io.oplog import STEP_KEY, json_quote
 
 RECORD_ENV = "COMMSCOPE_RECORD"
 LOG_FORMAT = "commscope-ops"
+#: The marker a launcher leaves in a recording when a rank died: which rank failed first and how.
+FAILURE_FILE = "failure.json"
+
+
+def check_fresh_logdir(logdir: str | os.PathLike, field: str = "out") -> None:
+    """Refuse a directory that already holds a recording (``rank*.jsonl``): records are never appended to an
+    earlier run's logs, where they would be mixed with it."""
+    from commscope.errors import ConfigError
+
+    path = Path(logdir)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(field, str(path), "is a file, not a directory; give a directory for the rank logs")
+    old = sorted(path.glob("rank*.jsonl")) if path.is_dir() else []
+    if old:
+        raise ConfigError(field, str(path), f"already holds a recording ({old[0].name}, {len(old)} rank log(s)); "
+                                            "choose a new directory or remove the old one (recordings are never "
+                                            "appended to)")
+
+
+def write_failure(logdir: Path, error: Any, *, world_size: int) -> None:
+    """Leave ``logdir/failure.json`` naming the rank that failed first and how (from a
+    :class:`commscope.launch.LaunchError`), so a reader tells it from the ranks stopped because of it."""
+    marker = {"rank": error.rank, "how": error.how, "exitcode": error.exitcode, "timed_out": error.timed_out,
+              "stopped_after": list(error.failed_after), "world_size": world_size, "time_ns": time.time_ns()}
+    with contextlib.suppress(OSError):  # the failure itself is what the user must hear about
+        logdir.mkdir(parents=True, exist_ok=True)
+        (logdir / FAILURE_FILE).write_text(json.dumps(marker) + "\n")
+
+
+def read_failure(logdir: str | os.PathLike) -> dict | None:
+    """The failure marker of a recording, or None when the run did not fail under a commscope launcher (or the
+    marker is unreadable)."""
+    try:
+        marker = json.loads((Path(logdir) / FAILURE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) else None
+
 
 class RankLog:
     """Thread-safe JSONL writer for one rank: the sink the recording process groups hand records to."""
@@ -47,6 +85,7 @@ class RankLog:
         self.rank: int | None = None
         self._step: int | None = None
         self._step_start_ns: int | None = None  # start of the step being timed (None: no step open)
+        self._written = False  # whether this log has written its file (a reopen after close appends to it)
 
     @property
     def step(self) -> int | None:
@@ -94,8 +133,14 @@ class RankLog:
         self.logdir.mkdir(parents=True, exist_ok=True)
         path = self.logdir / f"rank{self.rank:05d}.jsonl"
         fresh = not path.exists() or path.stat().st_size == 0
+        if not fresh and not self._written:  # another run's log: never mix records into it
+            from commscope.errors import ConfigError
+
+            raise ConfigError("logdir", str(self.logdir), f"already holds {path.name} of an earlier recording; "
+                                                          "record into a new directory")
+        self._written = True
         self._file = path.open("a", encoding="utf-8")
-        if not fresh:  # reopened (a late record after close, or a second recording session): no second header
+        if not fresh:  # reopened by this log (a late record after close): no second header
             return
         world = None
         with contextlib.suppress(Exception):
@@ -224,6 +269,8 @@ def start(logdir: str | os.PathLike, *, batch: int = 256, flush_s: float = 1.0) 
         if not isinstance(default, pg.RecordingProcessGroup):
             raise RuntimeError("commscope.capture.record() must start before torch.distributed.init_process_group(); "
                                "the default process group already exists and cannot be wrapped")
+    if os.environ.get(RECORD_ENV) != os.fspath(logdir):  # `commscope record` checked before the job started
+        check_fresh_logdir(logdir, "logdir")
     pg.register()
     log = RankLog(Path(logdir), batch=batch, flush_s=flush_s)
     pg.set_sink(log)

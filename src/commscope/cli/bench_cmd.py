@@ -81,6 +81,8 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     r.add_argument("--nproc", type=int, default=None,
                    help="start this many local ranks (forked); without it, join the torchrun job of this process")
     r.add_argument("--backend", default=None, help="gloo or nccl (default: nccl when CUDA is available, else gloo)")
+    r.add_argument("--oversubscribe", action="store_true",
+                   help="start --nproc ranks even beyond 4 per core (default: refuse more)")
     r.add_argument("--timeout", type=float, default=1800.0, metavar="S",
                    help="seconds before hung ranks are killed (default 1800)")
     o = p.add_argument_group("output")
@@ -136,19 +138,19 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
         if args.nproc < 2:
             raise ConfigError("nproc", args.nproc, "a collective needs at least 2 ranks")
         check_world(cfg, args.nproc, backend)
-        if "nccl" in backend:
-            import torch
+        from commscope.cli.common import check_out_file
+        from commscope.launch import check_backend, check_nproc
 
-            gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-            if gpus < args.nproc:
-                raise ConfigError("backend", backend, f"NCCL needs one GPU per rank: --nproc {args.nproc}, but this "
-                                                      f"machine has {gpus} (use --backend gloo, or fewer ranks)")
+        check_nproc(args.nproc, oversubscribe=args.oversubscribe)
+        check_backend(backend, args.nproc)
+        check_out_file(args.out)
         from commscope.launch import spawn
 
         try:
-            outs = spawn(_rank_main, args.nproc, args=(cfg, quiet, command), backend=backend, timeout_s=args.timeout)
+            outs = spawn(_rank_main, args.nproc, args=(cfg, quiet, command), backend=backend, timeout_s=args.timeout,
+                         oversubscribe=args.oversubscribe)
         except LaunchError as exc:
-            print(f"commscope bench: error: {exc}", file=sys.stderr)
+            print(f"commscope bench: error: {exc.summary}", file=sys.stderr)
             return EXIT_FAILED
         result, failed = outs[0]
         return _finish(args, result, failed)
@@ -162,6 +164,9 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
     created = False
     if not dist.is_initialized():
         check_world(cfg, env.world_size, backend)
+        from commscope.launch import check_backend
+
+        check_backend(backend)
         device_id = None
         if "nccl" in backend:
             device_id = torch.device("cuda", env.local_rank)

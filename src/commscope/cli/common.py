@@ -7,8 +7,12 @@ the built-in defaults below.
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import sys
 from dataclasses import fields, replace
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
 
 from commscope.errors import ConfigError
 from commscope.spec.cluster import ClusterSpec
@@ -19,6 +23,60 @@ from commscope.spec.parallel import ParallelSpec
 DEFAULT_MODEL = "gpt-1.5b"
 DEFAULT_CLUSTER = "dgx1-v100"
 DEFAULT_PARALLEL = {"tp": 2, "pp": 4, "dp": 4, "global_batch_size": 512, "micro_batch_size": 4}
+
+class Parser(argparse.ArgumentParser):
+    """ArgumentParser whose errors are one line with a pointer to ``--help`` (exit 2), not a usage dump.
+
+    Sub-commands inherit it: ``add_subparsers`` makes sub-parsers of the class of the parser it hangs from.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def warn(args: argparse.Namespace | None, message: str) -> None:
+    """One warning line on stderr: ``commscope estimate: warning: ...``."""
+    command = getattr(args, "command", None)
+    print(f"commscope{' ' + command if command else ''}: warning: {message}", file=sys.stderr)
+
+
+def os_error_message(exc: OSError) -> str:
+    """One line for an OSError a command met reading or writing a user's path (full disk, not a directory, ...)."""
+    reason = exc.strerror or str(exc)
+    if exc.errno == errno.ENOSPC:
+        reason += " (the disk is full)"
+    elif exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        reason += " (choose a writable place)"
+    elif exc.errno in (errno.EEXIST, errno.ENOTDIR):
+        reason += " (a file is in the way of a directory)"
+    where = exc.filename if exc.filename is not None else ""
+    return f"{reason}: {where}" if where else reason
+
+
+def check_out_dir(path: Path | None, field: str = "out") -> None:
+    """Refuse an output directory that cannot be made before any work starts: a file (or a file among its
+    parents), or an existing parent the user cannot write into."""
+    if path is None:
+        return
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise ConfigError(field, str(path), f"{p} is a file, not a directory; give a directory")
+            if p != path and not os.access(p, os.W_OK | os.X_OK):
+                raise ConfigError(field, str(path), f"cannot create it: {p} is not writable")
+            if p == path and not os.access(p, os.W_OK | os.X_OK):
+                raise ConfigError(field, str(path), "is not writable; choose a writable directory")
+            return
+
+
+def check_out_file(path: Path | None, field: str = "out") -> None:
+    """Refuse an output file that is a directory or whose directory cannot be written, before any work."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise ConfigError(field, str(path), "is a directory; give a file name")
+    check_out_dir(path.parent if str(path.parent) else Path("."), field)
+
 
 # (flags, dest, type, help) — dest is the spec field
 _MODEL_FLAGS: list[tuple[tuple[str, ...], str, Any, str]] = [
@@ -175,7 +233,13 @@ def resolve_model(args: argparse.Namespace) -> ModelSpec:
     from commscope.spec.files import load_model
 
     model = load_model(args.model or DEFAULT_MODEL)
-    return _replace(model, _given(args, "model"))
+    given = _given(args, "model")
+    if args.model:
+        from commscope.spec.files import hf_config_notes
+
+        for note in hf_config_notes(args.model, seq_len_given="seq_len" in given):
+            warn(args, note)
+    return _replace(model, given)
 
 
 def resolve_cluster(args: argparse.Namespace) -> ClusterSpec:
@@ -187,13 +251,9 @@ def resolve_cluster(args: argparse.Namespace) -> ClusterSpec:
 
 def resolve_parallel(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> ParallelSpec:
     """ParallelSpec from --parallel file and flags over ``defaults`` (DEFAULT_PARALLEL when None)."""
-    from commscope.spec.files import load_parallel
-
     values: dict[str, Any] = dict(DEFAULT_PARALLEL if defaults is None else defaults)
-    if args.parallel:
-        from commscope.spec.files import parallel_to_mapping
-
-        values = {**values, **parallel_to_mapping(load_parallel(args.parallel))}
+    file_values = parallel_file_values(args.parallel) if args.parallel else {}
+    values.update(file_values)  # one set of defaults: a file sets what it names, as flags do
     given = _given(args, "parallel")
     values.update(given)
     gpus = getattr(args, "gpus", None)
@@ -201,7 +261,7 @@ def resolve_parallel(args: argparse.Namespace, defaults: dict[str, Any] | None =
         if gpus < 1:
             raise ConfigError("gpus", gpus, "must be a positive integer")
         per_replica = values.get("tp", 1) * values.get("pp", 1) * values.get("cp", 1)
-        if "dp" not in given and not (args.parallel and "dp" in parallel_file_keys(args.parallel)):
+        if "dp" not in given and "dp" not in file_values:
             if gpus % per_replica:
                 raise ConfigError("gpus", gpus, f"must be a multiple of tp x pp x cp = {per_replica}")
             values["dp"] = gpus // per_replica
@@ -212,10 +272,15 @@ def resolve_parallel(args: argparse.Namespace, defaults: dict[str, Any] | None =
     return ParallelSpec(**values)
 
 
-def parallel_file_keys(path: str) -> set[str]:
-    from commscope.spec.files import read_mapping
+def parallel_file_values(path: str) -> dict[str, Any]:
+    """The ParallelSpec fields a ``--parallel`` file names (checked and converted), and only those: fields it
+    leaves out keep the command's defaults, exactly as when the same values are given as flags."""
+    from commscope.spec.files import parallel_fields
 
-    return set(read_mapping(path))
+    values = parallel_fields(path)
+    if not values:
+        raise ConfigError("parallel", path, "is empty; give ParallelSpec fields, e.g. tp = 2 and pp = 4")
+    return values
 
 
 def resolve_job(args: argparse.Namespace) -> tuple[ModelSpec, ParallelSpec, ClusterSpec]:
@@ -229,12 +294,26 @@ def resolve_job(args: argparse.Namespace) -> tuple[ModelSpec, ParallelSpec, Clus
     return model, parallel, cluster
 
 
+def check_gpu_dtype(model: ModelSpec, cluster: ClusterSpec, args: argparse.Namespace | None = None) -> None:
+    """Warn, in one line, when the model's dtype is one the cluster's GPU cannot compute in (bf16 on a V100:
+    timed at the fp16 peak, as the presets of bf16 models on the default V100 cluster always were)."""
+    from commscope.gpus import gpu_for_cluster
+
+    try:
+        gpu = gpu_for_cluster(cluster)
+    except ConfigError:  # a cluster of a GPU commscope has no model of: the estimate says how it copes
+        return
+    problem = gpu.dtype_problem(model.dtype)
+    if problem is not None:
+        warn(args, problem)
+
+
 def estimate_job(prediction, args: argparse.Namespace):
     """``estimate`` of a prediction with the command's --method, --gpu-util and --bandwidth (a measured table
     or fit; ops it lacks fall back to the cluster preset's alpha-beta model, with a note)."""
     from commscope.bandwidth import AlphaBeta
     from commscope.estimate import estimate
-
+    check_gpu_dtype(prediction.model, prediction.cluster, args)
     bw = None
     if args.bandwidth is not None:
         from commscope.io.bandwidth_file import read_bandwidth

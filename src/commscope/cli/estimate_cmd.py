@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from commscope.cli.common import add_job_args, add_routing_args, estimate_job, resolve_job
+from commscope.cli.common import add_job_args, add_routing_args, estimate_job, resolve_job, warn
 from commscope.estimate import METHODS
 from commscope.traffic import ALGORITHMS
 
@@ -39,14 +39,35 @@ def run(args: argparse.Namespace) -> int:
     model, parallel, cluster = resolve_job(args)
     pred = predict(model, parallel, cluster, algorithm=args.algorithm, routing=job_routing(args, model, parallel))
     est = estimate_job(pred, args)
+    memory = memory_check(model, parallel, cluster)
     if args.json:
-        json.dump({"model": model.name, "cluster": cluster.name, **est.to_dict()}, sys.stdout, indent=2)
+        json.dump({"model": model.name, "cluster": cluster.name, **est.to_dict(), "memory": memory}, sys.stdout,
+                  indent=2)
         sys.stdout.write("\n")
     else:
         print(format_estimate(est, title=f"{model.name} on {cluster.name}: {parallel.world_size} GPUs, tp={parallel.tp} "
                                          f"pp={parallel.pp} dp={parallel.dp} cp={parallel.cp} ep={parallel.ep}, "
                                          f"{parallel.num_micro_batches} micro-batches"))
+        if not memory["fits"]:
+            print(f"warning: {memory['message']}")
+    if args.json and not memory["fits"]:
+        warn(args, memory["message"])
     return 0
+
+
+def memory_check(model, parallel, cluster) -> dict:
+    """Peak memory of the most loaded GPU against what ``plan`` allows (``USABLE_MEMORY_FRACTION`` of the GPU):
+    an estimate of a configuration that cannot run says so beside its numbers."""
+    from commscope.memory import USABLE_MEMORY_FRACTION, memory_per_gpu
+
+    peak = memory_per_gpu(model, parallel)
+    limit = USABLE_MEMORY_FRACTION * cluster.memory_bytes
+    fits = peak.total_bytes <= limit
+    message = "" if fits else (
+        f"this configuration does not fit in memory: {peak.total_bytes / 2**30:.1f} GiB on the most loaded GPU "
+        f"(pipeline stage {peak.stage}) > {USABLE_MEMORY_FRACTION:.0%} of {cluster.memory_bytes / 2**30:.0f} GiB; "
+        "the estimate is of a job that cannot run (`commscope plan` lists ones that fit)")
+    return {"peak_bytes": peak.total_bytes, "stage": peak.stage, "limit_bytes": limit, "fits": fits, "message": message}
 
 
 def format_estimate(est, *, title: str) -> str:

@@ -23,6 +23,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=None, help="write the fitted model (TOML)")
     p.add_argument("--group-size", type=int, default=None,
                    help="ranks the measurements ran on, when the input does not say (nccl-tests output without device lines)")
+    p.add_argument("--op", default=None,
+                   help="the collective of nccl-tests output whose header does not name the test (all_reduce, ...)")
     p.add_argument("--tolerance", type=float, default=0.1,
                    help="largest relative error one piece may leave before the sizes are split (default 0.1)")
     p.add_argument("--max-pieces", type=int, default=3, help="most size ranges per op and group size (default 3)")
@@ -32,12 +34,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from commscope.bench.fit import fit, format_fit, load_points, to_toml
+    from commscope.cli.common import warn
 
     if args.group_size is not None and args.group_size < 2:
         raise ConfigError("group_size", args.group_size, "must be >= 2")
-    points, info = load_points(args.input, group_size=args.group_size)
+    points, info = load_points(args.input, group_size=args.group_size, op=args.op)
     result = fit(points, source=Path(args.input).name, time_kind=info["time_kind"], backend=info.get("backend"),
                  tolerance=args.tolerance, max_pieces=args.max_pieces)
+    for c in result.curves:
+        why = result.why_unreliable(c)
+        if why is not None:
+            warn(args, f"{c.op} over {c.group_size} ranks: unreliable fit, left out of `estimate --bandwidth`: {why}")
     if args.out is not None:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -46,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         json.dump({"source": result.source, "time": result.time_kind,
                    "curves": [{"op": c.op, "group_size": c.group_size, "intra_node": c.intra_node,
+                               "unreliable": result.why_unreliable(c), "noisy_rows": result.noisy_rows(c),
                                "max_rel_error": result.max_rel_error(c.op, c.group_size),
                                "segments": [{"size_min_bytes": s.size_min_bytes, "size_max_bytes": s.size_max_bytes,
                                              "alpha_s": s.alpha_s, "busbw_bytes_per_s": s.busbw_bytes_per_s

@@ -6,14 +6,15 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from commscope.errors import ConfigError
+from commscope.cli.common import Parser, os_error_message
+from commscope.errors import ConfigError, JobFailed
 
 _COMMANDS = ("traffic", "estimate", "plan", "presets", "record", "summarize", "compare", "bench", "fit", "calibrate", "report",
              "shapes", "workload", "moe", "tune", "validate", "export")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="commscope",
         description="How distributed training communicates and what it costs.",
     )
@@ -35,18 +36,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
-        parser.print_help()
-        return 2
+        parser.error(f"give a command: {', '.join(_COMMANDS)}")
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
         print(f"commscope {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
-        print(f"commscope {args.command}: error: {exc.strerror or exc}: {exc.filename}", file=sys.stderr)
-        return 2
+    except JobFailed as exc:  # a rank of a job commscope started died: name it, no traceback of the launcher
+        print(f"commscope {args.command}: error: {getattr(exc, 'summary', exc)}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # e.g. `commscope traffic --json | head`
         return 0
+    except OSError as exc:  # a path the user gave: missing, a file, unwritable, a full disk
+        print(f"commscope {args.command}: error: {os_error_message(exc)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from commscope.cli.common import add_cluster_args, add_model_args, int_list, resolve_cluster, resolve_model
+from commscope.cli.common import add_cluster_args, add_model_args, check_gpu_dtype, int_list, resolve_cluster, resolve_model
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
     model = resolve_model(args)
     cluster = resolve_cluster(args)
+    check_gpu_dtype(model, cluster, args)
     if args.top < 1:
         raise ConfigError("top", args.top, "must be >= 1")
     space = PlanSpace(micro_batch_sizes=args.micro_batch_sizes, virtual_pipeline_sizes=args.virtual_pipeline_sizes,

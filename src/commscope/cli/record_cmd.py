@@ -28,18 +28,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     add_model_args(p)  # optional: the job, saved beside the logs (model.toml, parallel.toml) for `compare logs/`
     add_parallel_args(p)
-    p.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
+    p.add_argument("job", nargs=argparse.REMAINDER, metavar="command", help="the command, after --")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from commscope.errors import ConfigError
 
-    command = list(args.command)
+    command = list(args.job)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
         raise ConfigError("command", "", "give the job to run after --, e.g. commscope record --out logs -- torchrun train.py")
+    from commscope.capture.recorder import check_fresh_logdir
+    from commscope.cli.common import check_out_dir
+
+    check_out_dir(args.out)
+    check_fresh_logdir(args.out)
     args.out.mkdir(parents=True, exist_ok=True)
     _save_job(args)
     with tempfile.TemporaryDirectory(prefix="commscope-record-") as hook_dir:

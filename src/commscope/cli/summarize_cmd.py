@@ -47,9 +47,16 @@ def run(args: argparse.Namespace) -> int:
     if layout is not None and run_log.world_size and layout.world_size != run_log.world_size:
         raise ConfigError("tp x pp x dp x cp", layout.world_size, f"must equal the {run_log.world_size} ranks in the logs")
     s = summary(run_log, layout=layout, gpus_per_node=args.gpus_per_node)
+    from commscope.capture.recorder import read_failure
+
+    failure = read_failure(args.logdir)
+    if failure is not None:
+        s["failure"] = failure
     if args.out is not None:
+        from commscope.cli.common import check_out_dir
         from commscope.io.matrix import write_npz, write_triplets_csv
 
+        check_out_dir(args.out)
         args.out.mkdir(parents=True, exist_ok=True)
         ops = logical_ops(run_log)
         if layout is not None:
@@ -96,9 +103,16 @@ def load_run(path: Path, *, layout=None):
 
 
 def print_run_findings(s: dict, *, limit: int = 10) -> None:
-    """What a reader found and assumed, as summarize, compare and report show it: unfinished ranks, partial
-    steps, fields the format lacks, notes and problems (the first ``limit``, then a count)."""
-    if s.get("unfinished_ranks"):
+    """What a reader found and assumed, as summarize, compare and report show it: the rank that failed first
+    (``failure``, the launcher's marker) or unfinished ranks, partial steps, fields the format lacks, notes and problems (the first ``limit``, then a count)."""
+    failure = s.get("failure")
+    if failure is not None and failure.get("rank") is None:  # several ranks hung: no first one to name
+        print(f"failed: ranks {failure.get('stopped_after')} were still running at the launcher's timeout and were killed")
+    elif failure is not None:
+        stopped = [r for r in s.get("unfinished_ranks", []) if r != failure.get("rank")]
+        print(f"failed: rank {failure.get('rank')} {failure.get('how')} first; "
+              f"{f'ranks {stopped} were stopped because of it' if stopped else 'no other rank was cut short'}")
+    elif s.get("unfinished_ranks"):
         print(f"warning: ranks {s['unfinished_ranks']} did not finish (no completion marker): their logs may be cut short")
     if s.get("partial_steps"):
         print("warning: partial steps (ranks that miss them or were cut short in them): "

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from commscope.cli.common import add_job_args, add_routing_args, resolve_job
+from commscope.cli.common import add_job_args, add_routing_args, check_out_dir, resolve_job
 from commscope.cli.terminal import format_table
 from commscope.record import REPORT_AXES
 from commscope.traffic import ALGORITHMS
@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from commscope.errors import ConfigError
 
     model, parallel, cluster = resolve_job(args)
+    check_out_dir(args.out)
     pred = predict(model, parallel, cluster, algorithm=args.algorithm, routing=job_routing(args, model, parallel))
     summary = pred.summary()
     written: list[Path] = []

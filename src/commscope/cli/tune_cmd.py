@@ -92,7 +92,7 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
                 table = run_tuning(cfg, args.nproc, timeout_s=args.timeout, quiet=bool(args.json), command=command,
                                    progress=progress)
         except LaunchError as exc:
-            print(f"commscope tune: error: {exc}", file=sys.stderr)
+            print(f"commscope tune: error: {exc.summary}", file=sys.stderr)
             return EXIT_FAILED
         return _finish(args, table)
     env = ranks_from_env()

@@ -73,26 +73,28 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     r.add_argument("--seed", type=int, default=0, help="seed for weights and data (default 0)")
     r.add_argument("--backend", default=None, choices=("gloo", "nccl"),
                    help="torch.distributed backend (default: nccl when enough GPUs, else gloo)")
+    r.add_argument("--oversubscribe", action="store_true",
+                   help="start the ranks even beyond 4 per core (default: refuse more)")
     r.add_argument("--timeout", type=float, default=600.0, help="wall-clock limit for the whole run in seconds")
     r.add_argument("--json", action="store_true", help="print the result (and comparison) as JSON")
 
 
 def _missing_kind(parser: argparse.ArgumentParser) -> int:
-    parser.print_help(sys.stderr)
-    return 2
+    parser.error("give the model to train: gpt or moe")
 
 
 def resolve_workload_job(args: argparse.Namespace, *, moe: bool = False):
     """Model, parallelism and cluster of a workload run: ref-gpt with torch-ddp on 2 ranks (ref-moe with ep 4
     on 4 ranks) and small batches by default."""
-    from commscope.cli.common import _given, resolve_cluster, resolve_model, resolve_parallel
+    from commscope.cli.common import _given, parallel_file_values, resolve_cluster, resolve_model, resolve_parallel
     from commscope.errors import ConfigError
     from commscope.workloads.gpt import REFERENCE_MODEL
     from commscope.workloads.moe import REFERENCE_MOE
 
     args.model = args.model or (REFERENCE_MOE if moe else REFERENCE_MODEL)
     model = resolve_model(args)
-    given = _given(args, "parallel")
+    # a --parallel file's fields count as given, exactly like flags: one set of defaults for the same job
+    given = {**(parallel_file_values(args.parallel) if args.parallel else {}), **_given(args, "parallel")}
     if moe:
         ep = given.get("ep", 4)
         defaults = dict(WORKLOAD_PARALLEL, framework="megatron", ep=ep, dp=max(ep, given.get("dp", ep)))
@@ -108,7 +110,7 @@ def resolve_workload_job(args: argparse.Namespace, *, moe: bool = False):
             raise ConfigError("micro-batches", args.micro_batches, "must be >= 1")
         if "global_batch_size" in given:
             raise ConfigError("micro-batches", args.micro_batches, "give either --micro-batches or --global-batch-size")
-    if "global_batch_size" not in given and not args.parallel:
+    if "global_batch_size" not in given:
         mbs = given.get("micro_batch_size", defaults["micro_batch_size"])
         micro_batches = args.micro_batches or 2 * given.get("pp", defaults.get("pp", 1))
         defaults["global_batch_size"] = mbs * given.get("dp", defaults["dp"]) * micro_batches
@@ -116,17 +118,28 @@ def resolve_workload_job(args: argparse.Namespace, *, moe: bool = False):
     return model, parallel, resolve_cluster(args)
 
 
-def _refuse_unrunnable(model, outputs: list[tuple[str, Path | None, str]]) -> None:
-    """A model too large to train here, or an output directory (field, path, pattern) already holding results."""
+def _refuse_unrunnable(model, parallel, args: argparse.Namespace,
+                       outputs: list[tuple[str, Path | None, str]]) -> str:
+    """Refuse, before anything starts, a model too large to train here, more ranks than the machine runs, a
+    backend this torch lacks, or an output directory (field, path, pattern) that is a file or already holds
+    results; returns the backend to run."""
+    from commscope.cli.common import check_out_dir
     from commscope.errors import ConfigError
+    from commscope.launch import check_backend, check_nproc
     from commscope.workloads.gpt import MAX_PARAMS
 
     if model.num_parameters() > MAX_PARAMS:
         raise ConfigError("model", model.name, f"has {model.num_parameters():,} parameters; a reference run trains it "
                                                f"for real on this machine, so it must stay under {MAX_PARAMS:,}")
+    check_nproc(parallel.world_size, oversubscribe=args.oversubscribe, field="world size (tp x pp x dp x cp)")
+    backend = args.backend or _default_backend(parallel.world_size)
+    check_backend(backend, parallel.world_size)
     for field, path, pattern in outputs:
+        check_out_dir(path, field)
         if path is not None and path.exists() and any(path.rglob(pattern)):
-            raise ConfigError(field, str(path), f"already holds {pattern} files; choose an empty directory")
+            raise ConfigError(field, str(path), f"already holds {pattern} files of an earlier run; choose an empty "
+                                                "directory (recordings are never appended to)")
+    return str(backend)
 
 
 def run_gpt(args: argparse.Namespace) -> int:
@@ -137,10 +150,11 @@ def run_gpt(args: argparse.Namespace) -> int:
     cfg = RunConfig(model=model, parallel=parallel, steps=args.steps, warmup=args.warmup, seed=args.seed,
                     record=None if args.record is None else str(args.record))
     check_config(cfg)
-    _refuse_unrunnable(model, [("record", args.record, "rank*.jsonl")])
-    backend = args.backend or _default_backend(parallel.world_size)
+    backend = _refuse_unrunnable(model, parallel, args, [("record", args.record, "rank*.jsonl")])
+    if args.record is not None:  # the job beside its logs from the start: a crashed run is still described
+        _write_job(args.record, model, parallel)
     with Progress("training", quiet=args.json) as progress:
-        results = run(cfg, timeout_s=args.timeout, backend=backend, progress=progress)
+        results = run(cfg, timeout_s=args.timeout, backend=backend, progress=progress, oversubscribe=args.oversubscribe)
     comparison = None
     if args.record is not None:
         comparison = _record_and_compare(args.record, model, parallel, cluster)
@@ -183,7 +197,7 @@ def _summary(results: list[dict], model, parallel, backend: str) -> dict:
 def _record_and_compare(logdir: Path, model, parallel, cluster) -> dict:
     from commscope.api import predict
     from commscope.capture.analysis import compare, read_run
-    _write_job(logdir, model, parallel)
+
     return compare(predict(model, parallel, cluster), read_run(logdir))
 
 
@@ -208,12 +222,14 @@ def run_moe_cmd(args: argparse.Namespace) -> int:
                        aux_loss_coeff=args.aux_loss_coeff, z_loss_coeff=args.z_loss_coeff,
                        **({} if args.lr is None else {"lr": args.lr}))
     check_moe_config(cfg)
-    _refuse_unrunnable(model, [("record", args.record, "rank*.jsonl"), ("record-routing", routing_dir,
-                                                                         "routing-rank*.npz")])
-    backend = args.backend or _default_backend(parallel.world_size)
+    backend = _refuse_unrunnable(model, parallel, args, [("record", args.record, "rank*.jsonl"),
+                                                         ("record-routing", routing_dir, "routing-rank*.npz")])
+    if args.record is not None:  # the job beside its logs from the start: a crashed run is still described
+        _write_job(args.record, model, parallel)
     t0 = time.perf_counter()
     with Progress("training", quiet=args.json) as progress:
-        results = run_moe(cfg, timeout_s=args.timeout, backend=backend, progress=progress)
+        results = run_moe(cfg, timeout_s=args.timeout, backend=backend, progress=progress,
+                          oversubscribe=args.oversubscribe)
     wall_s = time.perf_counter() - t0
     out = {**_summary([dict(r, stage=0) for r in results], model, parallel, backend), "routing_dir": str(routing_dir),
            "data": args.data, "aux_loss_coeff": args.aux_loss_coeff, "z_loss_coeff": args.z_loss_coeff,
@@ -227,7 +243,6 @@ def run_moe_cmd(args: argparse.Namespace) -> int:
         metrics = [routing_metrics(t, capacity_factor=model.capacity_factor).summary()
                    for t in load_group_traces(routing_dir, parallel)]
     if args.record is not None:
-        _write_job(args.record, model, parallel)
         assert routing_dir is not None  # set from args.record above
         comparison = compare_run(model, parallel, args.record, routing_dir)
     if args.json:

@@ -31,6 +31,7 @@ from commscope.compute.kernels import (
     optimizer_step_time_s,
     stage_extra_bytes,
 )
+from commscope.errors import ConfigError
 from commscope.gpus import GpuSpec
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
@@ -116,6 +117,10 @@ def _kind(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str) -> 
     linear = tuple(g for g in gemms if g.name not in _CORE)
     core = tuple(g for g in gemms if g.name in _CORE) if parallel.attention == "unfused" else ()
     lin_dtype = linear_gemm_dtype(model, parallel)
+    if parallel.fp8_format is not None and "fp8" not in gpu.peak_flops:
+        raise ConfigError("fp8_format", parallel.fp8_format,
+                          f"GPU {gpu.name!r} has no FP8 tensor cores (FP8 needs Hopper or Ada, sm_89+); it has "
+                          f"{', '.join(sorted(gpu.peak_flops))}: drop --fp8-format")
     fp8 = tuple((g, 1) for g in linear if g.name != "router")
     plain = tuple((g, 1) for g in linear if g.name == "router")
     lin = time_gemms(fp8, gpu, lin_dtype) + time_gemms(plain, gpu, model.dtype)

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import tomllib
 from pathlib import Path
 
 from commscope.bandwidth import AlphaBeta, BandwidthModel, MeasuredTable, TableRow, table_from_bench_rows
 from commscope.errors import ConfigError
+from commscope.spec.cluster import LINK_BANDWIDTH_RANGE_BYTES_PER_S, implausible_link
 from commscope.units import GB
 
 _REQUIRED = ("op", "group_size", "size_bytes")
@@ -54,11 +56,30 @@ def _refuse_wrong(items, source: str) -> None:
                               source=source)
 
 
+def _plausible(table: MeasuredTable) -> MeasuredTable:
+    """Refuse a table with a bus bandwidth no real link has (NaN, infinite, above any interconnect): a damaged
+    or mistyped row, which interpolation would spread over every size near it."""
+    hi = LINK_BANDWIDTH_RANGE_BYTES_PER_S[1]
+    for r in table.rows:
+        if not (math.isfinite(r.busbw_bytes_per_s) and r.busbw_bytes_per_s <= hi):
+            why = implausible_link(r.busbw_bytes_per_s) if math.isfinite(r.busbw_bytes_per_s) else None
+            raise ConfigError(f"{r.op} over {r.group_size} ranks at {r.size_bytes} B: busbw",
+                              f"{r.busbw_bytes_per_s / GB:g} GB/s", why or "must be a finite number",
+                              source=table.source)
+    return table
+
+
 def read_bandwidth(path: Path, *, fallback: AlphaBeta | None = None) -> BandwidthModel:
-    """A MeasuredTable (or a FittedModel, for ``commscope fit`` output) from ``path``; ConfigError for anything malformed."""
+    """A MeasuredTable (or a FittedModel, for ``commscope fit`` output) from ``path``; ConfigError for anything
+    malformed or physically impossible."""
+    model = _read_bandwidth(Path(path), fallback)
+    return _plausible(model) if isinstance(model, MeasuredTable) else model
+
+
+def _read_bandwidth(path: Path, fallback: AlphaBeta | None) -> BandwidthModel:
     path = Path(path)
     if not path.is_file():
-        raise ConfigError("bandwidth", str(path), "no such file")
+        raise ConfigError("bandwidth", str(path), "is a directory; give a file" if path.is_dir() else "no such file")
     source = path.name
     suffix = path.suffix.lower()
     text = path.read_text(errors="replace")

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from commscope.io.import_base import UNKNOWN_DTYPE, ImportResult, Problems, freeze_extra, missing_fields, read_input
-from commscope.record import CommOp
+from commscope.record import MAX_MESSAGE_BYTES, CommOp
 from commscope.units import GBIT, KiB
 
 __all__ = ["OP_NAMES", "import_deepspeed_comms", "parse_deepspeed_size"]
@@ -130,6 +130,8 @@ def parse_deepspeed_size(text: str) -> int:
     value = float(m.group(1)) * KiB ** _UNITS.index(m.group(2)) if m else math.nan
     if not math.isfinite(value):
         raise ValueError(f"cannot read DeepSpeed message size {text!r}; expected e.g. '0B', '128.0 B', '6.31 KB'")
+    if value > MAX_MESSAGE_BYTES:
+        raise ValueError(f"DeepSpeed message size {text!r} is larger than any real message (> 1 TiB)")
     return round(value)
 
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from commscope.record import MAX_MESSAGE_BYTES
 from commscope.units import GB, US
 
 __all__ = [
@@ -1033,6 +1034,9 @@ def _finish_run(run: _Run, name: str, override: str | None, problems: _Problems)
             unknown_types.add(r.type_name)
         redop = None if r.redop in (None, "none") else r.redop
         root = None if r.root is None or r.root < 0 else r.root
+        if r.size > MAX_MESSAGE_BYTES:
+            problems.add(r.line, f"size {r.size} B is larger than any real message (> 1 TiB): row skipped")
+            continue
         for h in r.halves:
             row = BusbwRow(
                 op=op, size_bytes=r.size, count=r.count, dtype=dtype, redop=redop, root=root, group_size=n,

@@ -39,6 +39,7 @@ _RANK_IN_NAME = re.compile(r"(\d+)(?:\D*)$")
 #: Formats whose records without a group are the world's: DeepSpeed computes its bandwidths with the world size.
 _WORLD_GROUP_FORMATS = frozenset({"deepspeed"})
 _IGNORED_SUFFIXES = (".done", ".md", ".png", ".html", ".npz", ".csv", ".toml")  # .toml: the job saved beside the logs
+_IGNORED_NAMES = ("failure.json",)  # the launcher's marker of a failed run (commscope.capture.recorder.FAILURE_FILE)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,7 +97,7 @@ def read_run(path: str | Path, *, layout: Any = None) -> RunLog:
         raise ValueError(f"{path}: no such file or directory")
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")
-                       and not p.name.endswith(_IGNORED_SUFFIXES))
+                       and not p.name.endswith(_IGNORED_SUFFIXES) and p.name not in _IGNORED_NAMES)
         if not files:
             raise ValueError(f"{path}: an empty directory: no rank*.jsonl logs (commscope record) and no file another "
                              f"tool wrote (Kineto traces, DeepSpeed logs, Flight Recorder dumps, NCCL_DEBUG logs)")

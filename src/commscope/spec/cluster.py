@@ -14,6 +14,26 @@ from commscope.errors import check
 LINK_CLASSES = ("intra_node", "inter_node")
 
 
+#: Bandwidth any real interconnect has per GPU and direction: 10 MB/s (below 100 Mb/s Ethernet, [ieee-802.3u]) to
+#: 10 TB/s (over 10x NVLink 5's 900 GB/s per direction, [nvlink5]). Outside it a number is a typo or a unit slip
+#: (GB/s given as B/s), or a measurement that timed nothing: files are refused, fits flagged unreliable.
+LINK_BANDWIDTH_RANGE_BYTES_PER_S = (1e7, 1e13)
+#: Per-step latency of any real link: 100 ns (below any NCCL or MPI operation on any hardware) to 1 s.
+LINK_LATENCY_RANGE_S = (1e-7, 1.0)
+
+
+def implausible_link(bandwidth_bytes_per_s: float | None = None, latency_s: float | None = None) -> str | None:
+    """Why a bandwidth or latency lies outside any real hardware's range (None: it does not)."""
+    lo, hi = LINK_BANDWIDTH_RANGE_BYTES_PER_S
+    if bandwidth_bytes_per_s is not None and not lo <= bandwidth_bytes_per_s <= hi:
+        return (f"{bandwidth_bytes_per_s / 1e9:.6g} GB/s is outside any real link's range ({lo / 1e9:g}-{hi / 1e9:g} "
+                "GB/s per GPU and direction)")
+    lo, hi = LINK_LATENCY_RANGE_S
+    if latency_s is not None and not lo <= latency_s <= hi:
+        return f"{latency_s * 1e6:.6g} us is outside any real link's latency range ({lo * 1e6:g} us - {hi:g} s)"
+    return None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LinkTier:
     """One level of the network."""

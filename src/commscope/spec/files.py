@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from commscope.errors import ConfigError
-from commscope.spec.cluster import ClusterSpec, LinkTier
+from commscope.spec.cluster import ClusterSpec, LinkTier, implausible_link
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 from commscope.units import GB, GiB, TFLOP, canonical_dtype
@@ -105,10 +105,12 @@ def read_mapping(path: str | os.PathLike[str]) -> dict[str, Any]:
     """
     p = Path(path)
     suffix = p.suffix.lower()
+    if p.is_dir():
+        raise ConfigError("path", str(p), f"is a directory; give a {', '.join(FILE_SUFFIXES)} file")
     if suffix not in FILE_SUFFIXES:
         raise ConfigError("path", str(p), f"unknown file type {suffix or '(none)'!r}; valid: {', '.join(FILE_SUFFIXES)}")
     if not p.is_file():
-        raise ConfigError("path", str(p), "no such file")
+        raise ConfigError("path", str(p), "is a directory; give a file" if p.is_dir() else "no such file")
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -287,10 +289,15 @@ def _check_mapping(d: Any, what: str, source: str | None) -> Mapping[str, Any]:
 
 
 def _spec_from_mapping(cls: type[_Spec], d: Any, what: str, source: str | None, defaults: Mapping[str, Any]) -> _Spec:
+    return _build(cls, {**defaults, **_spec_fields(cls, d, what, source)}, what, source)
+
+
+def _spec_fields(cls: type, d: Any, what: str, source: str | None) -> dict[str, Any]:
+    """The fields of ``cls`` that mapping ``d`` names, each checked and converted (``meta`` ignored)."""
     d = _check_mapping(d, what, source)
     hints = _hints(cls)
     names = [f.name for f in _fields(cls)]
-    kwargs: dict[str, Any] = dict(defaults)
+    kwargs: dict[str, Any] = {}
     for key, value in d.items():
         if key == META_KEY:
             _check_mapping(value, META_KEY, source)
@@ -298,7 +305,13 @@ def _spec_from_mapping(cls: type[_Spec], d: Any, what: str, source: str | None, 
         if key not in hints:
             raise _unknown_key(str(key), value, names + [META_KEY], what, source)
         kwargs[key] = _coerce(key, value, hints[key], source)
-    return _build(cls, kwargs, what, source)
+    return kwargs
+
+
+def parallel_fields(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The ParallelSpec fields a parallel file names, checked and converted, without the defaults of the
+    fields it leaves out (the command line supplies those)."""
+    return _spec_fields(ParallelSpec, read_mapping(path), "a parallel file", os.fspath(path))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -341,7 +354,13 @@ def _link_from_mapping(tier: str, d: Any, source: str | None) -> LinkTier:
         if name not in kwargs:
             hint = " (or bandwidth_GBps)" if name == "bandwidth_bytes_per_s" else ""
             raise ConfigError(f"{tier}.{name}", None, f"required key missing from the {tier} table{hint}", source=source)
-    return _build(LinkTier, kwargs, f"the {tier} table", source)
+    link = _build(LinkTier, kwargs, f"the {tier} table", source)
+    for key, bw, lat in (("bandwidth", link.bandwidth_bytes_per_s, None), ("latency", None, link.latency_s)):
+        why = implausible_link(bw, lat)
+        if why is not None:
+            given = next((k for k in d if k.startswith(key)), key)
+            raise ConfigError(f"{tier}.{given}", d.get(given), why, source=source)
+    return link
 
 
 #: Table of a cluster file that holds a fitted collective model (``commscope calibrate`` writes it, in the format
@@ -584,7 +603,8 @@ def _as_file(name_or_path: str | os.PathLike[str]) -> Path | None:
         return p / "config.json"
     text = os.fspath(name_or_path)
     if isinstance(name_or_path, os.PathLike) or os.sep in text or "/" in text or p.suffix.lower() in FILE_SUFFIXES:
-        raise ConfigError("path", text, "no such file")
+        raise ConfigError("path", text, "is a directory without a config.json; give a file" if p.is_dir()
+                          else "no such file")
     return None
 
 
@@ -641,6 +661,30 @@ def load_model(name_or_path: str | os.PathLike[str] | ModelSpec, *, seq_len: int
     return model
 
 
+def hf_config_notes(name_or_path: str | os.PathLike[str], *, seq_len_given: bool) -> list[str]:
+    """What reading ``name_or_path`` as a Hugging Face ``config.json`` assumed, one line each: the sequence
+    length taken from ``max_position_embeddings`` (the longest context the model supports, not the training
+    sequence length) when none was given, and a ``model_type`` the file does not state. Empty for any other
+    model source."""
+    path = _as_file(name_or_path)
+    if path is None:
+        return []
+    d = read_mapping(path)
+    if not is_hf_config(d):
+        return []
+    from commscope.spec.hf import hf_family
+
+    notes = []
+    if "model_type" not in d:
+        how = "from its architectures" if d.get("architectures") else "from its keys"
+        notes.append(f"{path}: no model_type; read as {hf_family(d, source=str(path))!r}, guessed {how}")
+    key = next((k for k in ("max_position_embeddings", "n_positions", "n_ctx") if k in d), None)
+    if not seq_len_given and key is not None:
+        notes.append(f"{path}: seq_length={d[key]} taken from {key} (the longest context the model supports); give "
+                     f"--seq-length for the training sequence length")
+    return notes
+
+
 def load_cluster(name_or_path: str | os.PathLike[str] | ClusterSpec) -> ClusterSpec:
     """A cluster from a preset name (``dgx-a100``) or a cluster file."""
     if isinstance(name_or_path, ClusterSpec):
@@ -659,5 +703,6 @@ def load_parallel(path: str | os.PathLike[str] | ParallelSpec | Mapping[str, Any
         return parallel_from_mapping(path)
     p = Path(path)
     if not p.is_file():
-        raise ConfigError("path", os.fspath(path), f"no such file; a parallel configuration is a {', '.join(FILE_SUFFIXES)} file")
+        raise ConfigError("path", os.fspath(path), f"{'is a directory' if p.is_dir() else 'no such file'}; a parallel "
+                                                   f"configuration is a {', '.join(FILE_SUFFIXES)} file")
     return parallel_from_mapping(read_mapping(p), source=str(p))

@@ -47,6 +47,11 @@ def check_job(model: ModelSpec, parallel: ParallelSpec) -> None:
           f"must divide num_query_groups={model.kv_heads} (or be a multiple of it)")
     check(model.ffn % t == 0, "tp", t, f"must divide ffn_hidden_size={model.ffn}")
     check(model.seq_len % c == 0, "cp", c, f"must divide seq_length={model.seq_len}")
+    # Megatron's context parallelism cuts the sequence into 2 x cp chunks (rank i holds chunks i and 2cp-1-i, so
+    # that causal attention is balanced) and refuses a sequence those chunks do not divide.
+    check(c == 1 or model.seq_len % (2 * c) == 0, "cp", c,
+          f"needs seq_length={model.seq_len} divisible by 2 x cp = {2 * c} (Megatron splits the sequence into 2 x cp "
+          "chunks to balance causal attention)")
     if parallel.sequence_parallel and t > 1:
         check(model.seq_len % (c * t) == 0, "sequence_parallel", True,
               f"needs seq_length={model.seq_len} divisible by cp x tp = {c * t}")

@@ -272,10 +272,15 @@ def rank_setup(rank: int, cfg: RunConfig, backend: str):
 
 
 def launch(fn, cfg: RunConfig, *, timeout_s: float, backend: str,
-           progress: Callable[[int, int], None] | None = None) -> list[dict]:
+           progress: Callable[[int, int], None] | None = None, oversubscribe: bool = False) -> list[dict]:
     """Run ``fn(rank, world, cfg, backend, progress)`` on the job's ranks, forked; through the recording backend that
-    wraps ``backend`` when ``cfg.record`` is set. Rank 0 reports ``progress(iterations done, iterations)``."""
-    from commscope.launch import spawn
+    wraps ``backend`` when ``cfg.record`` is set. Rank 0 reports ``progress(iterations done, iterations)``. When a
+    rank fails, the recording gets a marker naming it (:func:`commscope.capture.recorder.write_failure`) before
+    LaunchError goes on."""
+    from commscope.launch import LaunchError, check_backend, check_nproc, spawn
+
+    check_nproc(cfg.parallel.world_size, oversubscribe=oversubscribe, field="world size (tp x pp x dp x cp)")
+    check_backend(backend, cfg.parallel.world_size)
 
     env, launch_backend = {}, backend
     if cfg.record is not None:
@@ -285,8 +290,15 @@ def launch(fn, cfg: RunConfig, *, timeout_s: float, backend: str,
         env[cpg.INNER_BACKEND_ENV] = backend
         launch_backend = cpg.BACKEND_NAME
         Path(cfg.record).mkdir(parents=True, exist_ok=True)
-    return spawn(fn, cfg.parallel.world_size, args=(cfg, backend, progress), backend=launch_backend, env=env,
-                 timeout_s=timeout_s)
+    try:
+        return spawn(fn, cfg.parallel.world_size, args=(cfg, backend, progress), backend=launch_backend, env=env,
+                     timeout_s=timeout_s, oversubscribe=oversubscribe)
+    except LaunchError as exc:
+        if cfg.record is not None:
+            from commscope.capture.recorder import write_failure
+
+            write_failure(Path(cfg.record), exc, world_size=cfg.parallel.world_size)
+        raise
 
 
 def train_rank(rank: int, world: int, cfg: RunConfig, backend: str = "gloo",
@@ -406,8 +418,8 @@ def _set_sync(model, framework: str, sync: bool) -> None:
 # --------------------------------------------------------------------------------------------- launch
 
 def run(cfg: RunConfig, *, timeout_s: float = 300.0, backend: str = "gloo",
-        progress: Callable[[int, int], None] | None = None) -> list[dict]:
+        progress: Callable[[int, int], None] | None = None, oversubscribe: bool = False) -> list[dict]:
     """Run the reference training on ``world`` forked ranks; returns each rank's result dict (``progress``: see
     :func:`launch`)."""
     check_config(cfg)
-    return launch(train_rank, cfg, timeout_s=timeout_s, backend=backend, progress=progress)
+    return launch(train_rank, cfg, timeout_s=timeout_s, backend=backend, progress=progress, oversubscribe=oversubscribe)

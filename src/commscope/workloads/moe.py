@@ -315,10 +315,11 @@ def _all_reduce_grads(params, group, size: int) -> None:
 
 
 def run_moe(cfg: MoeRunConfig, *, timeout_s: float = 300.0, backend: str = "gloo",
-            progress: Callable[[int, int], None] | None = None) -> list[dict]:
+            progress: Callable[[int, int], None] | None = None, oversubscribe: bool = False) -> list[dict]:
     """Run the reference MoE training on ``dp`` forked ranks; returns each rank's result dict."""
     check_moe_config(cfg)
-    return launch(train_moe_rank, cfg, timeout_s=timeout_s, backend=backend, progress=progress)
+    return launch(train_moe_rank, cfg, timeout_s=timeout_s, backend=backend, progress=progress,
+                  oversubscribe=oversubscribe)
 
 
 def load_group_traces(routing_dir: str | Path, parallel: ParallelSpec) -> list:

@@ -1,0 +1,294 @@
+"""Every mistake a user can make at the command line: exit status 2 and one line on stderr that names the field or
+path, never a traceback, a usage dump, a fork bomb or a silent result.
+
+``BAD_INPUTS`` is the table: a command line (``{tmp}`` is a folder of fixtures written below) and a fragment the
+one line must contain. Each runs in-process through :func:`commscope.cli.main.main`: none of them may fork a
+rank, so the table costs about a second. ``count_by_command()`` gives the count per command for reports.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from commscope.cli.main import main
+
+# (command line, fragment of the one error line)
+BAD_INPUTS: list[tuple[str, str]] = [
+    # --- argparse: one line with a pointer to --help, never a usage dump
+    ("--bogus", "unrecognized arguments: --bogus (see `commscope --help`)"),
+    ("nosuchcommand", "invalid choice: 'nosuchcommand'"),
+    ("", "give a command"),
+    ("traffic --tp abc", "invalid int value: 'abc' (see `commscope traffic --help`)"),
+    ("traffic --pipeline-layers 1,2,x", "expected comma-separated integers"),
+    ("traffic --attention-backend magic", "expected one of auto, flash"),
+    ("traffic --fp8-format e5m2", "invalid choice: 'e5m2'"),
+    ("estimate --method nope", "(see `commscope estimate --help`)"),
+    ("plan", "required: --gpus"),
+    ("workload", "give the model to train: gpt or moe"),
+    ("workload bert", "invalid choice: 'bert'"),
+    ("workload gpt --backend mpi", "invalid choice: 'mpi'"),
+    ("record -- true", "required: --out"),
+    ("moe", "required: ACTION"),
+    ("moe generate", "invalid choice: 'generate'"),
+    # --- job description: values Megatron would refuse
+    ("traffic --tp 0", "tp=0"),
+    ("traffic --tp -2", "tp=-2"),
+    ("traffic --dp 0", "dp=0"),
+    ("traffic --cp 3", "cp=3: must divide seq_length"),
+    ("traffic --global-batch-size 7", "global_batch_size=7"),
+    ("traffic --micro-batch-size 0", "micro_batch_size=0"),
+    ("traffic --gpus 7", "gpus=7"),
+    ("traffic --gpus 0", "gpus=0"),
+    ("traffic --dtype fp7", "dtype='fp7'"),
+    ("traffic --recompute sometimes", "recompute='sometimes'"),
+    ("traffic --schedule zigzag", "schedule='zigzag'"),
+    ("traffic --order tp-dp", "order='tp-dp'"),
+    ("traffic --seq-length 0", "seq_len=0"),
+    ("traffic --zero-stage 5", "zero_stage=5"),
+    ("traffic --ep 2", "ep=2: needs an MoE model"),
+    ("traffic --framework jax", "framework='jax'"),
+    ("traffic --routing nosuch", "routing='nosuch'"),
+    ("traffic --model nosuchmodel", "model='nosuchmodel'"),
+    ("traffic --cluster nosuch", "cluster='nosuch'"),
+    # --- files given as inputs
+    ("traffic --model {tmp}/dir", "is a directory without a config.json"),
+    ("traffic --model {tmp}/file.txt", "unknown file type '.txt'"),
+    ("traffic --parallel {tmp}/nope.toml", "no such file"),
+    ("traffic --parallel {tmp}/dir", "is a directory"),
+    ("traffic --parallel {tmp}/empty.toml", "is empty"),
+    ("traffic --parallel {tmp}/meta-only.toml", "is empty"),
+    ("traffic --parallel {tmp}/badtype.toml", "tp='two'"),
+    ("traffic --parallel {tmp}/unknown.toml", "tq=2: unknown key"),
+    ("estimate --bandwidth {tmp}/nope.log", "no such file"),
+    ("estimate --bandwidth {tmp}/dir", "bandwidth='{tmp}/dir': is a directory"),
+    ("estimate --bandwidth {tmp}/file.txt", "no nccl-tests data rows"),
+    ("fit {tmp}/nope.json", "no such file"),
+    ("fit {tmp}/dir", "input='{tmp}/dir': is a directory"),
+    ("fit {tmp}/file.txt", "no nccl-tests data rows"),
+    ("fit {tmp}/bench.json --tolerance 0", "tolerance=0.0"),
+    ("fit {tmp}/bench.json --max-pieces 0", "max_pieces=0"),
+    ("fit {tmp}/bench.json --group-size 1", "group_size=1"),
+    ("summarize {tmp}/nope", "logdir='{tmp}/nope'"),
+    ("summarize {tmp}/file.txt", "logdir='{tmp}/file.txt'"),
+    ("summarize {tmp}/dir", "no rank*.jsonl logs"),
+    ("compare {tmp}/dir", "no rank*.jsonl logs"),
+    ("validate {tmp}/nope.csv", "no such file"),
+    ("moe analyze {tmp}/nope", "routing trace='{tmp}/nope'"),
+    ("shapes --gpu nosuch", "gpu='nosuch'"),
+    # --- output paths: files in the way, missing or unwritable places, a full disk
+    ("traffic --out {tmp}/file.txt", "is a file, not a directory"),
+    ("traffic --out {tmp}/file.txt/sub", "{tmp}/file.txt is a file, not a directory"),
+    ("traffic --out /proc/commscope-nope", "/proc/commscope-nope"),
+    ("summarize {tmp}/run --out {tmp}/file.txt", "is a file, not a directory"),
+    ("fit {tmp}/bench.json --out /dev/full", "the disk is full"),
+    ("fit {tmp}/bench.json --out {tmp}/file.txt/fit.toml", "a file is in the way of a directory"),
+    ("bench --nproc 2 --out {tmp}/dir", "out='{tmp}/dir': is a directory"),
+    ("bench --nproc 2 --out {tmp}/file.txt/x.json", "is a file, not a directory"),
+    ("report", "give --out FILE.html"),
+    # --- recordings are never appended to
+    ("record --out {tmp}/run -- true", "already holds a recording"),
+    ("record --out {tmp}/file.txt -- true", "is a file, not a directory"),
+    ("record --out {tmp}/new-run", "give the job to run after --"),
+    ("record --out {tmp}/new-run-2 -- /nonexistent/cmd", "not found on PATH"),
+    ("workload gpt --record {tmp}/run", "already holds rank*.jsonl files"),
+    ("workload gpt --record {tmp}/file.txt", "is a file, not a directory"),
+    # --- more ranks than the machine, backends this torch lacks: refused before anything forks
+    ("bench --nproc 100000", "pass --oversubscribe"),
+    ("bench --nproc 1", "nproc=1"),
+    ("bench --nproc 2 --backend mpi", "backend='mpi'"),
+    ("bench --nproc 2 --backend carrier-pigeon", "not a torch.distributed backend"),
+    ("bench --nproc 2 -b 1G -e 1K", "minbytes"),
+    ("bench --nproc 2 --ops nope", "ops='nope'"),
+    ("bench", "give --nproc N"),
+    ("tune --nproc 100000", "pass --oversubscribe"),
+    ("tune", "give --nproc N"),
+    ("workload gpt --dp 4096", "pass --oversubscribe"),
+    ("workload gpt --tp 64 --dp 64", "tp=64"),
+    ("workload gpt --steps 0", "steps=0"),
+    ("workload gpt --micro-batches 0", "micro-batches=0"),
+    ("workload moe --ep 3 --dp 4", "ep=3: must divide dp=4"),
+    # --- configurations with no valid plan
+    ("plan --gpus 0", "gpus=0"),
+    ("plan --gpus -8", "gpus=-8"),
+    ("plan --gpus 8 --top 0", "top=0"),
+    ("plan --gpus 8 --micro-batch-sizes 0", "micro-batch-sizes='0'"),
+    ("plan --gpus 8 --cp-sizes 0,2", "cp-sizes='0,2'"),
+    ("plan --gpus 8 --max-tp 0", "max-tp=0"),
+    ("plan --gpus 1 --model llama3-405b --cluster dgx-a100", "none of the"),
+    # --- values with no physical meaning
+    ("estimate --seq-length 1002 --cp 2 --tp 1 --pp 1 --dp 4", "divisible by 2 x cp = 4"),
+    ("estimate --fp8-format hybrid --cluster dgx-a100", "fp8_format='hybrid'"),
+    ("estimate --gpu-util 0", "gpu_util=0.0"),
+    ("estimate --gpu-util 1.5", "gpu_util=1.5"),
+    ("traffic --cluster {tmp}/fast-cluster.toml", "outside any real link's range"),
+    ("traffic --cluster {tmp}/zero-latency-cluster.toml", "latency range"),
+    ("estimate --bandwidth {tmp}/fast-table.csv", "outside any real link's range"),
+    ("estimate --bandwidth {tmp}/nan-table.csv", "must be a finite number"),
+    ("estimate --bandwidth {tmp}/flat-fit.toml", "every fitted curve is unreliable"),
+]
+
+_PARALLEL_FILES = {"empty.toml": "", "meta-only.toml": "[meta]\nnote = 'nothing else'\n", "badtype.toml": 'tp = "two"\n',
+                   "unknown.toml": "tq = 2\n"}
+
+
+def _cluster(intra_gbps: float, latency_us: float) -> str:
+    return (f'name = "x"\ngpu = "A100"\ngpus_per_node = 8\nmemory_GiB = 80\n[peak_tflops]\nbf16 = 312\n'
+            f'[intra_node]\nname = "nvlink"\nbandwidth_GBps = {intra_gbps}\nlatency_us = {latency_us}\n'
+            f'[inter_node]\nname = "ib"\nbandwidth_GBps = 25\n')
+
+
+def bench_json(times_s: list[float], *, op: str = "all_reduce", noisy: bool = False) -> str:
+    """A `commscope bench --out` file of one op over 2 ranks, sizes 1 KiB x 4^i."""
+    rows = [{"op": op, "group_size": 2, "size_bytes": 1024 * 4**i, "time_s": t, "wrong": 0, "noisy": noisy}
+            for i, t in enumerate(times_s)]
+    return json.dumps({"meta": {"backend": "gloo"}, "rows": rows})
+
+
+@pytest.fixture(scope="module")
+def fixtures(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("bad-inputs")
+    (tmp / "dir").mkdir()
+    (tmp / "file.txt").write_text("not a log\n")
+    for name, text in _PARALLEL_FILES.items():
+        (tmp / name).write_text(text)
+    (tmp / "fast-cluster.toml").write_text(_cluster(1e9, 3))
+    (tmp / "zero-latency-cluster.toml").write_text(_cluster(300, 0))
+    (tmp / "fast-table.csv").write_text("op,group_size,size_bytes,busbw_GBps\nall_reduce,8,1048576,1e9\n"
+                                        "all_reduce,8,2097152,100\n")
+    (tmp / "nan-table.csv").write_text("op,group_size,size_bytes,busbw_GBps\nall_reduce,8,1048576,nan\n")
+    (tmp / "bench.json").write_text(bench_json([1e-4 + 4**i * 1e-7 for i in range(6)]))
+    (tmp / "flat-fit.toml").write_text(
+        '[model]\nkind = "commscope-fitted-bandwidth"\nversion = 1\n[[curves]]\nop = "all_reduce"\ngroup_size = 2\n'
+        'unreliable = "infinite bus bandwidth"\nsegments = [{ size_min_bytes = 8, size_max_bytes = 1024, '
+        'alpha_us = 5.0, busbw_GBps = inf }]\n')
+    run = tmp / "run"
+    run.mkdir()
+    (run / "rank00000.jsonl").write_text('{"op":"all_reduce","axis":"other","group":[0],"size_bytes":4,'
+                                         '"dtype":"fp32","rank":0}\n')
+    return tmp
+
+
+def count_by_command() -> dict[str, int]:
+    """How many bad inputs the table tries, per command (the first word; "(none)" for the bare program)."""
+    return dict(Counter((line.split() or ["(none)"])[0].lstrip("-") or "(none)" for line, _ in BAD_INPUTS))
+
+
+@pytest.mark.parametrize(("line", "fragment"), BAD_INPUTS, ids=[line or "(empty)" for line, _ in BAD_INPUTS])
+def test_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], fixtures: Path, line: str,
+                                          fragment: str) -> None:
+    argv = shlex.split(line.replace("{tmp}", str(fixtures)))
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own exit, through Parser.error
+        code = exc.code
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert code == 2, (code, err)
+    assert len(lines) == 1, err
+    assert lines[0].startswith("commscope") and ": error: " in lines[0], lines[0]
+    assert fragment.replace("{tmp}", str(fixtures)) in lines[0]
+    assert "Traceback" not in err + out and "usage:" not in err
+    assert not (fixtures / "new-run" / "rank00000.jsonl").exists()
+
+
+def test_the_table_covers_every_command() -> None:
+    counts = count_by_command()
+    for command in ("traffic", "estimate", "plan", "record", "summarize", "compare", "bench", "fit", "report",
+                    "shapes", "workload", "moe", "tune", "validate"):
+        assert counts.get(command, 0) >= 1, command
+    assert sum(counts.values()) == len(BAD_INPUTS) >= 100
+
+
+# --- values that are computed, but never silently: one warning line each ------------------------------------------
+
+def _run(capsys: pytest.CaptureFixture[str], line: str) -> tuple[int, str, str]:
+    code = main(shlex.split(line))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_hugging_face_config_says_what_it_assumed(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                                  "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 131072}))
+    job = "--tp 1 --pp 1 --dp 1 --global-batch-size 1 --micro-batch-size 1 --cluster dgx-a100 --json"
+    code, _, err = _run(capsys, f"traffic --model {config} {job}")
+    assert code == 0
+    warnings = err.strip().splitlines()
+    assert len(warnings) == 2 and all(w.startswith("commscope traffic: warning: ") for w in warnings)
+    assert "no model_type; read as 'llama', guessed from its keys" in warnings[0]
+    assert "seq_length=131072 taken from max_position_embeddings" in warnings[1] and "--seq-length" in warnings[1]
+    code, _, err = _run(capsys, f"traffic --model {config} --seq-length 2048 {job}")
+    assert code == 0 and "max_position_embeddings" not in err  # the user chose: nothing to say
+    config.write_text(json.dumps({**json.loads(config.read_text()), "model_type": "llama"}))
+    code, _, err = _run(capsys, f"traffic --model {config} --seq-length 2048 {job}")
+    assert code == 0 and err == ""
+
+
+def test_an_estimate_that_does_not_fit_in_memory_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    job = "estimate --model gpt-1.5b --tp 1 --pp 1 --dp 1 --global-batch-size 512 --micro-batch-size 64"
+    code, out, err = _run(capsys, job)
+    assert code == 0
+    assert "warning: this configuration does not fit in memory" in out and "GiB" in out
+    code, out, err = _run(capsys, job + " --json")
+    assert code == 0 and json.loads(out)["memory"]["fits"] is False
+    assert err.startswith("commscope estimate: warning: this configuration does not fit in memory")
+    code, out, err = _run(capsys, "estimate --json")  # the defaults fit
+    assert code == 0 and json.loads(out)["memory"]["fits"] is True and err == ""
+
+
+def test_bf16_on_a_gpu_without_it_is_said(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(capsys, "estimate --dtype bf16 --cluster dgx1-v100 --json")
+    assert code == 0 and json.loads(out)["iteration_time_s"] > 0
+    assert err.strip().splitlines() == [err.strip()] and "has no bf16 arithmetic" in err and "--dtype fp16" in err
+    code, out, err = _run(capsys, "estimate --dtype fp16 --cluster dgx1-v100 --json")
+    assert code == 0 and err == ""
+    code, out, err = _run(capsys, "estimate --dtype bf16 --cluster dgx-a100 --json")
+    assert code == 0 and err == ""
+
+
+def test_a_parallel_file_and_the_same_flags_give_the_same_job(capsys: pytest.CaptureFixture[str],
+                                                               tmp_path: Path) -> None:
+    """One set of defaults: fields a --parallel file leaves out take the command's defaults, as flags do."""
+    parallel = tmp_path / "parallel.toml"
+    for text, flags in (("tp = 2\n", "--tp 2"), ("pp = 2\nsequence_parallel = true\n", "--pp 2 --sequence-parallel"),
+                        ("dp = 8\n", "--dp 8")):
+        parallel.write_text(text)
+        code, from_file, err = _run(capsys, f"traffic --parallel {parallel} --json")
+        assert code == 0, err
+        code, from_flags, err = _run(capsys, f"traffic {flags} --json")
+        assert code == 0, err
+        assert json.loads(from_file) == json.loads(from_flags), text
+
+
+def test_a_meaningless_fit_is_flagged_and_kept_out_of_the_estimate(capsys: pytest.CaptureFixture[str],
+                                                                   tmp_path: Path) -> None:
+    bench = tmp_path / "bench.json"
+    fitted = tmp_path / "fit.toml"
+    # all_reduce: time grows with size (a real link); sendrecv: flat, i.e. infinite bus bandwidth
+    rows = json.loads(bench_json([1e-4 + 4**i * 1e-7 for i in range(6)]))["rows"]
+    rows += json.loads(bench_json([5e-5] * 6, op="sendrecv", noisy=True))["rows"]
+    bench.write_text(json.dumps({"meta": {"backend": "gloo"}, "rows": rows}))
+    code, out, err = _run(capsys, f"fit {bench} --out {fitted}")
+    assert code == 0
+    warning = [line for line in err.splitlines() if "warning" in line]
+    assert len(warning) == 1 and "sendrecv over 2 ranks: unreliable fit" in warning[0]
+    assert "infinite" in warning[0] or "outside any real link's range" in warning[0]
+    assert "UNRELIABLE sendrecv" in out and "fitted to 6 of 6 rows flagged noisy" in out
+    code, out, err = _run(capsys, f"estimate --tp 1 --pp 2 --dp 2 --global-batch-size 8 --bandwidth {fitted} --json")
+    assert code == 0, err
+    notes = json.loads(out)["notes"]
+    assert any("sendrecv over 2 ranks left out: unreliable fit" in n for n in notes)
+    assert any("no sendrecv fit" in n and "cluster preset" in n for n in notes)  # PP fell back, and says so
+
+
+def test_count_of_bad_inputs_by_command() -> None:
+    """The numbers the issue asks for (printed with -s)."""
+    counts = count_by_command()
+    print("bad inputs by command:", ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), f"(total {len(BAD_INPUTS)})")
+    assert counts["traffic"] >= 20 and counts["bench"] >= 8 and counts["workload"] >= 8
