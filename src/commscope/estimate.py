@@ -47,6 +47,7 @@ formula, attention and logits included, recomputation added), as does a cluster 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -140,22 +141,24 @@ def estimate(prediction, *, method: Method = "refined", gpu_util: float | None =
     peak = cluster.peak_flops_for(prediction.model.dtype)
     if method == "seed":
         return _seed(prediction, u, peak, bw)
-    compute: StageCompute | None = None
-    notes: list[str] = []
-    if gpu_util is None:
-        from commscope.gpus import gpu_for_cluster
-
-        try:
-            spec = gpu_for_cluster(cluster, gpu)
-        except ConfigError as exc:
-            if gpu is not None:
-                raise
-            notes.append(f"compute: FLOP / (u x peak) with the cluster's u = {u:.2f} ({exc.expected})")
-        else:
-            compute = stage_compute(prediction.model, prediction.parallel, spec)
-    else:
-        notes.append(f"compute: FLOP / (u x peak) with u = {u:.2f} (--gpu-util)")
+    spec, notes = compute_gpu(cluster, gpu_util, gpu)
+    compute = stage_compute(prediction.model, prediction.parallel, spec) if spec is not None else None
     return _refined(prediction, u, peak, bw, compute, notes)
+
+
+def compute_gpu(cluster, gpu_util: float | None, gpu=None) -> tuple[Any, list[str]]:
+    """The GPU whose compute model times compute (None: FLOP / (u x peak)), and the note saying why not."""
+    if gpu_util is not None:
+        return None, [f"compute: FLOP / (u x peak) with u = {gpu_util:.2f} (--gpu-util)"]
+    from commscope.errors import ConfigError
+    from commscope.gpus import gpu_for_cluster
+
+    try:
+        return gpu_for_cluster(cluster, gpu), []
+    except ConfigError as exc:
+        if gpu is not None:
+            raise
+        return None, [f"compute: FLOP / (u x peak) with the cluster's u = {cluster.gpu_util:.2f} ({exc.expected})"]
 
 
 def _finish(prediction, method, u, peak, *, comp, tp, pp, dp, ep, cp, emb, bubble, stage, eff, notes,
@@ -245,34 +248,34 @@ def _flop_compute(prediction, u: float, peak: float) -> tuple[np.ndarray, np.nda
     return fwd, bwd, attn
 
 
-def _overlapped_buckets(times: list[float], window: float) -> float:
+def _overlapped_buckets(times: Sequence[Any], window: Any) -> Any:
     """Time past the end of a backward pass of ``window`` seconds until gradient buckets ``times`` are reduced.
 
     Buckets are ready in order, bucket i when the share of backward that produced buckets 0..i has run
     (buckets hold equal parameters per second of backward); reductions run one at a time on their own stream.
+    Elementwise on arrays (:mod:`commscope.estimate_many` passes one entry per configuration and stage; a bucket
+    of 0 s changes nothing).
     """
     total = sum(times)
-    if not times or total <= 0:
-        return 0.0
     done = ready_share = 0.0
-    for t in times:
-        ready_share += t / total
-        done = max(done, window * ready_share) + t
-    return max(0.0, done - window)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for t in times:
+            ready_share = ready_share + t / total
+            done = np.maximum(done, window * ready_share) + t
+        return np.where(total > 0, np.maximum(0.0, done - window), 0.0)
 
 
-def _late_gathers(times: list[float], window: float) -> float:
+def _late_gathers(times: Sequence[Any], window: Any) -> Any:
     """Delay of a forward pass of ``window`` seconds whose parameter buckets (all-gathered one at a time from its
-    start, in layer order) must each arrive before the forward reaches their layers."""
+    start, in layer order) must each arrive before the forward reaches their layers (elementwise on arrays)."""
     total = sum(times)
-    if not times or total <= 0:
-        return 0.0
     done = needed_share = late = 0.0
-    for t in times:
-        done += t
-        late = max(late, done - window * needed_share)
-        needed_share += t / total
-    return max(0.0, late)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for t in times:
+            done = done + t
+            late = np.maximum(late, done - window * needed_share)
+            needed_share = needed_share + t / total
+        return np.where(total > 0, np.maximum(0.0, late), 0.0)
 
 
 def _refined(prediction, u: float, peak: float, bw: BandwidthModel, compute: StageCompute | None,
@@ -343,8 +346,9 @@ def _refined(prediction, u: float, peak: float, bw: BandwidthModel, compute: Sta
         notes.append("DP gradient buckets reduced during the last backward pass as they fill (--overlap-grad-reduce)")
     if par.overlap_param_gather:
         notes.append("parameter all-gathers overlapped with the next forward pass, bucket by bucket (--overlap-param-gather)")
-    grad_exp = np.array([_overlapped_buckets(b, bwd[s]) if overlap_grads else sum(b) for s, b in enumerate(grad_buckets)])
-    param_exp = np.array([_late_gathers(b, fwd[s]) if par.overlap_param_gather else sum(b)
+    grad_exp = np.array([float(_overlapped_buckets(b, bwd[s])) if overlap_grads else sum(b)
+                         for s, b in enumerate(grad_buckets)])
+    param_exp = np.array([float(_late_gathers(b, fwd[s])) if par.overlap_param_gather else sum(b)
                           for s, b in enumerate(param_buckets)])
     grad_all = np.array([sum(b) for b in grad_buckets])
     param_all = np.array([sum(b) for b in param_buckets])
