@@ -75,13 +75,27 @@ def _structure_key(p: ParallelSpec) -> tuple:
             p.decoder_first_pipeline_num_layers, p.decoder_last_pipeline_num_layers)
 
 
-def _span(group: list[int], gpn: int) -> tuple[int, int, int]:
-    """(n, num_nodes, per_node) of :meth:`GroupSpan.of`, for a short list of ranks."""
-    per_node = Counter(r // gpn for r in group)
-    return len(group), len(per_node), min(per_node.values())
+def _span(group: np.ndarray, gpn: int) -> tuple[int, int, int]:
+    """(n, num_nodes, per_node) of :meth:`GroupSpan.of`."""
+    if len(group) <= 64:
+        per_node = Counter(r // gpn for r in group.tolist())
+        return len(group), len(per_node), min(per_node.values())
+    counts = np.bincount(group // gpn)
+    counts = counts[counts > 0]
+    return len(group), len(counts), int(counts.min())
 
 
-def _spans(firsts: list[list[int]], gpn: int) -> _Span:
+def _padded(entries: list[list[tuple[int, int]]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-stage lists of (elements, ops per micro-batch) as two (stages, sizes) arrays, zero-padded."""
+    width = max(1, max(len(e) for e in entries))
+    num, per_mb = np.zeros((len(entries), width)), np.zeros((len(entries), width))
+    for s, ent in enumerate(entries):
+        for j, (n, k) in enumerate(ent):
+            num[s, j], per_mb[s, j] = n, k
+    return num, per_mb
+
+
+def _spans(firsts: list[np.ndarray], gpn: int) -> _Span:
     """The spans of the first group of each stage's op set (what the scalar path times)."""
     spans = [_span(g, gpn) if len(g) > 1 else (1, 1, 1) for g in firsts]
     return (np.array([x[0] for x in spans]), np.array([x[1] for x in spans]), np.array([x[2] for x in spans]))
@@ -95,12 +109,12 @@ class _Structure:
         layout = Layout(par)
         stage_of = layout.stage_of()
 
-        def of_stage(kind: str, pairs: bool = False) -> list[list[int]]:
+        def of_stage(kind: str, pairs: bool = False) -> list[np.ndarray]:
             """The first group of ``kind`` on each stage (its first (src, dst) ring pair when ``pairs``)."""
             groups = layout.groups(kind)
             stages = stage_of[groups[:, 0]]
             firsts = [groups[np.argmax(stages == s)] if (stages == s).any() else groups[:0].reshape(-1) for s in range(p)]
-            return [(g[:2] if pairs else g).tolist() for g in firsts]
+            return [g[:2] if pairs else g for g in firsts]
 
         tf = token_flops(model)
         self.p = p
@@ -112,8 +126,8 @@ class _Structure:
         self.body_flop = np.zeros(p)
         self.core_flop = np.zeros(p)
         self.core3_flop = np.zeros(p)
-        self.zero3: list[list[tuple[int, int]]] = []
-        self.zero3_expert: list[list[tuple[int, int]]] = []
+        zero3: list[list[tuple[int, int]]] = []
+        zero3_expert: list[list[tuple[int, int]]] = []
         moe = [model.is_moe_layer(i) for i in range(model.num_layers)]
         # every layer of a kind has the same parameters
         kind_params = {flag: layer_params(model, moe.index(flag), tp=par.tp, ep=par.ep) for flag in set(moe)}
@@ -134,8 +148,9 @@ class _Structure:
             self.body_flop[s] = sum(tf.layers[i] for i in layers)
             self.core_flop[s] = sum(tf.attention_core[i] for i in layers)
             self.core3_flop[s] = sum(3 * tf.attention_core[i] for i in layers)
-            self.zero3.append(self._zero3_sizes(model, par, lps, s, expert=False))
-            self.zero3_expert.append(self._zero3_sizes(model, par, lps, s, expert=True))
+            zero3.append(self._zero3_sizes(model, par, lps, s, expert=False))
+            zero3_expert.append(self._zero3_sizes(model, par, lps, s, expert=True))
+        self.zero3, self.zero3_expert = _padded(zero3), _padded(zero3_expert)
         self.tp_span = _spans(of_stage("tp"), gpn)
         self.cp_span = _spans(of_stage("cp", pairs=True), gpn)
         self.dp_span = _spans(of_stage("dp-cp"), gpn)
@@ -156,7 +171,7 @@ class _Structure:
                 self.pp_sets[across] += 2
         self.emb = p > 1 and model.tied_embeddings
         emb_groups = layout.groups("emb")
-        self.emb_span = _spans([emb_groups[0].tolist()], gpn) if self.emb else None
+        self.emb_span = _spans([emb_groups[0]], gpn) if self.emb else None
         self.emb_elements = model.padded_vocab_size(par.tp) * model.hidden_size // par.tp
         self.split_note = pipeline_split_note(model, par)
 
@@ -304,10 +319,12 @@ def _gpu_compute(model: ModelSpec, pars: Sequence[ParallelSpec], st: _Structure,
     nd = (st.layers - st.moe_layers)[None, :]
     nm = st.moe_layers[None, :]
 
+    dense = np.array([[c["kinds"]["dense"][f] for f in _KIND_FIELDS] for c in per])
+    moe = np.array([[c["kinds"]["moe"][f] for f in _KIND_FIELDS] for c in per])
+
     def layer(field: str) -> np.ndarray:
-        d = np.array([c["kinds"]["dense"][field] for c in per])[:, None]
-        m = np.array([c["kinds"]["moe"][field] for c in per])[:, None]
-        return nd * d + nm * m
+        i = _KIND_FIELDS.index(field)
+        return nd * dense[:, i:i + 1] + nm * moe[:, i:i + 1]
 
     last = (np.arange(p) == p - 1)[None, :]
     bw = gpu.streaming_bandwidth_bytes_per_s
@@ -456,19 +473,16 @@ def _group(model: ModelSpec, cluster: ClusterSpec, pars: list[ParallelSpec], st:
         ar_g = T.t("all_reduce", elements[None, :] * G, span)
         grad_buckets.append(np.where(~zero3 & present, np.where(shards, rs_g, ar_g), 0.0))
         param_buckets.append(np.where(~zero3 & present & shards, ag_b, 0.0))
-        z3_f, z3_b = z.copy(), z.copy()
         z3_sets = np.zeros(p)
-        for s, ent in enumerate(entries):
-            sub = (span[0][s:s + 1], span[1][s:s + 1], span[2][s:s + 1])
-            z3_sets[s] = len(ent)
-            for num, per_mb in ent:
-                t_ag = T.t("all_gather", num * B, sub)[0]
-                t_rs = T.t("reduce_scatter", num * G[:, 0], sub)
-                z3_f[:, s] += t_ag * (per_mb * m[:, 0])
-                z3_b[:, s] += (t_ag * (per_mb * m[:, 0])) + t_rs * (per_mb * m[:, 0])
-        z3_sets *= present[0]
-        comm["dp"]["fwd"] += np.where(zero3, z3_f, 0.0)
-        comm["dp"]["bwd"] += np.where(zero3, z3_b, 0.0)
+        if zero3.any():
+            num, per_mb = entries  # (stages, sizes): elements and ops per micro-batch of each gather size
+            stage_span = tuple(x[:, None] for x in span)
+            t_ag = T.t("all_gather", num * B, stage_span)[None]
+            t_rs = T.t("reduce_scatter", num[None] * G[:, :, None], stage_span)
+            count = per_mb[None] * m[:, :, None]
+            comm["dp"]["fwd"] += np.where(zero3, (t_ag * count).sum(axis=2), 0.0)
+            comm["dp"]["bwd"] += np.where(zero3, (t_ag * count + t_rs * count).sum(axis=2), 0.0)
+            z3_sets = (per_mb > 0).sum(axis=1) * present[0]
         busbw("dp", "all_gather", span, np.where(zero3, 2 * z3_sets[None, :], present & shards))
         busbw("dp", "reduce_scatter", span, np.where(zero3, z3_sets[None, :], present & shards))
         busbw("dp", "all_reduce", span, np.where(zero3 | shards, 0, present))

@@ -6,7 +6,13 @@ import argparse
 import json
 import sys
 
-from commscope.cli.common import add_cluster_args, add_model_args, int_list, resolve_cluster, resolve_model
+from commscope.cli.common import (
+    add_cluster_args,
+    add_model_args,
+    int_list,
+    resolve_cluster,
+    resolve_model,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -25,7 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--cp-sizes", type=int_list, default=(1,), help="context-parallel candidates (default 1)")
     g.add_argument("--ep-sizes", type=int_list, default=None, help="expert-parallel candidates (default: divisors of num_experts)")
     g.add_argument("--max-tp", type=int, default=None, help="largest tp (default: GPUs per node)")
-    g.add_argument("--refine", type=int, default=64, help="screened candidates re-estimated op by op (default 64)")
+    g.add_argument("--refine", type=int, default=None,
+                   help="estimate only the best N of the closed-form screen op by op (default: every one that fits)")
     g.add_argument("--gpu-util", type=float, default=None, help="achieved fraction of peak FLOP/s (default: the cluster's)")
     g.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
@@ -50,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{model.name} on {args.gpus} x {cluster.gpu} ({cluster.name}), global batch {result.global_batch_size}: "
           f"{result.num_candidates:,} candidates, {result.num_valid:,} valid, {result.num_fit:,} fit in memory; "
-          f"screened in {result.screen_s:.2f} s, top {len(result.entries)} estimated op by op in {result.rank_s:.2f} s")
+          f"screened in {result.screen_s:.2f} s, {'the best ' + str(args.refine) if args.refine else 'all that fit'} "
+          f"estimated op by op in {result.rank_s:.2f} s")
     print()
     head = (f"{'#':>3} {'tp':>3} {'pp':>3} {'dp':>4} {'cp':>3} {'ep':>3} {'mb':>3} {'v':>2} {'sp':>3} {'recomp':>9} "
             f"{'zero':>6} {'iter s':>8} {'TFLOP/s':>8} {'MFU':>6} {'mem GiB':>8}  why")
