@@ -297,12 +297,19 @@ def _refined(prediction, u: float, peak: float, bw: BandwidthModel, compute: Sta
     grad_buckets: list[list[float]] = [[] for _ in range(p)]
     param_buckets: list[list[float]] = [[] for _ in range(p)]
     busbw_sum: dict[str, list[float]] = {}
+    spans: dict[int, GroupSpan] = {}  # op sets of a stage share their group array: one span each
+    times: dict[tuple[str, int, GroupSpan], tuple[float, float]] = {}  # (op, size, span) -> (time, busbw)
     for s in wl.opsets:
         if s.group_size < 2 or s.op == "recv":
             continue
-        span = _span_of(s.groups, gpn)
-        t_op = bw.op_time_s(s.op, s.size_bytes, span)
-        busbw_sum.setdefault(s.axis, []).append(bw.busbw_bytes_per_s(s.op, s.size_bytes, span))
+        span = spans.get(id(s.groups))
+        if span is None:
+            span = spans[id(s.groups)] = _span_of(s.groups, gpn)
+        key = (s.op, s.size_bytes, span)
+        if key not in times:
+            times[key] = (bw.op_time_s(s.op, s.size_bytes, span), bw.busbw_bytes_per_s(s.op, s.size_bytes, span))
+        t_op, busbw = times[key]
+        busbw_sum.setdefault(s.axis, []).append(busbw)
         total = t_op * s.count
         stage = int(stage_of[s.groups[0, 0]])
         once = s.micro_batches is None
