@@ -476,7 +476,7 @@ def _group(model: ModelSpec, cluster: ClusterSpec, pars: list[ParallelSpec], st:
         z3_sets = np.zeros(p)
         if zero3.any():
             num, per_mb = entries  # (stages, sizes): elements and ops per micro-batch of each gather size
-            stage_span = tuple(x[:, None] for x in span)
+            stage_span = (span[0][:, None], span[1][:, None], span[2][:, None])
             t_ag = T.t("all_gather", num * B, stage_span)[None]
             t_rs = T.t("reduce_scatter", num[None] * G[:, :, None], stage_span)
             count = per_mb[None] * m[:, :, None]
