@@ -7,7 +7,8 @@ Targets: under 20 us per recorded op, and under 5% of step time on the 8-rank 3D
    backend and on a group of commscope's recording backend (writing a log) in the same processes; the median
    over rounds of the difference is the recording cost per op.
 2. Step time on the 3D reference training (slowest rank per step): recording switched on and off step by step
-   inside the same runs (the headline ratio: drifts of a shared machine hit both alike), and whole runs
+   inside the same runs, in the order on, off, off, on after two warm-up steps (the headline ratio: drifts of a
+   shared machine hit both alike; the ratio of each run is printed too), and whole runs
    unrecorded (plain backend) and recorded, alternately (what a user compares; on 2 cores for 8 ranks these
    swing by +-10% from run to run, so the per-round ratios are printed too).
 
@@ -87,15 +88,27 @@ def _workload():
                                            global_batch_size=16, framework="torch-fsdp2")
 
 
+#: Steps 4k and 4k + 3 are recorded, 4k + 1 and 4k + 2 not (on, off, off, on): a machine that speeds up or slows
+#: down along a run (caches warming, another job starting) then weighs on both alike, which plain alternation
+#: (on, off, on, off) does not: its recorded steps always come first.
+_RECORDED_PHASES = (0, 3)
+#: The first steps (warm-up: DTensor's shard distribution, pipelining's stage vote, FSDP2's lazy init) are left out.
+_WARMUP_STEPS = 2
+
+
+def _recorded(index: int) -> bool:
+    return index % 4 in _RECORDED_PHASES
+
+
 def _alternating_log(base):
-    """A RankLog class that records only the even steps: the odd ones run with recording switched off (the
-    process groups hand ops straight to the backend), in the same processes, step after step."""
+    """A RankLog class that records only the steps :func:`_recorded` picks: the others run with recording
+    switched off (the process groups hand ops straight to the backend), in the same processes, step after step."""
 
     class AlternatingLog(base):
         @base.step.setter
         def step(self, index):
             base.step.fset(self, index)
-            cpg.set_sink(None if index is not None and index % 2 else self)
+            cpg.set_sink(self if index is None or _recorded(index) else None)
 
     return AlternatingLog
 
@@ -109,20 +122,23 @@ def bench_step_interleaved(steps: int, runs: int, backend: str) -> dict:
     model, parallel = _workload()
     base = recorder.RankLog
     recorder.RankLog = _alternating_log(base)  # rank_setup imports it at call time, in the forked ranks
-    on, off = [], []
+    on, off, ratios = [], [], []
     try:
         for _ in range(runs):
             with tempfile.TemporaryDirectory() as d:
                 res = launch(train_rank, RunConfig(model=model, parallel=parallel, steps=steps, record=d),
                              timeout_s=600, backend=backend)
             slowest = [max(r["step_s"][i] for r in res) for i in range(steps)]
-            on += slowest[0::2]
-            off += slowest[1::2]
+            run_on = [t for i, t in enumerate(slowest) if i >= _WARMUP_STEPS and _recorded(i)]
+            run_off = [t for i, t in enumerate(slowest) if i >= _WARMUP_STEPS and not _recorded(i)]
+            on += run_on
+            off += run_off
+            ratios.append(statistics.median(run_on) / statistics.median(run_off))
     finally:
         recorder.RankLog = base
     p, q = statistics.median(off), statistics.median(on)
     return {"workload": "ref-gpt tp2 pp2 dp2 SP torch-fsdp2, 8 ranks", "steps": len(on) + len(off),
-            "off_step_ms": p * 1e3, "on_step_ms": q * 1e3, "ratio": q / p}
+            "off_step_ms": p * 1e3, "on_step_ms": q * 1e3, "ratio": q / p, "run_ratios": ratios}
 
 
 def bench_step_time(steps: int, rounds: int, backend: str) -> dict:
@@ -172,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['ranks']:>5}{r['bytes']:>9}B{r['plain_us']:>14.1f}{r['recorded_us']:>16.1f}{r['overhead_us']:>13.1f}")
     inter = bench_step_interleaved(steps, rounds, args.backend)
     print(f"\n{inter['workload']}, recording on and off step by step in the same runs ({inter['steps']} steps): "
-          f"{inter['off_step_ms']:.1f} ms off, {inter['on_step_ms']:.1f} ms on, ratio {inter['ratio']:.3f}")
+          f"{inter['off_step_ms']:.1f} ms off, {inter['on_step_ms']:.1f} ms on, ratio {inter['ratio']:.3f} "
+          f"(per run {', '.join(f'{r:.3f}' for r in inter['run_ratios'])})")
     step = bench_step_time(steps // 2, rounds, args.backend)
     print(f"whole runs, unrecorded (plain {args.backend}) vs recorded, alternating ({step['steps']} steps each): "
           f"{step['plain_step_ms']:.1f} ms vs {step['recorded_step_ms']:.1f} ms, ratio {step['ratio']:.3f} "

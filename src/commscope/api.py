@@ -40,6 +40,7 @@ class Prediction:
         """The headline numbers (JSON-ready). Bytes are wire bytes of the traffic matrix per iteration,
         except ``logical_bytes_by_axis``: the sum of the ops' message sizes (nccl-tests convention)."""
         tm = self.traffic
+        _, _, pair_bytes = tm.pairs()  # once: num_pairs and max_pair_bytes would each coalesce the matrix again
         by_axis = tm.bytes_by_axis()
         logical = self.workload.logical_bytes_by_axis()
         out_axes = {a: by_axis[a] for a in REPORT_AXES}
@@ -61,8 +62,8 @@ class Prediction:
             "bytes_by_link": tm.bytes_by_link(),
             "bytes_by_axis_and_link": tm.bytes_by_axis_and_link(),
             "logical_bytes_by_axis": {a: logical[a] for a in REPORT_AXES},
-            "num_pairs": tm.num_pairs,
-            "max_pair_bytes": tm.max_pair_bytes,
+            "num_pairs": int(pair_bytes.size),
+            "max_pair_bytes": int(pair_bytes.max()) if pair_bytes.size else 0,
             "notes": list(self.workload.notes),
         }
 

@@ -42,6 +42,7 @@ import numpy as np
 from commscope.errors import ConfigError
 from commscope.spec.cluster import ClusterSpec
 
+
 #: nccl-tests' bus-bandwidth factors.
 def busbw_factor(op: str, n: int) -> float:
     """f(op, n) of nccl-tests: busbw = algbw x f. ``busbw_factor('all_reduce', 8) == 1.75``."""
@@ -128,6 +129,22 @@ def alpha_beta_time_s(cluster: ClusterSpec, op: str, size_bytes, n, num_nodes, p
     return np.where((n < 2) | (size <= 0), 0.0, t)
 
 
+def alpha_beta_busbw_bytes_per_s(cluster: ClusterSpec, op: str, n, num_nodes, per_node):
+    """Vectorised large-message bus bandwidth of ``op`` (no latency term): the alpha-beta time of one more byte,
+    as nccl-tests' busbw; a group of fewer than 2 ranks gets the intra-node bandwidth."""
+    n = np.asarray(n, dtype=np.int64)
+    t = (alpha_beta_time_s(cluster, op, 1.0, n, num_nodes, per_node)
+         - alpha_beta_time_s(cluster, op, 0.5, n, num_nodes, per_node)) * 2
+    if op in ("send", "recv", "sendrecv"):
+        f = np.ones(n.shape)
+    else:
+        nn = np.maximum(n, 1)
+        f = 2 * (nn - 1) / nn if op == "all_reduce" else (nn - 1) / nn if op in (
+            "all_gather", "reduce_scatter", "all_to_all", "alltoall", "gather", "scatter") else np.ones(n.shape)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(n < 2, cluster.intra_node.bandwidth_bytes_per_s, f / np.where(n < 2, 1.0, t))
+
+
 @dataclass(slots=True)
 class AlphaBeta:
     """Alpha-beta model per link tier, from a ClusterSpec."""
@@ -137,12 +154,7 @@ class AlphaBeta:
 
     def busbw_bytes_per_s(self, op: str, size_bytes: float, span: GroupSpan) -> float:
         """Large-message bus bandwidth of ``op`` on ``span`` (no latency term)."""
-        if span.n < 2:
-            return self.cluster.intra_node.bandwidth_bytes_per_s
-        t = float(alpha_beta_time_s(self.cluster, op, 1.0, span.n, span.num_nodes, span.per_node)
-                  - alpha_beta_time_s(self.cluster, op, 0.5, span.n, span.num_nodes, span.per_node)) * 2
-        f = busbw_factor(op, span.n if op not in ("send", "recv") else 2)
-        return f / t
+        return float(alpha_beta_busbw_bytes_per_s(self.cluster, op, span.n, span.num_nodes, span.per_node))
 
     def op_time_s(self, op: str, size_bytes: float, span: GroupSpan) -> float:
         return float(alpha_beta_time_s(self.cluster, op, size_bytes, span.n, span.num_nodes, span.per_node))

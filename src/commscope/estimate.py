@@ -47,9 +47,10 @@ formula, attention and logits included, recomputation added), as does a cluster 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 import os
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
@@ -63,6 +64,20 @@ from commscope.workload.stages import pipeline_split_note, stage_layers
 if TYPE_CHECKING:  # api and gpus import this module
     from commscope.api import Prediction
     from commscope.gpus import GpuSpec
+    from commscope.spec.cluster import ClusterSpec
+    from commscope.spec.model import ModelSpec
+    from commscope.spec.parallel import ParallelSpec
+
+
+class JobOf(Protocol):
+    """What :func:`_finish` reads of a job: a :class:`~commscope.api.Prediction`, or the lighter record
+    :mod:`commscope.estimate_many` builds per configuration."""
+
+    @property
+    def model(self) -> ModelSpec: ...
+
+    @property
+    def parallel(self) -> ParallelSpec: ...
 
 Method = Literal["refined", "seed"]
 METHODS = ("refined", "seed")
@@ -146,25 +161,28 @@ def estimate(prediction: Prediction, *, method: Method = "refined", gpu_util: fl
     peak = cluster.peak_flops_for(prediction.model.dtype)
     if method == "seed":
         return _seed(prediction, u, peak, bw)
-    compute: StageCompute | None = None
-    notes: list[str] = []
-    if gpu_util is None:
-        from commscope.gpus import gpu_for_cluster
-
-        try:
-            spec = gpu_for_cluster(cluster, gpu)
-        except ConfigError as exc:
-            if gpu is not None:
-                raise
-            notes.append(f"compute: FLOP / (u x peak) with the cluster's u = {u:.2f} ({exc.expected})")
-        else:
-            compute = stage_compute(prediction.model, prediction.parallel, spec)
-    else:
-        notes.append(f"compute: FLOP / (u x peak) with u = {u:.2f} (--gpu-util)")
+    spec, notes = compute_gpu(cluster, gpu_util, gpu)
+    compute = stage_compute(prediction.model, prediction.parallel, spec) if spec is not None else None
     return _refined(prediction, u, peak, bw, compute, notes)
 
 
-def _finish(prediction: Prediction, method: str, u: float, peak: float, *, comp: float, tp: float, pp: float, dp: float,
+def compute_gpu(cluster: ClusterSpec, gpu_util: float | None,
+                gpu: str | os.PathLike[str] | GpuSpec | None = None) -> tuple[GpuSpec | None, list[str]]:
+    """The GPU whose compute model times compute (None: FLOP / (u x peak)), and the note saying why not."""
+    if gpu_util is not None:
+        return None, [f"compute: FLOP / (u x peak) with u = {gpu_util:.2f} (--gpu-util)"]
+    from commscope.errors import ConfigError
+    from commscope.gpus import gpu_for_cluster
+
+    try:
+        return gpu_for_cluster(cluster, gpu), []
+    except ConfigError as exc:
+        if gpu is not None:
+            raise
+        return None, [f"compute: FLOP / (u x peak) with the cluster's u = {cluster.gpu_util:.2f} ({exc.expected})"]
+
+
+def _finish(prediction: JobOf, method: str, u: float, peak: float, *, comp: float, tp: float, pp: float, dp: float,
             ep: float, cp: float, emb: float, bubble: float, stage: int, eff: dict[str, float], notes: list[str],
             optimizer: float = 0.0, hidden: dict[str, float] | None = None, breakdown: dict[str, float] | None = None,
             compute_model: str = "flops", micro_batch: float | None = None, tail: float | None = None) -> Estimate:
@@ -252,34 +270,34 @@ def _flop_compute(prediction: Prediction, u: float, peak: float) -> tuple[np.nda
     return fwd, bwd, attn
 
 
-def _overlapped_buckets(times: list[float], window: float) -> float:
+def _overlapped_buckets(times: Sequence[Any], window: Any) -> Any:
     """Time past the end of a backward pass of ``window`` seconds until gradient buckets ``times`` are reduced.
 
     Buckets are ready in order, bucket i when the share of backward that produced buckets 0..i has run
     (buckets hold equal parameters per second of backward); reductions run one at a time on their own stream.
+    Elementwise on arrays (:mod:`commscope.estimate_many` passes one entry per configuration and stage; a bucket
+    of 0 s changes nothing).
     """
     total = sum(times)
-    if not times or total <= 0:
-        return 0.0
     done = ready_share = 0.0
-    for t in times:
-        ready_share += t / total
-        done = max(done, window * ready_share) + t
-    return max(0.0, done - window)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for t in times:
+            ready_share = ready_share + t / total
+            done = np.maximum(done, window * ready_share) + t
+        return np.where(total > 0, np.maximum(0.0, done - window), 0.0)
 
 
-def _late_gathers(times: list[float], window: float) -> float:
+def _late_gathers(times: Sequence[Any], window: Any) -> Any:
     """Delay of a forward pass of ``window`` seconds whose parameter buckets (all-gathered one at a time from its
-    start, in layer order) must each arrive before the forward reaches their layers."""
+    start, in layer order) must each arrive before the forward reaches their layers (elementwise on arrays)."""
     total = sum(times)
-    if not times or total <= 0:
-        return 0.0
     done = needed_share = late = 0.0
-    for t in times:
-        done += t
-        late = max(late, done - window * needed_share)
-        needed_share += t / total
-    return max(0.0, late)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for t in times:
+            done = done + t
+            late = np.maximum(late, done - window * needed_share)
+            needed_share = needed_share + t / total
+        return np.where(total > 0, np.maximum(0.0, late), 0.0)
 
 
 def _refined(prediction: Prediction, u: float, peak: float, bw: BandwidthModel, compute: StageCompute | None,
@@ -301,12 +319,19 @@ def _refined(prediction: Prediction, u: float, peak: float, bw: BandwidthModel, 
     grad_buckets: list[list[float]] = [[] for _ in range(p)]
     param_buckets: list[list[float]] = [[] for _ in range(p)]
     busbw_sum: dict[str, list[float]] = {}
+    spans: dict[int, GroupSpan] = {}  # op sets of a stage share their group array: one span each
+    times: dict[tuple[str, int, GroupSpan], tuple[float, float]] = {}  # (op, size, span) -> (time, busbw)
     for s in wl.opsets:
         if s.group_size < 2 or s.op == "recv":
             continue
-        span = _span_of(s.groups, gpn)
-        t_op = bw.op_time_s(s.op, s.size_bytes, span)
-        busbw_sum.setdefault(s.axis, []).append(bw.busbw_bytes_per_s(s.op, s.size_bytes, span))
+        span = spans.get(id(s.groups))
+        if span is None:
+            span = spans[id(s.groups)] = _span_of(s.groups, gpn)
+        key = (s.op, s.size_bytes, span)
+        if key not in times:
+            times[key] = (bw.op_time_s(s.op, s.size_bytes, span), bw.busbw_bytes_per_s(s.op, s.size_bytes, span))
+        t_op, busbw = times[key]
+        busbw_sum.setdefault(s.axis, []).append(busbw)
         total = t_op * s.count
         stage = int(stage_of[s.groups[0, 0]])
         once = s.micro_batches is None
@@ -350,8 +375,9 @@ def _refined(prediction: Prediction, u: float, peak: float, bw: BandwidthModel, 
         notes.append("DP gradient buckets reduced during the last backward pass as they fill (--overlap-grad-reduce)")
     if par.overlap_param_gather:
         notes.append("parameter all-gathers overlapped with the next forward pass, bucket by bucket (--overlap-param-gather)")
-    grad_exp = np.array([_overlapped_buckets(b, bwd[s]) if overlap_grads else sum(b) for s, b in enumerate(grad_buckets)])
-    param_exp = np.array([_late_gathers(b, fwd[s]) if par.overlap_param_gather else sum(b)
+    grad_exp = np.array([float(_overlapped_buckets(b, bwd[s])) if overlap_grads else sum(b)
+                         for s, b in enumerate(grad_buckets)])
+    param_exp = np.array([float(_late_gathers(b, fwd[s])) if par.overlap_param_gather else sum(b)
                           for s, b in enumerate(param_buckets)])
     grad_all = np.array([sum(b) for b in grad_buckets])
     param_all = np.array([sum(b) for b in param_buckets])
@@ -364,9 +390,9 @@ def _refined(prediction: Prediction, u: float, peak: float, bw: BandwidthModel, 
     terms = {"dp": float(dp_tail[end]), "emb": float(comm["emb"]["iter"][end]),
              "tp": float(comm["tp"]["iter"][end] + comm["cp"]["iter"][end] + comm["ep"]["iter"][end]),
              "opt": float(opt[end])}
-    for key, value in terms.items():
+    for term, value in terms.items():
         cut = min(hide, value)
-        terms[key] = value - cut
+        terms[term] = value - cut
         hide -= cut
 
     hidden = {"tp": float(tp_all[crit] - tp_exp[crit]), "cp": float(cp_all[crit] - cp_exp[crit]),

@@ -15,6 +15,7 @@ which token_flops reproduces exactly for that shape.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from commscope.spec.model import ModelSpec
@@ -31,6 +32,7 @@ class TokenFlops:
     logits: float
 
 
+@functools.lru_cache(maxsize=64)
 def token_flops(model: ModelSpec) -> TokenFlops:
     """Forward FLOPs per token of every layer and of the logits."""
     h, s = model.hidden_size, model.seq_len

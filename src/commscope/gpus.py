@@ -42,6 +42,7 @@ per element a CTA loads: 128x128 -> 0.87, 128x64 -> 0.71, 64x64 -> 0.61).
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import os
 import re
@@ -53,7 +54,7 @@ from typing import Any
 
 from commscope.errors import ConfigError, check
 from commscope.spec.cluster import ClusterSpec
-from commscope.units import GB, MiB, GiB, TFLOP, US, canonical_dtype
+from commscope.units import GB, TFLOP, US, GiB, MiB, canonical_dtype
 
 __all__ = ["GpuSpec", "gpu_for_cluster", "gpu_from_mapping", "gpu_names", "gpu_preset", "load_gpu"]
 
@@ -334,7 +335,9 @@ def gpu_names() -> list[str]:
     return sorted(e.name.removesuffix(".toml") for e in _folder().iterdir() if e.name.endswith(".toml") and e.is_file())
 
 
+@functools.lru_cache(maxsize=32)
 def _read_preset(name: str) -> GpuSpec:
+    """One preset file, parsed once per process (``estimate`` asks for it per configuration)."""
     entry = _folder().joinpath(f"{name}.toml")
     try:
         d = tomllib.loads(entry.read_text(encoding="utf-8"))
@@ -362,6 +365,7 @@ def _normal(text: str) -> str:
     return re.sub(r"[^a-z0-9]", "", text.lower())
 
 
+@functools.lru_cache(maxsize=64)
 def _match_alias(text: str) -> str | None:
     """The preset whose longest alias occurs in ``text`` (case and punctuation ignored), or None."""
     norm = _normal(text)

@@ -11,7 +11,8 @@
 
 Why fork: every rank of a torchrun job imports torch itself (1-3 s of CPU each); on a 2-core machine 8 ranks
 take ~16-27 s just to start. Forked children share the parent's already-imported torch (copy-on-write), so
-8 ranks start in a fraction of a second and a small job finishes in ~2-10 s. ``fork`` is used where the
+8 ranks start in a fraction of a second and a small job finishes in ~2-10 s. :func:`spawn` imports torch in the
+parent before it forks, so no rank imports it again whoever called it. ``fork`` is used where the
 platform has it and the backend runs on the CPU; ``spawn`` (children import everything again; ``fn`` must
 then be a module-level function) is the fallback, and the choice for NCCL, because a CUDA context does not
 survive a fork.
@@ -283,6 +284,10 @@ def spawn(fn: Callable[..., Any], nproc: int, *, args: Sequence[Any] = (), backe
     if timeout_s <= 0:
         raise ConfigError("timeout_s", timeout_s, "must be > 0")
     method = start_method or _start_method(backend)
+    if method == "fork":
+        # import torch once, here: forked ranks inherit it; a parent that had not (``bench --backend gloo``,
+        # ``tune``) made every rank import it again, 1-3 s of CPU each
+        import torch.distributed  # noqa: F401
     ctx = multiprocessing.get_context(method)
     tmpdir = tempfile.mkdtemp(prefix="commscope-launch-")
     store_path = os.path.join(tmpdir, "store")

@@ -8,16 +8,17 @@ Two passes:
    count, TP/PP/DP/CP/EP op counts x the alpha-beta op time of each axis's group, bubble (p-1)/v of a
    micro-batch. Ranks stay in Megatron's default order (tp innermost), so a group's span over nodes
    follows from its stride.
-2. *Rank*: the best ``refine`` candidates of the screen are estimated exactly, op by op
-   (:func:`commscope.estimate.estimate`), and sorted by that time.
+2. *Rank*: every candidate that fits (or the best ``refine`` of the screen, when given) is estimated exactly, op
+   by op, with :func:`commscope.estimate_many.estimate_many` (the result of :func:`commscope.estimate.estimate`
+   for each, thousands per second), and sorted by that time.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable
 
 import numpy as np
 
@@ -212,7 +213,7 @@ def screen_time_s(model: ModelSpec, cluster: ClusterSpec, c: dict[str, np.ndarra
     pp_time = np.where(pp > 1, m * 2 * t_p2p, 0.0)
     # CP ring: (c-1)(3 + f) K/V transfers per layer and micro-batch, overlapped with attention compute
     kv = 2 * tokens * np.maximum(1, model.kv_heads // tp) * model.head_size * B
-    cp_nodes, _cp_k = _span(cp, tp, gpn)
+    cp_nodes, _ = _span(cp, tp, gpn)
     t_kv = alpha_beta_time_s(cluster, "send", kv, 2, np.where(cp_nodes > 1, 2, 1), 1)
     attn = m * tokens * sum(tf.attention_core) * 3 / pp / tp / (u * peak)
     cp_time = np.maximum(0.0, m * layers_per_stage * (cp - 1) * (3 + (rc == 2)) * t_kv - attn)
@@ -242,11 +243,11 @@ def screen_time_s(model: ModelSpec, cluster: ClusterSpec, c: dict[str, np.ndarra
 
 
 def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_size: int, *, top: int = 10,
-         space: PlanSpace = PlanSpace(), refine: int = 64, gpu_util: float | None = None,
+         space: PlanSpace = PlanSpace(), refine: int | None = None, gpu_util: float | None = None,
          memory_fraction: float = USABLE_MEMORY_FRACTION, progress: Callable[[int, int], None] | None = None) -> Plan:
-    """The ``top`` fastest configurations of ``model`` on ``num_gpus`` GPUs that fit in memory."""
-    from commscope.api import predict
-    from commscope.estimate import estimate
+    """The ``top`` fastest configurations of ``model`` on ``num_gpus`` GPUs that fit in memory (``refine``: estimate
+    only the best of the screen op by op instead of all of them)."""
+    from commscope.estimate_many import estimate_many
     from commscope.memory import total_memory_bytes
 
     if num_gpus < 1:
@@ -274,20 +275,27 @@ def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_siz
             f"none of the {n_valid:,} valid configurations fits in {memory_fraction:.0%} of {cluster.memory_bytes / 2**30:.0f} GiB"
         raise ConfigError("gpus", num_gpus, f"{reason} for {model.name} with global_batch_size={global_batch_size}")
     times = screen_time_s(model, cluster, c, gpu_util)
-    order = np.argsort(times, kind="stable")[: max(refine, top)]
+    order = np.argsort(times, kind="stable")
+    if refine is not None:
+        order = order[: max(refine, top)]
     screen_s = time.perf_counter() - t0
     t1 = time.perf_counter()
+    parallels = [
+        ParallelSpec(tp=int(c["tp"][idx]), pp=int(c["pp"][idx]), dp=int(c["dp"][idx]), cp=int(c["cp"][idx]),
+                     ep=int(c["ep"][idx]), micro_batch_size=int(c["mb"][idx]), global_batch_size=global_batch_size,
+                     virtual_pipeline_size=int(c["v"][idx]), sequence_parallel=bool(c["sp"][idx]),
+                     recompute=RECOMPUTE_CODES[int(c["recompute"][idx])], zero_stage=int(c["zero"][idx]),
+                     distributed_optimizer=bool(c["dist_opt"][idx]))
+        for idx in order]
     entries = []
-    for i, idx in enumerate(order):
-        par = ParallelSpec(tp=int(c["tp"][idx]), pp=int(c["pp"][idx]), dp=int(c["dp"][idx]), cp=int(c["cp"][idx]),
-                           ep=int(c["ep"][idx]), micro_batch_size=int(c["mb"][idx]), global_batch_size=global_batch_size,
-                           virtual_pipeline_size=int(c["v"][idx]), sequence_parallel=bool(c["sp"][idx]),
-                           recompute=RECOMPUTE_CODES[int(c["recompute"][idx])], zero_stage=int(c["zero"][idx]),
-                           distributed_optimizer=bool(c["dist_opt"][idx]))
-        est = estimate(predict(model, par, cluster), gpu_util=gpu_util)
-        entries.append(PlanEntry(parallel=par, estimate=est, memory_bytes=float(mem[idx]), screen_time_s=float(times[idx])))
+    chunk = 1024  # configurations per estimate_many call (and per progress step)
+    for start in range(0, len(order), chunk):
+        ests = estimate_many(model, cluster, parallels[start:start + chunk], gpu_util=gpu_util)
+        for par, est, idx in zip(parallels[start:start + chunk], ests, order[start:start + chunk]):
+            entries.append(PlanEntry(parallel=par, estimate=est, memory_bytes=float(mem[idx]),
+                                     screen_time_s=float(times[idx])))
         if progress is not None:
-            progress(i + 1, len(order))
+            progress(len(entries), len(order))
     entries.sort(key=lambda e: e.estimate.iteration_time_s)
     return Plan(model=model, cluster=cluster, num_gpus=num_gpus, global_batch_size=global_batch_size,
                 num_candidates=int(n_candidates), num_valid=int(n_valid), num_fit=int(n_fit),

@@ -287,10 +287,13 @@ def _coalesce(src: np.ndarray, dst: np.ndarray, axis: np.ndarray | None, nbytes:
     if key.size == 0:
         empty = np.empty(0, dtype=np.int64)
         return empty, empty, empty, empty
-    order = np.argsort(key, kind="stable")
-    key_sorted = key[order]
+    if np.all(key[1:] >= key[:-1]):  # a coalesced matrix is sorted by (src, dst, axis): no sort for its pairs
+        key_sorted, sorted_bytes = key, nbytes
+    else:
+        order = np.argsort(key, kind="stable")
+        key_sorted, sorted_bytes = key[order], nbytes[order]
     starts = np.flatnonzero(np.concatenate([[True], key_sorted[1:] != key_sorted[:-1]]))
-    summed = np.add.reduceat(nbytes[order], starts)
+    summed = np.add.reduceat(sorted_bytes, starts)
     uniq = key_sorted[starts]
     if axis is not None:
         ax = uniq % len(AXES)
@@ -322,10 +325,25 @@ def _node_key(groups: np.ndarray, gpus_per_node: int) -> tuple[np.ndarray, list[
 
 
 def build_traffic(opsets: Iterable[OpSet], world_size: int, gpus_per_node: int, *, algorithm: str = "ring") -> TrafficMatrix:
-    """Decompose op sets (from a Workload, or measured ops grouped likewise) into a TrafficMatrix."""
+    """Decompose op sets (from a Workload, or measured ops grouped likewise) into a TrafficMatrix.
+
+    Op sets that run on the same group array (every all-to-all of a stage's MoE layers, every TP collective of a
+    stage) are merged at the level of positions in the group first, (position i, position j, bytes), and expanded
+    to GPU flows once: a routed MoE iteration at 131,072 GPUs then holds one set of flows per stage, not one per
+    layer and micro-batch (the matrix is what is kept, not the flows).
+    """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm={algorithm!r}: valid: {', '.join(ALGORITHMS)}")
     srcs, dsts, axes, sizes = [], [], [], []
+    # (id of the group array, axis) -> (groups, [position src], [position dst], [bytes])
+    merged: dict[tuple[int, int], tuple[np.ndarray, list[np.ndarray], list[np.ndarray], list[np.ndarray]]] = {}
+
+    def add(groups: np.ndarray, axis: str, src_pos: np.ndarray, dst_pos: np.ndarray, flow_bytes: np.ndarray) -> None:
+        entry = merged.setdefault((id(groups), _AXIS_CODE[axis]), (groups, [], [], []))
+        entry[1].append(src_pos)
+        entry[2].append(dst_pos)
+        entry[3].append(np.asarray(flow_bytes, dtype=np.int64))
+
     for s in opsets:
         n = s.group_size
         if s.op in _NO_FLOW_OPS or n < 2 or s.num_groups == 0:
@@ -339,12 +357,11 @@ def build_traffic(opsets: Iterable[OpSet], world_size: int, gpus_per_node: int, 
             mask = ps != pd
             src_pos, dst_pos = ps[mask], pd[mask]
             if mat.ndim == 2:
-                flow_bytes = np.broadcast_to(mat[mask], (s.num_groups, mask.sum()))
-            else:
-                flow_bytes = mat[:, mask]
+                add(s.groups, s.axis, src_pos, dst_pos, mat[mask].astype(np.int64) * weight)
+                continue
             srcs.append(s.groups[:, src_pos].ravel())
             dsts.append(s.groups[:, dst_pos].ravel())
-            sizes.append((flow_bytes * weight).ravel().astype(np.int64))
+            sizes.append((mat[:, mask] * weight).ravel().astype(np.int64))
             axes.append(np.full(srcs[-1].size, _AXIS_CODE[s.axis], dtype=np.int64))
             continue
         if algorithm == "hierarchical" and s.op == "all_reduce":
@@ -356,15 +373,23 @@ def build_traffic(opsets: Iterable[OpSet], world_size: int, gpus_per_node: int, 
         for groups, key in parts:
             src_pos, dst_pos, flow_bytes = _pattern(s.op, algorithm, n, s.size_bytes, elem, key)
             keep = flow_bytes > 0
-            src_pos, dst_pos, flow_bytes = src_pos[keep], dst_pos[keep], flow_bytes[keep]
-            srcs.append(groups[:, src_pos].ravel())
-            dsts.append(groups[:, dst_pos].ravel())
-            sizes.append(np.broadcast_to(flow_bytes * weight, (groups.shape[0], flow_bytes.size)).ravel())
-            axes.append(np.full(srcs[-1].size, _AXIS_CODE[s.axis], dtype=np.int64))
+            add(groups, s.axis, src_pos[keep], dst_pos[keep], flow_bytes[keep] * weight)
+    for (_, axis_code), (groups, ps_list, pd_list, b_list) in merged.items():
+        n = groups.shape[1]
+        pos_key = np.concatenate(ps_list) * n + np.concatenate(pd_list)
+        uniq, inverse = np.unique(pos_key, return_inverse=True)
+        pos_bytes = np.zeros(uniq.size, dtype=np.int64)
+        np.add.at(pos_bytes, inverse, np.concatenate(b_list))
+        src_pos, dst_pos = uniq // n, uniq % n
+        srcs.append(groups[:, src_pos].ravel())
+        dsts.append(groups[:, dst_pos].ravel())
+        sizes.append(np.broadcast_to(pos_bytes, (groups.shape[0], pos_bytes.size)).ravel())
+        axes.append(np.full(srcs[-1].size, axis_code, dtype=np.int64))
     if srcs:
         src, dst, ax, nbytes = (np.concatenate(x) for x in (srcs, dsts, axes, sizes))
     else:
         src = dst = ax = nbytes = np.empty(0, dtype=np.int64)
+    del srcs, dsts, axes, sizes
     src, dst, ax, nbytes = _coalesce(src, dst, ax, nbytes.astype(np.int64), world_size)
     keep = nbytes > 0
     return TrafficMatrix(world_size=world_size, gpus_per_node=gpus_per_node, src=src[keep], dst=dst[keep],

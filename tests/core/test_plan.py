@@ -58,3 +58,18 @@ def test_nothing_fits_is_a_clear_error():
     model, cluster = load_model("llama3-405b"), load_cluster("rtx3090-pcie")
     with pytest.raises(ConfigError, match="fits in"):
         plan(model, cluster, 8, 64)
+
+
+def test_plan_ranks_every_candidate_that_fits_op_by_op():
+    """No top-k: the plan's best is the fastest scalar estimate over every configuration that fits."""
+    from commscope.api import predict
+    from commscope.estimate import estimate
+
+    model, cluster = load_model("gpt3-1.3b"), load_cluster("dgx-a100")
+    space = PlanSpace(micro_batch_sizes=(1, 4), virtual_pipeline_sizes=(1, 2), recompute=("none", "full"))
+    result = plan(model, cluster, 16, 64, top=1000, space=space)
+    assert len(result.entries) == result.num_fit
+    scalar = sorted(estimate(predict(model, e.parallel, cluster)).iteration_time_s for e in result.entries)
+    assert [e.estimate.iteration_time_s for e in result.entries] == pytest.approx(scalar, rel=1e-12)
+    screened = plan(model, cluster, 16, 64, top=1, space=space, refine=1)
+    assert result.entries[0].estimate.iteration_time_s <= screened.entries[0].estimate.iteration_time_s

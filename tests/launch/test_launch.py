@@ -206,3 +206,38 @@ def _alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"  # a zombie has exited
     except FileNotFoundError:
         return False
+
+
+_COUNT_TORCH_IMPORTS = '''
+import importlib.abc, os, sys
+
+class _Count(importlib.abc.MetaPathFinder):
+    """Writes the pid of every process that imports torch afresh (a forked rank that inherits it does not)."""
+    def find_spec(self, name, path, target=None):
+        if name == "torch":
+            with open(sys.argv[1], "a") as f:
+                f.write(f"{os.getpid()}\\n")
+        return None
+
+sys.meta_path.insert(0, _Count())
+from commscope.launch import spawn
+
+def rank_fn(rank, world):
+    import torch
+    return torch.__name__
+
+assert spawn(rank_fn, 3) == ["torch"] * 3
+'''
+
+
+def test_forked_ranks_do_not_import_torch_again(tmp_path):
+    """A caller that never imported torch (``bench --backend gloo``, ``tune``): torch is imported once, by the
+    parent, and the three ranks inherit it."""
+    import subprocess
+    import sys
+
+    script, log = tmp_path / "count.py", tmp_path / "imports.txt"
+    script.write_text(_COUNT_TORCH_IMPORTS)
+    subprocess.run([sys.executable, str(script), str(log)], check=True, timeout=120)
+    pids = log.read_text().split()
+    assert len(pids) == 1, pids

@@ -162,3 +162,23 @@ def test_trace_keeps_its_placement():
     counts = trace.counts[0, s.micro_batch, s.layers[0] - 1]
     assert s.splits[:, 3].tolist() == ((counts[:, 0] + counts[:, 1]) * TOKEN_BYTES).tolist()
     assert isinstance(trace, RoutingTrace)
+
+
+def test_routed_traffic_merged_per_group_equals_op_set_by_op_set():
+    """build_traffic merges the op sets of a group array before expanding them: the matrix is the sum of each
+    op set's own matrix (routed all-to-alls per layer and micro-batch, ring collectives, p2p, hierarchical)."""
+    from commscope.spec.files import load_model
+    from commscope.traffic import build_traffic
+
+    model = load_model("mixtral-8x7b")
+    par = ParallelSpec(tp=2, pp=2, dp=8, ep=4, global_batch_size=32, sequence_parallel=True)
+    routing = routing_for_job("zipf:1.2", model, par, seed=3)
+    for algorithm in ("ring", "hierarchical"):
+        pred = predict(model, par, "dgx-h100", routing=routing, algorithm=algorithm)
+        whole = pred.traffic.to_dense()
+        parts = np.zeros_like(whole)
+        for s in pred.workload.opsets:
+            parts += build_traffic([s], par.world_size, 8, algorithm=algorithm).to_dense()
+        assert np.array_equal(whole, parts)
+        assert pred.summary()["num_pairs"] == int((whole > 0).sum())
+        assert pred.summary()["max_pair_bytes"] == int(whole.max())

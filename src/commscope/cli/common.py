@@ -7,12 +7,11 @@ the built-in defaults below.
 from __future__ import annotations
 
 import argparse
-import errno
 import os
 import sys
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from commscope.errors import ConfigError
 from commscope.spec.cluster import ClusterSpec
@@ -24,33 +23,10 @@ DEFAULT_MODEL = "gpt-1.5b"
 DEFAULT_CLUSTER = "dgx1-v100"
 DEFAULT_PARALLEL = {"tp": 2, "pp": 4, "dp": 4, "global_batch_size": 512, "micro_batch_size": 4}
 
-class Parser(argparse.ArgumentParser):
-    """ArgumentParser whose errors are one line with a pointer to ``--help`` (exit 2), not a usage dump.
-
-    Sub-commands inherit it: ``add_subparsers`` makes sub-parsers of the class of the parser it hangs from.
-    """
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
-
-
 def warn(args: argparse.Namespace | None, message: str) -> None:
     """One warning line on stderr: ``commscope estimate: warning: ...``."""
     command = getattr(args, "command", None)
     print(f"commscope{' ' + command if command else ''}: warning: {message}", file=sys.stderr)
-
-
-def os_error_message(exc: OSError) -> str:
-    """One line for an OSError a command met reading or writing a user's path (full disk, not a directory, ...)."""
-    reason = exc.strerror or str(exc)
-    if exc.errno == errno.ENOSPC:
-        reason += " (the disk is full)"
-    elif exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-        reason += " (choose a writable place)"
-    elif exc.errno in (errno.EEXIST, errno.ENOTDIR):
-        reason += " (a file is in the way of a directory)"
-    where = exc.filename if exc.filename is not None else ""
-    return f"{reason}: {where}" if where else reason
 
 
 def check_out_dir(path: Path | None, field: str = "out") -> None:

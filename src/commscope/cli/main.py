@@ -3,27 +3,57 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 
-from commscope.cli.common import Parser, os_error_message
-from commscope.errors import ConfigError, JobFailed
+from commscope.cli.parser import Parser, os_error_message
 
-_COMMANDS = ("traffic", "estimate", "plan", "presets", "record", "summarize", "compare", "bench", "fit", "calibrate", "report",
-             "shapes", "workload", "moe", "tune", "validate", "export")
+#: Every sub-command and its one-line help, in the order ``--help`` lists them. A command's module
+#: (``commscope.cli.<name>_cmd``) is imported only when that command is run: ``commscope --help`` imports none
+#: and ``commscope traffic --help`` only traffic's. tests/cli/test_main.py holds these lines equal to the modules'.
+_COMMANDS: dict[str, str] = {
+    "traffic": "predict every communication op of one iteration and the per-GPU-pair traffic matrix",
+    "estimate": "estimate iteration time, communication and bubble ratios",
+    "plan": "rank parallelism configurations by predicted iteration time",
+    "presets": "list the built-in model and cluster presets",
+    "record": "run a torch.distributed job and record every communication op",
+    "summarize": "summarise recorded logs: ops by axis, message sizes, traffic matrix",
+    "compare": "compare recorded logs with the prediction for the same job",
+    "bench": "measure collective bandwidth (nccl-tests semantics, any torch backend)",
+    "fit": "fit latency and bandwidth per op and group size from bench or nccl-tests output",
+    "report": "write one self-contained HTML report (heatmaps, bytes, sizes, time, schedule, measured)",
+    "shapes": "GEMM efficiency of a model's shapes on its GPU, broken shape rules, faster shapes",
+    "workload": "run a reference training with PyTorch's parallelism (and record it)",
+    "moe": "MoE expert-parallel routing over iterations: simulate or analyze a trace",
+    "tune": "measure every backend per op and size; write the table for the mixed runtime",
+    "validate": "compare predicted with measured iteration times of runs in a CSV file",
+    "calibrate": "measure this machine (matmul rate, memory, collectives) into a cluster file",
+    "export": "hand a prediction to other tools: Chakra execution traces (ASTRA-sim)",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``commscope`` parser. Sub-command ``command`` gets its full parser (its module imported); the others
+    are listed by name and help line only. ``None``: every sub-command in full."""
     parser = Parser(
         prog="commscope",
         description="How distributed training communicates and what it costs.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in _COMMANDS:
-        module = __import__(f"commscope.cli.{name}_cmd", fromlist=["add_parser"])
-        module.add_parser(sub)
+    for name, help_line in _COMMANDS.items():
+        if command is None or name == command:
+            importlib.import_module(f"commscope.cli.{name}_cmd").add_parser(sub)
+        else:
+            sub.add_parser(name, help=help_line)
     return parser
+
+
+def _command_of(argv: Sequence[str]) -> str:
+    """The sub-command ``argv`` names (its first word; the top level takes no option with a value), or ''."""
+    first = next((a for a in argv if not a.startswith("-")), "")
+    return first if first in _COMMANDS else ""
 
 
 def _version() -> str:
@@ -33,10 +63,13 @@ def _version() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.error(f"give a command: {', '.join(_COMMANDS)}")
+    from commscope.errors import ConfigError, JobFailed
+
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:

@@ -25,7 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--cp-sizes", type=int_list, default=(1,), help="context-parallel candidates (default 1)")
     g.add_argument("--ep-sizes", type=int_list, default=None, help="expert-parallel candidates (default: divisors of num_experts)")
     g.add_argument("--max-tp", type=int, default=None, help="largest tp (default: GPUs per node)")
-    g.add_argument("--refine", type=int, default=64, help="screened candidates re-estimated op by op (default 64)")
+    g.add_argument("--refine", type=int, default=None,
+                   help="estimate only the best N of the closed-form screen op by op (default: every one that fits)")
     g.add_argument("--gpu-util", type=float, default=None, help="achieved fraction of peak FLOP/s (default: the cluster's)")
     g.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
@@ -52,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{model.name} on {args.gpus} x {cluster.gpu} ({cluster.name}), global batch {result.global_batch_size}: "
           f"{result.num_candidates:,} candidates, {result.num_valid:,} valid, {result.num_fit:,} fit in memory; "
-          f"screened in {result.screen_s:.2f} s, top {len(result.entries)} estimated op by op in {result.rank_s:.2f} s")
+          f"screened in {result.screen_s:.2f} s, {'the best ' + str(args.refine) if args.refine else 'all that fit'} "
+          f"estimated op by op in {result.rank_s:.2f} s")
     print()
     columns = ("#", "tp", "pp", "dp", "cp", "ep", "mb", "v", "sp", "recomp", "zero", "iter s", "TFLOP/s", "MFU", "mem GiB",
                "why")

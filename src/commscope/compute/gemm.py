@@ -62,9 +62,9 @@ The functions import numpy only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -81,6 +81,7 @@ __all__ = [
     "SYMBOL_TEXT",
     "Gemm",
     "GemmResult",
+    "GemmTimer",
     "GemmTiming",
     "alignment_factor",
     "gemm_timing",
@@ -467,14 +468,9 @@ class GemmResult:
         return d
 
 
-def time_gemms(gemms: Sequence[tuple[Gemm, int]], gpu: GpuSpec, dtype: str) -> tuple[GemmResult, ...]:
-    """Time every (GEMM, layers) pair with :func:`gemm_timing` in one vectorised call."""
-    if not gemms:
-        return ()
-    arr = np.array([(g.m, g.n, g.k, g.batch, g.io_elements) for g, _ in gemms], dtype=np.int64)
-    t = gemm_timing(gpu, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], dtype=dtype, io_elements=arr[:, 4])
+def _results(gemms: Sequence[tuple[Gemm, int]], t: GemmTiming, rows: Sequence[int]) -> tuple[GemmResult, ...]:
     out = []
-    for i, (g, layers) in enumerate(gemms):
+    for (g, layers), i in zip(gemms, rows):
         out.append(GemmResult(
             gemm=g, layers=layers, time_s=float(t.time_s[i]) * g.count, compute_time_s=float(t.compute_time_s[i]) * g.count,
             memory_time_s=float(t.memory_time_s[i]) * g.count, efficiency=float(t.efficiency[i]),
@@ -484,3 +480,49 @@ def time_gemms(gemms: Sequence[tuple[Gemm, int]], gpu: GpuSpec, dtype: str) -> t
             tile_throughput=float(t.tile_throughput[i]), alignment_factor=float(t.alignment_factor[i]),
             arithmetic_intensity=float(t.arithmetic_intensity[i]), memory_bound=bool(t.memory_bound[i])))
     return tuple(out)
+
+
+def _shape_key(g: Gemm) -> tuple[int, int, int, int, int]:
+    return (g.m, g.n, g.k, g.batch, g.io_elements)
+
+
+def _timing(keys: Sequence[tuple[int, int, int, int, int]], gpu: GpuSpec, dtype: str) -> GemmTiming:
+    arr = np.array(keys, dtype=np.int64).reshape(-1, 5)
+    return gemm_timing(gpu, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], dtype=dtype, io_elements=arr[:, 4])
+
+
+def time_gemms(gemms: Sequence[tuple[Gemm, int]], gpu: GpuSpec, dtype: str) -> tuple[GemmResult, ...]:
+    """Time every (GEMM, layers) pair with :func:`gemm_timing` in one vectorised call."""
+    if not gemms:
+        return ()
+    return _results(gemms, _timing([_shape_key(g) for g, _ in gemms], gpu, dtype), range(len(gemms)))
+
+
+class GemmTimer:
+    """:func:`time_gemms` for many calls on one GPU: the shapes announced with :meth:`prefetch` are timed together
+    in one :func:`gemm_timing` call per dtype (each GEMM's time depends on its own shape only, so the results are
+    those of :func:`time_gemms`). :mod:`commscope.estimate_many` times the layers of thousands of configurations so."""
+
+    def __init__(self, gpu: GpuSpec) -> None:
+        self.gpu = gpu
+        self._pending: dict[str, set[tuple[int, int, int, int, int]]] = {}
+        self._timed: dict[str, tuple[GemmTiming, dict[tuple[int, int, int, int, int], int]]] = {}
+
+    def prefetch(self, gemms: Sequence[Gemm], dtype: str) -> None:
+        self._pending.setdefault(dtype, set()).update(_shape_key(g) for g in gemms)
+
+    def _flush(self, dtype: str) -> None:
+        keys = sorted(self._pending.pop(dtype, set()) | set(self._timed.get(dtype, (None, {}))[1]))
+        self._timed[dtype] = (_timing(keys, self.gpu, dtype), {k: i for i, k in enumerate(keys)})
+
+    def __call__(self, gemms: Sequence[tuple[Gemm, int]], gpu: GpuSpec, dtype: str) -> tuple[GemmResult, ...]:
+        if not gemms:
+            return ()
+        assert gpu is self.gpu
+        keys = [_shape_key(g) for g, _ in gemms]
+        index = self._timed.get(dtype, (None, {}))[1]
+        if self._pending.get(dtype) or any(k not in index for k in keys):
+            self.prefetch([g for g, _ in gemms], dtype)
+            self._flush(dtype)
+        timing, index = self._timed[dtype]
+        return _results(gemms, timing, [index[k] for k in keys])

@@ -53,12 +53,13 @@ numpy-free: plain arithmetic on a few numbers per layer kind.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from commscope.gpus import GpuSpec
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 
-__all__ = ["LayerKernels", "adam_bytes_per_param", "attention_time_s", "layer_kernels", "linear_gemm_dtype",
+__all__ = ["LayerKernels", "adam_bytes_per_param", "adam_step_time_s", "attention_time_s", "layer_kernels", "linear_gemm_dtype",
            "optimizer_step_time_s", "stage_extra_bytes"]
 
 #: Fraction of a causal s x s score matrix a fused kernel computes (it skips blocks above the diagonal).
@@ -163,13 +164,20 @@ def stage_extra_bytes(model: ModelSpec, parallel: ParallelSpec, *, first: bool, 
 def optimizer_step_time_s(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, dense_params: int,
                           expert_params: int) -> float:
     """Time of one Adam step on a rank holding ``dense_params`` and ``expert_params`` (see the module docstring)."""
-    update, buffer = adam_bytes_per_param(model.dtype_bytes, fp16=model.dtype == "fp16")
     shards = parallel.shards_optimizer or parallel.framework == "torch-fsdp2"
-    dense_shard = parallel.dp * parallel.cp if shards else 1
-    expert_shard = parallel.expert_dp if shards else 1
+    return float(adam_step_time_s(model, gpu, dense_params=dense_params, expert_params=expert_params,
+                            dense_shard=parallel.dp * parallel.cp if shards else 1,
+                            expert_shard=parallel.expert_dp if shards else 1))
+
+
+def adam_step_time_s(model: ModelSpec, gpu: GpuSpec, *, dense_params: Any, expert_params: Any, dense_shard: Any,
+                     expert_shard: Any) -> Any:
+    """:func:`optimizer_step_time_s` with the shard counts given; every argument may be a numpy array (many
+    configurations at once, :mod:`commscope.estimate_many`)."""
+    update, buffer = adam_bytes_per_param(model.dtype_bytes, fp16=model.dtype == "fp16")
     updated = dense_params / dense_shard + expert_params / expert_shard
     total = update * updated + buffer * (dense_params + expert_params)
-    return total / gpu.streaming_bandwidth_bytes_per_s + (gpu.kernel_overhead_s if updated else 0.0)
+    return total / gpu.streaming_bandwidth_bytes_per_s + (updated != 0) * gpu.kernel_overhead_s
 
 
 def linear_gemm_dtype(model: ModelSpec, parallel: ParallelSpec) -> str:

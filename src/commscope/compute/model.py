@@ -19,7 +19,9 @@ parallel ring (:mod:`commscope.estimate`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -112,7 +114,8 @@ def _by_pass(results: tuple[GemmResult, ...]) -> dict[str, float]:
     return out
 
 
-def _kind(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str) -> _Kind:
+def _kind(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, timer: Callable[..., Any] = time_gemms) -> _Kind:
+    """One layer of ``kind``; ``timer`` times GEMMs (:func:`time_gemms`, or a :class:`GemmTimer`)."""
     gemms = layer_gemms(model, parallel, layer_kind=kind, attention=parallel.attention)
     linear = tuple(g for g in gemms if g.name not in _CORE)
     core = tuple(g for g in gemms if g.name in _CORE) if parallel.attention == "unfused" else ()
@@ -123,8 +126,8 @@ def _kind(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str) -> 
                           f"{', '.join(sorted(gpu.peak_flops))}: drop --fp8-format")
     fp8 = tuple((g, 1) for g in linear if g.name != "router")
     plain = tuple((g, 1) for g in linear if g.name == "router")
-    lin = time_gemms(fp8, gpu, lin_dtype) + time_gemms(plain, gpu, model.dtype)
-    cor = time_gemms(tuple((g, 1) for g in core), gpu, model.dtype)
+    lin = timer(fp8, gpu, lin_dtype) + timer(plain, gpu, model.dtype)
+    cor = timer(tuple((g, 1) for g in core), gpu, model.dtype)
     k: LayerKernels = layer_kernels(model, parallel, gpu, moe=(kind == "moe"))
     lp, cp_ = _by_pass(lin), _by_pass(cor)
     att_fwd = k.attention_fwd_s + cp_["fwd"]

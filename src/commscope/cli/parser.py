@@ -1,0 +1,33 @@
+"""The command line's own parser and one-line OS errors: kept apart from :mod:`commscope.cli.common` (which
+imports the specs and numpy) so that ``commscope --help`` stays a light import."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+from typing import NoReturn
+
+__all__ = ["Parser", "os_error_message"]
+
+
+class Parser(argparse.ArgumentParser):
+    """ArgumentParser whose errors are one line with a pointer to ``--help`` (exit 2), not a usage dump.
+
+    Sub-commands inherit it: ``add_subparsers`` makes sub-parsers of the class of the parser it hangs from.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def os_error_message(exc: OSError) -> str:
+    """One line for an OSError a command met reading or writing a user's path (full disk, not a directory, ...)."""
+    reason = exc.strerror or str(exc)
+    if exc.errno == errno.ENOSPC:
+        reason += " (the disk is full)"
+    elif exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        reason += " (choose a writable place)"
+    elif exc.errno in (errno.EEXIST, errno.ENOTDIR):
+        reason += " (a file is in the way of a directory)"
+    where = exc.filename if exc.filename is not None else ""
+    return f"{reason}: {where}" if where else reason

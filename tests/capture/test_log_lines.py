@@ -1,0 +1,38 @@
+"""The recorder's hand-built log line is exactly json.dumps of the record's CommOp dict, for every combination of
+optional fields and for groups whose cached parts must not leak into one another."""
+
+import itertools
+import json
+
+from commscope.capture.recorder import _line, _to_commop_dict
+
+
+def _expected(rec: dict) -> str:
+    return json.dumps(_to_commop_dict(rec), separators=(",", ":"))
+
+
+def test_line_equals_json_dumps_for_every_optional_field():
+    base = {"op": "all_reduce", "group": [0, 1, 2, 3], "rank": 3, "size_bytes": 4, "dtype": "fp32",
+            "t_start_ns": 1732435200000000000, "backend": "gloo", "group_name": "3", "seq": 123, "bytes_in": 4,
+            "bytes_out": 4}
+    absent = object()
+    options = {"peer": [absent, None, 2], "splits": [absent, [1, 2, 0]], "backend_op": [absent, "all_reduce"],
+               "root": [absent, None, 1], "step": [absent, None, 4], "group_name": [None, "a\"b"],
+               "t_end_ns": [absent, 5], "backend": ["nccl", None], "seq": [absent, 7]}
+    for combo in itertools.product(*options.values()):
+        rec = dict(base)
+        for key, value in zip(options, combo):
+            if value is absent:
+                rec.pop(key, None)
+            else:
+                rec[key] = value
+        assert _line(rec) == _expected(rec), rec
+
+
+def test_cached_parts_follow_the_group_and_op():
+    group_a, group_b = [0, 1], [2, 3]
+    for group, op, dtype, rank in itertools.product((group_a, group_b, [0, 1]), ("all_reduce", "send"), ("bf16", "fp32"),
+                                                     (0, 2)):
+        rec = {"op": op, "group": group, "rank": rank, "size_bytes": 8, "dtype": dtype, "backend": "gloo",
+               "group_name": str(group[0]), "seq": 1, "bytes_in": 8, "bytes_out": 8}
+        assert _line(rec) == _expected(rec)

@@ -1,0 +1,63 @@
+"""estimate_many (many configurations at once) equals the scalar op-by-op estimate (issue 17)."""
+
+import math
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import estimate_jobs
+
+from commscope.api import predict
+from commscope.estimate import estimate
+from commscope.estimate_many import estimate_many
+from commscope.spec.cluster import ClusterSpec, LinkTier
+from commscope.spec.files import load_cluster, load_model
+from commscope.spec.parallel import ParallelSpec
+
+CLUSTER = ClusterSpec(name="test", gpu="X", gpus_per_node=4, peak_flops={"bf16": 100e12, "fp16": 100e12, "fp32": 20e12},
+                      gpu_util=0.5, intra_node=LinkTier(name="nv", bandwidth_bytes_per_s=100e9, latency_s=3e-6),
+                      inter_node=LinkTier(name="ib", bandwidth_bytes_per_s=10e9, latency_s=8e-6))
+
+
+def assert_same(scalar, batch, path="estimate"):
+    """Equal up to the order of floating-point sums (relative 1e-12)."""
+    if isinstance(scalar, dict):
+        assert set(scalar) == set(batch), (path, scalar, batch)
+        for key in scalar:
+            assert_same(scalar[key], batch[key], f"{path}.{key}")
+    elif isinstance(scalar, float):
+        assert math.isclose(scalar, batch, rel_tol=1e-12, abs_tol=1e-18), (path, scalar, batch)
+    else:
+        assert scalar == batch, (path, scalar, batch)
+
+
+@settings(max_examples=60, deadline=None)
+@given(estimate_jobs(), st.sampled_from(["X", "A100", "H100", "V100"]), st.sampled_from([2, 4, 8]),
+       st.sampled_from([None, 0.45]))
+def test_estimate_many_equals_the_scalar_path(job, gpu, gpus_per_node, gpu_util):
+    model, parallels = job
+    if gpu != "H100":  # FP8 GEMMs need a GPU with FP8 tensor cores
+        parallels = [replace(p, fp8_format=None) for p in parallels]
+    cluster = replace(CLUSTER, gpu=gpu, gpus_per_node=gpus_per_node)
+    batch = estimate_many(model, cluster, parallels, gpu_util=gpu_util)
+    assert len(batch) == len(parallels)
+    for par, got in zip(parallels, batch):
+        want = estimate(predict(model, par, cluster), gpu_util=gpu_util)
+        assert_same(want.to_dict(), got.to_dict())
+
+
+def test_estimate_many_on_presets_and_a_fallback():
+    """GPT-3 175B on 1,024 A100s, Mixtral with EP, and a configuration the batch path hands to the scalar one."""
+    cases = [("gpt3-175b", "dgx-a100", ParallelSpec(tp=8, pp=16, dp=8, global_batch_size=1536, sequence_parallel=True)),
+             ("gpt3-175b", "dgx-a100", ParallelSpec(tp=8, pp=8, dp=16, global_batch_size=1536, virtual_pipeline_size=2,
+                                                    zero_stage=3, micro_batch_size=2)),
+             ("mixtral-8x7b", "dgx-h100", ParallelSpec(tp=2, pp=4, dp=8, ep=8, global_batch_size=64, sequence_parallel=True,
+                                                       distributed_optimizer=True)),
+             ("gpt3-13b", "dgx-a100", ParallelSpec(tp=2, pp=2, dp=4, global_batch_size=64, grad_bucket_size=10**7,
+                                                   overlap_grad_reduce=True))]
+    for model_name, cluster_name, par in cases:
+        model, cluster = load_model(model_name), load_cluster(cluster_name)
+        want = estimate(predict(model, par, cluster))
+        got = estimate_many(model, cluster, [par, par])
+        assert_same(want.to_dict(), got[0].to_dict())
+        assert_same(want.to_dict(), got[1].to_dict())
