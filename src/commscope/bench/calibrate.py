@@ -25,6 +25,7 @@ from __future__ import annotations
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -123,7 +124,8 @@ class Calibration:
         return statistics.median(p.op_overhead_s for p in self.probes)
 
 
-def _calibrate_rank(rank: int, world: int, cfg: SweepConfig, budget_s: float) -> tuple[ComputeProbe, SweepResult | None]:
+def _calibrate_rank(rank: int, world: int, cfg: SweepConfig, budget_s: float,
+                    progress: Callable[[int, int], None] | None = None) -> tuple[ComputeProbe, SweepResult | None]:
     import torch
     import torch.distributed as dist
 
@@ -133,18 +135,19 @@ def _calibrate_rank(rank: int, world: int, cfg: SweepConfig, budget_s: float) ->
     dist.barrier()  # every rank probes at once: each gets the share of the machine a rank of a job gets
     probe = probe_compute(device, budget_s=budget_s)
     dist.barrier()
-    result = run_sweep(cfg)
+    result = run_sweep(cfg, progress=progress)  # run_sweep reports from rank 0 only
     return probe, (result if rank == 0 else None)
 
 
 def calibrate(nproc: int, *, backend: str = "gloo", sweep: SweepConfig | None = None, probe_budget_s: float = 0.4,
-              timeout_s: float = 600.0) -> Calibration:
-    """Probe compute on ``nproc`` forked ranks at once, then sweep their collectives (see the module docstring)."""
+              timeout_s: float = 600.0, progress: Callable[[int, int], None] | None = None) -> Calibration:
+    """Probe compute on ``nproc`` forked ranks at once, then sweep their collectives (see the module docstring);
+    ``progress(done, total)`` is called by rank 0 after each (op, group size, size) of the sweep."""
     from commscope.launch import spawn
 
     cfg = sweep or default_sweep(nproc)
     t0 = time.perf_counter()
-    outs = spawn(_calibrate_rank, nproc, args=(cfg, probe_budget_s), backend=backend, timeout_s=timeout_s)
+    outs = spawn(_calibrate_rank, nproc, args=(cfg, probe_budget_s, progress), backend=backend, timeout_s=timeout_s)
     result = outs[0][1]
     assert result is not None  # rank 0 returns the sweep
     return Calibration(probes=tuple(o[0] for o in outs), sweep=result, backend=backend, nproc=nproc,

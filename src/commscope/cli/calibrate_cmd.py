@@ -52,8 +52,11 @@ def run(args: argparse.Namespace) -> int:
     backend = args.backend or _default_backend(args.nproc)
     sweep = dataclasses.replace(default_sweep(args.nproc), max_bytes=parse_sizes_arg(args.maxbytes),
                                 time_budget_s=args.time_budget)
+    from commscope.cli.terminal import Progress
+
     try:
-        cal = calibrate(args.nproc, backend=backend, sweep=sweep, timeout_s=args.timeout)
+        with Progress("calibrate", quiet=args.json) as progress:
+            cal = calibrate(args.nproc, backend=backend, sweep=sweep, timeout_s=args.timeout, progress=progress)
     except LaunchError as exc:
         print(f"commscope calibrate: error: {exc}", file=sys.stderr)
         return 1
