@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from commscope.cli.common import add_job_args, job_from_logdir, resolve_job
+from commscope.cli.terminal import print_table
 from commscope.units import format_bytes
 
 
@@ -116,11 +117,11 @@ def run(args: argparse.Namespace) -> int:
 
 def print_comparison(result: dict) -> None:
     """The per-axis, per-op table of a :func:`commscope.capture.analysis.compare` result, setup ops apart."""
-    print(f"\n{'axis':<6}{'op':<16}{'pred count':>11}{'meas count':>11}{'pred bytes':>13}{'meas bytes':>13}{'diff':>13}")
-    for r in result["by_op"]:
-        print(f"{r['axis']:<6}{r['op']:<16}{r['predicted_count']:>11,.0f}{r['measured_count']:>11,}"
-              f"{format_bytes(r['predicted_bytes']):>13}{format_bytes(r['measured_bytes']):>13}"
-              f"{format_bytes(r['diff_bytes']):>13}")
+    print()
+    print_table(("axis", "op", "pred count", "meas count", "pred bytes", "meas bytes", "diff"),
+                [(r["axis"], r["op"], f"{r['predicted_count']:,.0f}", f"{r['measured_count']:,}",
+                  format_bytes(r["predicted_bytes"]), format_bytes(r["measured_bytes"]), format_bytes(r["diff_bytes"]))
+                 for r in result["by_op"]], left=("axis", "op"))
     if result["setup"]:
         print("\nsetup (before the first step): " + ", ".join(f"{s['axis']}/{s['op']} x{s['count']} "
                                                             f"{format_bytes(s['bytes'])}" for s in result["setup"]))
@@ -144,13 +145,13 @@ def _ms(x: float | None) -> str:
 def print_time(t: dict) -> None:
     """The tables of a :func:`time_comparison` result."""
     print(f"\nin time, bandwidth model: {t['bandwidth']} ({t['num_timed_records']:,} timed records)")
-    print(f"\n{'axis':<6}{'op':<16}{'size <=':>10}{'n':>3}{'count':>7}{'meas med us':>12}{'meas p95 us':>12}"
-          f"{'model us':>10}{'busbw GB/s':>11}{'model GB/s':>11}{'factor':>8}")
-    for r in t["durations"]["by_bin"]:
-        ach, mod = r["achieved_busbw_bytes_per_s"], r["model_busbw_bytes_per_s"]
-        print(f"{r['axis']:<6}{r['op']:<16}{format_bytes(r['le_bytes']):>10}{r['group_size']:>3}{r['count']:>7}"
-              f"{_us(r['measured_median_s']):>12}{_us(r['measured_p95_s']):>12}{_us(r['predicted_median_s']):>10}"
-              f"{_x(ach, 1e-9, 3):>11}{_x(mod, 1e-9, 3):>11}{_x(r['factor']):>8}")
+    print()
+    print_table(("axis", "op", "size <=", "n", "count", "meas med us", "meas p95 us", "model us", "busbw GB/s",
+                 "model GB/s", "factor"),
+                [(r["axis"], r["op"], format_bytes(r["le_bytes"]), r["group_size"], r["count"],
+                  _us(r["measured_median_s"]), _us(r["measured_p95_s"]), _us(r["predicted_median_s"]),
+                  _x(r["achieved_busbw_bytes_per_s"], 1e-9, 3), _x(r["model_busbw_bytes_per_s"], 1e-9, 3),
+                  _x(r["factor"])) for r in t["durations"]["by_bin"]], left=("axis", "op"))
     print("\neffective-bandwidth factor per op kind (model time / measured time; median, and total over total):")
     for r in t["durations"]["by_op"]:
         print(f"  {r['axis']}/{r['op']}: {_x(r['factor'])} (time-weighted {_x(r['time_weighted_factor'])}) over "
@@ -160,10 +161,9 @@ def print_time(t: dict) -> None:
         print(f"\nstep time: measured median {_ms(s['measured_median_s'])} ms (min {_ms(s['measured_min_s'])}, max "
               f"{_ms(s['measured_max_s'])}; {s['num_steps']} steps, slowest rank) vs predicted "
               f"{_ms(s['predicted_s'])} ms: measured / predicted = {s['ratio']:.2f}")
-        print(f"{'term':<24}{'predicted ms':>13}{'measured ms':>13}{'min':>9}{'max':>9}{'ratio':>8}")
-        for r in t["terms"]:
-            print(f"{r['term']:<24}{_ms(r['predicted_s']):>13}{_ms(r['measured_s']):>13}{_ms(r['measured_min_s']):>9}"
-                  f"{_ms(r['measured_max_s']):>9}{_x(r['ratio']):>8}")
+        print_table(("term", "predicted ms", "measured ms", "min", "max", "ratio"),
+                    [(r["term"], _ms(r["predicted_s"]), _ms(r["measured_s"]), _ms(r["measured_min_s"]),
+                      _ms(r["measured_max_s"]), _x(r["ratio"])) for r in t["terms"]], left=("term",))
         shares = [e["comm_share"] for e in t["exposed"] if e["comm_share"] is not None]
         if shares:
             print(f"exposed communication: {min(shares):.0%}-{max(shares):.0%} of the step over "

@@ -71,6 +71,8 @@ def memory_check(model, parallel, cluster) -> dict:
 
 
 def format_estimate(est, *, title: str) -> str:
+    from commscope.cli.terminal import format_table
+
     total = est.iteration_time_s or 1.0
     hidden = est.hidden_s or {}
     rows = [("compute", est.compute_s, None), ("TP", est.tp_s, hidden.get("tp")), ("PP", est.pp_s, None),
@@ -81,12 +83,11 @@ def format_estimate(est, *, title: str) -> str:
         how = f"compute model of the GPU ({est.gpu_util:.0%} of {est.peak_flops / 1e12:.0f} TFLOP/s peak while computing)"
     else:
         how = f"u = {est.gpu_util:.2f} of {est.peak_flops / 1e12:.0f} TFLOP/s peak"
+    cells = [(name, f"{value * 1e3:.1f} ms", f"{value / total:.1%}", f"{hid * 1e3:.1f} ms" if hid else "")
+             for name, value, hid in rows]
+    cells.append(("iteration", f"{est.iteration_time_s * 1e3:.1f} ms", "", ""))
     lines = [title, f"method: {est.method}, {how}", "",
-             f"{'term':<16}{'exposed':>12}{'share':>9}{'hidden':>13}"]
-    for name, value, hid in rows:
-        hid_text = f"{hid * 1e3:>10.1f} ms" if hid else ""
-        lines.append(f"{name:<16}{value * 1e3:>9.1f} ms{value / total:>9.1%}{hid_text:>13}")
-    lines += [f"{'iteration':<16}{est.iteration_time_s * 1e3:>9.1f} ms", ""]
+             format_table(("term", "exposed", "share", "hidden"), cells, left=("term",)), ""]
     if est.compute_breakdown_s:
         b = est.compute_breakdown_s
         lines.append("compute of the critical stage: " + ", ".join(

@@ -158,6 +158,8 @@ def _plots(metrics, out: Path, *, frames: int, title: str) -> list[Path]:
 
 def format_metrics(s: dict[str, Any], metrics) -> str:
     """The human-readable table of `commscope moe`."""
+    from commscope.cli.terminal import format_table
+
     def num(v: Any) -> str:
         return "-" if v is None else f"{v:.3f}"
 
@@ -170,21 +172,22 @@ def format_metrics(s: dict[str, Any], metrics) -> str:
     lines = [f"{s['source']}: {s['iterations']} iterations x {s['micro_batches']} micro-batch(es) x {s['layers']} MoE "
              f"layer(s), ep={s['ep']}, {s['experts']} experts, top-{s['top_k']}"
              + (f", capacity factor {s['capacity_factor']:g}" if s["capacity_factor"] is not None else ""),
-             "", f"{'metric':<34}{'mean':>9}{'first':>9}{'last':>9}{'max':>9}"]
+             ""]
+    cells = []
     for label, name in rows:
         values = getattr(metrics, name)
         finite = values[~np.isnan(values)]
         first, last, top = (finite[0], finite[-1], finite.max()) if finite.size else (None, None, None)
-        lines.append(f"{label:<34}{num(s.get(f'{name}_mean', float(finite.mean()) if finite.size else None)):>9}"
-                     f"{num(first):>9}{num(last):>9}{num(top):>9}")
+        cells.append((label, num(s.get(f"{name}_mean", float(finite.mean()) if finite.size else None)), num(first),
+                      num(last), num(top)))
+    lines.append(format_table(("metric", "mean", "first", "last", "max"), cells, left=("metric",)))
     from commscope.moe.metrics import PHASE_COLUMNS
 
     lines += ["", ("over training (means per window): expert entropy, expert max/mean, slowest rank vs balanced, "
                    "error predicting k from k-1, pairs switching on/off, dropped"),
-              f"{'iterations':<14}" + "".join(f"{label:>13}" for _, label in PHASE_COLUMNS)]
-    for row in s["phases"]:
-        span = f"{row['first_iteration']}-{row['last_iteration']}"
-        lines.append(f"{span:<14}" + "".join(f"{num(row[name]):>13}" for name, _ in PHASE_COLUMNS))
+              format_table(("iterations", *(label for _, label in PHASE_COLUMNS)),
+                           [(f"{row['first_iteration']}-{row['last_iteration']}", *(num(row[name]) for name, _ in PHASE_COLUMNS))
+                            for row in s["phases"]], left=("iterations",))]
     trend = s["uniformity_trend_per_iteration"] or 0.0
     lines += ["",
               f"trend towards uniformity: {trend * 100:+.4f} expert entropy per 100 iterations",

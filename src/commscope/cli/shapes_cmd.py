@@ -138,26 +138,34 @@ def _header(model, parallel, cluster, gpu) -> str:
 
 
 def format_report(report) -> str:
+    from commscope.cli.terminal import format_table
+
     model, par, gpu = report.model, report.parallel, report.gpu
     lines = [_header(model, par, report.cluster, gpu),
              f"GEMMs one GPU runs per layer and micro-batch (forward, dgrad, wgrad), {model.dtype}:", ""]
-    head = (f"{'gemm':<12} {'pass':<6} {'batch':>5} {'M':>6} {'N':>6} {'K':>6} {'GFLOP':>7}  {'tile':<8} {'split':>5} "
-            f"{'waves':>5} {'tile%':>6} {'wave%':>6} {'align':>5} {'bound':<7} {'time us':>9} {'eff':>5}  rule")
-    lines.append(head)
+    rows: list[tuple[Any, ...]] = []
+    sections: dict[int, str] = {}
     kind_seen = None
     for r in report.gemms:
         g = r.gemm
         if g.layer_kind != kind_seen:
-            if kind_seen is not None:
-                lines.append("")
-            lines.append({"dense": "-- dense layer", "moe": "-- MoE layer", "model": "-- output layer (once per model)"}
-                         [g.layer_kind] + (f" (x{r.layers} layers)" if g.layer_kind != "model" else ""))
+            sections[len(rows)] = ({"dense": "-- dense layer", "moe": "-- MoE layer",
+                                    "model": "-- output layer (once per model)"}[g.layer_kind]
+                                   + (f" (x{r.layers} layers)" if g.layer_kind != "model" else ""))
             kind_seen = g.layer_kind
-        count = f"{g.count}x" if g.count > 1 else ""
-        lines.append(f"{g.name:<12} {g.pass_:<6} {count + str(g.batch):>5} {g.m:>6} {g.n:>6} {g.k:>6} {g.flop / 1e9:>7.1f}  "
-                     f"{r.tile[0]}x{r.tile[1]:<4} {r.split_k:>5} {r.num_waves:>5} {r.tile_efficiency:>6.0%} "
-                     f"{r.wave_efficiency:>6.0%} {r.alignment_factor:>5.2f} {'memory' if r.memory_bound else 'compute':<7} "
-                     f"{r.time_s * 1e6:>9.1f} {r.efficiency:>5.0%}  {', '.join(r.broken_rules)}")
+        rows.append((g.name, g.pass_, (f"{g.count}x" if g.count > 1 else "") + str(g.batch), g.m, g.n, g.k,
+                     f"{g.flop / 1e9:.1f}", f"{r.tile[0]}x{r.tile[1]}", r.split_k, r.num_waves,
+                     f"{r.tile_efficiency:.0%}", f"{r.wave_efficiency:.0%}", f"{r.alignment_factor:.2f}",
+                     "memory" if r.memory_bound else "compute", f"{r.time_s * 1e6:.1f}", f"{r.efficiency:.0%}",
+                     ", ".join(r.broken_rules)))
+    table = format_table(("gemm", "pass", "batch", "M", "N", "K", "GFLOP", "tile", "split", "waves", "tile%", "wave%",
+                          "align", "bound", "time us", "eff", "rule"), rows,
+                         left=("gemm", "pass", "tile", "bound", "rule")).split("\n")
+    lines.append(table[0])
+    for i, line in enumerate(table[1:]):
+        if i in sections:  # a layer kind's rows under its label, a blank line between kinds
+            lines += ([""] if i else []) + [sections[i]]
+        lines.append(line)
     kind = "moe" if model.is_moe else "dense"
     layer_results = [r for r in report.gemms if r.gemm.layer_kind == kind]
     layer_t = sum(r.time_s for r in layer_results)
@@ -207,22 +215,24 @@ def _why(r) -> str:
 
 
 def format_suggestions(s) -> str:
+    from commscope.cli.terminal import format_table
+
     by = "iteration time" if s.rank_by == "time" else "iteration time per parameter"
     lines = [(f"nearby shapes within +-{s.tolerance:.0%} parameters, ranked by predicted {by} "
              f"({s.num_candidates} shapes, {s.num_within_tolerance} within tolerance, {s.num_estimated} estimated):"), ""]
-    lines.append(f"{'#':>2} {'layers':>6} {'hidden':>6} {'heads':>5} {'head':>4} {'ffn':>6} {'params':>8} {'dparams':>7} "
-                 f"{'iter s':>7} {'speedup':>7} {'compute':>7} {'GEMM eff':>8} {'dcomm B':>8} {'dcomm ms':>8}  changes / broken rules")
-    rows = [("-", s.original)] + [(str(i), e) for i, e in enumerate(s.entries, start=1)]
-    for label, e in rows:
+    rows = []
+    for label, e in [("-", s.original)] + [(str(i), e) for i, e in enumerate(s.entries, start=1)]:
         m = e.model
         orig = label == "-"
-        lines.append(
-            f"{label:>2} {m.num_layers:>6} {m.hidden_size:>6} {m.num_heads:>5} {m.head_size:>4} {m.ffn:>6} "
-            f"{e.num_parameters / 1e9:>7.3f}B {'' if orig else f'{e.param_change:+.1%}':>7} {e.estimate.iteration_time_s:>7.3f} "
-            f"{'' if orig else f'{e.iteration_speedup:.3f}x':>7} {'' if orig else f'{e.compute_speedup:.3f}x':>7} "
-            f"{e.gemm_efficiency:>8.1%} {'' if orig else f'{e.comm_bytes_change:+.1%}':>8} "
-            f"{'' if orig else f'{e.comm_time_change_s * 1e3:+.1f}':>8}  "
-            f"{e.changes}{' | broken: ' + ', '.join(e.broken_rules) if e.broken_rules else ''}")
+        rows.append((label, m.num_layers, m.hidden_size, m.num_heads, m.head_size, m.ffn,
+                     f"{e.num_parameters / 1e9:.3f}B", "" if orig else f"{e.param_change:+.1%}",
+                     f"{e.estimate.iteration_time_s:.3f}", "" if orig else f"{e.iteration_speedup:.3f}x",
+                     "" if orig else f"{e.compute_speedup:.3f}x", f"{e.gemm_efficiency:.1%}",
+                     "" if orig else f"{e.comm_bytes_change:+.1%}", "" if orig else f"{e.comm_time_change_s * 1e3:+.1f}",
+                     e.changes + (" | broken: " + ", ".join(e.broken_rules) if e.broken_rules else "")))
+    lines.append(format_table(("#", "layers", "hidden", "heads", "head", "ffn", "params", "dparams", "iter s", "speedup",
+                               "compute", "GEMM eff", "dcomm B", "dcomm ms", "changes / broken rules"), rows,
+                              left=("changes / broken rules",)))
     if not s.entries:
         lines.append("   (no nearby shape is faster by the model)")
     lines += [f"note: {n}" for n in s.notes]
@@ -230,15 +240,15 @@ def format_suggestions(s) -> str:
 
 
 def format_measured(measured, gpu) -> str:
+    from commscope.cli.terminal import format_table
     from commscope.shapes import calibrated_achievable_fraction
 
+    rows = [(m.result.gemm.name, m.result.gemm.pass_, m.result.gemm.m, m.result.gemm.n, m.result.gemm.k,
+             f"{m.result.time_s * 1e6:.1f}", f"{m.measured_s * 1e6:.1f}", f"{m.predicted_over_measured:.2f}",
+             f"{m.result.gemm.flop / m.measured_s / 1e12:.1f}") for m in measured]
     lines = ["measured with torch.matmul on this GPU (CUDA events):", "",
-             (f"{'gemm':<12} {'pass':<6} {'M':>6} {'N':>6} {'K':>6} {'predicted us':>12} {'measured us':>12} "
-             f"{'pred/meas':>9} {'TFLOP/s':>8}")]
-    for m in measured:
-        g = m.result.gemm
-        lines.append(f"{g.name:<12} {g.pass_:<6} {g.m:>6} {g.n:>6} {g.k:>6} {m.result.time_s * 1e6:>12.1f} "
-                     f"{m.measured_s * 1e6:>12.1f} {m.predicted_over_measured:>9.2f} {g.flop / m.measured_s / 1e12:>8.1f}")
+             format_table(("gemm", "pass", "M", "N", "K", "predicted us", "measured us", "pred/meas", "TFLOP/s"), rows,
+                          left=("gemm", "pass"))]
     cal = calibrated_achievable_fraction(measured, gpu)
     if cal is not None:
         lines += ["", (f"calibration: achievable_fraction {gpu.achievable_fraction:.2f} -> {cal:.2f} matches the median "
@@ -250,6 +260,7 @@ def format_measured(measured, gpu) -> str:
 
 
 def _run_sweep(args, model, parallel, cluster, gpu) -> int:
+    from commscope.cli.terminal import print_table
     from commscope.shapes import sweep_shapes
 
     key, values = parse_sweep(args.sweep)
@@ -266,13 +277,11 @@ def _run_sweep(args, model, parallel, cluster, gpu) -> int:
         return 0
     print(_header(model, parallel, cluster, gpu))
     print(f"sweep of {key}: {len(values)} values, {int(result.valid.sum())} valid\n")
-    print(f"{key:>11} {'params':>8} {'GEMM TFLOP/s':>12} {'GEMM eff':>8} {'iter s':>8} {'model TFLOP/s':>13}  broken rules")
-    for i, v in enumerate(result.values):
-        if not result.valid[i]:
-            continue
-        print(f"{int(v):>11} {result.num_parameters[i] / 1e9:>7.3f}B {result.gemm_tflops_per_gpu[i]:>12.1f} "
-              f"{result.gemm_efficiency[i]:>8.1%} {result.iteration_time_s[i]:>8.3f} {result.model_tflops_per_gpu[i]:>13.1f}  "
-              f"{', '.join(result.broken_rules[i])}")
+    print_table((key, "params", "GEMM TFLOP/s", "GEMM eff", "iter s", "model TFLOP/s", "broken rules"),
+                [(int(v), f"{result.num_parameters[i] / 1e9:.3f}B", f"{result.gemm_tflops_per_gpu[i]:.1f}",
+                  f"{result.gemm_efficiency[i]:.1%}", f"{result.iteration_time_s[i]:.3f}",
+                  f"{result.model_tflops_per_gpu[i]:.1f}", ", ".join(result.broken_rules[i]))
+                 for i, v in enumerate(result.values) if result.valid[i]], left=("broken rules",))
     if result.skipped:
         print(f"\nskipped {len(result.skipped)}: " + "; ".join(result.skipped[:5]) + (" ..." if len(result.skipped) > 5 else ""))
     if png:

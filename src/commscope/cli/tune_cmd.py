@@ -133,16 +133,20 @@ def _in_job(cfg, env, args: argparse.Namespace, command: str):
 
 def format_selection(table) -> list[str]:
     """The selection as lines: per op and group size, each backend and the largest size it gets."""
+    from commscope.cli.terminal import format_table
     from commscope.tune.select import selection_summary
 
     lines = [(f"# selection ({table.machine.device}, torch {table.machine.torch_version}, "
              f"{table.world_size} ranks on {table.num_hosts} host(s); ties within {table.tie_tolerance:.0%} go to "
              "the native backend)")]
+    rows = []
     for entry in selection_summary(table):
         parts = [f"{seg['backend']} up to {format_bytes(seg['max_size_bytes'])}" if seg["max_size_bytes"] is not None
                  else f"{seg['backend']} {'beyond' if len(entry['segments']) > 1 else 'at every size'}"
                  for seg in entry["segments"]]
-        lines.append(f"{entry['op']:<15} n={entry['group_size']:<3} {entry['device']:<5} " + ", ".join(parts))
+        rows.append((entry["op"], f"n={entry['group_size']}", entry["device"], ", ".join(parts)))
+    columns = ("op", "group", "device", "backend per size")
+    lines += format_table(columns, rows, left=columns).split("\n")
     for name, why in table.skipped.items():
         lines.append(f"# not measured: {name} ({why})")
     return lines
