@@ -178,3 +178,32 @@ def test_fit_command_on_nccl_tests_output(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert len(data["curves"][0]["segments"]) == 1 and math.isclose(
         max(abs(r["rel_error"]) for r in data["rows"]), data["curves"][0]["max_rel_error"])
+
+
+def _fitted_file(tmp_path, segments: str):
+    path = tmp_path / "fit.toml"
+    path.write_text('[model]\nkind = "commscope-fitted-bandwidth"\nversion = 1\n'
+                    '[[curves]]\nop = "all_reduce"\ngroup_size = 2\nsegments = [{ size_min_bytes = 8, '
+                    'size_max_bytes = 1024, alpha_us = 5.0, busbw_GBps = inf }]\n'
+                    f'[[curves]]\nop = "all_gather"\ngroup_size = 2\nsegments = [{segments}]\n')
+    return path
+
+
+@pytest.mark.parametrize("busbw", ["1e-6", "50000", "inf"])
+def test_a_fitted_curve_no_real_link_could_have_is_left_out(tmp_path, busbw):
+    """A hand-edited or degenerate fit whose bandwidth-bound segment (>= 1 MiB) is outside any real link's range
+    is unreliable: left out with a note (the estimate falls back to the cluster for it), never used."""
+    seg = (f"{{ size_min_bytes = 8, size_max_bytes = 65536, alpha_us = 5.0, busbw_GBps = 2.0 }}, "
+           f"{{ size_min_bytes = 65536, size_max_bytes = 67108864, alpha_us = 9.0, busbw_GBps = {busbw} }}")
+    model = read_fitted(_fitted_file(tmp_path, seg))
+    # the latency-bound all_reduce curve (flat, busbw = inf below 1 MiB) is plausible and kept
+    assert [(c.op, c.group_size) for c in model.curves] == [("all_reduce", 2)]
+    assert any("all_gather over 2 ranks left out: unreliable fit" in n and "outside any real link" in n
+               for n in model.notes)
+
+
+def test_a_plausible_fitted_curve_is_kept(tmp_path):
+    seg = ("{ size_min_bytes = 8, size_max_bytes = 65536, alpha_us = 5.0, busbw_GBps = 0.00004 }, "
+           "{ size_min_bytes = 65536, size_max_bytes = 67108864, alpha_us = 9.0, busbw_GBps = 40.0 }")
+    model = read_fitted(_fitted_file(tmp_path, seg))
+    assert sorted(c.op for c in model.curves) == ["all_gather", "all_reduce"] and not model.notes

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from commscope.bandwidth import AlphaBeta, GroupSpan, algorithm_steps, busbw_factor
 from commscope.errors import ConfigError
+from commscope.spec.cluster import LINK_BANDWIDTH_RANGE_BYTES_PER_S
 from commscope.units import GB, US
 
 __all__ = ["FITTED_KIND", "Curve", "FittedModel", "Segment", "canonical_op", "read_fitted"]
@@ -197,8 +198,9 @@ def curves_from_mapping(data: dict, source: str, notes: list[str] | None = None)
                                 alpha_s=_num(seg, "alpha_us", w, source) * US, busbw_bytes_per_s=busbw))
         if not segs:
             raise ConfigError(where, item["op"], "has no segments", source=source)
-        if item.get("unreliable"):
-            skipped = f"{source}: {item['op']} over {item['group_size']} ranks left out: unreliable fit ({item['unreliable']})"
+        unreliable = item.get("unreliable") or _implausible_segment(segs)
+        if unreliable:
+            skipped = f"{source}: {item['op']} over {item['group_size']} ranks left out: unreliable fit ({unreliable})"
             if notes is not None:
                 notes.append(skipped)
             continue
@@ -216,6 +218,23 @@ def curves_from_mapping(data: dict, source: str, notes: list[str] | None = None)
                                                    "measure again")
         raise ConfigError("bandwidth", source, "has no [[curves]] (expected a file written by `commscope fit`)")
     return curves
+
+
+#: Messages from this size on are timed mostly by the bus bandwidth, so a segment reaching them must have one a
+#: real link could have; below it a fit is latency-bound and its bandwidth is ill-determined (even infinite).
+BANDWIDTH_BOUND_BYTES = 1 << 20
+
+
+def _implausible_segment(segs: list[Segment]) -> str | None:
+    """Why a fitted curve cannot describe any real link: a segment reaching :data:`BANDWIDTH_BOUND_BYTES` whose
+    bus bandwidth is infinite or outside ``LINK_BANDWIDTH_RANGE_BYTES_PER_S`` (None: plausible)."""
+    lo, hi = LINK_BANDWIDTH_RANGE_BYTES_PER_S
+    for seg in segs:
+        bw = seg.busbw_bytes_per_s
+        if seg.size_max_bytes >= BANDWIDTH_BOUND_BYTES and not (math.isfinite(bw) and lo <= bw <= hi):
+            return (f"bus bandwidth {bw / GB:g} GB/s for {seg.size_min_bytes}-{seg.size_max_bytes} B is outside any "
+                    f"real link's {lo / GB:g}-{hi / GB:g} GB/s")
+    return None
 
 
 def read_fitted(path: Path, *, fallback: AlphaBeta | None = None) -> FittedModel:
