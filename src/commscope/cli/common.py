@@ -87,8 +87,9 @@ _PARALLEL_FLAGS: list[tuple[tuple[str, ...], str, Any, str]] = [
     (("--order",), "order", str, "rank order, innermost first (default tp-cp-ep-dp-pp)"),
     (("--grad-reduce-dtype",), "grad_reduce_dtype", str, "gradient-reduction dtype (default fp32 for bf16 models)"),
     (("--grad-bucket-size",), "grad_bucket_size", int, "elements per DP gradient bucket (default: one bucket)"),
-    (("--framework",), "framework", str, ("whose implementation communicates: megatron (default), torch-ddp, torch-fsdp2 "
-                                         "(PyTorch's DDP/FSDP2 + DTensor TP + pipelining, as `commscope workload gpt` runs)")),
+    (("--framework",), "framework", str, ("whose implementation communicates: megatron (the default of traffic, estimate, plan), "
+                                         "torch-ddp (the default of `workload gpt`), torch-fsdp2 (PyTorch's DDP/FSDP2 + "
+                                         "DTensor TP + pipelining, as `commscope workload gpt` runs)")),
 ]
 
 

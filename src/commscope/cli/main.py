@@ -65,7 +65,13 @@ def _version() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(_command_of(argv))
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and getattr(args, "command", None):  # the sub-command's words: point at its own --help
+        print(f"commscope {args.command}: error: unrecognized arguments: {' '.join(unknown)} "
+              f"(see `commscope {args.command} --help`)", file=sys.stderr)
+        return 2
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "command", None):
         parser.error(f"give a command: {', '.join(_COMMANDS)}")
     from commscope.errors import ConfigError, JobFailed
