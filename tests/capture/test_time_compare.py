@@ -69,6 +69,10 @@ def test_recorded_gpt_compared_in_time(calibrated: Path, tmp_path: Path, capsys)
     assert main(["compare", str(logs), "--json"]) == 0
     plain = json.loads(capsys.readouterr().out)
     assert plain["max_rel_error"] == 0 and all(isinstance(r["measured_count"], int) for r in plain["by_op"])
+    # the wrong job for these logs (dp 2 instead of tp 2): the text output says the op counts differ
+    assert main(["compare", str(logs), "--tp", "1", "--dp", "2"]) == 0
+    wrong = capsys.readouterr().out
+    assert "op counts differ" in wrong and "is the job the one that was recorded?" in wrong
 
     assert main(["compare", str(logs), "--bandwidth", str(calibrated), "--time", "--json"]) == 0
     t = json.loads(capsys.readouterr().out)["time"]

@@ -128,6 +128,12 @@ def print_comparison(result: dict) -> None:
     exact = result["max_rel_error"] == 0 and all(r["predicted_count"] == r["measured_count"] for r in result["by_op"])
     print(f"\nlargest relative byte difference over axes: {result['max_rel_error']:.1%}"
           + (" (counts and bytes match exactly)" if exact else ""))
+    # bytes can agree by accident (a wrong --tp/--dp moves ops between axes): op counts that differ are said too
+    off = [f"{r['axis']}/{r['op']} {r['predicted_count']:,.0f} predicted vs {r['measured_count']:,} measured"
+           for r in result["by_op"] if r["predicted_count"] != r["measured_count"]]
+    if off:
+        print(f"op counts differ on {len(off)} of {len(result['by_op'])} rows ({'; '.join(off[:4])}"
+              + (" ..." if len(off) > 4 else "") + "): is the job the one that was recorded?")
 
 
 def _us(x: float | None) -> str:
