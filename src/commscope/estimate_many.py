@@ -438,7 +438,9 @@ def _group(model: ModelSpec, cluster: ClusterSpec, pars: list[ParallelSpec], st:
         per_layer_sets = has_layers * 2 * (2 + full)  # of each of AG and RS with SP, of AR twice that without
         busbw("tp", "all_gather", span, np.where(sp, per_layer_sets + first + last, 0))
         busbw("tp", "reduce_scatter", span, np.where(sp, per_layer_sets + first + last, 0))
-        busbw("tp", "all_reduce", span, np.where(sp, last + (repl > 0), per_layer_sets + first + 2 * last))
+        # (counts as integers: numpy adds two boolean arrays as a logical or, which would count the last stage's
+        # cross-entropy and sequence-parallel gradient all-reduces as one)
+        busbw("tp", "all_reduce", span, np.where(sp, last.astype(np.int64) + (repl > 0), per_layer_sets + first + 2 * last))
     if cp_ > 1:
         kv = 2 * tokens * max(1, model.kv_heads // tp) * model.head_size * B
         t_kv = T.t("send", kv, st.cp_span)

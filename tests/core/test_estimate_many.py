@@ -12,6 +12,7 @@ from commscope.estimate import estimate
 from commscope.estimate_many import estimate_many
 from commscope.spec.cluster import ClusterSpec, LinkTier
 from commscope.spec.files import load_cluster, load_model
+from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 
 CLUSTER = ClusterSpec(name="test", gpu="X", gpus_per_node=4, peak_flops={"bf16": 100e12, "fp16": 100e12, "fp32": 20e12},
@@ -61,3 +62,14 @@ def test_estimate_many_on_presets_and_a_fallback():
         got = estimate_many(model, cluster, [par, par])
         assert_same(want.to_dict(), got[0].to_dict())
         assert_same(want.to_dict(), got[1].to_dict())
+
+
+def test_the_last_stage_counts_each_of_its_tp_all_reduces():
+    """Found by the property test in CI: with SP the last stage has a cross-entropy and a sequence-parallel
+    gradient all-reduce; numpy added the two boolean masks as a logical or and counted them once, which moved the
+    reported TP bus bandwidth when stages' TP groups sit on different links (data-parallel innermost)."""
+    model = ModelSpec(name="rand", num_layers=2, hidden_size=16, num_heads=2, vocab_size=100,
+                      make_vocab_size_divisible_by=1, seq_len=8, tied_embeddings=False, dtype="bf16")
+    par = ParallelSpec(tp=2, pp=2, dp=3, global_batch_size=3, order="dp-tp-cp-ep-pp", sequence_parallel=True)
+    want = estimate(predict(model, par, CLUSTER))
+    assert_same(want.to_dict(), estimate_many(model, CLUSTER, [par])[0].to_dict())
