@@ -15,8 +15,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).parent))  # for `import strategies`
+
+# Property tests draw fresh examples on every local run (that is how they find bugs); the landing gate
+# (`.ci/run` sets HYPOTHESIS_PROFILE=ci) draws the same ones every time, so that a merge is judged on its code,
+# not on the luck of the draw. A failure found locally becomes an explicit regression test.
+settings.register_profile("ci", derandomize=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 STRICT_ENV = "COMMSCOPE_REQUIRE_SHARED"
