@@ -67,7 +67,7 @@ class _Job:
     parallel: ParallelSpec
 
 
-def _structure_key(p: ParallelSpec) -> tuple:
+def _structure_key(p: ParallelSpec) -> tuple[Any, ...]:
     return (p.tp, p.pp, p.dp, p.cp, p.ep, p.virtual_pipeline_size, p.order, p.pipeline_layers,
             p.decoder_first_pipeline_num_layers, p.decoder_last_pipeline_num_layers)
 
@@ -173,7 +173,7 @@ class _Structure:
         self.split_note = pipeline_split_note(model, par)
 
     @staticmethod
-    def _zero3_sizes(model: ModelSpec, par: ParallelSpec, lps: list, stage: int, *, expert: bool) -> list[tuple[int, int]]:
+    def _zero3_sizes(model: ModelSpec, par: ParallelSpec, lps: list[Any], stage: int, *, expert: bool) -> list[tuple[int, int]]:
         """(elements, ops per micro-batch) of the ZeRO-3 gathers of one stage, as :func:`workload.dense._zero3_ops`."""
         by_size: dict[int, int] = {}
         for lp in lps:
@@ -194,10 +194,10 @@ class _Times:
         self.cluster = cluster
 
     def t(self, op: str, size: Any, span: _Span) -> np.ndarray:
-        return alpha_beta_time_s(self.cluster, op, size, *span)
+        return np.asarray(alpha_beta_time_s(self.cluster, op, size, *span))
 
     def bb(self, op: str, span: _Span) -> np.ndarray:
-        return alpha_beta_busbw_bytes_per_s(self.cluster, op, *span)
+        return np.asarray(alpha_beta_busbw_bytes_per_s(self.cluster, op, *span))
 
 
 def _col(pars: Sequence[ParallelSpec], name: str, dtype: Any = np.int64) -> np.ndarray:
@@ -221,7 +221,7 @@ def estimate_many(model: ModelSpec, cluster: ClusterSpec, parallels: Sequence[Pa
     gpu_spec, base_notes = compute_gpu(cluster, gpu_util, gpu)
     u = cluster.gpu_util if gpu_util is None else gpu_util
     out: list[Estimate | None] = [None] * len(parallels)
-    groups: dict[tuple, list[int]] = {}
+    groups: dict[tuple[Any, ...], list[int]] = {}
     for i, par in enumerate(parallels):
         check_job(model, par)
         if _supported(model, par):
@@ -263,19 +263,19 @@ _KIND_FIELDS = ("fwd", "bwd", "recompute", "lin_fwd", "lin_bwd", "att_fwd", "att
                 "recompute_linear", "flop", "lin_flop", "lin_time")
 
 
-def _compute_key(par: ParallelSpec) -> tuple:
+def _compute_key(par: ParallelSpec) -> tuple[Any, ...]:
     """What one layer's compute depends on."""
     return (par.tp, par.cp, par.ep, par.micro_batch_size, par.sequence_parallel, par.recompute, par.attention,
             par.fp8_format)
 
 
-def _layer_computes(model: ModelSpec, pars: Sequence[ParallelSpec], gpu: Any) -> dict[tuple, dict[str, Any]]:
+def _layer_computes(model: ModelSpec, pars: Sequence[ParallelSpec], gpu: Any) -> dict[tuple[Any, ...], dict[str, Any]]:
     """The compute model's per-layer and per-stage-end quantities of every distinct :func:`_compute_key`, their
     GEMMs timed together (:class:`~commscope.compute.gemm.GemmTimer`)."""
     from commscope.compute.gemm import GemmTimer, layer_gemms
     from commscope.compute.model import _by_pass, _kind
 
-    specs: dict[tuple, ParallelSpec] = {}
+    specs: dict[tuple[Any, ...], ParallelSpec] = {}
     for par in pars:
         key = _compute_key(par)
         if key not in specs:
@@ -292,7 +292,7 @@ def _layer_computes(model: ModelSpec, pars: Sequence[ParallelSpec], gpu: Any) ->
         for dtype in {linear_gemm_dtype(model, spec), model.dtype}:
             timer.prefetch(gemms, dtype)
         timer.prefetch(layer_gemms(model, spec, logits=True), model.dtype)
-    out: dict[tuple, dict[str, Any]] = {}
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for key, spec in specs.items():
         per_kind = {kind: dict.fromkeys(_KIND_FIELDS, 0.0) for kind in ("dense", "moe")}
         for kind in kinds:
@@ -309,7 +309,7 @@ def _layer_computes(model: ModelSpec, pars: Sequence[ParallelSpec], gpu: Any) ->
 
 
 def _gpu_compute(model: ModelSpec, pars: Sequence[ParallelSpec], st: _Structure, gpu: Any,
-                 layers: dict[tuple, dict[str, Any]]) -> tuple[dict[str, np.ndarray], list[tuple[str, ...]]]:
+                 layers: dict[tuple[Any, ...], dict[str, Any]]) -> tuple[dict[str, np.ndarray], list[tuple[str, ...]]]:
     """Per-stage arrays of :class:`~commscope.compute.model.StageCompute` for every configuration (n, p)."""
     p = st.p
     per = [layers[_compute_key(par)] for par in pars]
@@ -321,7 +321,7 @@ def _gpu_compute(model: ModelSpec, pars: Sequence[ParallelSpec], st: _Structure,
 
     def layer(field: str) -> np.ndarray:
         i = _KIND_FIELDS.index(field)
-        return nd * dense[:, i:i + 1] + nm * moe[:, i:i + 1]
+        return np.asarray(nd * dense[:, i:i + 1] + nm * moe[:, i:i + 1])
 
     last = (np.arange(p) == p - 1)[None, :]
     bw = gpu.streaming_bandwidth_bytes_per_s
@@ -381,7 +381,7 @@ def _flop_compute(model: ModelSpec, pars: Sequence[ParallelSpec], st: _Structure
 
 
 def _group(model: ModelSpec, cluster: ClusterSpec, pars: list[ParallelSpec], st: _Structure, gpu: Any, u_flops: float,
-           base_notes: list[str], cache: dict[tuple, Any]) -> list[Estimate]:
+           base_notes: list[str], cache: dict[tuple[Any, ...], Any]) -> list[Estimate]:
     n, p = len(pars), st.p
     T = _Times(cluster)
     peak = cluster.peak_flops_for(model.dtype)
