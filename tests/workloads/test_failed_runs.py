@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from commscope.capture.recorder import FAILURE_FILE, read_failure
+from commscope.io.oplog import FAILURE_FILE, read_failure
 from commscope.cli.main import main
 from commscope.launch import LaunchError
 from commscope.spec.parallel import ParallelSpec

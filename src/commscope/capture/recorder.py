@@ -27,12 +27,10 @@ from pathlib import Path
 from typing import Any, TextIO
 from collections.abc import Callable, Iterator
 
-from commscope.io.oplog import STEP_KEY, json_quote
+from commscope.io.oplog import FAILURE_FILE, STEP_KEY, json_quote
 
 RECORD_ENV = "COMMSCOPE_RECORD"
 LOG_FORMAT = "commscope-ops"
-#: The marker a launcher leaves in a recording when a rank died: which rank failed first and how.
-FAILURE_FILE = "failure.json"
 
 
 def check_fresh_logdir(logdir: str | os.PathLike, field: str = "out") -> None:
@@ -58,16 +56,6 @@ def write_failure(logdir: Path, error: Any, *, world_size: int) -> None:
     with contextlib.suppress(OSError):  # the failure itself is what the user must hear about
         logdir.mkdir(parents=True, exist_ok=True)
         (logdir / FAILURE_FILE).write_text(json.dumps(marker) + "\n")
-
-
-def read_failure(logdir: str | os.PathLike) -> dict | None:
-    """The failure marker of a recording, or None when the run did not fail under a commscope launcher (or the
-    marker is unreadable)."""
-    try:
-        marker = json.loads((Path(logdir) / FAILURE_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return marker if isinstance(marker, dict) else None
 
 
 class RankLog:

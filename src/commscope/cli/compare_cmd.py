@@ -95,11 +95,6 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError("logdir", str(args.logdir), str(exc)) from None
     result["job_files"] = job_files
-    from commscope.capture.recorder import read_failure
-
-    failure = read_failure(args.logdir)
-    if failure is not None:
-        result["failure"] = failure
     if args.time:
         result["time"] = time_comparison(pred, run_log, args.bandwidth)
     if args.json:

@@ -47,11 +47,6 @@ def run(args: argparse.Namespace) -> int:
     if layout is not None and run_log.world_size and layout.world_size != run_log.world_size:
         raise ConfigError("tp x pp x dp x cp", layout.world_size, f"must equal the {run_log.world_size} ranks in the logs")
     s = summary(run_log, layout=layout, gpus_per_node=args.gpus_per_node)
-    from commscope.capture.recorder import read_failure
-
-    failure = read_failure(args.logdir)
-    if failure is not None:
-        s["failure"] = failure
     if args.out is not None:
         from commscope.cli.common import check_out_dir
         from commscope.io.matrix import write_npz, write_triplets_csv

@@ -25,6 +25,7 @@ import gc
 import gzip
 import io
 import json
+import os
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -515,11 +516,28 @@ def read_ops_csv(path: str | Path) -> OpLog:
     return OpLog(ops=ops, header={}, problems=problems.finish())
 
 
+
+#: The marker a launcher leaves in a recording when a rank died: which rank failed first and how
+#: (written by :func:`commscope.capture.recorder.write_failure`, read by :func:`read_failure`).
+FAILURE_FILE = "failure.json"
+
+
+def read_failure(logdir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The failure marker of a recording, or None when the run did not fail under a commscope launcher (or the
+    marker is unreadable)."""
+    try:
+        marker = json.loads((Path(logdir) / FAILURE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) else None
+
 __all__ = [
     "CSV_COLUMNS",
+    "FAILURE_FILE",
     "FORMAT_VERSION",
     "HEADER_KEY",
     "OpLog",
+    "read_failure",
     "read_ops_csv",
     "read_ops_jsonl",
     "write_ops_csv",

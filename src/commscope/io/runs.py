@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from commscope.io.import_base import ImportResult, missing_fields
+from commscope.io.oplog import FAILURE_FILE, read_failure
 from commscope.record import COLLECTIVES, CommOp
 
 __all__ = ["RunLog", "op_step", "read_run"]
@@ -39,7 +40,7 @@ _RANK_IN_NAME = re.compile(r"(\d+)(?:\D*)$")
 #: Formats whose records without a group are the world's: DeepSpeed computes its bandwidths with the world size.
 _WORLD_GROUP_FORMATS = frozenset({"deepspeed"})
 _IGNORED_SUFFIXES = (".done", ".md", ".png", ".html", ".npz", ".csv", ".toml")  # .toml: the job saved beside the logs
-_IGNORED_NAMES = ("failure.json",)  # the launcher's marker of a failed run (commscope.capture.recorder.FAILURE_FILE)
+_IGNORED_NAMES = (FAILURE_FILE,)  # the launcher's marker of a failed run: read into RunLog.failure
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,6 +71,9 @@ class RunLog:
     """Steps some ranks did not log completely: step -> the ranks that miss it or were cut short in it."""
     steps_by_rank: dict[int, list[dict[str, int]]] = field(default_factory=dict)
     """Each rank's step lines (``step``, ``t_start_ns``, ``t_end_ns``), when the job marked its steps."""
+    failure: dict[str, Any] | None = None
+    """The launcher's marker of a failed run (:data:`commscope.io.oplog.FAILURE_FILE`): the rank that failed
+    first and how; None when the run did not fail under a commscope launcher."""
 
     @property
     def all_ops(self) -> list[CommOp]:
@@ -188,7 +192,8 @@ class _Reader:
                       formats=tuple(sorted({r.format for _, r, _ in results})),
                       missing_fields=missing_fields(all_ops, always) if all_ops else always,
                       notes=tuple(self.notes), matrix_omitted=omitted,
-                      partial_steps=_partial_steps(ops_by_rank), steps_by_rank=self.steps_by_rank)
+                      partial_steps=_partial_steps(ops_by_rank), steps_by_rank=self.steps_by_rank,
+                      failure=read_failure(self.root) if self.root.is_dir() else None)
 
     def _one_format(self) -> list[tuple[Path, ImportResult, int | None]]:
         """The results of the directory's main format; files of other formats are reported and left out."""
