@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from commscope.cli.common import add_cluster_args, add_model_args, add_parallel_args
+from commscope.cli.common import add_cluster_args, add_model_args, add_parallel_args, write_job
 
 #: Parallelism a workload runs when no flag says otherwise: 2 ranks of DDP, 2 sequences per micro-batch.
 WORKLOAD_PARALLEL = {"tp": 1, "pp": 1, "dp": 2, "micro_batch_size": 2}
@@ -152,7 +152,7 @@ def run_gpt(args: argparse.Namespace) -> int:
     check_config(cfg)
     backend = _refuse_unrunnable(model, parallel, args, [("record", args.record, "rank*.jsonl")])
     if args.record is not None:  # the job beside its logs from the start: a crashed run is still described
-        _write_job(args.record, model, parallel)
+        write_job(args.record, model, parallel)
     with Progress("training", quiet=args.json) as progress:
         results = run(cfg, timeout_s=args.timeout, backend=backend, progress=progress, oversubscribe=args.oversubscribe)
     comparison = None
@@ -225,7 +225,7 @@ def run_moe_cmd(args: argparse.Namespace) -> int:
     backend = _refuse_unrunnable(model, parallel, args, [("record", args.record, "rank*.jsonl"),
                                                          ("record-routing", routing_dir, "routing-rank*.npz")])
     if args.record is not None:  # the job beside its logs from the start: a crashed run is still described
-        _write_job(args.record, model, parallel)
+        write_job(args.record, model, parallel)
     t0 = time.perf_counter()
     with Progress("training", quiet=args.json) as progress:
         results = run_moe(cfg, timeout_s=args.timeout, backend=backend, progress=progress,
@@ -281,9 +281,3 @@ def loss_curve(values: list[float], points: int = 11) -> str:
     picks = sorted({round(i * (len(values) - 1) / (points - 1)) for i in range(points)})
     return ", ".join(f"{i}: {values[i]:.4f}" for i in picks)
 
-
-def _write_job(logdir: Path, model, parallel) -> None:
-    """The job next to its logs, so that `commscope compare logdir` finds it."""
-    from commscope.cli.common import write_job
-
-    write_job(logdir, model, parallel)
