@@ -20,8 +20,12 @@ GPU's own compute model (:mod:`commscope.compute`: every GEMM by the tile/wave m
 memory-bound kernels at the HBM roofline, recomputation, the optimizer step), and takes the slowest stage as
 the critical path of the 1F1B schedule:
 
-    t_mb(s)  = fwd(s) + bwd(s) + [tp_exp(s) + pp(s) + cp_exp(s) + ep(s) + dp_exp(s)] / m
-    T_bubble = (p - 1) / v x t_mb(s*)           s* = the slowest stage, v = virtual pipeline size
+    t_mb(s)  = fwd(s) + bwd(s) + [tp_exp(s) + pp_exp(s) + cp_exp(s) + ep(s) + dp_exp(s)] / m
+    T_bubble = sum_{s != s*} t_mb(s) / v         s* = the slowest stage, v = virtual pipeline size
+
+The first micro-batch's forward and the last one's backward pass through every stage other than the slowest
+(the fill and the drain), each stage in 1/v of its time with interleaving: (p - 1)/v x t_mb for even stages,
+less when the other stages are lighter than the slowest (a last stage with the logits, uneven splits).
     tail(s)  = grad reduction exposed + optimizer step + parameter all-gather exposed + embedding sync
     T_iter   = m t_mb(s*) + T_bubble + max_s [tail(s) - s bwd(s) / v]
 
@@ -40,6 +44,9 @@ Overlap, each the way the frameworks do it, its hidden part reported per axis (`
 - ZeRO-3 and FSDP2 gather parameters (and reduce-scatter gradients) per layer with prefetching: exposed is
   what exceeds the forward (backward) compute.
 - CP's ring attention passes K/V under the attention compute; only the excess is exposed.
+- ``overlap_p2p_comm`` (Megatron's default ``--overlap-p2p-communication``, interleaved schedule only):
+  pipeline sends and receives run under the other model chunks' compute; only what exceeds it is exposed.
+  Without interleaving the 1F1B exchanges block and are exposed whole.
 
 ``gpu_util`` given explicitly replaces the compute model by FLOP / (u x peak) per stage (Megatron's FLOP
 formula, attention and logits included, recomputation added), as does a cluster whose GPU has no preset.
@@ -120,10 +127,13 @@ class Estimate:
     """``gpu`` (per-kernel compute model of :mod:`commscope.compute`) or ``flops`` (FLOP / (u x peak))."""
     micro_batch_s: float = 0.0
     """Time of one micro-batch on the critical stage, exposed pipeline communication included: the unit of the
-    pipeline schedule, whose (p - 1) / v multiple is the bubble."""
+    pipeline's steady state (the bubble is the fill and drain through the other stages, at most (p - 1) / v of it)."""
+    stage_micro_batch_s: tuple[float, ...] = ()
+    """``micro_batch_s`` of every pipeline stage (the critical one is the largest): what the fill and the drain
+    pass through, and what :func:`commscope.schedule.schedule_for` times each stage of the timeline with."""
     tail_s: float = 0.0
     """What runs after the pipeline drains on the stage that ends last: exposed gradient reduction, embedding sync,
-    optimizer step, exposed parameter all-gather. The iteration is (m + (p-1)/v) micro_batch_s + tail_s."""
+    optimizer step, exposed parameter all-gather. The iteration is m micro_batch_s + bubble_s + tail_s."""
     notes: tuple[str, ...] = ()
 
     @property
@@ -185,7 +195,8 @@ def compute_gpu(cluster: ClusterSpec, gpu_util: float | None,
 def _finish(prediction: JobOf, method: str, u: float, peak: float, *, comp: float, tp: float, pp: float, dp: float,
             ep: float, cp: float, emb: float, bubble: float, stage: int, eff: dict[str, float], notes: list[str],
             optimizer: float = 0.0, hidden: dict[str, float] | None = None, breakdown: dict[str, float] | None = None,
-            compute_model: str = "flops", micro_batch: float | None = None, tail: float | None = None) -> Estimate:
+            compute_model: str = "flops", micro_batch: float | None = None, tail: float | None = None,
+            stage_micro_batch: Sequence[float] = ()) -> Estimate:
     model, par = prediction.model, prediction.parallel
     total = comp + tp + pp + dp + ep + cp + emb + bubble + optimizer
     tokens = par.global_batch_size * model.seq_len
@@ -204,6 +215,7 @@ def _finish(prediction: JobOf, method: str, u: float, peak: float, *, comp: floa
         compute_breakdown_s=dict(breakdown or {}), compute_model=compute_model, notes=tuple(notes),
         micro_batch_s=((comp + tp + pp + cp + ep) / par.num_micro_batches) if micro_batch is None else micro_batch,
         tail_s=(dp + emb + optimizer) if tail is None else tail,
+        stage_micro_batch_s=tuple(float(x) for x in stage_micro_batch),
     )
 
 
@@ -361,13 +373,19 @@ def _refined(prediction: Prediction, u: float, peak: float, bw: BandwidthModel, 
     cp_all = comm["cp"]["fwd"] + comm["cp"]["bwd"]
     cp_exp = np.maximum(0.0, cp_all - m * attn)
     pp_all = comm["pp"]["fwd"] + comm["pp"]["bwd"]
+    pp_exp = pp_all
+    if v > 1 and par.overlap_p2p_comm:
+        pp_exp = np.maximum(0.0, pp_all - m * (fwd + bwd))
+        notes.append("pipeline sends/receives overlapped with the other model chunks' compute (interleaved schedule, "
+                     "--overlap-p2p-communication)")
     ep_all = comm["ep"]["fwd"] + comm["ep"]["bwd"]
     # ZeRO-3 / FSDP2 gathers and reduce-scatters per layer, prefetched under the compute of their pass
     dp_layer = comm["dp"]["fwd"] + comm["dp"]["bwd"]
     dp_layer_exp = np.maximum(0.0, comm["dp"]["fwd"] - m * fwd) + np.maximum(0.0, comm["dp"]["bwd"] - m * bwd)
-    per_mb = fwd + bwd + (tp_exp + pp_all + cp_exp + ep_all + dp_layer_exp) / m
+    per_mb = fwd + bwd + (tp_exp + pp_exp + cp_exp + ep_all + dp_layer_exp) / m
     crit = int(np.argmax(per_mb))
-    bubble = (p - 1) / v * per_mb[crit]
+    # fill and drain: the first micro-batch's forward and the last one's backward pass through every other stage
+    bubble = (float(per_mb.sum()) - per_mb[crit]) / v
 
     # --- the end of the iteration: gradient reduction, optimizer step, parameter all-gather ---
     overlap_grads = par.overlap_grad_reduce or par.framework in ("torch-ddp", "torch-fsdp2")
@@ -396,6 +414,7 @@ def _refined(prediction: Prediction, u: float, peak: float, bw: BandwidthModel, 
         hide -= cut
 
     hidden = {"tp": float(tp_all[crit] - tp_exp[crit]), "cp": float(cp_all[crit] - cp_exp[crit]),
+              "pp": float(pp_all[crit] - pp_exp[crit]),
               "dp": float(dp_layer[crit] - dp_layer_exp[crit] + grad_all[end] + param_all[end] + comm["dp"]["iter"][end]
                           - terms["dp"])}
     hidden = {k: max(0.0, val) for k, val in hidden.items() if val > 0}
@@ -408,8 +427,8 @@ def _refined(prediction: Prediction, u: float, peak: float, bw: BandwidthModel, 
         # the compute model's own utilisation: FLOP its kernels execute over their time at the dtype's peak
         u = float(compute.flop[crit] / ((fwd[crit] + bwd[crit]) * peak))
     return _finish(prediction, "refined", u, peak, comp=float(m * (fwd[crit] + bwd[crit])), tp=float(tp_exp[crit]) + terms["tp"],
-                   pp=float(pp_all[crit]), dp=float(dp_layer_exp[crit]) + terms["dp"], ep=float(ep_all[crit]),
+                   pp=float(pp_exp[crit]), dp=float(dp_layer_exp[crit]) + terms["dp"], ep=float(ep_all[crit]),
                    cp=float(cp_exp[crit]), emb=terms["emb"], bubble=float(bubble), stage=crit, eff=eff,
                    notes=notes + list(bw.notes), optimizer=terms["opt"], hidden=hidden, breakdown=breakdown,
                    compute_model="gpu" if compute is not None else "flops", micro_batch=float(per_mb[crit]),
-                   tail=sum(terms.values()))
+                   tail=sum(terms.values()), stage_micro_batch=per_mb)

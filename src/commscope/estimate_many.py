@@ -514,13 +514,15 @@ def _group(model: ModelSpec, cluster: ClusterSpec, pars: list[ParallelSpec], st:
     cp_all = comm["cp"]["fwd"] + comm["cp"]["bwd"]
     cp_exp = np.maximum(0.0, cp_all - m * c["att"])
     pp_all = comm["pp"]["fwd"] + comm["pp"]["bwd"]
+    p2p_overlap = (v > 1) & _col(pars, "overlap_p2p_comm", bool)
+    pp_exp = np.where(p2p_overlap, np.maximum(0.0, pp_all - m * (fwd + bwd)), pp_all)
     ep_all = comm["ep"]["fwd"] + comm["ep"]["bwd"]
     dp_layer = comm["dp"]["fwd"] + comm["dp"]["bwd"]
     dp_layer_exp = np.maximum(0.0, comm["dp"]["fwd"] - m * fwd) + np.maximum(0.0, comm["dp"]["bwd"] - m * bwd)
-    per_mb = fwd + bwd + (tp_exp + pp_all + cp_exp + ep_all + dp_layer_exp) / m
+    per_mb = fwd + bwd + (tp_exp + pp_exp + cp_exp + ep_all + dp_layer_exp) / m
     rows = np.arange(n)
     crit = np.argmax(per_mb, axis=1)
-    bubble = (p - 1) / v[:, 0] * per_mb[rows, crit]
+    bubble = (per_mb.sum(axis=1) - per_mb[rows, crit]) / v[:, 0]
     grad_t, param_t = sum(grad_buckets, z), sum(param_buckets, z)
     grad_exp = np.where(_col(pars, "overlap_grad_reduce", bool), _overlapped_buckets(grad_buckets, bwd), grad_t)
     param_exp = np.where(_col(pars, "overlap_param_gather", bool), _late_gathers(param_buckets, fwd), param_t)
@@ -538,6 +540,7 @@ def _group(model: ModelSpec, cluster: ClusterSpec, pars: list[ParallelSpec], st:
         hide = hide - cut
     hid_tp = tp_all[rows, crit] - tp_exp[rows, crit]
     hid_cp = cp_all[rows, crit] - cp_exp[rows, crit]
+    hid_pp = pp_all[rows, crit] - pp_exp[rows, crit]
     hid_dp = (dp_layer[rows, crit] - dp_layer_exp[rows, crit] + grad_t[rows, end] + param_t[rows, end]
               + comm["dp"]["iter"][rows, end] - terms["dp"])
     eff_axes = {a: bb_sum[a] / bb_cnt[a] for a in bb_sum}
@@ -548,13 +551,16 @@ def _group(model: ModelSpec, cluster: ClusterSpec, pars: list[ParallelSpec], st:
         notes = list(base_notes) + list(compute_notes[j])
         if par.tp_comm_overlap:
             notes.append("TP communication overlapped with the linear GEMMs of the same pass (--tp-comm-overlap)")
+        if par.virtual_pipeline_size > 1 and par.overlap_p2p_comm:
+            notes.append("pipeline sends/receives overlapped with the other model chunks' compute (interleaved schedule, "
+                         "--overlap-p2p-communication)")
         if par.overlap_grad_reduce:
             notes.append("DP gradient buckets reduced during the last backward pass as they fill (--overlap-grad-reduce)")
         if par.overlap_param_gather:
             notes.append("parameter all-gathers overlapped with the next forward pass, bucket by bucket (--overlap-param-gather)")
         if st.split_note:
             notes.append(st.split_note)
-        hidden = {key: float(val) for key, val in (("tp", hid_tp[j]), ("cp", hid_cp[j]), ("dp", hid_dp[j])) if val > 0}
+        hidden = {key: float(val) for key, val in (("tp", hid_tp[j]), ("cp", hid_cp[j]), ("pp", hid_pp[j]), ("dp", hid_dp[j])) if val > 0}
         eff = {a: float(val[j]) for a, val in eff_axes.items() if bb_cnt[a][j] > 0}
         mj = int(m[j, 0])
         if gpu is not None:
@@ -567,9 +573,9 @@ def _group(model: ModelSpec, cluster: ClusterSpec, pars: list[ParallelSpec], st:
             breakdown, u = {}, u_flops
         tj = {key: float(val[j]) for key, val in terms.items()}
         out.append(_finish(_Job(model=model, parallel=par), "refined", u, peak, comp=float(mj * (fwd[j, k] + bwd[j, k])),
-                           tp=float(tp_exp[j, k]) + tj["tp"], pp=float(pp_all[j, k]),
+                           tp=float(tp_exp[j, k]) + tj["tp"], pp=float(pp_exp[j, k]),
                            dp=float(dp_layer_exp[j, k]) + tj["dp"], ep=float(ep_all[j, k]), cp=float(cp_exp[j, k]),
                            emb=tj["emb"], bubble=float(bubble[j]), stage=k, eff=eff, notes=notes, optimizer=tj["opt"],
                            hidden=hidden, breakdown=breakdown, compute_model="gpu" if gpu is not None else "flops",
-                           micro_batch=float(per_mb[j, k]), tail=sum(tj.values())))
+                           micro_batch=float(per_mb[j, k]), tail=sum(tj.values()), stage_micro_batch=per_mb[j]))
     return out

@@ -242,6 +242,15 @@ def pipeline_schedule(name: str, *, pp: int, num_micro_batches: int, fwd_s: Any,
                             slots=tuple(s for stage_slots in timed for s in stage_slots))
 
 
+def stage_micro_batch_times_s(estimate: Any, parallel: Any) -> np.ndarray:
+    """Seconds one micro-batch spends on each stage (the estimate's ``stage_micro_batch_s``; every stage at the
+    critical stage's :func:`micro_batch_time_s` for estimates without it, e.g. the seed method's)."""
+    per_stage = getattr(estimate, "stage_micro_batch_s", ())
+    if len(per_stage) == parallel.pp:
+        return np.asarray(per_stage, dtype=float)
+    return np.full(parallel.pp, micro_batch_time_s(estimate, parallel))
+
+
 def micro_batch_time_s(estimate: Any, parallel: Any) -> float:
     """Seconds one micro-batch spends on the critical stage of an :class:`~commscope.estimate.Estimate` (its
     ``micro_batch_s``: compute and the exposed pipeline communication), the time whose (p-1)/v multiple is its
@@ -253,18 +262,19 @@ def micro_batch_time_s(estimate: Any, parallel: Any) -> float:
 
 
 def schedule_for(parallel: Any, estimate: Any, name: str | None = None) -> PipelineSchedule:
-    """The schedule of one iteration of ``parallel`` with every stage taking the estimate's critical-stage time.
+    """The schedule of one iteration of ``parallel`` with every stage taking its own time from the estimate.
 
     ``name`` defaults to the configured schedule (``interleaved`` when virtual_pipeline_size > 1). Each
-    micro-batch's time on a chunk is :func:`micro_batch_time_s` / v, split into forward and backward by
-    :data:`FORWARD_SHARE`; so the makespan of 1F1B plus the estimate's end-of-iteration terms (what DP, the
-    embedding sync and the optimizer step leave exposed) is the estimate's iteration time.
+    micro-batch's time on a chunk of stage s is :func:`stage_micro_batch_times_s` [s] / v, split into forward and
+    backward by :data:`FORWARD_SHARE`; so, when the critical stage is the last one (the logits) or the stages are
+    even, the makespan of 1F1B plus the estimate's end-of-iteration terms (what DP, the embedding sync and the
+    optimizer step leave exposed) is the estimate's iteration time.
     """
     v = parallel.virtual_pipeline_size
     if name is None:
         name = "interleaved" if v > 1 else parallel.schedule
     chunks = v if name == "interleaved" else 1
-    t_chunk = micro_batch_time_s(estimate, parallel) / chunks
+    t_chunk = stage_micro_batch_times_s(estimate, parallel) / chunks
     share = FORWARD_SHARE[parallel.recompute]
     return pipeline_schedule(name, pp=parallel.pp, num_micro_batches=parallel.num_micro_batches,
                              virtual_pipeline_size=chunks, fwd_s=share * t_chunk, bwd_s=(1 - share) * t_chunk)
@@ -278,5 +288,6 @@ __all__ = [
     "micro_batch_time_s",
     "pipeline_schedule",
     "schedule_for",
+    "stage_micro_batch_times_s",
     "stage_order",
 ]

@@ -17,7 +17,7 @@ as ``_``)::
     global_batch|global_batch_size, microbatch|micro_batch_size (1), virtual_pp|virtual_pipeline_size (1)
     recompute                 yes.../full -> full, selective, no/none/blank -> none
     seq_parallel|sequence_parallel, dist_optimizer|distributed_optimizer, tp_comm_overlap,
-    overlap_grad_reduce, overlap_param_gather, scatter_gather_tensors_in_pipeline,
+    overlap_grad_reduce, overlap_param_gather, overlap_p2p_comm, scatter_gather_tensors_in_pipeline,
     tied_embeddings, gated_mlp                                                  yes/no/true/false/1/0
     gpu|gpu_type              GPU model text, matched to a cluster preset (a100 -> dgx-a100, h100 -> dgx-h100,
                               v100 -> dgx1-v100, rtx3090 -> rtx3090-pcie) by the aliases of commscope.gpus
@@ -195,6 +195,7 @@ COLUMNS: dict[str, tuple[tuple[str, ...], Callable[[str], Any]]] = {
     "tp_comm_overlap": (("tp_comm_overlap",), _bool),
     "overlap_grad_reduce": (("overlap_grad_reduce",), _bool),
     "overlap_param_gather": (("overlap_param_gather",), _bool),
+    "overlap_p2p_comm": (("overlap_p2p_comm", "overlap_p2p_communication"), _bool),
     "scatter_gather_tensors_in_pipeline": (("scatter_gather_tensors_in_pipeline", "scatter_gather"), _bool),
     "framework": (("framework",), _choice(FRAMEWORKS)),
     "gpu": (("gpu", "gpu_type"), _text),
@@ -211,7 +212,7 @@ _MODEL_FIELDS = ("ffn_hidden_size", "num_query_groups", "vocab_size", "seq_len",
                  "tied_embeddings", "gated_mlp", "normalization")
 _PARALLEL_FIELDS = ("tp", "pp", "dp", "cp", "ep", "global_batch_size", "micro_batch_size", "virtual_pipeline_size",
                     "recompute", "sequence_parallel", "distributed_optimizer", "attention", "fp8_format",
-                    "tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather",
+                    "tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p_comm",
                     "scatter_gather_tensors_in_pipeline", "framework")
 _NOT_DEFAULTS = ("case_id", "measured_iter_time_s", "measured_tflops_per_gpu")
 

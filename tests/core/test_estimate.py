@@ -83,6 +83,37 @@ def test_interleaving_shrinks_the_bubble():
     assert e2.bubble_s == pytest.approx(e1.bubble_s / 2, rel=0.2)
 
 
+def test_fill_and_drain_pass_through_the_other_stages_not_the_slowest_one_p_times():
+    """A last stage made heavy by a large vocabulary's logits lengthens every micro-batch of the steady state;
+    the fill and the drain pass through the three lighter stages, so the bubble barely moves."""
+    small = ModelSpec(name="x", num_layers=8, hidden_size=1024, num_heads=8, seq_len=512, vocab_size=4096)
+    big = replace(small, vocab_size=262144)
+    parallel = ParallelSpec(pp=4, dp=1, global_batch_size=16)
+    e_small, e_big = (estimate(predict(m, parallel, CLUSTER)) for m in (small, big))
+    assert e_big.critical_stage == 3
+    grown = e_big.micro_batch_s - e_small.micro_batch_s
+    assert grown > 0.2 * e_small.micro_batch_s
+    assert abs(e_big.bubble_s - e_small.bubble_s) < 0.1 * (parallel.pp - 1) * grown
+    assert 0 < e_big.bubble_s < (parallel.pp - 1) * e_big.micro_batch_s
+
+
+def test_interleaved_pipeline_overlaps_its_sends_with_the_other_chunks():
+    """--overlap-p2p-communication (Megatron's default) hides pipeline traffic of the interleaved schedule under
+    compute and says so; without interleaving, or with the flag off, the 1F1B exchanges stay exposed."""
+    model = ModelSpec(name="x", num_layers=16, hidden_size=2048, num_heads=16, seq_len=1024)
+    cluster = replace(CLUSTER, gpus_per_node=1)  # every pipeline stage on its own node: sends on the slow link
+    base = ParallelSpec(pp=4, dp=1, global_batch_size=16, virtual_pipeline_size=2)
+    on = estimate(predict(model, base, cluster))
+    off = estimate(predict(model, replace(base, overlap_p2p_comm=False), cluster))
+    assert off.pp_s > 0 and on.pp_s < off.pp_s
+    assert on.hidden_s["pp"] == pytest.approx(off.pp_s - on.pp_s)
+    assert on.iteration_time_s < off.iteration_time_s
+    assert any("--overlap-p2p-communication" in n for n in on.notes)
+    plain = ParallelSpec(pp=4, dp=1, global_batch_size=16)
+    assert estimate(predict(model, plain, cluster)).pp_s == estimate(
+        predict(model, replace(plain, overlap_p2p_comm=False), cluster)).pp_s
+
+
 def test_scatter_gather_moves_pipeline_bytes_onto_nvlink():
     """TP inside a node, PP across nodes: with the scatter/gather each rank sends 1/t over the slow link and the
     all-gather runs on the fast one, so the pipeline's time falls (by less than t: the gather is not free)."""

@@ -26,6 +26,10 @@ def assert_same(scalar, batch, path="estimate"):
         assert set(scalar) == set(batch), (path, scalar, batch)
         for key in scalar:
             assert_same(scalar[key], batch[key], f"{path}.{key}")
+    elif isinstance(scalar, (list, tuple)):
+        assert len(scalar) == len(batch), (path, scalar, batch)
+        for i, (a, b) in enumerate(zip(scalar, batch)):
+            assert_same(a, b, f"{path}[{i}]")
     elif isinstance(scalar, float):
         assert math.isclose(scalar, batch, rel_tol=1e-12, abs_tol=1e-18), (path, scalar, batch)
     else:

@@ -156,6 +156,10 @@ def add_parallel_args(parser: argparse.ArgumentParser) -> None:
                                       "elements unless --grad-bucket-size)")
     o.add_argument("--overlap-param-gather", dest="parallel.overlap_param_gather", action=argparse.BooleanOptionalAction,
                    default=None, help="the distributed optimizer's parameter all-gather runs under the next forward pass")
+    o.add_argument("--overlap-p2p-communication", dest="parallel.overlap_p2p_comm",
+                   action=argparse.BooleanOptionalAction, default=None,
+                   help="interleaved schedule (--virtual-pipeline-size > 1): pipeline sends/receives run under the "
+                        "other chunks' compute (Megatron's default; --no-overlap-p2p-communication turns it off)")
     o.add_argument("--tp-comm-overlap", dest="parallel.tp_comm_overlap", action=argparse.BooleanOptionalAction,
                    default=None, help="TP all-gather/reduce-scatter overlapped with the GEMMs (needs --sequence-parallel)")
     o.add_argument("--attention-backend", dest="parallel.attention", type=_attention_backend, default=None,

@@ -476,7 +476,13 @@ def schedule_section(parallel, estimate, *, names: Sequence[str] | None = None) 
     ``names`` defaults to the configured schedule, plus plain 1F1B beside an interleaved one and an
     interleaved v=2 what-if beside 1F1B when the micro-batches allow it.
     """
-    from commscope.schedule import FORWARD_SHARE, micro_batch_time_s, pipeline_schedule, schedule_for
+    from commscope.schedule import (
+        FORWARD_SHARE,
+        micro_batch_time_s,
+        pipeline_schedule,
+        schedule_for,
+        stage_micro_batch_times_s,
+    )
 
     p, m, v = parallel.pp, parallel.num_micro_batches, parallel.virtual_pipeline_size
     configured = "interleaved" if v > 1 else parallel.schedule
@@ -490,10 +496,10 @@ def schedule_section(parallel, estimate, *, names: Sequence[str] | None = None) 
     for name in names:
         if name == "interleaved-what-if":
             share = FORWARD_SHARE[parallel.recompute]
-            t_chunk = micro_batch_time_s(estimate, parallel) / 2
+            t_chunk = stage_micro_batch_times_s(estimate, parallel) / 2
             sched = pipeline_schedule("interleaved", pp=p, num_micro_batches=m, virtual_pipeline_size=2,
                                       fwd_s=share * t_chunk, bwd_s=(1 - share) * t_chunk)
-            label = "interleaved v=2 (what-if, same micro-batch time)"
+            label = "interleaved v=2 (what-if, same micro-batch times)"
         else:
             sched = schedule_for(parallel, estimate, name)
             label = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": f"interleaved 1F1B (v={v})"}[name]
@@ -511,9 +517,8 @@ def schedule_section(parallel, estimate, *, names: Sequence[str] | None = None) 
              "seconds": max(0.0, end - estimate.emb_s - optimizer), "color": AXIS_STYLE["dp"][1]},
             {"key": "emb", "label": "embedding sync", "seconds": estimate.emb_s, "color": AXIS_STYLE["emb"][1]},
             {"key": "optimizer", "label": "optimizer step", "seconds": optimizer, "color": "#b4a7d6"}]
-    notes.append("every stage takes the estimate's critical-stage time per micro-batch "
-                 f"(stage {estimate.critical_stage}); forward : backward = 1 : "
-                 f"{'3' if parallel.recompute == 'full' else '2'}")
+    notes.append("every stage takes its own time per micro-batch from the estimate (the slowest is stage "
+                 f"{estimate.critical_stage}); forward : backward = 1 : {'3' if parallel.recompute == 'full' else '2'}")
     if estimate.method == "seed" and v > 1:
         notes.append("the seed method ignores interleaving in its bubble term; the timeline does not")
     return {"pp": p, "num_micro_batches": m, "virtual_pipeline_size": v, "micro_batch_time_s": micro_batch_time_s(estimate, parallel),

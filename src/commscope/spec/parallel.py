@@ -85,6 +85,11 @@ class ParallelSpec:
     tp_comm_overlap: bool = False
     """Megatron ``--tp-comm-overlap``: TP all-gathers and reduce-scatters run in chunks under the GEMMs that
     consume or produce them (Transformer Engine userbuffers); needs sequence parallelism."""
+    overlap_p2p_comm: bool = True
+    """Megatron's ``--overlap-p2p-communication`` (on by default; ``--no-overlap-p2p-communication`` turns it off):
+    in the interleaved schedule (virtual_pipeline_size > 1) pipeline sends and receives run asynchronously under
+    the compute of the other model chunks. Without interleaving Megatron's 1F1B exchanges block, and so does
+    the model."""
     overlap_param_gather: bool = False
     """Megatron ``--overlap-param-gather``: the distributed optimizer's parameter all-gather runs bucket by
     bucket under the next iteration's forward pass; needs a sharded optimizer."""
