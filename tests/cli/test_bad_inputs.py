@@ -292,3 +292,18 @@ def test_count_of_bad_inputs_by_command() -> None:
     counts = count_by_command()
     print("bad inputs by command:", ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), f"(total {len(BAD_INPUTS)})")
     assert counts["traffic"] >= 20 and counts["bench"] >= 8 and counts["workload"] >= 8
+
+
+def test_a_pipeline_with_fewer_micro_batches_than_stages_says_what_it_costs(capsys: pytest.CaptureFixture[str]) -> None:
+    job = "estimate --model gpt-1.5b --tp 1 --pp 8 --dp 2 --global-batch-size 16 --micro-batch-size 4 --gpus-per-node 8"
+    code, out, err = _run(capsys, job)
+    assert code == 0
+    line = next(x for x in out.splitlines() if "micro-batches for pp=8" in x)
+    assert line.startswith("warning: 2 micro-batches for pp=8: the pipeline idles")
+    assert "--micro-batch-size 1 gives 8" in line
+    bubble = float(line.split("idles ")[1].split("%")[0])
+    code, out, err = _run(capsys, job + " --json")
+    assert code == 0 and round(100 * json.loads(out)["bubble_ratio"]) == bubble
+    assert "micro-batches for pp=8" in err
+    code, out, err = _run(capsys, job.replace("--micro-batch-size 4", "--micro-batch-size 1"))
+    assert code == 0 and "micro-batches for pp" not in out + err

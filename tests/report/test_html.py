@@ -134,6 +134,18 @@ def test_every_section_holds_the_librarys_numbers(pred32, est32):
     assert data["inputs"]["cluster"]["name"] == "dgx1-v100" and data["inputs"]["command_line"] == "commscope report ..."
 
 
+def test_breakdown_shows_what_the_overlaps_hide_beside_what_they_leave():
+    par = ParallelSpec(tp=2, pp=2, dp=2, global_batch_size=16, micro_batch_size=1, sequence_parallel=True,
+                       distributed_optimizer=True, tp_comm_overlap=True, overlap_grad_reduce=True,
+                       overlap_param_gather=True, virtual_pipeline_size=2)
+    est = estimate(predict("gpt-1.5b", par, "dgx-h100"))
+    terms = {t["key"]: t for t in report_html.breakdown_section(est, parallel=par)["terms"]}
+    assert {k for k, t in terms.items() if t["hidden_seconds"] > 0} == set(est.hidden_s) >= {"tp", "dp"}
+    for key, seconds in est.hidden_s.items():
+        assert terms[key]["hidden_seconds"] == pytest.approx(seconds)
+    assert terms["compute"]["hidden_seconds"] == terms["bubble"]["hidden_seconds"] == 0.0
+
+
 def test_node_level_above_1024_gpus_and_pooling_keeps_the_largest_entry():
     # 2,048 GPUs, 8 per node: node level, 256 nodes, no pooling; forced GPU level pools 4x4 blocks
     rng = np.random.default_rng(0)

@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     pred = predict(model, parallel, cluster, algorithm=args.algorithm, routing=job_routing(args, model, parallel))
     est = estimate_job(pred, args)
     memory = memory_check(model, parallel, cluster)
+    few = few_micro_batches(parallel, est)
     if args.json:
         json.dump({"model": model.name, "cluster": cluster.name, **est.to_dict(), "memory": memory}, sys.stdout,
                   indent=2)
@@ -50,9 +51,26 @@ def run(args: argparse.Namespace) -> int:
                                          f"{parallel.num_micro_batches} micro-batches"))
         if not memory["fits"]:
             print(f"warning: {memory['message']}")
-    if args.json and not memory["fits"]:
-        warn(args, memory["message"])
+        if few:
+            print(f"warning: {few}")
+    if args.json:
+        for message in (memory["message"], few):
+            if message:
+                warn(args, message)
     return 0
+
+
+def few_micro_batches(parallel, est) -> str:
+    """A warning when the pipeline has fewer micro-batches than stages: most of such an iteration is bubble, and
+    the fix (a smaller micro-batch) is one flag away."""
+    m, p = parallel.num_micro_batches, parallel.pp
+    if p == 1 or m >= p:
+        return ""
+    per_replica = parallel.global_batch_size // parallel.dp
+    hint = (f"; --micro-batch-size 1 gives {per_replica}" if parallel.micro_batch_size > 1 and per_replica >= p
+            else f"; a global batch of {p * parallel.micro_batch_size * parallel.dp} or more gives {p}")
+    return (f"{m} micro-batch{'es' if m > 1 else ''} for pp={p}: the pipeline idles {est.bubble_ratio:.0%} of the "
+            f"iteration (bubble); pipelines run with at least pp micro-batches{hint}")
 
 
 def memory_check(model, parallel, cluster) -> dict:
@@ -75,7 +93,7 @@ def format_estimate(est, *, title: str) -> str:
 
     total = est.iteration_time_s or 1.0
     hidden = est.hidden_s or {}
-    rows = [("compute", est.compute_s, None), ("TP", est.tp_s, hidden.get("tp")), ("PP", est.pp_s, None),
+    rows = [("compute", est.compute_s, None), ("TP", est.tp_s, hidden.get("tp")), ("PP", est.pp_s, hidden.get("pp")),
             ("DP", est.dp_s, hidden.get("dp")), ("embedding sync", est.emb_s, None),
             ("CP", est.cp_s, hidden.get("cp")), ("EP", est.ep_s, None), ("optimizer step", est.optimizer_s, None),
             ("bubble", est.bubble_s, None)]

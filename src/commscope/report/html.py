@@ -427,8 +427,10 @@ def message_size_section(workload=None, measured: MeasuredLogs | None = None) ->
 
 def _terms(estimate) -> list[dict[str, Any]]:
     total = estimate.iteration_time_s
+    hidden = getattr(estimate, "hidden_s", None) or {}
     return [{"key": key, "label": label, "color": color, "seconds": getattr(estimate, attr),
-             "share": getattr(estimate, attr) / total if total else 0.0} for key, label, attr, color in TERMS]
+             "share": getattr(estimate, attr) / total if total else 0.0,
+             "hidden_seconds": float(hidden.get(key, 0.0))} for key, label, attr, color in TERMS]
 
 
 def _config_label(p) -> str:

@@ -487,6 +487,12 @@ function drawBreakdown(B) {
   el("td", null, r1, "seconds"); el("td", null, r2, "share");
   B.terms.forEach(function (term) { el("td", null, r1, fmtSec(term.seconds)); el("td", null, r2, fmtPct(term.share)); });
   el("td", null, r1, fmtSec(B.iteration_time_s)); el("td", null, r2, "100%");
+  if (B.terms.some(function (term) { return term.hidden_seconds > 0; })) {
+    var r3 = el("tr", null, tb);
+    el("td", {title: "communication that runs under compute (overlapped) and so adds no time"}, r3, "hidden");
+    B.terms.forEach(function (term) { el("td", null, r3, term.hidden_seconds > 0 ? fmtSec(term.hidden_seconds) : ""); });
+    el("td", null, r3, "");
+  }
   if (B.plan) drawPlan(c, B);
 }
 function drawPlan(c, B) {
