@@ -15,21 +15,22 @@ from collections import Counter, defaultdict
 
 import numpy as np
 
-from commscope.io.runs import RunLog, op_step, read_run
+from commscope.io.runs import AxisAttribution, RunLog, RunTotals, is_logical, op_step, read_run, run_totals
 from commscope.record import CommOp
 from commscope.units import DTYPE_BYTES
 
-__all__ = ["RunLog", "attribute_axes", "compare", "is_logical", "logical_ops", "measured_traffic", "op_step",
-           "predicted_ops_by_kind", "read_run", "size_histogram", "summary"]
+__all__ = ["RunLog", "RunTotals", "attribute_axes", "compare", "is_logical", "logical_ops", "measured_traffic",
+           "op_step", "predicted_ops_by_kind", "read_run", "size_histogram", "summary"]
 
 
-def is_logical(op: CommOp) -> bool:
-    """Whether a measured record counts as one logical op: a collective once (the record of its group's lowest
-    rank, or a record without a rank), an all_to_all and a send on every issuing rank, never a recv."""
-    if op.op == "recv":
-        return False
-    return op.op in ("send", "all_to_all") or op.rank is None or not op.group or op.rank == min(op.group)
-
+def _totals(run: RunLog | RunTotals, layout=None) -> RunTotals:
+    """The totals of ``run``, their axes per step attributed from ``layout``."""
+    if not isinstance(run, RunTotals):
+        return run_totals(run, layout=layout)
+    if layout is not None and run.axes_layout is not layout:
+        raise ValueError("these totals were read without the prediction's layout: read them with "
+                         "read_run_totals(path, layout=prediction.workload.layout)")
+    return run
 
 def logical_ops(run: RunLog) -> list[CommOp]:
     """Each collective once (from its group's lowest rank), each p2p once (its send), all-to-alls per rank;
@@ -61,35 +62,8 @@ def predicted_ops_by_kind(workload) -> dict[tuple[str, str], list[int]]:
 
 def attribute_axes(ops: list[CommOp], layout) -> list[CommOp]:
     """Set each op's axis from the group it ran on, using a :class:`~commscope.layout.Layout`."""
-    by_group: dict[frozenset, str] = {}
-    for kind, axis in (("tp", "tp"), ("cp", "cp"), ("dp", "dp"), ("dp-cp", "dp"), ("expert-dp", "dp"), ("emb", "emb")):
-        for g in layout.groups(kind):
-            by_group.setdefault(frozenset(int(x) for x in g), axis)
-    # an EP group can hold the same ranks as a DP group (dp = ep): all-to-alls (and int64 all-gathers) on it are
-    # EP, the rest DP
-    ep_groups = {frozenset(int(x) for x in g) for g in layout.groups("ep")} if layout.parallel.ep > 1 else set()
-    pp_groups = layout.groups("pp")
-    pp_pairs = {frozenset((int(g[i]), int(g[j]))) for g in pp_groups for i in range(len(g)) for j in range(len(g)) if i != j}
-    world = frozenset(range(layout.world_size))
-    out = []
-    for op in ops:
-        members = frozenset(op.group)
-        if op.op in ("send", "recv") and op.peer is not None:
-            pair = frozenset((op.rank, op.peer))
-            axis = "pp" if pair in pp_pairs else by_group.get(members, "other")
-            if axis == "other":
-                for g in layout.groups("cp"):
-                    if pair <= frozenset(int(x) for x in g):
-                        axis = "cp"
-        elif members in ep_groups and (op.op == "all_to_all" or (op.op == "all_gather" and op.dtype == "int64")):
-            # integer all-gathers on an EP group are the MoE dispatcher's token counts, not DP parameter gathers
-            axis = "ep"
-        else:
-            axis = by_group.get(members, "dp" if members == world and layout.parallel.dp == layout.world_size else "other")
-            if axis == "other" and members in ep_groups:
-                axis = "ep"
-        out.append(op.with_(axis=axis))
-    return out
+    axis_of = AxisAttribution(layout)
+    return [op.with_(axis=axis_of(op)) for op in ops]
 
 
 def measured_traffic(ops: list[CommOp], world_size: int, gpus_per_node: int, *, view: str = "logical",
@@ -139,9 +113,10 @@ def size_histogram(ops: list[CommOp]) -> list[tuple[int, int, int]]:
     return [(k, bins[k], totals[k]) for k in sorted(bins)]
 
 
-def summary(run: RunLog, *, layout=None, gpus_per_node: int = 8) -> dict:
-    """JSON-ready summary of a recorded run."""
-    ops = logical_ops(run)
+def summary(run: RunLog | RunTotals, *, layout=None, gpus_per_node: int = 8) -> dict:
+    """JSON-ready summary of a recorded run (read into memory, or its totals read rank by rank)."""
+    run = _totals(run)
+    ops = list(run.logical)
     if layout is not None:
         ops = attribute_axes(ops, layout)
     by_kind: dict[str, dict] = {}
@@ -163,15 +138,15 @@ def summary(run: RunLog, *, layout=None, gpus_per_node: int = 8) -> dict:
         "world_size": run.world_size,
         "formats": list(run.formats),
         "files": len(run.files),
-        "ranks_logged": sorted(run.ops_by_rank),
+        "ranks_logged": list(run.ranks_logged),
         "unfinished_ranks": list(run.unfinished_ranks),
         **({"failure": run.failure} if run.failure is not None else {}),
         "partial_steps": {str(k): list(v) for k, v in run.partial_steps.items()},
         "missing_fields": list(run.missing_fields),
         "notes": list(run.notes),
         "problems": list(run.problems),
-        "records": sum(len(v) for v in run.ops_by_rank.values()) + len(run.unranked),
-        "unranked_records": len(run.unranked),
+        "records": run.num_records,
+        "unranked_records": run.num_unranked,
         "logical_ops": sum(op.count for op in ops),
         "ops": sorted(by_kind.values(), key=lambda r: (r["axis"], r["op"])),
         "size_histogram": [{"le_bytes": k, "ops": n, "bytes": b} for k, n, b in size_histogram(ops)],
@@ -184,7 +159,7 @@ def per_step(total: int, num_steps: int) -> int | float:
     return total // num_steps if total % num_steps == 0 else total / num_steps
 
 
-def compare(prediction, run: RunLog) -> dict:
+def compare(prediction, run: RunLog | RunTotals) -> dict:
     """Predicted vs measured communication per axis and op kind, per iteration.
 
     Measured: logical ops (each collective once, p2p on the send side) attributed to axes by the predicted
@@ -195,8 +170,8 @@ def compare(prediction, run: RunLog) -> dict:
     layout = prediction.workload.layout
     if run.world_size and layout.world_size != run.world_size:
         raise ValueError(f"the prediction has {layout.world_size} ranks, the logs {run.world_size}")
-    ops = attribute_axes(logical_ops(run), layout)
-    all_steps = sorted({s for s in (op_step(o) for o in ops) if s is not None})
+    run = _totals(run, layout)
+    all_steps = sorted({step for _, _, step, _, _ in run.by_step if step is not None})
     problems = list(run.problems)
     partial = dict(run.partial_steps)
     steps = [s for s in all_steps if s not in partial]
@@ -211,14 +186,13 @@ def compare(prediction, run: RunLog) -> dict:
     num_steps = max(1, len(steps))
     measured: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     setup: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
-    for op in ops:
-        step = op_step(op)
+    for axis, name, step, count, nbytes in run.by_step:
         if step is not None and step not in steps:
             continue  # a partial step
         target = setup if (steps and step is None) else measured
-        row = target[(op.axis, op.op)]
-        row[0] += op.count
-        row[1] += op.size_bytes * op.count
+        row = target[(axis, name)]
+        row[0] += count
+        row[1] += nbytes
     predicted = predicted_ops_by_kind(prediction.workload)
     rows = []
     for key in sorted(set(measured) | set(predicted)):

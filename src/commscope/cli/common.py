@@ -110,6 +110,14 @@ def _attention_backend(text: str) -> str:
     return kinds[text]
 
 
+def add_jobs_arg(p: argparse.ArgumentParser) -> None:
+    """``--jobs``: how many rank files a command reads at once."""
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="read N rank files at once, in worker processes (default 1; at most the machine's cores). "
+                        "Logs are read one rank file at a time and folded into totals either way: memory follows "
+                        "the distinct ops of the run, not its records")
+
+
 def add_job_args(parser: argparse.ArgumentParser) -> None:
     """Add model, parallelism and cluster flags."""
     add_model_args(parser)

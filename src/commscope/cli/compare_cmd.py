@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from commscope.cli.common import add_job_args, job_from_logdir, resolve_job
+from commscope.cli.common import add_job_args, add_jobs_arg, job_from_logdir, resolve_job
 from commscope.cli.terminal import print_table
 from commscope.units import format_bytes
 
@@ -31,6 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="bandwidth model for --time: a cluster file from `commscope calibrate` (also the cluster, "
                         "unless --cluster is given), `commscope fit` output, bench JSON or nccl-tests output")
     p.add_argument("--json", action="store_true", help="print JSON")
+    add_jobs_arg(p)
     p.set_defaults(func=run)
 
 
@@ -89,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
     job_files = resolve_logged_job(args)
     model, parallel, cluster = resolve_job(args)
     pred = predict(model, parallel, cluster)
-    run_log = load_run(args.logdir, layout=pred.workload.layout)
+    # --time reads every record's times: the run in memory; otherwise its totals, read rank file by rank file
+    run_log = load_run(args.logdir, layout=pred.workload.layout, jobs=None if args.time else args.jobs)
     try:
         result = compare(pred, run_log)
     except ValueError as exc:

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from commscope.cli.common import add_parallel_args
+from commscope.cli.common import add_jobs_arg, add_parallel_args
 from commscope.units import format_bytes
 
 
@@ -24,11 +24,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpus-per-node", type=int, default=8, help="for link classes (default 8)")
     p.add_argument("--out", type=Path, default=None, help="write summary.json and the measured matrices (logical and wire)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    add_jobs_arg(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from commscope.capture.analysis import logical_ops, measured_traffic, summary
+    from commscope.capture.analysis import measured_traffic, summary
     from commscope.cli.common import _given, job_from_logdir
     from commscope.errors import ConfigError
     from commscope.spec.parallel import ParallelSpec
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         values = ({**parallel_to_mapping(load_parallel(args.parallel)), **given} if args.parallel else
                   {"global_batch_size": given.get("dp", 1) * given.get("micro_batch_size", 1), **given})
         layout = Layout(ParallelSpec(**values))
-    run_log = load_run(args.logdir, layout=layout)
+    run_log = load_run(args.logdir, layout=layout, jobs=args.jobs)
     if layout is not None and run_log.world_size and layout.world_size != run_log.world_size:
         raise ConfigError("tp x pp x dp x cp", layout.world_size, f"must equal the {run_log.world_size} ranks in the logs")
     s = summary(run_log, layout=layout, gpus_per_node=args.gpus_per_node)
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
         check_out_dir(args.out)
         args.out.mkdir(parents=True, exist_ok=True)
-        ops = logical_ops(run_log)
+        ops = list(run_log.logical)
         if layout is not None:
             from commscope.capture.analysis import attribute_axes
 
@@ -85,13 +86,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_run(path: Path, *, layout=None):
-    """:func:`commscope.io.runs.read_run` for a command: what it cannot read becomes a one-line user error."""
-    from commscope.errors import ConfigError
-    from commscope.io.runs import read_run
+def load_run(path: Path, *, layout=None, jobs: int | None = None):
+    """:func:`commscope.io.runs.read_run` for a command: what it cannot read becomes a one-line user error. With
+    ``jobs``, the run's totals (:func:`commscope.io.runs.read_run_totals`), read by that many processes."""
+    import os
 
+    from commscope.errors import ConfigError
+    from commscope.io.runs import read_run, read_run_totals
+
+    cores = os.cpu_count() or 1
+    if jobs is not None and not 1 <= jobs <= cores:
+        raise ConfigError("jobs", jobs, f"expected 1 to {cores} (the cores of this machine)")
     try:
-        return read_run(path, layout=layout)
+        return read_run(path, layout=layout) if jobs is None else read_run_totals(path, layout=layout, jobs=jobs)
     except ValueError as exc:
         text = str(exc)
         raise ConfigError("logdir", str(path), text.removeprefix(f"{path}: ")) from None

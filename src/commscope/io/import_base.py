@@ -136,6 +136,22 @@ def missing_fields(ops: list[CommOp], always: tuple[str, ...] = ()) -> tuple[str
     return tuple(sorted(out, key=lambda n: _FIELD_ORDER.get(n, len(_FIELD_ORDER))))
 
 
+def note_fields(op: CommOp, relevant: set[str], known: set[str], *, rank: int | None = None) -> None:
+    """Add the optional fields that apply to ``op`` to ``relevant`` and those it has to ``known`` (``rank``: the
+    rank it is counted under, when not its own): :func:`missing_fields` one record at a time."""
+    for name, applies in _OPTIONAL_FIELDS:
+        if applies is None or op.op in applies:
+            relevant.add(name)
+            if not _is_unknown(name, rank if name == "rank" and rank is not None else getattr(op, name)):
+                known.add(name)
+
+
+def missing_of(relevant: set[str], known: set[str], always: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """:func:`missing_fields` from what :func:`note_fields` collected."""
+    out = set(always) | (relevant - known)
+    return tuple(sorted(out, key=lambda n: _FIELD_ORDER.get(n, len(_FIELD_ORDER))))
+
+
 def _is_unknown(name: str, value: Any) -> bool:
     if name == "axis":
         return value == "other"

@@ -26,8 +26,9 @@ import gzip
 import io
 import json
 import os
+import re
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -308,6 +309,61 @@ def check_op(op: CommOp) -> str | None:
     return None
 
 
+def _parse_line(raw: bytes, lineno: int, name: str, problems: list[str]) -> tuple[str, Any] | None:
+    """One non-blank line of a JSONL op log: ``("op", CommOp)``, ``("header", dict)``, ``("step", dict)``, or None
+    when the line is skipped (the reason appended to ``problems``, naming the file and line)."""
+    try:
+        obj = json.loads(raw)
+    except ValueError as exc:
+        if not raw.endswith(b"\n"):  # only the last line of a file can lack its newline
+            problems.append(f"{name} line {lineno}: truncated JSON, skipped")
+        else:
+            what = f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+            problems.append(f"{name} line {lineno}: invalid JSON ({what}), skipped")
+        return None
+    if not isinstance(obj, dict):
+        problems.append(f"{name} line {lineno}: expected a JSON object, got {type(obj).__name__}, skipped")
+        return None
+    if HEADER_KEY in obj:
+        value = obj[HEADER_KEY]
+        if not isinstance(value, dict):
+            problems.append(f"{name} line {lineno}: {HEADER_KEY} is not an object, ignored")
+            return None
+        return ("header", value)
+    if STEP_KEY in obj:
+        mark = obj[STEP_KEY]
+        if isinstance(mark, dict) and all(isinstance(mark.get(k), int) for k in ("step", "t_start_ns", "t_end_ns")):
+            return ("step", {k: int(mark[k]) for k in ("step", "t_start_ns", "t_end_ns")})
+        problems.append(f"{name} line {lineno}: {STEP_KEY} needs integer step, t_start_ns and t_end_ns, skipped")
+        return None
+    try:
+        op = _op_from_obj(obj)
+    except (TypeError, ValueError, OverflowError) as exc:
+        problems.append(f"{name} line {lineno}: not a valid CommOp ({exc}), skipped")
+        return None
+    bad = check_op(op)
+    if bad:
+        problems.append(f"{name} line {lineno}: {bad}, skipped")
+        return None
+    return ("op", op)
+
+
+def _take_header(value: dict[str, Any], header: dict[str, Any] | None, any_op: bool, name: str, lineno: int,
+                 problems: list[str]) -> dict[str, Any] | None:
+    """The header after a header line: the first one, before any op, counts; another is reported and ignored."""
+    if header is None and not any_op:
+        return value
+    problems.append(f"{name} line {lineno}: another {HEADER_KEY} (files concatenated?), ignored")
+    return header
+
+
+def _no_valid_line(path: Path, num_lines: int, problems: list[str]) -> ValueError:
+    found = "; ".join(problems[:3])
+    if num_lines == 0:
+        return ValueError(f"{path}: empty file, expected JSON Lines of CommOps")
+    return ValueError(f"{path}: no valid line in {num_lines} lines" + (f" ({found})" if found else ""))
+
+
 def read_ops_jsonl(path: str | Path) -> OpLog:
     """Read a JSON Lines op log written by :func:`write_ops_jsonl` (or any producer of the same lines).
 
@@ -328,50 +384,117 @@ def read_ops_jsonl(path: str | Path) -> OpLog:
             num_lines = lineno
             if not raw.strip():
                 continue
-            try:
-                obj = json.loads(raw)
-            except ValueError as exc:
-                if not raw.endswith(b"\n"):  # only the last line of a file can lack its newline
-                    problems.append(f"{name} line {lineno}: truncated JSON, skipped")
-                else:
-                    what = f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else str(exc)
-                    problems.append(f"{name} line {lineno}: invalid JSON ({what}), skipped")
+            parsed = _parse_line(raw, lineno, name, problems)
+            if parsed is None:
                 continue
-            if not isinstance(obj, dict):
-                problems.append(f"{name} line {lineno}: expected a JSON object, got {type(obj).__name__}, skipped")
-                continue
-            if HEADER_KEY in obj:
-                value = obj[HEADER_KEY]
-                if not isinstance(value, dict):
-                    problems.append(f"{name} line {lineno}: {HEADER_KEY} is not an object, ignored")
-                elif header is None and not ops:
-                    header = value
-                else:
-                    problems.append(f"{name} line {lineno}: another {HEADER_KEY} (files concatenated?), ignored")
-                continue
-            if STEP_KEY in obj:
-                mark = obj[STEP_KEY]
-                if isinstance(mark, dict) and all(isinstance(mark.get(k), int) for k in ("step", "t_start_ns", "t_end_ns")):
-                    steps.append({k: int(mark[k]) for k in ("step", "t_start_ns", "t_end_ns")})
-                else:
-                    problems.append(f"{name} line {lineno}: {STEP_KEY} needs integer step, t_start_ns and t_end_ns, skipped")
-                continue
-            try:
-                op = _op_from_obj(obj)
-            except (TypeError, ValueError, OverflowError) as exc:
-                problems.append(f"{name} line {lineno}: not a valid CommOp ({exc}), skipped")
-                continue
-            bad = check_op(op)
-            if bad:
-                problems.append(f"{name} line {lineno}: {bad}, skipped")
-                continue
-            ops.append(op)
+            kind, value = parsed
+            if kind == "op":
+                ops.append(value)
+            elif kind == "step":
+                steps.append(value)
+            else:
+                header = _take_header(value, header, bool(ops), name, lineno, problems)
     if not ops and header is None:
-        found = "; ".join(problems[:3])
-        if num_lines == 0:
-            raise ValueError(f"{path}: empty file, expected JSON Lines of CommOps")
-        raise ValueError(f"{path}: no valid line in {num_lines} lines" + (f" ({found})" if found else ""))
+        raise _no_valid_line(path, num_lines, problems)
     return OpLog(ops=ops, header=header or {}, problems=problems.finish(), steps=steps)
+
+
+#: The parts of a recorded line that differ from one record of the same op to the next: its two times (written
+#: side by side) and, after them, the group's sequence number; each an integer literal in place (a JSON number
+#: that ends at a ``,`` or ``}``). What is left of the line around them names the record's kind.
+_TIMES = re.compile(rb',"t_start_ns":(0|[1-9][0-9]*),"t_end_ns":(0|[1-9][0-9]*)(?=[,}])')
+_SEQ = re.compile(rb'"seq":(0|[1-9][0-9]*)(?=[,}])')
+#: The step a record is tagged with (in ``extra``, after the sequence number): its records are counted per step.
+_STEP = re.compile(rb'"step":(0|[1-9][0-9]*)(?=[,}])')
+#: Per file, at most this many kinds of line are remembered; past it lines are parsed one by one.
+_MAX_KINDS = 1 << 16
+
+
+def scan_ops_jsonl(path: str | Path, add: Callable[[CommOp, dict[int | None, int], dict[str, Any]], None]) -> OpLog:
+    """Read a JSONL op log as :func:`read_ops_jsonl` does, without holding its records: valid records go to
+    ``add(op, by_step, header)``, ``by_step[s]`` records equal to ``op`` but for their step ``s`` (None: untagged)
+    at once, and the returned OpLog has no ``ops`` (its header, problems and step lines as :func:`read_ops_jsonl`
+    gives them).
+
+    The records of one op differ from line to line only in their times, sequence number and step: a line equal
+    to an earlier one but for those integers is the same record again, counted, not parsed (the first is parsed
+    and checked as :func:`read_ops_jsonl` checks every line; a later one whose end time is before its start goes
+    through the same checks and is reported). ``add`` gets the first record of each kind with its lines per
+    step, after the file is read; records of no repeated kind as they come. ``header`` is the file's (``{}``
+    without one). Counts, fields and problems are those :func:`read_ops_jsonl` finds; times are not kept.
+    """
+    path = Path(path)
+    name = path.name
+    problems = _Problems()
+    steps: list[dict[str, int]] = []
+    header: dict[str, Any] | None = None
+    num_lines = 0
+    any_op = False
+    kinds: dict[tuple[Any, ...], list[Any]] = {}  # what is left of a line -> [op, {step digits: lines}]
+    times, seq, step_of = _TIMES.search, _SEQ.search, _STEP.search
+    with _open_binary_read(path) as fh, _gc_paused():
+        for lineno, raw in _lines(fh, name, problems):
+            num_lines = lineno
+            m = times(raw)
+            at = 0 if m is None else m.end()
+            q = seq(raw, at)
+            t = step_of(raw, at if q is None else q.end())
+            cuts = ([] if m is None else [m.span(1), m.span(2)]) + ([] if q is None else [q.span(1)])
+            if t is not None:
+                cuts.append(t.span(1))
+            key: tuple[Any, ...] = ((m is not None, q is not None, t is not None),)
+            begin = 0
+            for a, b in cuts:
+                key += (raw[begin:a],)
+                begin = b
+            key += (raw[begin:],)
+            kind = kinds.get(key)
+            if kind is not None and (m is None or int(m.group(2)) >= int(m.group(1))):
+                tag = None if t is None else t.group(1)
+                kind[1][tag] = kind[1].get(tag, 0) + 1
+                continue
+            if not raw.strip():
+                continue
+            parsed = _parse_line(raw, lineno, name, problems)
+            if parsed is None:
+                continue
+            what, value = parsed
+            if what == "step":
+                steps.append(value)
+            elif what == "header":
+                header = _take_header(value, header, any_op, name, lineno, problems)
+            else:
+                any_op = True
+                if (kind is None and len(kinds) < _MAX_KINDS and (m is None or _times_in_place(raw, m, value))
+                        and (t is None or _step_in_place(raw, t, value))):
+                    kinds[key] = [value, {None if t is None else t.group(1): 1}]
+                else:
+                    add(value, {_step(value): 1}, header or {})
+    for op, by_tag in kinds.values():
+        own = _step(op)
+        add(op, {own if tag is None else int(tag): n for tag, n in by_tag.items()}, header or {})
+    if not any_op and header is None:
+        raise _no_valid_line(path, num_lines, problems)
+    return OpLog(ops=[], header=header or {}, problems=problems.finish(), steps=steps)
+
+
+def _step(op: CommOp) -> int | None:
+    for key, value in op.extra:
+        if key == "step":
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return None
+
+
+def _step_in_place(raw: bytes, t: re.Match[bytes], op: CommOp) -> bool:
+    """Whether the step :data:`_STEP` found in a parsed line is its record's (named once, in ``extra``)."""
+    return raw.count(b'"step"') == 1 and _step(op) == int(t.group(1))
+
+
+def _times_in_place(raw: bytes, m: re.Match[bytes], op: CommOp) -> bool:
+    """Whether the times :data:`_TIMES` found in a parsed line are the record's own (the line names each once):
+    else the line is parsed each time it comes, not counted as a kind."""
+    return (raw.count(b'"t_start_ns"') == 1 and raw.count(b'"t_end_ns"') == 1
+            and int(m.group(1)) == op.t_start_ns and int(m.group(2)) == op.t_end_ns)
 
 
 # ----------------------------------------------------------------------------------------------- CSV
@@ -540,6 +663,7 @@ __all__ = [
     "read_failure",
     "read_ops_csv",
     "read_ops_jsonl",
+    "scan_ops_jsonl",
     "write_ops_csv",
     "write_ops_jsonl",
 ]

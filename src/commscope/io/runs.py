@@ -23,15 +23,16 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from commscope.io.import_base import ImportResult, missing_fields
+from commscope.io.import_base import ImportResult, missing_fields, missing_of, note_fields
 from commscope.io.oplog import FAILURE_FILE, read_failure
 from commscope.record import COLLECTIVES, CommOp
 
-__all__ = ["RunLog", "op_step", "read_run"]
+__all__ = ["AxisAttribution", "RunLog", "RunTotals", "is_logical", "op_step", "read_run", "read_run_totals", "run_totals"]
 
 #: Headers whose ``started_ns`` differ by more than this are from different runs (a job's ranks start within
 #: seconds of each other; one hour leaves room for a slow rendezvous).
@@ -81,6 +82,92 @@ class RunLog:
         return [op for _, ops in sorted(self.ops_by_rank.items()) for op in ops] + list(self.unranked)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunTotals:
+    """What ``summarize`` and ``compare`` need of a measured run, without its records: the run-level findings of
+    :class:`RunLog` and its logical ops (:func:`is_logical`) merged, records that differ only in what these
+    commands do not read (times, sequence numbers, names, phases, layers) one op with their counts summed.
+
+    :func:`read_run_totals` builds it reading one rank's file at a time (memory: the distinct ops of the run,
+    not its records); :func:`run_totals` from a RunLog in memory. Both give equal totals for the same files."""
+
+    world_size: int
+    problems: tuple[str, ...] = ()
+    unfinished_ranks: tuple[int, ...] = ()
+    headers: dict[int, dict] = field(default_factory=dict)
+    files: tuple[str, ...] = ()
+    formats: tuple[str, ...] = ()
+    missing_fields: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    matrix_omitted: str | None = None
+    partial_steps: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    steps_by_rank: dict[int, list[dict[str, int]]] = field(default_factory=dict)
+    failure: dict[str, Any] | None = None
+    ranks_logged: tuple[int, ...] = ()
+    """Ranks with at least one record."""
+    num_records: int = 0
+    """Records read, ranked and unranked (each line once, whatever its ``count``)."""
+    num_unranked: int = 0
+    logical: tuple[CommOp, ...] = ()
+    """The logical ops, merged: op, axis, group, size, dtype, rank, peer, splits and backend_op kept, ``count``
+    the sum over the records merged (of every step and setup); in a fixed order."""
+    by_step: tuple[tuple[str, str, int | None, int, int], ...] = ()
+    """Logical ops per step: (axis, op, step or None for setup, count, bytes), the axis attributed from
+    :attr:`axes_layout` (the recorded axis without one)."""
+    axes_layout: Any = field(default=None, compare=False)
+    """The layout :attr:`by_step`'s axes come from (None: as recorded)."""
+
+
+class AxisAttribution:
+    """The axis of a measured op from the group it ran on, using a :class:`~commscope.layout.Layout`: called
+    with an op, gives its axis (``tp``, ``pp``, ``dp``, ``ep``, ``cp``, ``emb`` or ``other``)."""
+
+    def __init__(self, layout: Any) -> None:
+        self.by_group: dict[frozenset, str] = {}
+        for kind, axis in (("tp", "tp"), ("cp", "cp"), ("dp", "dp"), ("dp-cp", "dp"), ("expert-dp", "dp"), ("emb", "emb")):
+            for g in layout.groups(kind):
+                self.by_group.setdefault(frozenset(int(x) for x in g), axis)
+        # an EP group can hold the same ranks as a DP group (dp = ep): all-to-alls (and int64 all-gathers) on it
+        # are EP, the rest DP
+        self.ep_groups = ({frozenset(int(x) for x in g) for g in layout.groups("ep")} if layout.parallel.ep > 1
+                          else set())
+        self.pp_pairs = {frozenset((int(g[i]), int(g[j]))) for g in layout.groups("pp") for i in range(len(g))
+                         for j in range(len(g)) if i != j}
+        self.cp_groups = [frozenset(int(x) for x in g) for g in layout.groups("cp")]
+        self.world = frozenset(range(layout.world_size))
+        self.dp_only = layout.parallel.dp == layout.world_size
+
+    def __call__(self, op: CommOp) -> str:
+        members = frozenset(op.group)
+        if op.op in ("send", "recv") and op.peer is not None:
+            pair = frozenset((op.rank, op.peer))
+            axis = "pp" if pair in self.pp_pairs else self.by_group.get(members, "other")
+            if axis == "other":
+                for g in self.cp_groups:
+                    if pair <= g:
+                        axis = "cp"
+            return axis
+        if members in self.ep_groups and (op.op == "all_to_all" or (op.op == "all_gather" and op.dtype == "int64")):
+            # integer all-gathers on an EP group are the MoE dispatcher's token counts, not DP parameter gathers
+            return "ep"
+        axis = self.by_group.get(members, "dp" if members == self.world and self.dp_only else "other")
+        if axis == "other" and members in self.ep_groups:
+            axis = "ep"
+        return axis
+
+
+def is_logical(op: CommOp) -> bool:
+    """Whether a measured record counts as one logical op: a collective once (the record of its group's lowest
+    rank, or a record without a rank), an all_to_all and a send on every issuing rank, never a recv."""
+    return _is_logical(op.op, op.rank, op.group)
+
+
+def _is_logical(name: str, rank: int | None, group: tuple[int, ...]) -> bool:
+    if name == "recv":
+        return False
+    return name in ("send", "all_to_all") or rank is None or not group or rank == min(group)
+
+
 def op_step(op: CommOp) -> int | None:
     """The training step a measured op was tagged with (None: setup)."""
     for key, value in op.extra:
@@ -97,25 +184,226 @@ def read_run(path: str | Path, *, layout: Any = None) -> RunLog:
     importable is found; every lesser problem is reported in the result.
     """
     path = Path(path)
-    if not path.exists():
-        raise ValueError(f"{path}: no such file or directory")
-    if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")
-                       and not p.name.endswith(_IGNORED_SUFFIXES) and p.name not in _IGNORED_NAMES)
-        if not files:
-            raise ValueError(f"{path}: an empty directory: no rank*.jsonl logs (commscope record) and no file another "
-                             f"tool wrote (Kineto traces, DeepSpeed logs, Flight Recorder dumps, NCCL_DEBUG logs)")
-    else:
-        files = [path]
+    files = _run_files(path)
     reader = _Reader(path)
     for f in files:
         reader.read(f, alone=not path.is_dir())
     return reader.finish(layout)
 
 
+def read_run_totals(path: str | Path, *, layout: Any = None, jobs: int = 1) -> RunTotals:
+    """:func:`run_totals` of :func:`read_run`, reading commscope's own logs one rank file at a time: each file's
+    records are folded into the run's totals and dropped, so memory grows with the distinct ops of the run, not
+    with its records. ``jobs`` > 1 reads that many files at once in worker processes. Other formats are read
+    as :func:`read_run` reads them. Raises ValueError as :func:`read_run` does."""
+    path = Path(path)
+    files = _run_files(path)
+    reader = _Reader(path)
+    reader.fold = _RunFold(layout)
+    if jobs > 1 and len(files) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            for f, got in zip(files, pool.map(_read_file, files, [True] * len(files),
+                                              chunksize=max(1, min(16, len(files) // (4 * jobs))))):
+                reader.take(f, *got)
+    else:
+        for f in files:
+            reader.take(f, *_read_file(f, True, alone=not path.is_dir()))
+    return reader.finish_totals(layout)
+
+
+def _run_files(path: Path) -> list[Path]:
+    if not path.exists():
+        raise ValueError(f"{path}: no such file or directory")
+    if not path.is_dir():
+        return [path]
+    files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")
+                   and not p.name.endswith(_IGNORED_SUFFIXES) and p.name not in _IGNORED_NAMES)
+    if not files:
+        raise ValueError(f"{path}: an empty directory: no rank*.jsonl logs (commscope record) and no file another "
+                         f"tool wrote (Kineto traces, DeepSpeed logs, Flight Recorder dumps, NCCL_DEBUG logs)")
+    return files
+
+
+class _Fold:
+    """Totals of records, added one record (or ``n`` equal ones) at a time."""
+
+    def __init__(self) -> None:
+        self.records: Counter[int | None] = Counter()
+        self.steps: dict[int, Counter[int]] = {}
+        self.logical: dict[tuple, int] = {}
+        self.world = 0
+        self.groupless = 0
+        self.p2p_groupless = 0
+        self.relevant: set[str] = set()
+        self.known: set[str] = set()
+        self.own_rank_known = False  # whether some record names its rank itself (the file's missing fields)
+
+    def add(self, op: CommOp, by_step: dict[int | None, int], rank: int | None) -> None:
+        """Records equal to ``op`` but for their step, ``by_step[s]`` of step ``s``, of the file of ``rank`` (the
+        rank of records that name none)."""
+        r = op.rank if op.rank is not None else rank
+        n = sum(by_step.values())
+        self.records[r] += n
+        if r is not None:
+            counts = self.steps.get(r)
+            if counts is None:
+                counts = self.steps[r] = Counter()
+            for step, k in by_step.items():
+                if step is not None:
+                    counts[step] += k
+            self.world = max(self.world, r + 1)
+        if op.group:
+            self.world = max(self.world, max(op.group) + 1)
+        else:
+            if op.op in COLLECTIVES and op.op != "barrier":
+                self.groupless += n
+            if op.op in ("send", "recv", "all_to_all"):
+                self.p2p_groupless += n
+        self.own_rank_known = self.own_rank_known or op.rank is not None
+        note_fields(op, self.relevant, self.known, rank=r)
+        self.add_logical(op, by_step, r)
+
+    def add_logical(self, op: CommOp, by_step: dict[int | None, int], r: int | None) -> None:
+        if _is_logical(op.op, r, op.group):
+            for step, k in by_step.items():
+                key = (op.op, op.axis, op.group, op.size_bytes, op.dtype, r, op.peer, op.splits, op.backend_op, step)
+                self.logical[key] = self.logical.get(key, 0) + op.count * k
+
+    def file_missing(self) -> tuple[str, ...]:
+        """The missing fields of the file's own records (before records without a rank took the file's)."""
+        known = self.known if self.own_rank_known else self.known - {"rank"}
+        return missing_of(self.relevant, known)
+
+
+class _RunFold(_Fold):
+    """The run's totals: files' folds merged, logical ops kept without their step, and per step only counts and
+    bytes per (axis, op), the axis attributed from a layout (memory: the run's distinct ops, not x its steps)."""
+
+    def __init__(self, layout: Any = None) -> None:
+        super().__init__()
+        self.layout = layout
+        self.axis_of = AxisAttribution(layout) if layout is not None else None
+        self.axes: dict[tuple, str] = {}
+        self.by_step: dict[tuple[str, str, int | None], list[int]] = {}
+        self.rank_steps: dict[int, tuple[tuple[int, int], ...]] = {}  # rank -> (step, records), ...
+        self.interned: dict[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]] = {}  # ranks alike share one
+
+    def merge(self, other: _Fold) -> None:
+        self.records.update(other.records)
+        for r, counts in other.steps.items():
+            if r in self.rank_steps:  # records of one rank in two files
+                counts = Counter(dict(self.rank_steps[r])) + counts
+            frozen = tuple(sorted(counts.items()))
+            self.rank_steps[r] = self.interned.setdefault(frozen, frozen)
+        for (name, axis, group, size, dtype, rank, peer, splits, backend_op, step), count in other.logical.items():
+            key = (name, axis, group, size, dtype, rank, peer, splits, backend_op, None)
+            self.logical[key] = self.logical.get(key, 0) + count
+            where = (name, axis, group, dtype, rank, peer)
+            attributed = self.axes.get(where)
+            if attributed is None:
+                attributed = self.axes[where] = axis if self.axis_of is None else self.axis_of(
+                    CommOp(op=name, axis=axis, group=group, size_bytes=size, dtype=dtype, rank=rank, peer=peer))
+            row = self.by_step.setdefault((attributed, name, step), [0, 0])
+            row[0] += count
+            row[1] += count * size
+        self.world = max(self.world, other.world)
+        self.groupless += other.groupless
+        self.p2p_groupless += other.p2p_groupless
+        self.relevant |= other.relevant
+        self.known |= other.known
+
+    def logical_ops(self) -> tuple[CommOp, ...]:
+        out = [CommOp(op=name, axis=axis, group=group, size_bytes=size, dtype=dtype, rank=rank, peer=peer,
+                      splits=splits, backend_op=backend_op, count=count)
+               for (name, axis, group, size, dtype, rank, peer, splits, backend_op, _), count in self.logical.items()]
+        return tuple(sorted(out, key=_op_order))
+
+    def step_rows(self) -> tuple[tuple[str, str, int | None, int, int], ...]:
+        return tuple(sorted(((a, o, s, c, b) for (a, o, s), (c, b) in self.by_step.items()),
+                            key=lambda row: (row[0], row[1], -1 if row[2] is None else row[2])))
+
+
+def _op_order(op: CommOp) -> tuple:
+    return (op.op, op.axis, op.group, op.size_bytes, op.dtype, -1 if op.rank is None else op.rank,
+            -1 if op.peer is None else op.peer, op.splits or (), op.backend_op or "")
+
+
+def run_totals(run: RunLog, *, layout: Any = None) -> RunTotals:
+    """The totals of a run read into memory (see :class:`RunTotals`); ``layout`` attributes the axes per step."""
+    each = _Fold()
+    for rank, ops in sorted(run.ops_by_rank.items()):
+        for op in ops:
+            each.add_logical(op, {op_step(op): 1}, rank if op.rank is None else op.rank)
+    for op in run.unranked:
+        each.add_logical(op, {op_step(op): 1}, op.rank)
+    fold = _RunFold(layout)
+    fold.merge(each)
+    return RunTotals(world_size=run.world_size, problems=run.problems, unfinished_ranks=run.unfinished_ranks,
+                     headers=run.headers, files=run.files, formats=run.formats, missing_fields=run.missing_fields,
+                     notes=run.notes, matrix_omitted=run.matrix_omitted, partial_steps=run.partial_steps,
+                     steps_by_rank=run.steps_by_rank, failure=run.failure, ranks_logged=tuple(sorted(run.ops_by_rank)),
+                     num_records=sum(len(v) for v in run.ops_by_rank.values()) + len(run.unranked),
+                     num_unranked=len(run.unranked), logical=fold.logical_ops(), by_step=fold.step_rows(),
+                     axes_layout=layout)
+
+
+def _read_file(f: Path, fold: bool, alone: bool = False) -> tuple[ImportResult | str, _Fold | None]:
+    """One file of a run: its ImportResult (for commscope's logs with ``fold``: without records, which are in
+    the returned _Fold), or why it was not read (a ValueError when it is the run's only file)."""
+    from commscope.io.importers import detect_format, import_records
+
+    try:
+        fmt = "jsonl" if fold and _is_oplog(f) else detect_format(f)
+        if fmt != "jsonl":
+            return import_records(f, format=fmt), None
+        if not fold:
+            return _read_jsonl(f), None
+        return _fold_jsonl(f)
+    except ValueError as exc:
+        if alone:
+            raise
+        return f"{f.name}: not read: {str(exc).split(': ', 1)[-1]}", None
+
+
+def _is_oplog(f: Path) -> bool:
+    """Whether ``f`` begins as commscope's own logs do (a header line or an op line), from its first line only:
+    :func:`commscope.io.importers.detect_format` reads the whole file."""
+    import gzip
+
+    try:
+        with (gzip.open(f, "rb") if f.suffix == ".gz" else f.open("rb")) as fh:
+            first = fh.readline(1 << 16)
+    except (OSError, EOFError):
+        return False
+    return first.startswith((b'{"commscope_header"', b'{"op":')) and first.endswith(b"}\n")
+
+
+def _fold_jsonl(f: Path) -> tuple[ImportResult, _Fold]:
+    from commscope.io.oplog import scan_ops_jsonl
+
+    fold = _Fold()
+    rank: list[int | None] = []  # the file's rank, from its header (known before its first record)
+
+    def add(op: CommOp, by_step: dict[int | None, int], header: dict[str, Any]) -> None:
+        if not rank:
+            rank.append(_rank_of(f, header, {}, "jsonl")[0])
+        fold.add(op, by_step, rank[0])
+
+    log = scan_ops_jsonl(f, add)
+    result = ImportResult(ops=[], source=str(f), format="jsonl",
+                          missing_fields=fold.file_missing() if fold.records else (),
+                          problems=list(log.problems), meta={"header": dict(log.header), "steps": list(log.steps)})
+    return result, fold
+
+
 class _Reader:
     def __init__(self, root: Path) -> None:
         self.root = root
+        self.fold: _RunFold | None = None  # in fold mode, the jsonl files' records, folded as they are read
+        self.owner: dict[int, str] = {}
+        self.duplicates: list[str] = []
         self.problems: list[str] = []
         self.notes: list[str] = []
         self.results: list[tuple[Path, ImportResult, int | None]] = []
@@ -124,27 +412,24 @@ class _Reader:
         self.steps_by_rank: dict[int, list[dict[str, int]]] = {}
 
     def read(self, f: Path, *, alone: bool) -> None:
-        from commscope.io.importers import detect_format, import_records
+        self.take(f, *_read_file(f, False, alone=alone))
 
-        try:
-            fmt = detect_format(f)
-        except ValueError as exc:
-            if alone:
-                raise
-            self.problems.append(f"{f.name}: not read: {str(exc).split(': ', 1)[-1]}")
+    def take(self, f: Path, got: ImportResult | str, fold: _Fold | None) -> None:
+        """A file's result (or why it was not read), and in fold mode its records' totals."""
+        if isinstance(got, str):
+            self.problems.append(got)
             return
-        try:
-            if fmt == "jsonl":
-                result = _read_jsonl(f)
-            else:
-                result = import_records(f, format=fmt)
-        except ValueError as exc:
-            if alone:
-                raise
-            self.problems.append(f"{f.name}: not read: {str(exc).split(': ', 1)[-1]}")
+        self.problems += got.problems
+        rank = _file_rank(f, got, self.problems)
+        self.results.append((f, got, rank))
+        if fold is None or self.fold is None:
             return
-        self.problems += result.problems
-        self.results.append((f, result, _file_rank(f, result, self.problems)))
+        if rank is not None:  # as finish() skips a second file of one rank, whose records are not counted
+            if rank in self.owner:
+                self.duplicates.append(_duplicate(f, rank, self.owner[rank]))
+                return
+            self.owner[rank] = f.name
+        self.fold.merge(fold)
 
     def finish(self, layout: Any) -> RunLog:
         if not self.results:
@@ -158,15 +443,10 @@ class _Reader:
         for f, result, rank in results:
             if result.format == "jsonl" and rank is not None:
                 if rank in owner:
-                    self.problems.append(f"{f.name}: rank {rank} again (also in {owner[rank]}): two runs in one "
-                                         f"directory, or a copied file? this file is skipped")
+                    self.problems.append(_duplicate(f, rank, owner[rank]))
                     continue
                 owner[rank] = f.name
-                self.headers[rank] = dict(result.meta.get("header") or {})
-                if result.meta.get("steps"):
-                    self.steps_by_rank[rank] = sorted(result.meta["steps"], key=lambda m: m["step"])
-                if not f.with_suffix(".done").exists():
-                    self.unfinished.append(rank)
+                self._rank_file(f, result, rank)
             for op in result.ops:
                 r = op.rank if op.rank is not None else rank
                 if r is None:
@@ -195,12 +475,50 @@ class _Reader:
                       partial_steps=_partial_steps(ops_by_rank), steps_by_rank=self.steps_by_rank,
                       failure=read_failure(self.root) if self.root.is_dir() else None)
 
+    def _rank_file(self, f: Path, result: ImportResult, rank: int) -> None:
+        self.headers[rank] = dict(result.meta.get("header") or {})
+        if result.meta.get("steps"):
+            self.steps_by_rank[rank] = sorted(result.meta["steps"], key=lambda m: m["step"])
+        if not f.with_suffix(".done").exists():
+            self.unfinished.append(rank)
+
+    def finish_totals(self, layout: Any) -> RunTotals:
+        """finish() for a reader in fold mode: the same findings, from the folded records of commscope's logs."""
+        fold = self.fold
+        if fold is None or not self.results or self._main_format() != "jsonl":
+            return run_totals(self.finish(layout), layout=layout)
+        results = self._one_format()
+        self.problems += self.duplicates
+        world = 0
+        for f, result, rank in results:
+            if rank is not None and self.owner.get(rank) == f.name:
+                self._rank_file(f, result, rank)
+            meta_world = (result.meta.get("header") or {}).get("world_size")
+            if isinstance(meta_world, int) and not isinstance(meta_world, bool) and meta_world > 0:
+                world = max(world, meta_world)
+        world = max(world, fold.world)
+        self._check_headers(results, world)
+        omitted = _why_no_matrix(fold.groupless, fold.p2p_groupless, "jsonl", layout, world)
+        always = tuple(sorted({name for _, r, _ in results for name in r.missing_fields}))
+        return RunTotals(world_size=world, problems=tuple(self.problems), unfinished_ranks=tuple(sorted(self.unfinished)),
+                         headers=self.headers, files=tuple(str(f) for f, _, _ in results), formats=("jsonl",),
+                         missing_fields=missing_of(fold.relevant, fold.known, always) if fold.records else always,
+                         notes=tuple(self.notes), matrix_omitted=omitted, partial_steps=_partial_steps_of(fold.rank_steps),
+                         steps_by_rank=self.steps_by_rank, failure=read_failure(self.root) if self.root.is_dir() else None,
+                         ranks_logged=tuple(sorted(r for r in fold.records if r is not None)),
+                         num_records=sum(fold.records.values()), num_unranked=fold.records.get(None, 0),
+                         logical=fold.logical_ops(), by_step=fold.step_rows(), axes_layout=layout)
+
+    def _main_format(self) -> str:
+        kinds = Counter(r.format for _, r, _ in self.results)
+        return max(kinds, key=lambda k: (kinds[k], k == "jsonl"))
+
     def _one_format(self) -> list[tuple[Path, ImportResult, int | None]]:
         """The results of the directory's main format; files of other formats are reported and left out."""
-        kinds = Counter(r.format for _, r, _ in self.results)
+        kinds: Counter[str] = Counter(r.format for _, r, _ in self.results)
         if len(kinds) == 1:
             return self.results
-        main = max(kinds, key=lambda k: (kinds[k], k == "jsonl"))
+        main = self._main_format()
         others = [f"{f.name} ({r.format})" for f, r, _ in self.results if r.format != main]
         self.problems.append(f"{self.root}: files of several formats ({', '.join(f'{k}: {n}' for k, n in sorted(kinds.items()))}); "
                              f"read the {kinds[main]} {main} file(s), left out: {', '.join(others[:8])}"
@@ -245,22 +563,9 @@ class _Reader:
         num_p2p = sum(1 for op in [*unranked, *(o for ops in ops_by_rank.values() for o in ops)]
                       if op.op in ("send", "recv", "all_to_all") and not op.group)
         formats = ", ".join(sorted({r.format for _, r, _ in results}))
-        if not num:
-            return ops_by_rank, unranked, (f"{num_p2p} send/recv/all_to_all records name no peer or group "
-                                           f"({formats}): the traffic matrix is omitted" if num_p2p else None)
-        if formats not in _WORLD_GROUP_FORMATS:
-            return ops_by_rank, unranked, (
-                f"{num} collective records name no process group ({formats} does not say it), so their traffic "
-                f"cannot be placed; the traffic matrix is omitted")
-        if layout is not None:
-            p = layout.parallel
-            if max(p.tp, p.pp, p.cp) > 1:
-                return ops_by_rank, unranked, (
-                    f"{num} collective records name no process group ({formats} logs none), and with tp={p.tp}, "
-                    f"pp={p.pp}, cp={p.cp} their group could be any of several; the traffic matrix is omitted")
-        if world < 2:
-            return ops_by_rank, unranked, (f"{num} collective records name no process group ({formats} logs none) "
-                                           f"and the world size is unknown; the traffic matrix is omitted")
+        why = _why_no_matrix(num, num_p2p, formats, layout, world)
+        if why is not None or not num:
+            return ops_by_rank, unranked, why
         everyone = tuple(range(world))
 
         def fix(op: CommOp) -> CommOp:
@@ -271,6 +576,31 @@ class _Reader:
                           f"world of {world} ranks as their group, from {how}")
         return ({r: [fix(op) for op in ops] for r, ops in ops_by_rank.items()}, [fix(op) for op in unranked],
                 None)
+
+
+def _why_no_matrix(num: int, num_p2p: int, formats: str, layout: Any, world: int) -> str | None:
+    """Why records without a group (``num`` collectives, ``num_p2p`` send/recv/all_to_all) leave the run without a
+    traffic matrix; None when there are none, or when they can take the whole world as their group."""
+    if not num:
+        return (f"{num_p2p} send/recv/all_to_all records name no peer or group ({formats}): the traffic matrix is "
+                f"omitted" if num_p2p else None)
+    if formats not in _WORLD_GROUP_FORMATS:
+        return (f"{num} collective records name no process group ({formats} does not say it), so their traffic "
+                f"cannot be placed; the traffic matrix is omitted")
+    if layout is not None:
+        p = layout.parallel
+        if max(p.tp, p.pp, p.cp) > 1:
+            return (f"{num} collective records name no process group ({formats} logs none), and with tp={p.tp}, "
+                    f"pp={p.pp}, cp={p.cp} their group could be any of several; the traffic matrix is omitted")
+    if world < 2:
+        return (f"{num} collective records name no process group ({formats} logs none) and the world size is "
+                f"unknown; the traffic matrix is omitted")
+    return None
+
+
+def _duplicate(f: Path, rank: int, first: str) -> str:
+    return (f"{f.name}: rank {rank} again (also in {first}): two runs in one directory, or a copied file? this "
+            f"file is skipped")
 
 
 def _read_jsonl(f: Path) -> ImportResult:
@@ -284,8 +614,15 @@ def _read_jsonl(f: Path) -> ImportResult:
 
 def _file_rank(f: Path, result: ImportResult, problems: list[str]) -> int | None:
     """The rank a whole file belongs to: a commscope header's, a trace's or dump's own, else its name's digits."""
-    header = result.meta.get("header") or {}
-    stated = header.get("rank", result.meta.get("rank"))
+    rank, found = _rank_of(f, result.meta.get("header") or {}, result.meta, result.format)
+    problems += found
+    return rank
+
+
+def _rank_of(f: Path, header: dict[str, Any], meta: dict[str, Any], fmt: str) -> tuple[int | None, list[str]]:
+    """:func:`_file_rank` from a file's header, meta and format: the rank and what was wrong on the way."""
+    problems = []
+    stated = header.get("rank", meta.get("rank"))
     m = _RANK_IN_NAME.search(f.name.split(".", 1)[0])
     named = int(m.group(1)) if m and f.name.startswith(("rank", "rank-", "rank_")) else None
     if stated is not None and (isinstance(stated, bool) or not isinstance(stated, int) or stated < 0):
@@ -294,23 +631,38 @@ def _file_rank(f: Path, result: ImportResult, problems: list[str]) -> int | None
         stated = None
     if stated is not None and named is not None and stated != named:
         problems.append(f"{f.name}: the header says rank {stated}, the file name rank {named}; using the header's")
-    if result.format in ("jsonl", "kineto", "flight_recorder"):
-        return stated if stated is not None else named
-    return None
+    if fmt in ("jsonl", "kineto", "flight_recorder"):
+        return (stated if stated is not None else named), problems
+    return None, problems
 
 
 def _partial_steps(ops_by_rank: dict[int, list[CommOp]]) -> dict[int, tuple[int, ...]]:
     """Steps that some rank with step tags lacks, and a rank's last step when it holds fewer records than the
     median of that rank's other steps (a rank killed in the middle of it)."""
-    counts = {r: Counter(s for s in map(op_step, ops) if s is not None) for r, ops in ops_by_rank.items()}
-    tagged = {r: c for r, c in counts.items() if c}
-    every = set().union(*(set(c) for c in tagged.values())) if tagged else set()
+    return _partial_steps_of({r: Counter(s for s in map(op_step, ops) if s is not None)
+                              for r, ops in ops_by_rank.items()})
+
+
+def _partial_steps_of(counts: Mapping[int, Mapping[int, int] | tuple[tuple[int, int], ...]]) -> dict[int, tuple[int, ...]]:
+    """:func:`_partial_steps` from each rank's records per step (a mapping or (step, records) pairs; ranks whose
+    counts are one object are looked at once)."""
+    seen: dict[int, tuple[frozenset[int], int | None]] = {}  # id of counts -> (steps, the last step when short)
+    tagged: dict[int, tuple[frozenset[int], int | None]] = {}
+    for r, c in counts.items():
+        if not c:
+            continue
+        view = seen.get(id(c))
+        if view is None:
+            d = dict(c)
+            last = max(d)
+            others = sorted(n for s, n in d.items() if s != last)
+            view = seen[id(c)] = (frozenset(d), last if others and d[last] < others[len(others) // 2] else None)
+        tagged[r] = view
+    every = frozenset().union(*(v[0] for v in tagged.values())) if tagged else frozenset()
     out: dict[int, set[int]] = defaultdict(set)
-    for r, c in tagged.items():
-        for s in every - set(c):
+    for r, (steps, short) in tagged.items():
+        for s in every - steps:
             out[s].add(r)
-        last = max(c)
-        others = sorted(n for s, n in c.items() if s != last)
-        if others and c[last] < others[len(others) // 2]:
-            out[last].add(r)
+        if short is not None:
+            out[short].add(r)
     return {s: tuple(sorted(rs)) for s, rs in sorted(out.items())}
