@@ -1,4 +1,5 @@
-"""``commscope export chakra``: the predicted iteration as Chakra execution traces for ASTRA-sim."""
+"""``commscope export``: the predicted iteration as Chakra execution traces for ASTRA-sim (``chakra``), or a
+recorded run's records as Parquet tables, one per rank file, for DuckDB, Dask or Spark (``parquet``)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,19 @@ from commscope.estimate import METHODS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("export", help="hand a prediction to other tools: Chakra execution traces (ASTRA-sim)",
+    p = sub.add_parser("export", help="hand a prediction or a recording to other tools: Chakra traces (ASTRA-sim), "
+                                      "Parquet (DuckDB, Dask, Spark)",
                        description="Write the predicted iteration of a job in another tool's format. `chakra`: one "
                                    "Chakra execution trace per rank (<prefix>.<rank>.et) and comm_group.json, with "
                                    "communication nodes (collective type, size, process group) and compute nodes "
-                                   "(durations from the estimate) in execution order. Needs mlc-chakra.")
-    p.add_argument("target", choices=("chakra",), help="the format to write")
+                                   "(durations from the estimate) in execution order. Needs mlc-chakra. `parquet "
+                                   "--run LOGS`: every rank file of a recorded run (any format `summarize` reads) as "
+                                   "one Parquet op table, one file at a time; query the directory with DuckDB or Dask "
+                                   "when the logs outgrow one machine's memory. Needs pyarrow.")
+    p.add_argument("target", choices=("chakra", "parquet"), help="the format to write")
+    p.add_argument("--run", type=Path, default=None,
+                   help="parquet: the recorded run (directory of rank logs, or one file); the parallelism saved beside "
+                        "the logs, or --tp/--pp/--dp..., attributes its ops to axes as `summarize` does")
     add_job_args(p)
     g = p.add_argument_group("export")
     g.add_argument("--out", type=Path, required=True, help="directory to write into")
@@ -30,6 +38,12 @@ def run(args: argparse.Namespace) -> int:
     from commscope.api import predict
     from commscope.errors import ConfigError
 
+    if args.target == "parquet":
+        return _parquet(args)
+    if args.run is not None:
+        raise ConfigError("run", str(args.run), "is for `export parquet` (a recorded run); `export chakra` exports "
+                                                "the job the flags describe")
+
     try:
         from commscope.io.chakra import _require_chakra, write_chakra
 
@@ -42,4 +56,32 @@ def run(args: argparse.Namespace) -> int:
     paths = write_chakra(pred, est, args.out, prefix=args.prefix)
     print(f"wrote {len(paths) - 1} Chakra execution traces ({args.out / f'{args.prefix}.0.et'} ...) and "
           f"{paths[-1]}")
+    return 0
+
+
+def _parquet(args: argparse.Namespace) -> int:
+    from commscope.cli.common import check_out_dir
+    from commscope.errors import ConfigError
+    from commscope.io.runs import write_run_parquet
+
+    if args.run is None:
+        raise ConfigError("run", None, "export parquet needs --run LOGS: a recorded run's directory (or one log file)")
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise ConfigError("target", "parquet", "needs pyarrow: pip install pyarrow (or commscope[parquet])") from None
+    from commscope.cli.summarize_cmd import run_layout
+
+    check_out_dir(args.out)
+    layout = run_layout(args, args.run)
+    try:
+        files, rows, problems = write_run_parquet(args.run, args.out, layout=layout)
+    except ValueError as exc:
+        raise ConfigError("run", str(args.run), str(exc)) from None
+    for line in problems[:20]:
+        print(f"problem: {line}")
+    if len(problems) > 20:
+        print(f"problem: ... and {len(problems) - 20} more")
+    print(f"wrote {rows:,} records of {len(files)} rank file(s) to {args.out}/ ({files[0].name} ...); e.g. "
+          f"with DuckDB: SELECT axis, sum(size_bytes) FROM '{args.out}/*.parquet' GROUP BY axis")
     return 0

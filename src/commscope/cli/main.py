@@ -29,7 +29,7 @@ _COMMANDS: dict[str, str] = {
     "tune": "measure every backend per op and size; write the table for the mixed runtime",
     "validate": "compare predicted with measured iteration times of runs in a CSV file",
     "calibrate": "measure this machine (matmul rate, memory, collectives) into a cluster file",
-    "export": "hand a prediction to other tools: Chakra execution traces (ASTRA-sim)",
+    "export": "hand a prediction or a recording to other tools: Chakra traces (ASTRA-sim), Parquet (DuckDB, Dask, Spark)",
 }
 
 

@@ -28,22 +28,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from commscope.capture.analysis import measured_traffic, summary
+def run_layout(args: argparse.Namespace, logdir: Path):
+    """The layout that attributes a recording's ops to axes: the parallelism saved beside the logs, under the
+    parallel flags given; None when neither says anything."""
     from commscope.cli.common import _given, job_from_logdir
-    from commscope.errors import ConfigError
     from commscope.spec.parallel import ParallelSpec
 
-    layout = None
-    job_from_logdir(args, args.logdir, ("parallel",))  # the parallelism saved beside the logs, under the flags
+    job_from_logdir(args, logdir, ("parallel",))  # the parallelism saved beside the logs, under the flags
     given = _given(args, "parallel")
-    if args.parallel or given:
-        from commscope.layout import Layout
-        from commscope.spec.files import load_parallel, parallel_to_mapping
+    if not (args.parallel or given):
+        return None
+    from commscope.layout import Layout
+    from commscope.spec.files import load_parallel, parallel_to_mapping
 
-        values = ({**parallel_to_mapping(load_parallel(args.parallel)), **given} if args.parallel else
-                  {"global_batch_size": given.get("dp", 1) * given.get("micro_batch_size", 1), **given})
-        layout = Layout(ParallelSpec(**values))
+    values = ({**parallel_to_mapping(load_parallel(args.parallel)), **given} if args.parallel else
+              {"global_batch_size": given.get("dp", 1) * given.get("micro_batch_size", 1), **given})
+    return Layout(ParallelSpec(**values))
+
+
+def run(args: argparse.Namespace) -> int:
+    from commscope.capture.analysis import measured_traffic, summary
+    from commscope.errors import ConfigError
+
+    layout = run_layout(args, args.logdir)
     run_log = load_run(args.logdir, layout=layout, jobs=args.jobs)
     if layout is not None and run_log.world_size and layout.world_size != run_log.world_size:
         raise ConfigError("tp x pp x dp x cp", layout.world_size, f"must equal the {run_log.world_size} ranks in the logs")

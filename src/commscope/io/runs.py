@@ -32,7 +32,8 @@ from commscope.io.import_base import ImportResult, missing_fields, missing_of, n
 from commscope.io.oplog import FAILURE_FILE, read_failure
 from commscope.record import COLLECTIVES, CommOp
 
-__all__ = ["AxisAttribution", "RunLog", "RunTotals", "is_logical", "op_step", "read_run", "read_run_totals", "run_totals"]
+__all__ = ["AxisAttribution", "RunLog", "RunTotals", "is_logical", "op_step", "read_run", "read_run_totals", "run_totals",
+           "write_run_parquet"]
 
 #: Headers whose ``started_ns`` differ by more than this are from different runs (a job's ranks start within
 #: seconds of each other; one hour leaves room for a slow rendezvous).
@@ -211,6 +212,46 @@ def read_run_totals(path: str | Path, *, layout: Any = None, jobs: int = 1) -> R
         for f in files:
             reader.take(f, *_read_file(f, True, alone=not path.is_dir()))
     return reader.finish_totals(layout)
+
+
+def write_run_parquet(path: str | Path, out_dir: str | Path, *, layout: Any = None) -> tuple[list[Path], int, list[str]]:
+    """Every rank file of the recorded run at ``path`` (any importable format) as one Parquet op table in
+    ``out_dir`` (``rank00003.jsonl.gz`` -> ``rank00003.parquet``; columns of :data:`commscope.io.tables.OP_COLUMNS`,
+    the file's rank filled in where its records name none, the axis attributed from ``layout`` when it is
+    given, as ``summarize`` attributes it), one file at a time, so that memory holds one rank's records at most. For queries over logs too large for one machine's memory: DuckDB, Dask or Spark read the
+    directory as one table. Returns (files written, rows, problems of the files read). Raises ValueError naming
+    the path when nothing could be read."""
+    from dataclasses import replace
+
+    from commscope.io.tables import write_ops_parquet
+
+    path, out_dir = Path(path), Path(out_dir)
+    files = _run_files(path)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    rows = 0
+    problems: list[str] = []
+    axis_of = AxisAttribution(layout) if layout is not None else None
+    for f in files:
+        got, _ = _read_file(f, False, alone=not path.is_dir())
+        if isinstance(got, str):
+            problems.append(got)
+            continue
+        problems += got.problems
+        rank = _file_rank(f, got, problems)
+        ops = [op if op.rank is not None or rank is None else replace(op, rank=rank) for op in got.ops]
+        if axis_of is not None:
+            ops = [op.with_(axis=axis_of(op)) for op in ops]
+        if not ops:
+            continue
+        target = out_dir / (f.name.split(".", 1)[0] + ".parquet")
+        if target in written:  # two files of one stem (rank0.jsonl and rank0.csv): keep both
+            target = out_dir / f"{f.name.replace('.', '_')}.parquet"
+        rows += write_ops_parquet(target, ops)
+        written.append(target)
+    if not written:
+        raise ValueError(f"{path}: no records to export" + (f" ({problems[0]})" if problems else ""))
+    return written, rows, problems
 
 
 def _run_files(path: Path) -> list[Path]:
