@@ -61,6 +61,8 @@ def main() -> int:
               f"{time.perf_counter() - t0:.0f} s, {size / 2**30:.2f} GiB gzip, {logdir}")
         cli = [sys.executable, "-m", "commscope.cli.main"]
         par = ["--tp", str(tp), "--pp", str(pp), "--dp", str(dp)]
+        results: dict = {"ranks": args.ranks, "ops_per_rank": args.ops_per_rank, "jobs": args.jobs,
+                         "gzip_GiB": size / 2**30}
         for name, cmd in (("summarize", [*cli, "summarize", str(logdir), *par, "--json", "--jobs", str(args.jobs)]),
                           ("compare", [*cli, "compare", str(logdir), "--model", "llama3-70b", *par,
                                        "--global-batch-size", str(dp * 8), "--json", "--jobs", str(args.jobs)])):
@@ -69,6 +71,8 @@ def main() -> int:
                 records = result["records"]
             print(f"{name:<10} {records:>13,} records  {wall:8.1f} s  {records / wall:>11,.0f} records/s  "
                   f"peak RSS {peak:.2f} GiB  (--jobs {args.jobs}, {os.cpu_count()} cores)")
+            results[name] = {"records": records, "wall_s": wall, "records_per_s": records / wall, "peak_rss_GiB": peak}
+        print(json.dumps(results))
     finally:
         shutil.rmtree(logdir, ignore_errors=True)
     return 0

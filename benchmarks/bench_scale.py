@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import resource
 import statistics
 import subprocess
@@ -154,6 +155,18 @@ def bench_recording() -> dict[str, Any]:
             "plain_us": statistics.median(r["plain_us"] for r in rows)}
 
 
+def bench_logs(ranks: int = 4096, ops_per_rank: int = 200) -> dict[str, Any]:
+    """summarize and compare over synthetic logs of ``ranks`` ranks, rank file by rank file (benchmarks/bench_logs.py;
+    its default is the full 4,096 ranks x 50,000 ops)."""
+    out = subprocess.run([PY, str(Path(__file__).parent / "bench_logs.py"), "--ranks", str(ranks), "--ops-per-rank",
+                          str(ops_per_rank), "--jobs", str(min(2, os.cpu_count() or 1))],
+                         check=True, capture_output=True, text=True).stdout
+    r = json.loads(out.strip().splitlines()[-1])
+    return {"row": f"summarize / compare over recorded logs, {ranks:,} ranks x ~{ops_per_rank:,} ops (streamed rank by rank)",
+            **{f"{name}_{key}": r[name][key] for name in ("summarize", "compare")
+               for key in ("records", "wall_s", "records_per_s", "peak_rss_GiB")}}
+
+
 def bench_startup() -> dict[str, Any]:
     def wall(cmd: list[str], n: int = 5) -> float:
         times = []
@@ -184,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = [*bench_estimates(), bench_plan(), bench_moe(131072), bench_moe(131072, "balanced")]
     if args.large:
         rows.append(bench_moe(1048576))
-    rows += [bench_recording(), bench_startup()]
+    rows += [bench_recording(), bench_logs(), bench_startup()]
     for r in rows:
         print(r["row"])
         print("    " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items() if k != "row"))
