@@ -12,7 +12,7 @@ Assumptions, stated because the file does not give them:
 - cluster: the `dgx-a100` preset (A100, 8 GPUs per node, NVLink all_reduce bus bandwidth 230 GB/s as
   nccl-tests measures it on DGX A100) with the inter-node rate the vTrain testbed states: 800 Gb/s per node
   (12.5 GB/s per GPU). The CSV's "intra 150 GB/s" is vTrain's simulator parameter for NVLink, not a
-  measured bus bandwidth, which is what commscope's link tiers hold; with it the error is 7.3% mean, 15.9% worst.
+  measured bus bandwidth, which is what commscope's link tiers hold; with it the error is 6.8% mean, 15.9% worst.
 """
 
 from __future__ import annotations
