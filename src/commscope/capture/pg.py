@@ -34,7 +34,8 @@ def _nbytes(t: torch.Tensor) -> int:
 
 
 def _dtype(t: torch.Tensor) -> str:
-    return _DTYPE_NAMES.get(t.dtype, str(t.dtype).removeprefix("torch."))
+    name = _DTYPE_NAMES.get(t.dtype)  # (not .get(dtype, default): that would build the default string every op)
+    return name if name is not None else str(t.dtype).removeprefix("torch.")
 
 
 class RecordingProcessGroup(dist.ProcessGroup):
@@ -50,6 +51,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
         self._sink = sink
         self._seq = 0
         self._me = self._ranks[rank]
+        self._forms: dict[tuple[str, str], tuple[str, ...]] = {}  # (op, dtype) -> the writer's line forms
 
     # ----- identity -----
     def getBackendName(self) -> str:  # c10d's name
@@ -103,20 +105,32 @@ class RecordingProcessGroup(dist.ProcessGroup):
         rec = {"op": op, "group": self._ranks, "rank": self._me, "size_bytes": int(size_bytes),
                "dtype": dtype, "t_start_ns": self._t0, "backend": self._inner_name,
                "group_name": self._group_name, "seq": self._seq, "bytes_in": int(bytes_in), "bytes_out": int(bytes_out)}
-        if peer is not None:
-            rec["peer"] = self._ranks[peer]
-        if splits is not None:
-            rec["splits"] = [int(x) for x in splits]
-        if backend_op is not None and backend_op != op:
-            rec["backend_op"] = backend_op
-        if root is not None:
-            rec["root"] = self._ranks[root]
+        if peer is None and splits is None and root is None and (backend_op is None or backend_op == op):
+            # the common shape: the constant text of its log line is prepared once per op and dtype
+            form = self._forms.get((op, dtype))
+            rec["_form"] = form if form is not None else self._form(op, dtype)
+        else:
+            if peer is not None:
+                rec["peer"] = self._ranks[peer]
+            if splits is not None:
+                rec["splits"] = [int(x) for x in splits]
+            if backend_op is not None and backend_op != op:
+                rec["backend_op"] = backend_op
+            if root is not None:
+                rec["root"] = self._ranks[root]
         # the training step is the one current when the op is issued: the op can be seen complete after the job
         # has moved on to the next step (DDP's last bucket, say)
         step = getattr(sink, "step", _NO_STEP)
         if step is not _NO_STEP:
             rec["step"] = step
         return rec
+
+    def _form(self, op: str, dtype: str) -> tuple[str, ...]:
+        from commscope.capture.recorder import line_forms
+
+        form = self._forms[(op, dtype)] = line_forms(op, self._ranks, self._me, dtype, self._group_name,
+                                                     self._inner_name)
+        return form
 
     def _start(self) -> None:
         self._t0 = time.time_ns()
@@ -366,9 +380,17 @@ class _TimedWork(dist.Work):
 
     def wait(self, timeout: timedelta = timedelta(0)):
         ok = self._inner.wait(timeout) if timeout else self._inner.wait()
-        entry = _INFLIGHT.get(self._keys[0])
+        keys = self._keys
+        entry = _INFLIGHT.get(keys[0])
         if entry is not None and (entry[3] != "nccl" or _is_completed(self._inner)):
-            self._seen_complete()
+            if len(keys) == 1:  # _finish(key, True), inline: this runs once per op the job waits on
+                entry = _INFLIGHT.pop(keys[0], None)
+                if entry is not None:
+                    rec = entry[1]
+                    rec["t_end_ns"] = time.time_ns()
+                    entry[2](rec)
+            else:
+                self._seen_complete()
         return ok
 
     def is_completed(self) -> bool:
