@@ -51,7 +51,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
         self._sink = sink
         self._seq = 0
         self._me = self._ranks[rank]
-        self._forms: dict[tuple[str, str], tuple[str, ...]] = {}  # (op, dtype) -> the writer's line forms
+        self._forms: dict[tuple[str, str, str | None], tuple[str, ...]] = {}  # the writer's line forms
 
     # ----- identity -----
     def getBackendName(self) -> str:  # c10d's name
@@ -105,31 +105,33 @@ class RecordingProcessGroup(dist.ProcessGroup):
         rec = {"op": op, "group": self._ranks, "rank": self._me, "size_bytes": int(size_bytes),
                "dtype": dtype, "t_start_ns": self._t0, "backend": self._inner_name,
                "group_name": self._group_name, "seq": self._seq, "bytes_in": int(bytes_in), "bytes_out": int(bytes_out)}
-        if peer is None and splits is None and root is None and (backend_op is None or backend_op == op):
-            # the common shape: the constant text of its log line is prepared once per op and dtype
-            form = self._forms.get((op, dtype))
-            rec["_form"] = form if form is not None else self._form(op, dtype)
+        if backend_op is not None and backend_op != op:
+            rec["backend_op"] = backend_op
+        else:
+            backend_op = None
+        if peer is None and splits is None and root is None:
+            # the common shape: the constant text of its log line is prepared once per op, dtype and backend op
+            form = self._forms.get((op, dtype, backend_op))
+            rec["_form"] = form if form is not None else self._form(op, dtype, backend_op)
         else:
             if peer is not None:
                 rec["peer"] = self._ranks[peer]
             if splits is not None:
                 rec["splits"] = [int(x) for x in splits]
-            if backend_op is not None and backend_op != op:
-                rec["backend_op"] = backend_op
             if root is not None:
                 rec["root"] = self._ranks[root]
         # the training step is the one current when the op is issued: the op can be seen complete after the job
         # has moved on to the next step (DDP's last bucket, say)
-        step = getattr(sink, "step", _NO_STEP)
+        step = getattr(sink, "_step", _NO_STEP)  # a RankLog's current step (its attribute, not the property: faster)
         if step is not _NO_STEP:
             rec["step"] = step
         return rec
 
-    def _form(self, op: str, dtype: str) -> tuple[str, ...]:
+    def _form(self, op: str, dtype: str, backend_op: str | None) -> tuple[str, ...]:
         from commscope.capture.recorder import line_forms
 
-        form = self._forms[(op, dtype)] = line_forms(op, self._ranks, self._me, dtype, self._group_name,
-                                                     self._inner_name)
+        form = self._forms[(op, dtype, backend_op)] = line_forms(op, self._ranks, self._me, dtype, self._group_name,
+                                                                 self._inner_name, backend_op)
         return form
 
     def _start(self) -> None:
@@ -184,6 +186,9 @@ class RecordingProcessGroup(dist.ProcessGroup):
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         self._start()
         work = self._coalesced(lambda o, i: self._inner._allgather_base(o, i), list(zip(outputs, inputs)))
+        if len(outputs) == 1:  # FSDP2's all-gathers: one record, made as any op's
+            out, inp = outputs[0], inputs[0]
+            return self._record("all_gather", work, _nbytes(out), _dtype(inp), _nbytes(inp), _nbytes(out))
         return self._record_batch("all_gather", work, [
             dict(size_bytes=_nbytes(out), dtype=_dtype(inp), bytes_in=_nbytes(inp), bytes_out=_nbytes(out))
             for out, inp in zip(outputs, inputs)])
@@ -207,6 +212,10 @@ class RecordingProcessGroup(dist.ProcessGroup):
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         self._start()
         work = self._coalesced(lambda o, i: self._call("_reduce_scatter_base", o, i, opts=opts), list(zip(outputs, inputs)))
+        if len(outputs) == 1:  # FSDP2's reduce-scatters: one record, made as any op's
+            out, inp = outputs[0], inputs[0]
+            return self._record("reduce_scatter", work, _nbytes(inp), _dtype(inp), _nbytes(inp), _nbytes(out), None, None,
+                                self._rs_backend_op())
         return self._record_batch("reduce_scatter", work, [
             dict(size_bytes=_nbytes(inp), dtype=_dtype(inp), bytes_in=_nbytes(inp), bytes_out=_nbytes(out),
                  backend_op=self._rs_backend_op()) for out, inp in zip(outputs, inputs)])
@@ -368,6 +377,8 @@ def finish_inflight(sink=None) -> int:
 
 class _TimedWork(dist.Work):
     """The Work returned to the job: the backend's own, seen through, so that wait() stamps completion."""
+
+    __slots__ = ("_inner", "_keys")  # one per op: no instance dict
 
     def __init__(self, inner, keys: list[int]) -> None:
         super().__init__()

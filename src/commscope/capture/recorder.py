@@ -66,10 +66,10 @@ class RankLog:
         self.batch = batch
         self.flush_s = flush_s
         self._lock = threading.Lock()
-        self._buf: list[dict] = []  # records not yet written
+        self._buf: list[dict] = []  # records not yet written (appended without the lock; never replaced, see flush)
         self._file: TextIO | None = None
         self._last_flush = time.monotonic()
-        self.num_records = 0
+        self._num_written = 0
         self.rank: int | None = None
         self._step: int | None = None
         self._step_start_ns: int | None = None  # start of the step being timed (None: no step open)
@@ -100,19 +100,23 @@ class RankLog:
         observe_completions()
         mark = {STEP_KEY: {"step": self._step, "t_start_ns": self._step_start_ns, "t_end_ns": time.time_ns()}}
         self._step_start_ns = None
-        with self._lock:
-            self._buf.append(mark)
+        self._buf.append(mark)
 
     # ----- records -----
     def __call__(self, rec: dict) -> None:
-        """Take the record of an op seen complete (or, at the end, of one never seen so)."""
+        """Take the record of an op seen complete (or, at the end, of one never seen so). Once per op, on the job's
+        thread: a list append (atomic; the writer takes the records under its lock and removes only those)."""
         if "step" not in rec and self._step is not None:  # records the process group did not stamp at issue
             rec["step"] = self._step
-        with self._lock:
-            self._buf.append(rec)
-            self.num_records += 1
-            if len(self._buf) >= self.batch or time.monotonic() - self._last_flush >= self.flush_s:
-                self._flush_locked()
+        buf = self._buf
+        buf.append(rec)
+        if len(buf) >= self.batch or time.monotonic() - self._last_flush >= self.flush_s:
+            self.flush()
+
+    @property
+    def num_records(self) -> int:
+        """Op records taken so far (written or not; step lines not counted)."""
+        return self._num_written + sum(1 for rec in list(self._buf) if STEP_KEY not in rec)
 
     def _open(self, rec: dict) -> None:
         import torch
@@ -143,16 +147,19 @@ class RankLog:
         self._file.flush()
 
     def _flush_locked(self) -> None:
-        if self._buf:
+        buf = self._buf
+        batch = buf[:]  # what is there now; records appended meanwhile stay for the next flush
+        if batch:
             if self._file is None:
-                first = next((r for r in self._buf if "rank" in r), None)
+                first = next((r for r in batch if "rank" in r), None)
                 if first is None:  # step lines only: the rank (and so the file) is known from the first op
                     return
                 self._open(first)
             assert self._file is not None  # _open opened it
-            self._file.write("\n".join(map(_line, self._buf)) + "\n")
+            self._file.write("\n".join(map(_line, batch)) + "\n")
             self._file.flush()
-            self._buf.clear()
+            del buf[:len(batch)]
+            self._num_written += sum(1 for rec in batch if STEP_KEY not in rec)
         self._last_flush = time.monotonic()
 
     def flush(self) -> None:
@@ -207,9 +214,10 @@ def _head(op: str, group: list) -> str:
     return entry[1]
 
 
-def line_forms(op: str, group: list[int], rank: int, dtype: str, group_name: str, backend: str) -> tuple[str, ...]:
-    """%-format templates of the log line of a record of the common shape (no peer, splits, root or backend_op) of
-    one process group, op and dtype, indexed by ``(t_end_ns given) + 2 * (step given)``; filled with size_bytes,
+def line_forms(op: str, group: list[int], rank: int, dtype: str, group_name: str, backend: str,
+               backend_op: str | None = None) -> tuple[str, ...]:
+    """%-format templates of the log line of a record of the common shape (no peer, splits or root) of one process
+    group, op, dtype and backend op, indexed by ``(t_end_ns given) + 2 * (step given)``; filled with size_bytes,
     t_start_ns, [t_end_ns], seq, bytes_in, bytes_out, [step] (:func:`_line`). The process group puts them in the
     record as ``_form`` (never written itself): the line then costs one formatting instead of assembling ~20 parts."""
     def text(part: str) -> str:
@@ -217,7 +225,8 @@ def line_forms(op: str, group: list[int], rank: int, dtype: str, group_name: str
 
     head = (text('{"op":' + json_quote(op) + ',"axis":"other","group":[' + ",".join(map(str, group)) + '],"size_bytes":')
             + "%d" + text(',"dtype":' + json_quote(dtype) + ',"rank":' + str(rank)) + ',"t_start_ns":%d')
-    extra = (text(',"extra":{"group_name":' + json_quote(group_name)) + ',"seq":%d,"bytes_in":%d,"bytes_out":%d'
+    extra = (text(("" if backend_op is None else ',"backend_op":' + json_quote(backend_op)) + ',"extra":{"group_name":'
+                  + json_quote(group_name)) + ',"seq":%d,"bytes_in":%d,"bytes_out":%d'
              + text(',"backend":' + json_quote(backend)))
     end, step = ',"t_end_ns":%d', ',"step":%d'
     return head + extra + "}}", head + end + extra + "}}", head + extra + step + "}}", head + end + extra + step + "}}"
