@@ -42,7 +42,7 @@ def test_prepared_forms_write_the_same_line_as_the_general_path():
     """A process group's records carry their line's constant text (``_form``, per group, op and dtype): with and
     without a completion time and a step, and with text that %-formatting or JSON must escape, the line is the
     one the general path writes, which is json.dumps of the CommOp dict."""
-    from commscope.capture.recorder import line_forms
+    from commscope.io.oplog import line_forms
 
     for group_name, dtype, backend_op in (("3", "fp32", None), ('100% "odd"\\name', "torch.complex64", "all_reduce")):
         form = line_forms("reduce_scatter", [0, 4, 8], 4, dtype, group_name, "gloo", backend_op)

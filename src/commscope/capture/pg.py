@@ -128,7 +128,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
         return rec
 
     def _form(self, op: str, dtype: str, backend_op: str | None) -> tuple[str, ...]:
-        from commscope.capture.recorder import line_forms
+        from commscope.io.oplog import line_forms
 
         form = self._forms[(op, dtype, backend_op)] = line_forms(op, self._ranks, self._me, dtype, self._group_name,
                                                                  self._inner_name, backend_op)

@@ -214,24 +214,6 @@ def _head(op: str, group: list) -> str:
     return entry[1]
 
 
-def line_forms(op: str, group: list[int], rank: int, dtype: str, group_name: str, backend: str,
-               backend_op: str | None = None) -> tuple[str, ...]:
-    """%-format templates of the log line of a record of the common shape (no peer, splits or root) of one process
-    group, op, dtype and backend op, indexed by ``(t_end_ns given) + 2 * (step given)``; filled with size_bytes,
-    t_start_ns, [t_end_ns], seq, bytes_in, bytes_out, [step] (:func:`_line`). The process group puts them in the
-    record as ``_form`` (never written itself): the line then costs one formatting instead of assembling ~20 parts."""
-    def text(part: str) -> str:
-        return part.replace("%", "%%")
-
-    head = (text('{"op":' + json_quote(op) + ',"axis":"other","group":[' + ",".join(map(str, group)) + '],"size_bytes":')
-            + "%d" + text(',"dtype":' + json_quote(dtype) + ',"rank":' + str(rank)) + ',"t_start_ns":%d')
-    extra = (text(("" if backend_op is None else ',"backend_op":' + json_quote(backend_op)) + ',"extra":{"group_name":'
-                  + json_quote(group_name)) + ',"seq":%d,"bytes_in":%d,"bytes_out":%d'
-             + text(',"backend":' + json_quote(backend)))
-    end, step = ',"t_end_ns":%d', ',"step":%d'
-    return head + extra + "}}", head + end + extra + "}}", head + extra + step + "}}", head + end + extra + step + "}}"
-
-
 def _formed_line(rec: dict, form: tuple[str, ...], t_end: int | None, step: int | None) -> str:
     values = [rec["size_bytes"], rec["t_start_ns"]] + ([] if t_end is None else [t_end])
     values += (rec["seq"], rec["bytes_in"], rec["bytes_out"])
@@ -243,7 +225,7 @@ def _formed_line(rec: dict, form: tuple[str, ...], t_end: int | None, step: int 
 def _line(rec: dict) -> str:
     """``json.dumps(_to_commop_dict(rec), separators=(",", ":"))``, built by hand from parts cached per group: the
     recorder's share of each op's cost (about 1 us instead of 4; half that with the record's ``_form``,
-    :func:`line_forms`). A step line (:data:`STEP_KEY`) is written as it is."""
+    :func:`commscope.io.oplog.line_forms`). A step line (:data:`STEP_KEY`) is written as it is."""
     form = rec.get("_form")
     if form is not None:
         t_end, step = rec.get("t_end_ns"), rec.get("step")
