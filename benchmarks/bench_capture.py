@@ -20,8 +20,8 @@ the 8-rank 3D reference workload: tp 2 x pp 2 x dp 2, sequence parallelism, FSDP
    ``--whole-runs`` compares whole runs on the plain backend with recorded ones: what a user sees, but on 2 cores
    for 8 ranks those swing by +-10% from run to run).
 
-    python benchmarks/bench_capture.py             # prints tables and a JSON line (~6 min on 2 cores)
-    python benchmarks/bench_capture.py --quick     # fewer ops and steps (a smoke run, ~1 min)
+    python benchmarks/bench_capture.py             # prints tables and a JSON line (~4 min on 2 cores)
+    python benchmarks/bench_capture.py --quick     # fewer ops and steps (a smoke run, ~30 s)
     python benchmarks/bench_capture.py --whole-runs  # adds whole runs unrecorded vs recorded
     python benchmarks/bench_capture.py --backend nccl   # on a GPU machine
 """
