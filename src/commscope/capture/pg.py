@@ -315,7 +315,7 @@ _SINK = None  # set by commscope.capture.recorder when recording starts; one per
 #
 # Not done on purpose: a done-callback on the Work's future. It runs on the backend's completion thread and
 # needs the GIL there: the backend's thread then waits for the training thread to release the GIL before it
-# can complete the next op. With 8 ranks on 2 cores that cost 30-45% of step time; this costs ~4%
+# can complete the next op. With 8 ranks on 2 cores that cost 30-45% of step time; this costs ~2%
 # (benchmarks/bench_capture.py).
 
 _INFLIGHT: dict[int, tuple[Any, dict, Any, str]] = {}
