@@ -1,19 +1,28 @@
-"""Overhead of recording (issue: measure real runs).
+"""Overhead of recording (issue 17: under 5 us of CPU per op per rank on one rank, under 2% of the step time of
+the 8-rank 3D reference workload: tp 2 x pp 2 x dp 2, sequence parallelism, FSDP2, 1F1B).
 
-Targets: under 20 us per recorded op, and under 5% of step time on the 8-rank 3D reference workload
-(tp 2 x pp 2 x dp 2, sequence parallelism, FSDP2, 1F1B).
+1. Per op: one and two gloo ranks run rounds of N all-reduces (4 B and 64 KiB) inside a training step, in turn on
+   the plain backend, on commscope's recording process group with recording switched off (the wrapper only
+   forwards) and with it on (writing a log), in the same processes. The median over rounds of the difference is
+   the cost per op: wall time of the slowest rank, and CPU time of the ranks' own threads (``thread_time``: what
+   recording adds runs there; the backend's threads are left out, as is the scheduler's noise).
+2. Step time of the 3D reference training, recording switched on and off step by step inside the same runs, in
+   blocks of four steps on, off, off, on after the warm-up (a drift of the shared machine along a block weighs on
+   both alike). Each block gives one paired ratio, (on + on) / (off + off) of the slowest rank's step times; the
+   headline is the median block ratio over all runs, with a 95% bootstrap interval (blocks resampled within each
+   run) and each run's own median. Independently, from what recording costs in CPU: each rank's own thread's CPU
+   time per step, on minus off in the same blocks, and the ops it recorded per step; that CPU over the step time
+   (one rank's added CPU, what the step sees if only the rank on the critical path counted) and 8 ranks' added
+   CPU over the machine's cores (what it sees if the machine were CPU-bound) say what the direct measurement
+   should find; ops per step x the one-rank cost per op of part 1 is a floor (there caches are warm: inside the
+   8-rank job the same op costs several times more CPU).
+   The "off" steps still go through the wrapper: what forwarding costs is part 1's "forward" column (and
+   ``--whole-runs`` compares whole runs on the plain backend with recorded ones: what a user sees, but on 2 cores
+   for 8 ranks those swing by +-10% from run to run).
 
-1. Per op: one and two gloo ranks run rounds of N all-reduces (4 B and 64 KiB), alternately on the plain
-   backend and on a group of commscope's recording backend (writing a log) in the same processes; the median
-   over rounds of the difference is the recording cost per op.
-2. Step time on the 3D reference training (slowest rank per step): recording switched on and off step by step
-   inside the same runs, in the order on, off, off, on after two warm-up steps (the headline ratio: drifts of a
-   shared machine hit both alike; the ratio of each run is printed too), and whole runs
-   unrecorded (plain backend) and recorded, alternately (what a user compares; on 2 cores for 8 ranks these
-   swing by +-10% from run to run, so the per-round ratios are printed too).
-
-    python benchmarks/bench_capture.py             # prints a table and a JSON line
-    python benchmarks/bench_capture.py --quick     # fewer ops and steps (a smoke run)
+    python benchmarks/bench_capture.py             # prints tables and a JSON line (~4 min on 2 cores)
+    python benchmarks/bench_capture.py --quick     # fewer ops and steps (a smoke run, ~30 s)
+    python benchmarks/bench_capture.py --whole-runs  # adds whole runs unrecorded vs recorded
     python benchmarks/bench_capture.py --backend nccl   # on a GPU machine
 """
 
@@ -21,63 +30,78 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import random
 import resource
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from commscope.capture import pg as cpg
 from commscope.launch import spawn
 
+_MODES = ("plain", "forward", "recorded")
 
-def _ops_rank(rank: int, world: int, n: int, numel: int, rounds: int, logdir: str, device: str) -> list[tuple]:
+
+def _ops_rank(rank: int, world: int, n: int, numel: int, rounds: int, logdir: str, device: str) -> list[dict]:
     import torch
     import torch.distributed as dist
 
     from commscope.capture.recorder import RankLog
 
     log = RankLog(Path(logdir))
+    log.step = 0  # records of a training step, as in a real job
     cpg.set_sink(log)
     plain = dist.new_group(list(range(world)), backend=dist.get_backend())  # the backend itself, made alike
-    recorded = dist.new_group(list(range(world)), backend=cpg.BACKEND_NAME)  # the same backend, recorded
+    wrapped = dist.new_group(list(range(world)), backend=cpg.BACKEND_NAME)  # the same backend, through commscope
     x = torch.ones(numel, device=device)
-    for group in (plain, recorded):
+    for group in (plain, wrapped):
         for _ in range(20):  # warm up the connections
             dist.all_reduce(x, group=group)
     out = []
-    for _ in range(rounds):  # alternate rounds of n ops, so that drifts of the machine hit both alike
-        times = []
-        for group in (plain, recorded):
+    for i in range(rounds):  # rounds of n ops in turn, so that drifts of the machine hit all alike; the order
+        row = {}  # rotates from round to round (the first after the barrier is not always the same)
+        for mode in _MODES[i % 3:] + _MODES[:i % 3]:
+            group = plain if mode == "plain" else wrapped
+            cpg.set_sink(log if mode == "recorded" else None)
             dist.barrier(group=plain)
             if device != "cpu":
                 torch.cuda.synchronize()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             for _ in range(n):
                 dist.all_reduce(x, group=group)
             if device != "cpu":
                 torch.cuda.synchronize()
-            times.append((time.perf_counter() - t0) / n)
-        out.append(tuple(times))
+            row[mode] = ((time.perf_counter() - t0) / n, (time.thread_time() - c0) / n)
+        out.append(row)
+    cpg.set_sink(log)
     log.close()
     return out
 
 
 def bench_per_op(n: int, numel: int, backend: str, ranks: int = 2, rounds: int = 9) -> dict:
-    """Per-op time of all_reduce on the plain backend and through commscope's recording process group, in the
-    same processes, round after round; the overhead is the median over rounds of (recorded - plain)."""
+    """Per-op time of all_reduce on the plain backend, forwarded by commscope's process group with recording off,
+    and recorded, in the same processes round after round. ``overhead_us``: median over rounds of recorded - plain
+    (wall, slowest rank); ``overhead_cpu_us``: the same in CPU time of the ranks' own threads (mean over ranks);
+    ``forward_us`` / ``record_cpu_us``: the wrapper's and recording's shares (CPU)."""
     device = "cuda" if backend == "nccl" else "cpu"
     cpg.register()
     with tempfile.TemporaryDirectory() as d:
         res = spawn(_ops_rank, ranks, args=(n, numel, rounds, d, device), backend=backend,
                     env={cpg.INNER_BACKEND_ENV: backend}, timeout_s=300)
-    rows = [(max(r[i][0] for r in res), max(r[i][1] for r in res)) for i in range(rounds)]  # slowest rank
-    p = statistics.median(a for a, _ in rows)
-    q = statistics.median(b for _, b in rows)
-    diff = statistics.median(b - a for a, b in rows)
-    return {"ranks": ranks, "bytes": numel * 4, "ops": n * rounds, "plain_us": p * 1e6, "recorded_us": q * 1e6,
-            "overhead_us": diff * 1e6}
+    wall = [{m: max(r[i][m][0] for r in res) for m in _MODES} for i in range(rounds)]  # slowest rank
+    cpu = [{m: statistics.fmean(r[i][m][1] for r in res) for m in _MODES} for i in range(rounds)]
+
+    def med_us(rows: list[dict], a: str, b: str | None = None) -> float:
+        return statistics.median(row[a] - (row[b] if b else 0.0) for row in rows) * 1e6
+
+    return {"ranks": ranks, "bytes": numel * 4, "ops": n * rounds, "plain_us": med_us(wall, "plain"),
+            "recorded_us": med_us(wall, "recorded"), "overhead_us": med_us(wall, "recorded", "plain"),
+            "plain_cpu_us": med_us(cpu, "plain"), "overhead_cpu_us": med_us(cpu, "recorded", "plain"),
+            "forward_cpu_us": med_us(cpu, "forward", "plain"), "record_cpu_us": med_us(cpu, "recorded", "forward")}
 
 
 def _workload():
@@ -88,60 +112,129 @@ def _workload():
                                            global_batch_size=16, framework="torch-fsdp2")
 
 
-#: Steps 4k and 4k + 3 are recorded, 4k + 1 and 4k + 2 not (on, off, off, on): a machine that speeds up or slows
-#: down along a run (caches warming, another job starting) then weighs on both alike, which plain alternation
-#: (on, off, on, off) does not: its recorded steps always come first.
-_RECORDED_PHASES = (0, 3)
-#: The first steps (warm-up: DTensor's shard distribution, pipelining's stage vote, FSDP2's lazy init) are left out.
+#: The first steps (warm-up: DTensor's shard distribution, pipelining's stage vote, FSDP2's lazy init) are recorded
+#: and left out; then blocks of four steps, recorded in the phases below: on, off, off, on.
 _WARMUP_STEPS = 2
+_RECORDED_PHASES = (0, 3)
 
 
 def _recorded(index: int) -> bool:
-    return index % 4 in _RECORDED_PHASES
+    return index < _WARMUP_STEPS or (index - _WARMUP_STEPS) % 4 in _RECORDED_PHASES
 
 
 def _alternating_log(base):
-    """A RankLog class that records only the steps :func:`_recorded` picks: the others run with recording
-    switched off (the process groups hand ops straight to the backend), in the same processes, step after step."""
+    """A RankLog class that records only the steps :func:`_recorded` picks (the others run with recording switched
+    off: the process groups hand ops straight to the backend), in the same processes, step after step; and notes
+    the CPU time of the job's thread in each step (``cpu<rank>.json`` next to the rank's log)."""
 
     class AlternatingLog(base):
+        cpu_s: dict[int, float]
+
         @base.step.setter
         def step(self, index):
             base.step.fset(self, index)
             cpg.set_sink(self if index is None or _recorded(index) else None)
+            self._cpu0 = time.thread_time()
+
+        def end_step(self) -> None:
+            if self.step is not None and self._step_start_ns is not None:
+                if not hasattr(self, "cpu_s"):
+                    self.cpu_s = {}
+                self.cpu_s[self.step] = time.thread_time() - self._cpu0
+            super().end_step()
+
+        def close(self) -> None:
+            cpg.set_sink(self)  # the ops still in flight go out through this log
+            super().close()
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                (self.logdir / f"cpu{dist.get_rank():05d}.json").write_text(json.dumps(getattr(self, "cpu_s", {})))
 
     return AlternatingLog
 
 
-def bench_step_interleaved(steps: int, runs: int, backend: str) -> dict:
-    """Step time with and without recording, alternating step by step inside the same 8-rank runs: drifts of a
-    shared machine hit both alike (whole-run comparisons on 2 cores swing by +-10% from run to run)."""
+def _blocks(values: list[float]) -> list[tuple[float, float]]:
+    """(on, off) sums of each whole block of four steps after the warm-up."""
+    out = []
+    for b in range((len(values) - _WARMUP_STEPS) // 4):
+        block = values[_WARMUP_STEPS + 4 * b: _WARMUP_STEPS + 4 * b + 4]
+        out.append((block[0] + block[3], block[1] + block[2]))
+    return out
+
+
+def _bootstrap_median(runs: list[list[float]], n: int = 4000, seed: int = 0) -> tuple[float, float]:
+    """95% interval of the median of the pooled values, resampling each run's values within the run."""
+    rng = random.Random(seed)
+    meds = sorted(statistics.median([x for run in runs for x in rng.choices(run, k=len(run))]) for _ in range(n))
+    return meds[int(0.025 * n)], meds[int(0.975 * n) - 1]
+
+
+def _ops_per_step(logdir: Path, world: int, steps: int) -> list[float]:
+    """Ops each rank recorded per recorded step after the warm-up (read back from its log)."""
+    from commscope.io.oplog import read_ops_jsonl
+
+    kept = [i for i in range(_WARMUP_STEPS, steps) if _recorded(i)]
+    out = []
+    for rank in range(world):
+        ops = read_ops_jsonl(logdir / f"rank{rank:05d}.jsonl").ops
+        out.append(sum(1 for o in ops if dict(o.extra).get("step") in kept) / len(kept))
+    return out
+
+
+def bench_step_interleaved(steps: int, runs: int, backend: str, cost_per_op_us: float | None = None,
+                           cores: int | None = None) -> dict:
+    """Step time with and without recording, step by step inside the same 8-rank runs (blocks on, off, off, on);
+    and the bounds that the CPU recording costs (per step, and ``cost_per_op_us`` x ops per step) put on it."""
     from commscope.capture import recorder
     from commscope.workloads.gpt import RunConfig, launch, train_rank
 
     model, parallel = _workload()
+    world = parallel.world_size
+    cores = cores or len(os.sched_getaffinity(0))
     base = recorder.RankLog
     recorder.RankLog = _alternating_log(base)  # rank_setup imports it at call time, in the forked ranks
-    on, off, ratios = [], [], []
+    ratios: list[list[float]] = []  # per run, per block: slowest rank's (on + on) / (off + off)
+    cpu_diff: list[float] = []  # per rank and block: CPU of the job's thread, (on + on - off - off) / 2, seconds
+    off_s: list[float] = []  # per block: mean off-step time, seconds
+    ops: list[float] = []
     try:
         for _ in range(runs):
             with tempfile.TemporaryDirectory() as d:
                 res = launch(train_rank, RunConfig(model=model, parallel=parallel, steps=steps, record=d),
                              timeout_s=600, backend=backend)
-            slowest = [max(r["step_s"][i] for r in res) for i in range(steps)]
-            run_on = [t for i, t in enumerate(slowest) if i >= _WARMUP_STEPS and _recorded(i)]
-            run_off = [t for i, t in enumerate(slowest) if i >= _WARMUP_STEPS and not _recorded(i)]
-            on += run_on
-            off += run_off
-            ratios.append(statistics.median(run_on) / statistics.median(run_off))
+                slowest = [max(r["step_s"][i] for r in res) for i in range(steps)]
+                blocks = _blocks(slowest)
+                ratios.append([on / off for on, off in blocks])
+                off_s += [off / 2 for _, off in blocks]
+                for rank in range(world):
+                    cpu = json.loads((Path(d) / f"cpu{rank:05d}.json").read_text())
+                    cpu_diff += [(on - off) / 2 for on, off in _blocks([cpu[str(i)] for i in range(steps)])]
+                ops += _ops_per_step(Path(d), world, steps)
     finally:
         recorder.RankLog = base
-    p, q = statistics.median(off), statistics.median(on)
-    return {"workload": "ref-gpt tp2 pp2 dp2 SP torch-fsdp2, 8 ranks", "steps": len(on) + len(off),
-            "off_step_ms": p * 1e3, "on_step_ms": q * 1e3, "ratio": q / p, "run_ratios": ratios}
+    pooled = [x for run in ratios for x in run]
+    step_s = statistics.median(off_s)
+    ops_step = statistics.fmean(ops)
+    d_cpu = statistics.median(cpu_diff)
+    serial = world / min(world, cores)  # every rank's extra CPU on the machine's cores, one after another
+    out: dict[str, Any] = {
+        "workload": "ref-gpt tp2 pp2 dp2 SP torch-fsdp2 1F1B, 8 ranks", "runs": runs, "steps_per_run": steps,
+        "blocks": len(pooled), "off_step_ms": step_s * 1e3, "ratio_median": statistics.median(pooled),
+        "ratio_ci95": _bootstrap_median(ratios), "ratio_mean": statistics.fmean(pooled),
+        "run_medians": [statistics.median(r) for r in ratios], "block_ratio_range": [min(pooled), max(pooled)],
+        "block_ratios": ratios,
+        "ops_per_step_per_rank": ops_step, "ops_per_step_max_rank": max(ops), "cores": cores,
+        "cpu_added_per_step_ms": d_cpu * 1e3, "cpu_added_per_op_us": d_cpu / ops_step * 1e6,
+        "cpu_bound": [d_cpu / step_s, serial * d_cpu / step_s]}
+    if cost_per_op_us is not None:
+        per_step = ops_step * cost_per_op_us * 1e-6
+        out["per_op_bound"] = [per_step / step_s, serial * per_step / step_s]
+    return out
 
 
 def bench_step_time(steps: int, rounds: int, backend: str) -> dict:
+    """Whole runs on the plain backend and recorded, alternately (what a user compares)."""
     from commscope.workloads.gpt import RunConfig, run
 
     model, parallel = _workload()
@@ -151,7 +244,7 @@ def bench_step_time(steps: int, rounds: int, backend: str) -> dict:
         return use.ru_utime + use.ru_stime
 
     run(RunConfig(model=model, parallel=parallel, steps=1), backend=backend)  # a first run pays for cold caches
-    plain, recorded, ops, ratios, cpu = [], [], 0, [], {"plain": 0.0, "recorded": 0.0}
+    plain, recorded, ratios, cpu = [], [], [], {"plain": 0.0, "recorded": 0.0}
     for _ in range(rounds):  # alternate so that drifts of the machine hit both alike
         c0 = cpu_s()
         res = run(RunConfig(model=model, parallel=parallel, steps=steps), backend=backend)
@@ -162,39 +255,65 @@ def bench_step_time(steps: int, rounds: int, backend: str) -> dict:
             res = run(RunConfig(model=model, parallel=parallel, steps=steps, record=d), backend=backend)
             cpu["recorded"] += cpu_s() - c0
         recorded += [max(r["step_s"][i] for r in res) for i in range(steps)]
-        ops = max(r["ops"] for r in res)
         ratios.append(statistics.median(recorded[-steps:]) / statistics.median(plain[-steps:]))
     p, q = statistics.median(plain), statistics.median(recorded)
-    return {"workload": "ref-gpt tp2 pp2 dp2 SP torch-fsdp2, 8 ranks", "steps": steps * rounds,
-            "plain_step_ms": p * 1e3, "recorded_step_ms": q * 1e3, "ratio": q / p,
-            # each round's recorded/unrecorded ratio: their range says how well the machine lets it be known
-            "round_ratios": ratios,
-            # CPU seconds of all ranks, whole runs (start-up included): steadier than wall time on few cores
-            "cpu_ratio": cpu["recorded"] / cpu["plain"], "ops_per_rank_per_run": ops}
+    return {"steps": steps * rounds, "plain_step_ms": p * 1e3, "recorded_step_ms": q * 1e3, "ratio": q / p,
+            "round_ratios": ratios, "cpu_ratio": cpu["recorded"] / cpu["plain"]}
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.2f}%"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="fewer ops and steps: a smoke run")
     ap.add_argument("--backend", default="gloo", choices=("gloo", "nccl"))
+    ap.add_argument("--runs", type=int, default=None, help="8-rank runs of the step comparison (default 3)")
+    ap.add_argument("--blocks", type=int, default=None, help="blocks of 4 steps per run (default 12)")
+    ap.add_argument("--whole-runs", action="store_true", help="also compare whole runs, plain vs recorded")
     args = ap.parse_args(argv)
-    n, op_rounds, steps, rounds = (200, 3, 4, 1) if args.quick else (1000, 9, 16, 3)
-    # one rank: the CPU cost recording adds to an op, free of the scheduling noise of several ranks on few
-    # cores; two ranks: what a real collective sees (on a 2-core machine the noise is tens of microseconds)
+    n, op_rounds = (200, 3) if args.quick else (1000, 9)
+    runs = args.runs or (1 if args.quick else 3)
+    blocks = args.blocks or (2 if args.quick else 12)
     rows = [bench_per_op(n if numel == 1 else n // 4, numel, args.backend, ranks, op_rounds)
             for ranks in (1, 2) for numel in (1, 16384)]
-    print(f"{'ranks':>5}{'message':>10}{'plain us/op':>14}{'recorded us/op':>16}{'overhead us':>13}")
+    print("per op (median over rounds; wall: slowest rank; CPU: the ranks' own threads)")
+    print(f"{'ranks':>5}{'message':>10}{'plain us':>10}{'recorded us':>13}{'added wall us':>15}{'added CPU us':>14}"
+          f"{'forward CPU':>13}{'record CPU':>12}")
     for r in rows:
-        print(f"{r['ranks']:>5}{r['bytes']:>9}B{r['plain_us']:>14.1f}{r['recorded_us']:>16.1f}{r['overhead_us']:>13.1f}")
-    inter = bench_step_interleaved(steps, rounds, args.backend)
-    print(f"\n{inter['workload']}, recording on and off step by step in the same runs ({inter['steps']} steps): "
-          f"{inter['off_step_ms']:.1f} ms off, {inter['on_step_ms']:.1f} ms on, ratio {inter['ratio']:.3f} "
-          f"(per run {', '.join(f'{r:.3f}' for r in inter['run_ratios'])})")
-    step = bench_step_time(steps // 2, rounds, args.backend)
-    print(f"whole runs, unrecorded (plain {args.backend}) vs recorded, alternating ({step['steps']} steps each): "
-          f"{step['plain_step_ms']:.1f} ms vs {step['recorded_step_ms']:.1f} ms, ratio {step['ratio']:.3f} "
-          f"(per round {', '.join(f'{r:.3f}' for r in step['round_ratios'])}; CPU time of the ranks "
-          f"x{step['cpu_ratio']:.3f}; {step['ops_per_rank_per_run']} ops per rank per run)")
+        print(f"{r['ranks']:>5}{r['bytes']:>9}B{r['plain_us']:>10.1f}{r['recorded_us']:>13.1f}{r['overhead_us']:>15.1f}"
+              f"{r['overhead_cpu_us']:>14.2f}{r['forward_cpu_us']:>13.2f}{r['record_cpu_us']:>12.2f}")
+    one_rank = rows[0]["overhead_cpu_us"]
+    inter = bench_step_interleaved(_WARMUP_STEPS + 4 * blocks, runs, args.backend, cost_per_op_us=one_rank)
+    lo, hi = inter["ratio_ci95"]
+    print(f"\n{inter['workload']}: recording on and off step by step (on, off, off, on) in {runs} run(s) x "
+          f"{blocks} blocks; {inter['off_step_ms']:.0f} ms per step off")
+    print(f"  direct: median block ratio x{inter['ratio_median']:.4f} (95% bootstrap x{lo:.4f}-x{hi:.4f}; mean "
+          f"x{inter['ratio_mean']:.4f}; run medians {', '.join(f'x{r:.4f}' for r in inter['run_medians'])}; blocks "
+          f"x{inter['block_ratio_range'][0]:.3f}-x{inter['block_ratio_range'][1]:.3f})")
+    print(f"  from CPU: +{inter['cpu_added_per_step_ms']:.3f} ms of the job thread's CPU per step per rank "
+          f"({inter['ops_per_step_per_rank']:.0f} ops recorded per step per rank, "
+          f"{inter['cpu_added_per_op_us']:.1f} us each in this job): {_pct(inter['cpu_bound'][0])} (one rank's "
+          f"added CPU) to {_pct(inter['cpu_bound'][1])} (all 8 ranks' added CPU as a share of {inter['cores']} "
+          "cores)")
+    print(f"  from the one-rank cost per op ({one_rank:.2f} us, caches warm, x {inter['ops_per_step_per_rank']:.0f} "
+          f"ops): {_pct(inter['per_op_bound'][0])} to {_pct(inter['per_op_bound'][1])} (a floor: in the job each op "
+          "costs more)")
+    step = None
+    if args.whole_runs:
+        step = bench_step_time(8 if not args.quick else 2, 3 if not args.quick else 1, args.backend)
+        print(f"whole runs, plain {args.backend} vs recorded, alternating ({step['steps']} steps each): "
+              f"{step['plain_step_ms']:.1f} ms vs {step['recorded_step_ms']:.1f} ms, ratio {step['ratio']:.3f} "
+              f"(per round {', '.join(f'{r:.3f}' for r in step['round_ratios'])}; CPU time of the ranks "
+              f"x{step['cpu_ratio']:.3f})")
+    print("\n| measure | commscope | target |\n| --- | --- | --- |")
+    print(f"| recording, one rank, 4 B all_reduce: CPU added per op | {one_rank:.2f} us | < 5 us |")
+    print(f"| recording, two ranks, 4 B all_reduce: CPU added per op per rank | {rows[2]['overhead_cpu_us']:.2f} us | |")
+    print(f"| recording, 8-rank 3D step, on/off step by step | x{inter['ratio_median']:.4f} median "
+          f"(95%: x{lo:.4f}-x{hi:.4f}) | < x1.02 |")
+    print(f"| same, from the CPU recording adds | {_pct(inter['cpu_bound'][0])} to {_pct(inter['cpu_bound'][1])} "
+          f"| < 2% |")
     print(json.dumps({"per_op": rows, "step_interleaved": inter, "step_runs": step, "backend": args.backend}))
     return 0
 

@@ -314,3 +314,39 @@ def test_completion_is_stamped_by_the_jobs_thread(tmp_path):
     assert [o.t_end_ns is not None for o in ops] == [True, True, False, False]
     assert [dict(o.extra)["seq"] for o in ops] == [1, 2, 4, 3]
 
+
+
+def test_recorded_lines_are_those_of_the_records(tmp_path):
+    """What a real recording process group writes (lines from its prepared forms) reads back as the records it
+    handed the log, field for field."""
+    seen: list[dict] = []
+
+    class Keeping(RankLog):
+        def __call__(self, rec: dict) -> None:
+            seen.append({k: v for k, v in rec.items() if k != "_form"})
+            super().__call__(rec)
+
+    log = Keeping(tmp_path, batch=4)
+    group = _late_group(log)
+    try:
+        for step in (None, 0, 1):
+            log.step = step
+            for size in (4, 1 << 33):
+                work = _LateWork()
+                work.done = True
+                group._start()
+                group._record("all_reduce", work, size, "bf16", size, 2 * size).wait()
+        _issue(group, _LateWork())  # one never seen complete: no t_end_ns
+        log.close()
+    finally:
+        cpg.set_sink(None)
+    from commscope.capture.recorder import _to_commop_dict
+
+    ops = _ops(tmp_path, 0, timed=False).ops
+    assert len(ops) == len(seen) == 7
+    for op, rec in zip(ops, seen):
+        expected = _to_commop_dict(rec)
+        assert {"op": op.op, "group": list(op.group), "size_bytes": op.size_bytes, "dtype": op.dtype, "rank": op.rank,
+                "t_start_ns": op.t_start_ns, "t_end_ns": op.t_end_ns, "extra": dict(op.extra)} == {
+            k: expected.get(k) for k in ("op", "group", "size_bytes", "dtype", "rank", "t_start_ns", "t_end_ns",
+                                         "extra")}

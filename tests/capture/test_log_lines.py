@@ -36,3 +36,20 @@ def test_cached_parts_follow_the_group_and_op():
         rec = {"op": op, "group": group, "rank": rank, "size_bytes": 8, "dtype": dtype, "backend": "gloo",
                "group_name": str(group[0]), "seq": 1, "bytes_in": 8, "bytes_out": 8}
         assert _line(rec) == _expected(rec)
+
+
+def test_prepared_forms_write_the_same_line_as_the_general_path():
+    """A process group's records carry their line's constant text (``_form``, per group, op and dtype): with and
+    without a completion time and a step, and with text that %-formatting or JSON must escape, the line is the
+    one the general path writes, which is json.dumps of the CommOp dict."""
+    from commscope.io.oplog import line_forms
+
+    for group_name, dtype, backend_op in (("3", "fp32", None), ('100% "odd"\\name', "torch.complex64", "all_reduce")):
+        form = line_forms("reduce_scatter", [0, 4, 8], 4, dtype, group_name, "gloo", backend_op)
+        base = {"op": "reduce_scatter", "group": [0, 4, 8], "rank": 4, "size_bytes": 1 << 40, "dtype": dtype,
+                "t_start_ns": 1732435200000000000, "backend": "gloo", "group_name": group_name, "seq": 9,
+                "bytes_in": 12, "bytes_out": 13, **({} if backend_op is None else {"backend_op": backend_op})}
+        for extra in ({}, {"t_end_ns": 1732435200000000500}, {"step": 0}, {"step": None},
+                      {"t_end_ns": 1732435200000000500, "step": 7}):
+            rec = {**base, **extra}
+            assert _line({**rec, "_form": form}) == _line(rec) == _expected(rec), extra

@@ -241,3 +241,26 @@ def test_forked_ranks_do_not_import_torch_again(tmp_path):
     subprocess.run([sys.executable, str(script), str(log)], check=True, timeout=120)
     pids = log.read_text().split()
     assert len(pids) == 1, pids
+
+
+_CLI_COUNTING_TORCH_IMPORTS = _COUNT_TORCH_IMPORTS.split("from commscope.launch")[0] + '''
+from commscope.cli.main import main
+sys.exit(main(sys.argv[2:]))
+'''
+
+
+@pytest.mark.parametrize("argv", [
+    ["bench", "--nproc", "2", "--backend", "gloo", "-b", "8", "-e", "8", "-n", "1", "-w", "1", "--ops", "all_reduce"],
+    ["tune", "--nproc", "2", "--ops", "all_reduce", "-b", "1K", "-e", "1K", "-n", "1", "-w", "1"],
+], ids=["bench", "tune"])
+def test_bench_and_tune_ranks_do_not_import_torch_again(tmp_path, argv):
+    """``commscope bench --backend gloo`` and ``commscope tune`` on CPU: torch is imported once, by the command's own
+    process, before its ranks are forked (each rank importing it again cost 2.8x the start-up)."""
+    script, log = tmp_path / "count.py", tmp_path / "imports.txt"
+    script.write_text(_CLI_COUNTING_TORCH_IMPORTS)
+    done = subprocess.run([sys.executable, str(script), str(log), *argv, "--out", str(tmp_path / "out.json")],
+                          check=False, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out.json").exists()
+    pids = log.read_text().split()
+    assert len(pids) == 1, pids  # the command's process, not its two ranks

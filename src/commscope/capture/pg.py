@@ -34,7 +34,8 @@ def _nbytes(t: torch.Tensor) -> int:
 
 
 def _dtype(t: torch.Tensor) -> str:
-    return _DTYPE_NAMES.get(t.dtype, str(t.dtype).removeprefix("torch."))
+    name = _DTYPE_NAMES.get(t.dtype)  # (not .get(dtype, default): that would build the default string every op)
+    return name if name is not None else str(t.dtype).removeprefix("torch.")
 
 
 class RecordingProcessGroup(dist.ProcessGroup):
@@ -50,6 +51,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
         self._sink = sink
         self._seq = 0
         self._me = self._ranks[rank]
+        self._forms: dict[tuple[str, str, str | None], tuple[str, ...]] = {}  # the writer's line forms
 
     # ----- identity -----
     def getBackendName(self) -> str:  # c10d's name
@@ -103,20 +105,34 @@ class RecordingProcessGroup(dist.ProcessGroup):
         rec = {"op": op, "group": self._ranks, "rank": self._me, "size_bytes": int(size_bytes),
                "dtype": dtype, "t_start_ns": self._t0, "backend": self._inner_name,
                "group_name": self._group_name, "seq": self._seq, "bytes_in": int(bytes_in), "bytes_out": int(bytes_out)}
-        if peer is not None:
-            rec["peer"] = self._ranks[peer]
-        if splits is not None:
-            rec["splits"] = [int(x) for x in splits]
         if backend_op is not None and backend_op != op:
             rec["backend_op"] = backend_op
-        if root is not None:
-            rec["root"] = self._ranks[root]
+        else:
+            backend_op = None
+        if peer is None and splits is None and root is None:
+            # the common shape: the constant text of its log line is prepared once per op, dtype and backend op
+            form = self._forms.get((op, dtype, backend_op))
+            rec["_form"] = form if form is not None else self._form(op, dtype, backend_op)
+        else:
+            if peer is not None:
+                rec["peer"] = self._ranks[peer]
+            if splits is not None:
+                rec["splits"] = [int(x) for x in splits]
+            if root is not None:
+                rec["root"] = self._ranks[root]
         # the training step is the one current when the op is issued: the op can be seen complete after the job
         # has moved on to the next step (DDP's last bucket, say)
-        step = getattr(sink, "step", _NO_STEP)
+        step = getattr(sink, "_step", _NO_STEP)  # a RankLog's current step (its attribute, not the property: faster)
         if step is not _NO_STEP:
             rec["step"] = step
         return rec
+
+    def _form(self, op: str, dtype: str, backend_op: str | None) -> tuple[str, ...]:
+        from commscope.io.oplog import line_forms
+
+        form = self._forms[(op, dtype, backend_op)] = line_forms(op, self._ranks, self._me, dtype, self._group_name,
+                                                                 self._inner_name, backend_op)
+        return form
 
     def _start(self) -> None:
         self._t0 = time.time_ns()
@@ -170,6 +186,9 @@ class RecordingProcessGroup(dist.ProcessGroup):
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         self._start()
         work = self._coalesced(lambda o, i: self._inner._allgather_base(o, i), list(zip(outputs, inputs)))
+        if len(outputs) == 1:  # FSDP2's all-gathers: one record, made as any op's
+            out, inp = outputs[0], inputs[0]
+            return self._record("all_gather", work, _nbytes(out), _dtype(inp), _nbytes(inp), _nbytes(out))
         return self._record_batch("all_gather", work, [
             dict(size_bytes=_nbytes(out), dtype=_dtype(inp), bytes_in=_nbytes(inp), bytes_out=_nbytes(out))
             for out, inp in zip(outputs, inputs)])
@@ -193,6 +212,10 @@ class RecordingProcessGroup(dist.ProcessGroup):
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         self._start()
         work = self._coalesced(lambda o, i: self._call("_reduce_scatter_base", o, i, opts=opts), list(zip(outputs, inputs)))
+        if len(outputs) == 1:  # FSDP2's reduce-scatters: one record, made as any op's
+            out, inp = outputs[0], inputs[0]
+            return self._record("reduce_scatter", work, _nbytes(inp), _dtype(inp), _nbytes(inp), _nbytes(out), None, None,
+                                self._rs_backend_op())
         return self._record_batch("reduce_scatter", work, [
             dict(size_bytes=_nbytes(inp), dtype=_dtype(inp), bytes_in=_nbytes(inp), bytes_out=_nbytes(out),
                  backend_op=self._rs_backend_op()) for out, inp in zip(outputs, inputs)])
@@ -292,7 +315,7 @@ _SINK = None  # set by commscope.capture.recorder when recording starts; one per
 #
 # Not done on purpose: a done-callback on the Work's future. It runs on the backend's completion thread and
 # needs the GIL there: the backend's thread then waits for the training thread to release the GIL before it
-# can complete the next op. With 8 ranks on 2 cores that cost 30-45% of step time; this costs ~4%
+# can complete the next op. With 8 ranks on 2 cores that cost 30-45% of step time; this costs ~2%
 # (benchmarks/bench_capture.py).
 
 _INFLIGHT: dict[int, tuple[Any, dict, Any, str]] = {}
@@ -355,6 +378,8 @@ def finish_inflight(sink=None) -> int:
 class _TimedWork(dist.Work):
     """The Work returned to the job: the backend's own, seen through, so that wait() stamps completion."""
 
+    __slots__ = ("_inner", "_keys")  # one per op: no instance dict
+
     def __init__(self, inner, keys: list[int]) -> None:
         super().__init__()
         self._inner = inner
@@ -366,9 +391,17 @@ class _TimedWork(dist.Work):
 
     def wait(self, timeout: timedelta = timedelta(0)):
         ok = self._inner.wait(timeout) if timeout else self._inner.wait()
-        entry = _INFLIGHT.get(self._keys[0])
+        keys = self._keys
+        entry = _INFLIGHT.get(keys[0])
         if entry is not None and (entry[3] != "nccl" or _is_completed(self._inner)):
-            self._seen_complete()
+            if len(keys) == 1:  # _finish(key, True), inline: this runs once per op the job waits on
+                entry = _INFLIGHT.pop(keys[0], None)
+                if entry is not None:
+                    rec = entry[1]
+                    rec["t_end_ns"] = time.time_ns()
+                    entry[2](rec)
+            else:
+                self._seen_complete()
         return ok
 
     def is_completed(self) -> bool:
