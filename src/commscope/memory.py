@@ -36,14 +36,16 @@ This module counts those tensors for the model's actual shape, so that it equals
 
     replicated (split by SP only)   h (4 B + 2)
     split over t                    (2 a d_h + 2 g' d_h) B + (2 + gated) f B,   g' = max(g, t) (K/V heads)
-    attention scores (split by t)   a s (2 B + 1)
+    attention scores (split by t)   a s (2 B + 1)   unfused attention (``ParallelSpec.attention="unfused"``)
+                                    4 a             flash attention: no s x s scores, an fp32 log-sum-exp per head
 
 with g query groups, d_h head size, f the FFN width; a gated (SwiGLU) MLP saves its 2f-wide input and its
 f-wide output. This is Megatron's generalisation ``18 + 4 f / h`` of the 34 (``theoretical_memory_usage.py``)
 extended to grouped-query attention and gated MLPs. Context parallelism splits the sequence: s becomes s / c
 in every term (the score term included, as the paper's formula with s / c; Megatron runs context parallelism
-with flash attention, which stores no score matrix at all). Note that any flash-attention run stores no s x s
-scores either: for memory, its ``recompute="none"`` is close to ``"selective"``.
+with flash attention, which stores no score matrix at all). A flash-attention run (the default, as Megatron-core,
+NeMo and PyTorch's scaled_dot_product_attention run) keeps only the kernel's softmax statistics, so for memory its
+``recompute="none"`` is within 4 a bytes per token of ``"selective"``; the paper's 5 a s / h is for unfused attention.
 
 MoE layers (assumption, balanced routing, no token padding): the attention part and the replicated part are
 those of a dense layer; each token's top_k copies are dispatched to experts, and every copy stores the
@@ -160,13 +162,14 @@ class _TokenActivations:
 
     replicated: float  # divided by t only with sequence parallelism
     split: float  # always divided by t
-    scores: float  # attention scores, divided by t; dropped by selective recomputation
+    scores: float  # attention scores (unfused) or the softmax statistics (flash), divided by t; dropped by selective
     unsplit: float  # never divided by t (MoE dispatched tokens)
     layer_input: float  # what full recomputation keeps; divided by t with sequence parallelism
 
 
-def _token_activations(model: ModelSpec, *, moe: bool, tp: int, seq: float) -> _TokenActivations:
-    """Per-token activation bytes of a dense or MoE layer, for ``seq`` keys per query (s / c)."""
+def _token_activations(model: ModelSpec, *, moe: bool, tp: int, seq: float, flash: bool = False) -> _TokenActivations:
+    """Per-token activation bytes of a dense or MoE layer, for ``seq`` keys per query (s / c); ``flash``: a fused
+    attention kernel, which keeps no s x s scores, only one fp32 log-sum-exp per head and query."""
     h, B = model.hidden_size, model.dtype_bytes
     a_dh = model.num_heads * model.head_size
     g_dh = max(model.kv_heads, tp) * model.head_size  # K/V heads are copied when tp > g
@@ -182,7 +185,7 @@ def _token_activations(model: ModelSpec, *, moe: bool, tp: int, seq: float) -> _
     return _TokenActivations(
         replicated=float(replicated),
         split=float(attention + mlp_tensors * ffn * B),
-        scores=float(model.num_heads * seq * (2 * B + _MASK_BYTES)),
+        scores=float(model.num_heads * (_FP32_BYTES if flash else seq * (2 * B + _MASK_BYTES))),
         unsplit=float(unsplit),
         layer_input=float(h * B),
     )
@@ -197,7 +200,7 @@ def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, layer: int)
     sp = parallel.sequence_parallel and t > 1
     seq = model.seq_len / parallel.cp
     tokens = parallel.micro_batch_size * seq
-    ta = _token_activations(model, moe=model.is_moe_layer(layer), tp=t, seq=seq)
+    ta = _token_activations(model, moe=model.is_moe_layer(layer), tp=t, seq=seq, flash=parallel.attention == "flash")
     sp_div = t if sp else 1
     if parallel.recompute == "full":
         return tokens * ta.layer_input / sp_div
@@ -345,11 +348,12 @@ def total_memory_bytes(
     micro_batch_size: ArrayLike, global_batch_size: ArrayLike, virtual_pipeline_size: ArrayLike = 1,
     sequence_parallel: ArrayLike = False, recompute: ArrayLike = "none", zero_stage: ArrayLike = 0,
     distributed_optimizer: ArrayLike = False, schedule: ArrayLike = "1f1b", optimizer: str = "adam",
-    grad_reduce_dtype: str | None = None,
+    grad_reduce_dtype: str | None = None, attention: str = "flash",
 ) -> np.ndarray:
     """Peak bytes per GPU of many configurations at once: :func:`memory_per_gpu` in closed form over arrays.
 
-    Every argument except ``model``, ``optimizer`` and ``grad_reduce_dtype`` may be a scalar or an array; they
+    Every argument except ``model``, ``optimizer``, ``grad_reduce_dtype`` and ``attention`` (one of
+    :data:`~commscope.spec.parallel.ATTENTION_KINDS`, as ``ParallelSpec.attention``) may be a scalar or an array; they
     broadcast. ``recompute`` takes names or :data:`RECOMPUTE_CODES` (0 none, 1 selective, 2 full), ``schedule``
     names or :data:`SCHEDULE_CODES`. Configurations must be valid (:func:`commscope.workload.dense.check_job`,
     an even split of the layers); this function does not check them.
@@ -419,11 +423,12 @@ def total_memory_bytes(
     sp_div = np.where(sp, tf, 1.0)
 
     def layer_act(moe: bool) -> np.ndarray:
-        ta = _token_activations(model, moe=moe, tp=1, seq=1.0)
+        flash = attention == "flash"
+        ta = _token_activations(model, moe=moe, tp=1, seq=1.0, flash=flash)
         # K/V heads are copied when tp > g: the split term counts max(g, t) of them
         kv_extra = 2 * (np.maximum(model.kv_heads, t) - model.kv_heads) * model.head_size * B
         kept = (ta.replicated / sp_div + (ta.split + kv_extra) / tf + ta.unsplit
-                + np.where(rc == RECOMPUTE_CODES["none"], ta.scores * seq / tf, 0.0))
+                + np.where(rc == RECOMPUTE_CODES["none"], ta.scores * (1.0 if flash else seq) / tf, 0.0))
         return tokens * np.where(rc == RECOMPUTE_CODES["full"], ta.layer_input / sp_div, kept)
 
     act_dense = layer_act(False)

@@ -17,6 +17,7 @@ from commscope.memory import (
     optimizer_bytes_per_param,
     total_memory_bytes,
 )
+from commscope.spec.files import load_model
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 from commscope.spec.params import stage_params
@@ -66,7 +67,7 @@ def _vectorised(model: ModelSpec, parallel: ParallelSpec, **kw) -> float:
         virtual_pipeline_size=parallel.virtual_pipeline_size, sequence_parallel=parallel.sequence_parallel,
         recompute=parallel.recompute, zero_stage=parallel.zero_stage,
         distributed_optimizer=parallel.distributed_optimizer, schedule=parallel.schedule,
-        grad_reduce_dtype=parallel.grad_reduce_dtype, **kw,
+        grad_reduce_dtype=parallel.grad_reduce_dtype, attention=parallel.attention, **kw,
     ))
 
 
@@ -170,7 +171,8 @@ def test_invalid_job_is_refused():
 
 @pytest.mark.parametrize("t", [1, 2, 4, 8])
 def test_per_layer_activations_are_the_papers_table_2(t):
-    """GPT shape (multi-head attention, f = 4h, 16-bit): the five rows of Table 2 and full recomputation."""
+    """GPT shape (multi-head attention, f = 4h, 16-bit): the five rows of Table 2 and full recomputation. The paper's
+    runs used unfused attention (Megatron-LM 2022), whose s x s scores are the 5 a s / h term."""
     model = GPT3_175B
     s, b, h, a = model.seq_len, 2, model.hidden_size, model.num_heads
     sbh = s * b * h
@@ -183,11 +185,40 @@ def test_per_layer_activations_are_the_papers_table_2(t):
         (True, "full"): sbh * 2 / t,
     }
     for (sp, recompute), expected in table.items():
-        parallel = _parallel(tp=t, micro_batch_size=b, sequence_parallel=sp, recompute=recompute)
+        parallel = _parallel(tp=t, micro_batch_size=b, sequence_parallel=sp, recompute=recompute, attention="unfused")
         assert layer_activation_bytes(model, parallel, 0) == pytest.approx(expected, rel=1e-12), (sp, recompute)
+        # flash attention keeps no scores: one fp32 log-sum-exp per head and token instead, split over t
+        flash = _parallel(tp=t, micro_batch_size=b, sequence_parallel=sp, recompute=recompute)
+        lse = s * b * 4 * a / t if recompute == "none" else 0.0
+        no_scores = expected - (sbh * 5 * a * s / (h * t) if recompute == "none" else 0.0)
+        assert layer_activation_bytes(model, flash, 0) == pytest.approx(no_scores + lse, rel=1e-12), (sp, recompute)
     if t == 1:  # no parallelism: s b h (34 + 5 a s / h)
-        assert layer_activation_bytes(model, _parallel(micro_batch_size=b), 0) == pytest.approx(
+        assert layer_activation_bytes(model, _parallel(micro_batch_size=b, attention="unfused"), 0) == pytest.approx(
             sbh * (34 + 5 * a * s / h), rel=1e-12)
+
+
+def test_flash_attention_run_fits_where_unfused_does_not():
+    """llama3-405b, t8 p16 with SP and no recomputation, s = 8192: the unfused score matrices alone would take
+    a s^2 (2B + 1) / t per layer and micro-batch; with flash attention (Megatron-core's default) they are gone, so
+    the memory model must not count them (it once reported 681 GiB for this job, 81 GiB without them)."""
+    model = load_model("llama3-405b")
+    kw = dict(tp=8, pp=16, dp=128, micro_batch_size=1, global_batch_size=2048, sequence_parallel=True,
+              distributed_optimizer=True)
+    flash = memory_per_gpu(model, ParallelSpec(**kw)).total_bytes
+    unfused = memory_per_gpu(model, ParallelSpec(**kw, attention="unfused")).total_bytes
+    a, s = model.num_heads, model.seq_len
+    scores_per_layer = a * s * s * 5 / 8  # 2 B + 1 = 5 bytes per score, split over t = 8
+    assert unfused - flash > scores_per_layer  # at least one layer's scores, held for one micro-batch
+    selective = memory_per_gpu(model, ParallelSpec(**kw, recompute="selective")).total_bytes
+    # flash without recomputation keeps what selective recomputation keeps, plus the 4 a bytes per token
+    assert 0 < flash - selective < 0.01 * selective
+    assert unfused > 5 * flash
+    even = load_model("llama3-70b")  # the closed form is for even splits: 80 layers over pp = 4
+    kw.update(pp=4, dp=32, global_batch_size=512)
+    for recompute in ("none", "selective", "full"):
+        for attention in ("flash", "unfused"):
+            par = ParallelSpec(**kw, recompute=recompute, attention=attention)
+            assert _vectorised(even, par) == pytest.approx(memory_per_gpu(even, par).total_bytes, rel=1e-9)
 
 
 def test_gpt3_175b_worked_example():
