@@ -11,6 +11,7 @@ import os
 import sys
 from dataclasses import fields, replace
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from commscope.errors import ConfigError
@@ -228,7 +229,37 @@ def resolve_model(args: argparse.Namespace) -> ModelSpec:
 
         for note in hf_config_notes(args.model, seq_len_given="seq_len" in given):
             warn(args, note)
+    given = follow_shape(model, given, lambda note: warn(args, note))
     return _replace(model, given)
+
+
+#: Fields that change a model's architecture (its parameters or its layers' shapes), not only how it is run.
+ARCHITECTURE_FIELDS = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "num_query_groups", "head_dim",
+                       "vocab_size", "num_experts", "top_k", "moe_layer_freq", "moe_ffn_hidden_size",
+                       "num_shared_experts", "first_k_dense_layers", "gated_mlp")
+
+
+def follow_shape(model: ModelSpec, given: dict[str, Any], note: Callable[[str], None]) -> dict[str, Any]:
+    """Overrides of a preset ``model`` with the widths it derives following them, as Megatron derives them when they
+    are not given: ``--hidden-size 12288`` on a preset whose ffn_hidden_size is 4 h gives 4 x 12288, not the preset's
+    width; the same for head_dim = h / heads. A width the preset sets otherwise (a SwiGLU model's) is kept, with a
+    ``note``. A changed architecture is named in the model's label, so that no report calls it the preset."""
+    out = dict(given)
+    if "hidden_size" in given and "ffn_hidden_size" not in given and model.ffn_hidden_size is not None:
+        if model.ffn_hidden_size == 4 * model.hidden_size:
+            out["ffn_hidden_size"] = None  # 4 h of the new width
+        else:
+            note(f"hidden_size {given['hidden_size']}: {model.name}'s ffn_hidden_size {model.ffn_hidden_size} is kept "
+                 "(give --ffn-hidden-size to change it)")
+    if ({"hidden_size", "num_heads"} & set(given)) and "head_dim" not in given and model.head_dim is not None:
+        if model.head_dim == model.hidden_size // model.num_heads:
+            out["head_dim"] = None  # h / heads of the new shape
+        else:
+            note(f"{model.name}'s head_dim {model.head_dim} is kept (give --head-dim to change it)")
+    changed = [f"{k}={v}" for k, v in given.items() if k in ARCHITECTURE_FIELDS and v != getattr(model, k)]
+    if changed and "name" not in given:
+        out["name"] = f"{model.name} ({', '.join(changed)})"
+    return out
 
 
 def resolve_cluster(args: argparse.Namespace) -> ClusterSpec:

@@ -52,10 +52,10 @@ The compute model's lowest layer (:mod:`commscope.compute`): :func:`layer_gemms`
    - each CTA also spends ``cta_fill_steps`` K steps filling its operand pipeline and writing its tile
      (prologue and epilogue), which short-K GEMMs feel most;
 
-   Worked example (A100 preset: 108 SMs, 312 TFLOP/s, achievable 0.72, K step 32, 4 fill steps): M = N = K =
+   Worked example (A100 preset: 108 SMs, 312 TFLOP/s, achievable 0.80, K step 32, 4 fill steps): M = N = K =
    4096 in bf16 on 256x128 tiles gives 16 x 32 = 512 tiles in ceil(512/108) = 5 waves (wave efficiency
-   512/540 = 0.95); one CTA needs 2 x 256 x 128 x (128 + 4) x 32 / (0.72 x 312e12 / 108) = 133 us, so 5 waves
-   take 665 us + 4 us overhead: 205 TFLOP/s, 66% of peak.
+   512/540 = 0.95); one CTA needs 2 x 256 x 128 x (128 + 4) x 32 / (0.80 x 312e12 / 108) = 120 us, so 5 waves
+   take 599 us + 4 us overhead: 228 TFLOP/s, 73% of peak.
 
 The functions import numpy only.
 """

@@ -43,7 +43,7 @@ Three kinds of kernels, each timed by the roofline that bounds it on a :class:`~
    gradient buffer is zeroed (4 bytes per parameter). The distributed optimizer and ZeRO update 1/d of the
    parameters on each rank (the buffer is still zeroed whole). Worked example: GPT-3 175B (bf16) on t = 8,
    p = 16, d = 8 with the distributed optimizer: 1.37 G parameters per rank, 1.37e9/8 x 38 + 1.37e9 x 4 bytes
-   = 12.0 GB, 6.9 ms at 0.85 x 2039 GB/s on an A100.
+   = 12.0 GB, 9.0 ms at the A100 preset's 0.65 x 2039 GB/s.
 
 Sources (keys in docs/references.md): [flashattention-2022] FlashAttention; [dao-2023] FlashAttention-2; [shah-2024]
 FlashAttention-3; [megatron-sc21]; [korthikanti-2022]; [megatron-core]; [transformer-engine]; [isaev-2023].
