@@ -65,6 +65,34 @@ def test_flags_override_preset_and_aliases(capsys):
     assert s["parallel"]["tp"] == 4 and s["parallel"]["pp"] == 2 and s["parallel"]["dp"] == 8
 
 
+def test_a_changed_hidden_size_carries_the_derived_widths(capsys):
+    """gpt-1.5b spells out ffn_hidden_size = 4 h: --hidden-size 12288 must give 4 x 12288, not 2304's 9216 (which
+    made a 175B-shaped run a model of a third of the size, still labelled gpt-1.5b)."""
+    from commscope.api import predict
+    from commscope.spec.files import load_cluster
+    from commscope.spec.model import ModelSpec
+    from commscope.spec.parallel import ParallelSpec
+
+    code, out, err = run(capsys, "traffic", "--model", "gpt-1.5b", "--num-layers", "16", "--hidden-size", "12288",
+                         "--num-attention-heads", "96", "--tp", "8", "--pp", "8", "--gpus", "64", "--micro-batch-size",
+                         "1", "--global-batch-size", "64", "--json")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["model"] == "gpt-1.5b (num_layers=16, hidden_size=12288, num_heads=96)"
+    ref = ModelSpec(name="ref", num_layers=16, hidden_size=12288, num_heads=96, vocab_size=50257, seq_len=1024,
+                    dtype="fp16")  # ffn_hidden_size unset: 4 h
+    par = ParallelSpec(tp=8, pp=8, dp=1, micro_batch_size=1, global_batch_size=64)
+    assert s["total_bytes"] == predict(ref, par, load_cluster(s["cluster"])).summary()["total_bytes"]
+    # a width the preset sets otherwise (SwiGLU's) is kept, and said
+    code, out, err = run(capsys, "traffic", "--model", "llama3-8b", "--hidden-size", "8192", "--json")
+    assert code == 0, err
+    assert "llama3-8b's ffn_hidden_size 14336 is kept (give --ffn-hidden-size to change it)" in err
+    # run settings leave the label alone
+    code, out, err = run(capsys, "traffic", "--model", "llama3-8b", "--seq-length", "4096", "--json")
+    assert code == 0, err
+    assert json.loads(out)["model"] == "llama3-8b"
+
+
 @pytest.mark.parametrize(
     "argv, needle",
     [
