@@ -140,7 +140,12 @@ def test_recomputation_repeats_what_it_repeats():
     assert none.recompute_s[0] == 0
     assert full.recompute_s[0] == pytest.approx(none.forward_s[0] - _extra_fwd(model, gpu), rel=1e-9)
     assert 0 < sel.recompute_s[0] < full.recompute_s[0]
-    assert flash_sel.recompute_s[0] == 0  # a fused kernel already recomputes its scores
+    # Megatron-core's selective recomputation checkpoints the core attention: the fused kernel's forward again,
+    # once per layer, and its FLOPs are counted with it
+    flash_fwd = layer_kernels(model, ParallelSpec(global_batch_size=8), gpu).attention_fwd_s
+    assert flash_sel.recompute_s[0] == pytest.approx(model.num_layers * flash_fwd, rel=1e-9)
+    flash_none = stage_compute(model, ParallelSpec(global_batch_size=8), gpu)
+    assert flash_sel.flop[0] > flash_none.flop[0]
 
 
 def _extra_fwd(model, gpu):

@@ -6,8 +6,9 @@ For each layer kind of the model (dense, MoE) on one GPU and one micro-batch:
   the tile/wave model of :mod:`commscope.compute.gemm` (in FP8 under ``fp8_format``);
 - the attention core, fused or unfused, and the memory-bound kernels of :mod:`commscope.compute.kernels`;
 - recomputation: ``full`` repeats the layer's whole forward in backward; ``selective`` repeats the attention
-  core when it is unfused (a fused kernel already recomputes its scores, so selective costs nothing more)
-  [korthikanti-2022].
+  core [korthikanti-2022]: the two batched GEMMs, softmax and dropout when unfused, the fused kernel's forward
+  when flash (Megatron-core checkpoints its core attention either way, so with flash attention selective costs a
+  kernel forward and saves only the kernel's softmax statistics).
 
 A stage sums the layers it holds (all its virtual chunks), the first stage adds the embedding, the last the
 final norm, the logits GEMMs and the cross-entropy. The optimizer step is per iteration and per stage.
@@ -136,7 +137,7 @@ def _kind(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, tim
     recompute_linear = 0.0
     if parallel.recompute == "full":
         recompute, recompute_linear = fwd, lp["fwd"]
-    elif parallel.recompute == "selective" and parallel.attention == "unfused":
+    elif parallel.recompute == "selective":
         recompute = att_fwd
     else:
         recompute = 0.0
@@ -144,8 +145,8 @@ def _kind(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, tim
     flop = lin_flop + sum(r.gemm.flop for r in cor) + (1 + 2.5) * k.attention_flop
     if parallel.recompute == "full":
         flop += sum(r.gemm.flop for r in lin + cor if r.gemm.pass_ == "fwd") + k.attention_flop
-    elif parallel.recompute == "selective" and parallel.attention == "unfused":
-        flop += sum(r.gemm.flop for r in cor if r.gemm.pass_ == "fwd")
+    elif parallel.recompute == "selective":
+        flop += sum(r.gemm.flop for r in cor if r.gemm.pass_ == "fwd") + k.attention_flop
     return _Kind(lin_fwd=lp["fwd"], lin_bwd=lp["dgrad"] + lp["wgrad"], att_fwd=att_fwd, att_bwd=att_bwd,
                  mem_fwd=k.memory_fwd_s, mem_bwd=k.memory_bwd_s, recompute=recompute,
                  recompute_linear=recompute_linear, flop=flop, lin_flop=lin_flop, lin_time=sum(r.time_s for r in lin))
