@@ -254,6 +254,8 @@ def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_siz
         raise ConfigError("gpus", num_gpus, "must be a positive integer")
     if global_batch_size < 1:
         raise ConfigError("global_batch_size", global_batch_size, "must be a positive integer")
+    if refine is not None and refine < 1:
+        raise ConfigError("refine", refine, "must be >= 1 (None: every configuration that fits)")
     t0 = time.perf_counter()
     c = candidates(model, num_gpus, cluster, global_batch_size, space)
     n_candidates = c["tp"].size

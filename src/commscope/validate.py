@@ -584,6 +584,33 @@ def _measured(row: _Row, model: ModelSpec, parallel: ParallelSpec) -> tuple[floa
     return implied_s, tflops, [note]
 
 
+def _plausible(row: _Row, model: ModelSpec, parallel: ParallelSpec, cluster: ClusterSpec, time_s: float,
+               tflops: float | None) -> list[str]:
+    """Refuse a measurement no GPU could make: the iteration's model FLOPs (3 x forward, the least the run computed)
+    over the measured time faster than the GPUs' peak. Note, without refusing, a run that commscope's memory model
+    says does not fit (the run existed, so the memory model or the row's recompute/ZeRO columns are off)."""
+    from commscope.flops import iteration_flops
+    from commscope.memory import memory_per_gpu
+
+    flop = iteration_flops(model, parallel.global_batch_size * model.seq_len, recompute=parallel.recompute)["model"]
+    peak_key = "fp8" if parallel.fp8_format is not None and "fp8" in cluster.peak_flops else model.dtype
+    peak = cluster.peak_flops_for(peak_key)
+    achieved = flop / (time_s * parallel.world_size)
+    if achieved > peak:
+        name = "measured_iter_time_s" if tflops is None else "measured_tflops_per_gpu"
+        value = time_s if tflops is None else tflops
+        raise row.error(name, value, f"implies {achieved / TFLOP:,.0f} TFLOP/s of model FLOPs per GPU, above the "
+                                     f"{cluster.gpu}'s {peak / TFLOP:,.0f} TFLOP/s {peak_key} peak: no run computes faster "
+                                     "than its GPUs (seconds per iteration? the global batch and sequence length?)")
+    notes = []
+    need = memory_per_gpu(model, parallel).total_bytes
+    if need > cluster.memory_bytes:
+        notes.append(f"commscope's memory model gives {need / 2**30:.1f} GiB per GPU, more than the "
+                     f"{cluster.memory_bytes / 2**30:.0f} GiB of {cluster.gpu}: the run's recompute, ZeRO or "
+                     "distributed-optimizer columns may be missing")
+    return notes
+
+
 def read_runs(path: str | os.PathLike[str], defaults: Mapping[str, Any] | None = None) -> tuple[Run, ...]:
     """The measured runs of a CSV file (see the module docstring for its columns).
 
@@ -624,6 +651,7 @@ def read_runs(path: str | os.PathLike[str], defaults: Mapping[str, Any] | None =
         except ConfigError as exc:
             raise _at(exc, where, headers) from None
         time_s, tflops, time_notes = _measured(row, model, parallel)
+        time_notes += _plausible(row, model, parallel, cluster, time_s, tflops)
         notes = model_notes + cluster_notes
         if row.from_defaults:
             notes.append(f"from the defaults given: {', '.join(row.from_defaults)}")

@@ -44,6 +44,13 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("traffic --micro-batch-size 0", "micro_batch_size=0"),
     ("traffic --gpus 7", "gpus=7"),
     ("traffic --gpus 0", "gpus=0"),
+    ("estimate --tp 0 --gpus 8", "tp=0: must be a positive integer"),  # once a ZeroDivisionError traceback
+    ("traffic --pp 0 --gpus 8", "pp=0: must be a positive integer"),
+    ("traffic --cp 0 --gpus 8", "cp=0: must be a positive integer"),
+    ("traffic --tp 8 --pp 1 --dp 0 --gpus 8", "dp=0: must be a positive integer"),  # not gpus=8
+    ("plan --gpus 8 --global-batch-size 0", "global_batch_size=0"),  # once silently 512
+    ("plan --gpus 8 --refine 0", "refine=0: must be >= 1"),
+    ("plan --gpus 8 --refine -1", "refine=-1: must be >= 1"),
     ("traffic --dtype fp7", "dtype='fp7'"),
     ("traffic --recompute sometimes", "recompute='sometimes'"),
     ("traffic --schedule zigzag", "schedule='zigzag'"),

@@ -206,3 +206,35 @@ def test_not_utf8(capsys, tmp_path):
 def test_bad_flag_value_names_the_default(capsys, tmp_path):
     code, _, err = run(capsys, "validate", write_runs(tmp_path / "runs.csv"), "--dtype", "fp17")
     assert code == 2 and "default dtype='fp17'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_measurement_faster_than_the_gpu_is_refused(capsys, tmp_path):
+    """1e-9 s per iteration, or 5,000 TFLOP/s per H100 (peak 989): no GPU computes that; the row is named."""
+    head = "case_id,model,gpu,t,p,d,global_batch,microbatch,"
+    for column, value in (("measured_iter_time_s", "1e-9"), ("measured_tflops_per_gpu", "5000")):
+        path = tmp_path / f"{column}.csv"
+        path.write_text(f"{head}{column}\nok,llama3-8b,h100,1,1,8,64,1,{'40' if 'time' in column else '300'}\n"
+                        f"fast,llama3-8b,h100,1,1,8,64,1,{value}\n")
+        code, out, err = run(capsys, "validate", path)
+        assert code == 2 and out == ""
+        assert len(err.strip().splitlines()) == 1
+        assert f"row 2 (line 3, case 'fast'): {column}={float(value):g}" in err
+        assert "above the H100-SXM5-80GB's 989 TFLOP/s bf16 peak" in err
+    # at the peak itself a run is possible, however unlikely: the model FLOPs at 900 TFLOP/s pass
+    path = tmp_path / "peak.csv"
+    path.write_text(f"{head}measured_tflops_per_gpu\nnear,llama3-8b,h100,1,1,8,64,1,900\n")
+    assert run(capsys, "validate", path)[0] == 0
+
+
+def test_a_run_the_memory_model_says_cannot_fit_gets_a_note(capsys, tmp_path):
+    """llama3-8b on one H100 per replica without recomputation or a sharded optimizer: ~175 GiB by the memory model;
+    the run was measured, so it is kept, with a note on the columns that may be missing."""
+    path = tmp_path / "runs.csv"
+    path.write_text("case_id,model,gpu,t,p,d,global_batch,microbatch,recompute,distributed_optimizer,"
+                    "measured_iter_time_s\nbig,llama3-8b,h100,1,1,8,64,1,none,no,30\n"
+                    "fits,llama3-8b,h100,4,1,2,64,1,full,yes,30\n")
+    code, out, err = run(capsys, "validate", path)
+    assert code == 0, err
+    note = [line for line in out.splitlines() if "memory model gives" in line]
+    assert len(note) == 1 and note[0].startswith("note (big): commscope's memory model gives")
+    assert "more than the 80 GiB of H100-SXM5-80GB" in note[0]

@@ -280,6 +280,10 @@ def resolve_parallel(args: argparse.Namespace, defaults: dict[str, Any] | None =
     if gpus is not None:
         if gpus < 1:
             raise ConfigError("gpus", gpus, "must be a positive integer")
+        for axis in ("tp", "pp", "cp", "dp"):  # before they divide --gpus: the bad size is named, not --gpus
+            size = values.get(axis, 1)
+            if not isinstance(size, int) or size < 1:
+                raise ConfigError(axis, size, "must be a positive integer")
         per_replica = values.get("tp", 1) * values.get("pp", 1) * values.get("cp", 1)
         if "dp" not in given and "dp" not in file_values:
             if gpus % per_replica:

@@ -42,10 +42,13 @@ def run(args: argparse.Namespace) -> int:
     check_gpu_dtype(model, cluster, args)
     if args.top < 1:
         raise ConfigError("top", args.top, "must be >= 1")
+    if args.refine is not None and args.refine < 1:
+        raise ConfigError("refine", args.refine, "must be >= 1 (leave it out to estimate every configuration that fits)")
+    batch = 512 if args.global_batch_size is None else args.global_batch_size
     space = PlanSpace(micro_batch_sizes=args.micro_batch_sizes, virtual_pipeline_sizes=args.virtual_pipeline_sizes,
                       cp_sizes=args.cp_sizes, ep_sizes=args.ep_sizes, max_tp=args.max_tp)
     with Progress("estimating", quiet=args.json) as progress:
-        result = plan(model, cluster, args.gpus, args.global_batch_size or 512, top=args.top, space=space,
+        result = plan(model, cluster, args.gpus, batch, top=args.top, space=space,
                       refine=args.refine, gpu_util=args.gpu_util, progress=progress)
     if args.json:
         json.dump(result.to_dict(), sys.stdout, indent=2)
@@ -53,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{model.name} on {args.gpus} x {cluster.gpu} ({cluster.name}), global batch {result.global_batch_size}: "
           f"{result.num_candidates:,} candidates, {result.num_valid:,} valid, {result.num_fit:,} fit in memory; "
-          f"screened in {result.screen_s:.2f} s, {'the best ' + str(args.refine) if args.refine else 'all that fit'} "
+          f"screened in {result.screen_s:.2f} s, {f'the best {args.refine} of the screen' if args.refine else 'all that fit'} "
           f"estimated op by op in {result.rank_s:.2f} s")
     print()
     columns = ("#", "tp", "pp", "dp", "cp", "ep", "mb", "v", "sp", "recomp", "zero", "iter s", "TFLOP/s", "MFU", "mem GiB",
