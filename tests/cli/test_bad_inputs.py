@@ -50,6 +50,8 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("traffic --tp 8 --pp 1 --dp 0 --gpus 8", "dp=0: must be a positive integer"),  # not gpus=8
     ("plan --gpus 8 --global-batch-size 0", "global_batch_size=0"),  # once silently 512
     ("plan --gpus 8 --refine 0", "refine=0: must be >= 1"),
+    ("plan --gpus 8 --micro-batch-sizes 1,x", "expected comma-separated integers, e.g. 1,2,4; got '1,x'"),
+    ("traffic --out /proc/nope/run", "out='/proc/nope/run': cannot create it in /proc"),
     ("plan --gpus 8 --refine -1", "refine=-1: must be >= 1"),
     ("traffic --dtype fp7", "dtype='fp7'"),
     ("traffic --recompute sometimes", "recompute='sometimes'"),
@@ -92,6 +94,8 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("traffic --out {tmp}/file.txt/sub", "{tmp}/file.txt is a file, not a directory"),
     ("traffic --out /proc/commscope-nope", "/proc/commscope-nope"),
     ("summarize {tmp}/run --out {tmp}/file.txt", "is a file, not a directory"),
+    # sizes that do not match the ranks are named, not a global batch the user never gave (the saved one, 8)
+    ("summarize {tmp}/saved --tp 8 --pp 8 --dp 64", "tp x pp x dp x cp=4096: must equal the 1 ranks in the logs"),
     ("fit {tmp}/bench.json --out /dev/full", "the disk is full"),
     ("fit {tmp}/bench.json --out {tmp}/file.txt/fit.toml", "a file is in the way of a directory"),
     ("bench --nproc 2 --out {tmp}/dir", "out='{tmp}/dir': is a directory"),
@@ -177,6 +181,10 @@ def fixtures(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run.mkdir()
     (run / "rank00000.jsonl").write_text('{"op":"all_reduce","axis":"other","group":[0],"size_bytes":4,'
                                          '"dtype":"fp32","rank":0}\n')
+    saved = tmp / "saved"  # a recording with its job saved beside it, as workload --record leaves it
+    saved.mkdir()
+    (saved / "rank00000.jsonl").write_text((run / "rank00000.jsonl").read_text())
+    (saved / "parallel.toml").write_text("tp = 1\npp = 1\ndp = 1\nmicro_batch_size = 8\nglobal_batch_size = 8\n")
     return tmp
 
 

@@ -41,6 +41,13 @@ def check_out_dir(path: Path | None, field: str = "out") -> None:
                 raise ConfigError(field, str(path), f"{p} is a file, not a directory; give a directory")
             if p != path and not os.access(p, os.W_OK | os.X_OK):
                 raise ConfigError(field, str(path), f"cannot create it: {p} is not writable")
+            if p != path:  # permissions can say yes where the filesystem says no (/proc, a read-only mount)
+                import tempfile
+
+                try:
+                    os.rmdir(tempfile.mkdtemp(prefix=".commscope-check-", dir=p))
+                except OSError as exc:
+                    raise ConfigError(field, str(path), f"cannot create it in {p}: {exc.strerror or exc}") from None
             if p == path and not os.access(p, os.W_OK | os.X_OK):
                 raise ConfigError(field, str(path), "is not writable; choose a writable directory")
             return
@@ -99,7 +106,7 @@ def int_list(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, e.g. 7,8,8,7; got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, e.g. 1,2,4; got {text!r}") from None
 
 
 def _attention_backend(text: str) -> str:

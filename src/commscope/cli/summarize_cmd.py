@@ -41,8 +41,9 @@ def run_layout(args: argparse.Namespace, logdir: Path):
     from commscope.layout import Layout
     from commscope.spec.files import load_parallel, parallel_to_mapping
 
-    values = ({**parallel_to_mapping(load_parallel(args.parallel)), **given} if args.parallel else
-              {"global_batch_size": given.get("dp", 1) * given.get("micro_batch_size", 1), **given})
+    values = {**parallel_to_mapping(load_parallel(args.parallel)), **given} if args.parallel else dict(given)
+    if "global_batch_size" not in given:  # the layout does not depend on it: a saved batch must not refuse new sizes
+        values["global_batch_size"] = values.get("dp", 1) * values.get("micro_batch_size", 1)
     return Layout(ParallelSpec(**values))
 
 

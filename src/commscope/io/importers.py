@@ -193,7 +193,7 @@ def _detect(name: str, data: bytes) -> Format:
                      f"JSON trace, DeepSpeed comms-logger output ('Comm. Op  Message Size ...' table or "
                      f"'comm op: ... | time (ms): ...' lines), nccl-tests output, a PyTorch Flight Recorder dump, "
                      f"NCCL_DEBUG=INFO collective lines or a commscope JSONL op log; "
-                     f"pass format= to choose one of {', '.join(FORMATS)}")
+                     f"from Python, import_records(path, format=...) reads it as one of {', '.join(FORMATS)}")
 
 
 def import_records(path: str | Path, format: str = "auto", *, strict: bool = False) -> ImportResult:
