@@ -1,4 +1,4 @@
-"""Fast at every scale (issue 17): one row per target, commscope's figure and, where installed, a peer's.
+"""Speed at the scales users run (issue 17): one row per target, commscope's figure and, where installed, a peer's.
 
 Rows:
 

@@ -74,8 +74,14 @@ def test_recorded_gpt_compared_in_time(calibrated: Path, tmp_path: Path, capsys)
     wrong = capsys.readouterr().out
     assert "op counts differ" in wrong and "is the job the one that was recorded?" in wrong
 
+    # without --bandwidth a gloo job is timed against the saved cluster's GPU links: the note says how to do better
+    assert main(["compare", str(logs), "--time", "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["time"]["notes"]
+    assert any("the job ran on gloo (CPU)" in n and "commscope calibrate --nproc 2" in n for n in notes), notes
+
     assert main(["compare", str(logs), "--bandwidth", str(calibrated), "--time", "--json"]) == 0
     t = json.loads(capsys.readouterr().out)["time"]
+    assert not any("the job ran on gloo" in n for n in t["notes"])
     assert t["num_timed_records"] > 0 and t["records_without_prediction"] == 0
     kinds = {(r["axis"], r["op"]) for r in t["durations"]["by_op"]}
     assert ("tp", "all_reduce") in kinds

@@ -165,3 +165,12 @@ def test_console_script_installed():
     proc = subprocess.run([sys.executable, "-m", "commscope.cli.main", "traffic", "--tp", "3", "--pp", "30"],
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_an_implausible_gpu_util_is_warned_about(capsys):
+    """--gpu-util is a fraction of peak; 1e-12 (or 0.0045 meant as 0.45%) gives a result no training run has."""
+    code, _out, err = run(capsys, "estimate", "--gpu-util", "1e-12", "--json")
+    assert code == 0
+    assert "gpu_util=1e-12: below 0.05 of peak" in err
+    code, _out, err = run(capsys, "estimate", "--gpu-util", "0.45", "--json")
+    assert code == 0 and "gpu_util" not in err

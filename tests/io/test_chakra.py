@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-pytest.importorskip("chakra.schema.protobuf.et_def_pb2")
+pytest.importorskip("chakra.schema.protobuf.et_def_pb2", reason="needs the chakra extra: pip install -e \".[chakra]\"")
 from chakra.schema.protobuf.et_def_pb2 import (
     COMM_COLL_NODE,
     COMM_RECV_NODE,

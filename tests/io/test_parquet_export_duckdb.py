@@ -53,7 +53,7 @@ def test_export_writes_one_table_per_rank_file_with_every_record(tmp_path: Path,
 
 
 def test_duckdb_over_the_exported_tables_matches_the_summary(tmp_path: Path) -> None:
-    duckdb = pytest.importorskip("duckdb")
+    duckdb = pytest.importorskip("duckdb", reason="needs the duckdb extra: pip install -e \".[duckdb]\"")
     logs = _run(tmp_path, ranks=32)
     out = tmp_path / "pq"
     tp, pp, dp = synthetic_parallel(32)

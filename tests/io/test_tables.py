@@ -95,7 +95,7 @@ def test_pandas_frames(pred):
 
 
 def test_polars_frames(pred):
-    pl = pytest.importorskip("polars")
+    pl = pytest.importorskip("polars", reason="needs the polars extra: pip install -e \".[polars]\"")
     frame = pred.traffic.to_polars()
     assert isinstance(frame, pl.DataFrame) and frame["bytes"].sum() == pred.traffic.total_bytes
     assert OpLog(ops=_odd_ops()).to_polars().height == 3

@@ -339,12 +339,26 @@ def check_gpu_dtype(model: ModelSpec, cluster: ClusterSpec, args: argparse.Names
         warn(args, problem)
 
 
+#: Below this fraction of peak no training run computes: published ones reach 0.3-0.6 (MFU), small models on few
+#: GPUs rarely under 0.1. A --gpu-util under it is most likely a percentage written as a fraction of a fraction.
+IMPLAUSIBLE_GPU_UTIL = 0.05
+
+
+def check_gpu_util(args: argparse.Namespace) -> None:
+    """Warn, in one line, about a --gpu-util no training run has (it is a fraction of peak: 0.45, not 45 or 0.0045)."""
+    u = getattr(args, "gpu_util", None)
+    if u is not None and 0 < u < IMPLAUSIBLE_GPU_UTIL:
+        warn(args, f"gpu_util={u:g}: below {IMPLAUSIBLE_GPU_UTIL:g} of peak, under what any training run reaches "
+                   "(0.3-0.6 is typical); it is a fraction of the peak FLOP/s (leave it out for the GPU's compute model)")
+
+
 def estimate_job(prediction, args: argparse.Namespace):
     """``estimate`` of a prediction with the command's --method, --gpu-util and --bandwidth (a measured table
     or fit; ops it lacks fall back to the cluster preset's alpha-beta model, with a note)."""
     from commscope.bandwidth import AlphaBeta
     from commscope.estimate import estimate
     check_gpu_dtype(prediction.model, prediction.cluster, args)
+    check_gpu_util(args)
     bw = None
     if args.bandwidth is not None:
         from commscope.io.bandwidth_file import read_bandwidth

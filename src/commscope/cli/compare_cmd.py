@@ -76,6 +76,14 @@ def time_comparison(prediction, run_log, bandwidth_path: Path | None) -> dict:
     result = compare_time(prediction, run_log, bw, est)
     result["estimate"] = est.to_dict()
     result["bandwidth"] = str(bandwidth_path) if bandwidth_path is not None else f"cluster {prediction.cluster.name}"
+    if bandwidth_path is not None or prediction.cluster.gpu.lower() == "cpu":
+        return result
+    backends = {dict(op.extra).get("backend") for ops in run_log.ops_by_rank.values() for op in ops[:50]}
+    if "gloo" in backends:  # timed against GPU links: the factors then say how far a CPU is from NVLink, no more
+        result["notes"].append(
+            f"the job ran on gloo (CPU), and its times are compared with cluster {prediction.cluster.name}'s "
+            f"{prediction.cluster.gpu} links and GPU; `commscope calibrate --nproc {prediction.parallel.world_size} "
+            "--out local.toml` measures this machine, then --bandwidth local.toml compares with it")
     return result
 
 

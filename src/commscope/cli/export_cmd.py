@@ -82,6 +82,7 @@ def _parquet(args: argparse.Namespace) -> int:
         print(f"problem: {line}")
     if len(problems) > 20:
         print(f"problem: ... and {len(problems) - 20} more")
-    print(f"wrote {rows:,} records of {len(files)} rank file(s) to {args.out}/ ({files[0].name} ...); e.g. "
-          f"with DuckDB: SELECT axis, sum(size_bytes) FROM '{args.out}/*.parquet' GROUP BY axis")
+    print(f"wrote {rows:,} records of {len(files)} rank file(s) to {args.out}/ ({files[0].name} ...): one row per "
+          "record of every rank, so a collective appears once per member; the README's DuckDB query counts the "
+          f"logical ops as summarize does, e.g. over '{args.out}/*.parquet'")
     return 0

@@ -6,7 +6,9 @@ import argparse
 import json
 import sys
 
-from commscope.cli.common import add_cluster_args, add_model_args, check_gpu_dtype, int_list, resolve_cluster, resolve_model
+from commscope.cli.common import (
+    add_cluster_args, add_model_args, check_gpu_dtype, check_gpu_util, int_list, resolve_cluster, resolve_model,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -42,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     check_gpu_dtype(model, cluster, args)
     if args.top < 1:
         raise ConfigError("top", args.top, "must be >= 1")
+    check_gpu_util(args)
     if args.refine is not None and args.refine < 1:
         raise ConfigError("refine", args.refine, "must be >= 1 (leave it out to estimate every configuration that fits)")
     batch = 512 if args.global_batch_size is None else args.global_batch_size
