@@ -167,6 +167,14 @@ def test_console_script_installed():
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
 
 
+def test_a_node_larger_than_any_nvlink_domain_is_warned_about(capsys):
+    code, _out, err = run(capsys, "traffic", "--gpus-per-node", "1000", "--json")
+    assert code == 0
+    assert "gpus_per_node=1000: more GPUs than any NVLink domain built (72, GB200 NVL72)" in err
+    code, _out, err = run(capsys, "traffic", "--gpus-per-node", "72", "--json")
+    assert code == 0 and "gpus_per_node" not in err
+
+
 def test_an_implausible_gpu_util_is_warned_about(capsys):
     """--gpu-util is a fraction of peak; 1e-12 (or 0.0045 meant as 0.45%) gives a result no training run has."""
     code, _out, err = run(capsys, "estimate", "--gpu-util", "1e-12", "--json")

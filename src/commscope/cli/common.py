@@ -272,8 +272,16 @@ def follow_shape(model: ModelSpec, given: dict[str, Any], note: Callable[[str], 
 def resolve_cluster(args: argparse.Namespace) -> ClusterSpec:
     from commscope.spec.files import load_cluster
 
-    cluster = load_cluster(args.cluster or DEFAULT_CLUSTER)
-    return _replace(cluster, _given(args, "cluster"))
+    cluster = _replace(load_cluster(args.cluster or DEFAULT_CLUSTER), _given(args, "cluster"))
+    if cluster.gpus_per_node > LARGEST_NVLINK_DOMAIN:
+        warn(args, f"gpus_per_node={cluster.gpus_per_node}: more GPUs than any NVLink domain built "
+                   f"({LARGEST_NVLINK_DOMAIN}, GB200 NVL72) share the intra-node bandwidth "
+                   f"{cluster.intra_node.bandwidth_bytes_per_s / 1e9:g} GB/s in this estimate")
+    return cluster
+
+
+#: GPUs of the largest NVLink domain shipped (GB200 NVL72); a "node" larger than it is most likely a typo.
+LARGEST_NVLINK_DOMAIN = 72
 
 
 def resolve_parallel(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> ParallelSpec:
