@@ -67,18 +67,14 @@ def write_synthetic_rank(logdir: str | Path, rank: int, ranks: int, ops_per_rank
 
     def one_step(step: int) -> list[str]:
         lines = []
-        for _ in range(_MICRO_BATCHES):  # forward
-            if prev is not None:
-                lines.append(rec("recv", "prev", _PP_BYTES, step, prev))
-            lines += [rec("all_reduce", "tp", _TP_BYTES, step) for _ in range(2 * layers)]
-            if nxt is not None:
-                lines.append(rec("send", "next", _PP_BYTES, step, nxt))
-        for _ in range(_MICRO_BATCHES):  # backward
-            if nxt is not None:
-                lines.append(rec("recv", "next", _PP_BYTES, step, nxt))
-            lines += [rec("all_reduce", "tp", _TP_BYTES, step) for _ in range(2 * layers)]
-            if prev is not None:
-                lines.append(rec("send", "prev", _PP_BYTES, step, prev))
+        # forward: from the previous stage to the next; backward: the other way
+        for (src_key, src), (dst_key, dst) in ((("prev", prev), ("next", nxt)), (("next", nxt), ("prev", prev))):
+            for _ in range(_MICRO_BATCHES):
+                if src is not None:
+                    lines.append(rec("recv", src_key, _PP_BYTES, step, src))
+                lines += [rec("all_reduce", "tp", _TP_BYTES, step) for _ in range(2 * layers)]
+                if dst is not None:
+                    lines.append(rec("send", dst_key, _PP_BYTES, step, dst))
         lines += [rec("reduce_scatter", "dp", _DP_BYTES, step), rec("all_gather", "dp", _DP_BYTES, step)]
         return lines
 

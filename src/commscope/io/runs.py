@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from commscope.io.import_base import ImportResult, missing_fields, missing_of, n
 from commscope.io.oplog import FAILURE_FILE, read_failure
 from commscope.record import COLLECTIVES, CommOp
 
-__all__ = ["AxisAttribution", "RunLog", "RunTotals", "is_logical", "op_step", "read_run", "read_run_totals", "run_totals",
+__all__ = ["AxisAttribution", "RunFindings", "RunLog", "RunTotals", "is_logical", "op_step", "read_run", "read_run_totals", "run_totals",
            "write_run_parquet"]
 
 #: Headers whose ``started_ns`` differ by more than this are from different runs (a job's ranks start within
@@ -46,11 +46,10 @@ _IGNORED_NAMES = (FAILURE_FILE,)  # the launcher's marker of a failed run: read 
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunLog:
-    """All ranks' records of one measured run."""
+class RunFindings:
+    """What a measured run's files say about the run as a whole, apart from its records: shared by
+    :class:`RunLog` (records in memory) and :class:`RunTotals` (records folded into totals)."""
 
-    ops_by_rank: dict[int, list[CommOp]]
-    """Records of each global rank, in file order."""
     world_size: int
     """Ranks of the job (0 when nothing says it)."""
     problems: tuple[str, ...] = ()
@@ -58,8 +57,6 @@ class RunLog:
     unfinished_ranks: tuple[int, ...] = ()
     """Ranks whose commscope log has no completion marker (the job crashed or is still running)."""
     headers: dict[int, dict] = field(default_factory=dict)
-    unranked: tuple[CommOp, ...] = ()
-    """Records that name no rank (a DeepSpeed summary row, an nccl-tests row): each counts once."""
     files: tuple[str, ...] = ()
     formats: tuple[str, ...] = ()
     """The formats read (``jsonl``, ``kineto``, ...)."""
@@ -77,6 +74,20 @@ class RunLog:
     """The launcher's marker of a failed run (:data:`commscope.io.oplog.FAILURE_FILE`): the rank that failed
     first and how; None when the run did not fail under a commscope launcher."""
 
+    def findings(self) -> dict[str, Any]:
+        """These fields by name, to hand on to another kind of run."""
+        return {f.name: getattr(self, f.name) for f in fields(RunFindings)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunLog(RunFindings):
+    """All ranks' records of one measured run."""
+
+    ops_by_rank: dict[int, list[CommOp]]
+    """Records of each global rank, in file order."""
+    unranked: tuple[CommOp, ...] = ()
+    """Records that name no rank (a DeepSpeed summary row, an nccl-tests row): each counts once."""
+
     @property
     def all_ops(self) -> list[CommOp]:
         """Every record, ranked ones by rank, then the unranked ones."""
@@ -84,7 +95,7 @@ class RunLog:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunTotals:
+class RunTotals(RunFindings):
     """What ``summarize`` and ``compare`` need of a measured run, without its records: the run-level findings of
     :class:`RunLog` and its logical ops (:func:`is_logical`) merged, records that differ only in what these
     commands do not read (times, sequence numbers, names, phases, layers) one op with their counts summed.
@@ -92,18 +103,6 @@ class RunTotals:
     :func:`read_run_totals` builds it reading one rank's file at a time (memory: the distinct ops of the run,
     not its records); :func:`run_totals` from a RunLog in memory. Both give equal totals for the same files."""
 
-    world_size: int
-    problems: tuple[str, ...] = ()
-    unfinished_ranks: tuple[int, ...] = ()
-    headers: dict[int, dict] = field(default_factory=dict)
-    files: tuple[str, ...] = ()
-    formats: tuple[str, ...] = ()
-    missing_fields: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
-    matrix_omitted: str | None = None
-    partial_steps: dict[int, tuple[int, ...]] = field(default_factory=dict)
-    steps_by_rank: dict[int, list[dict[str, int]]] = field(default_factory=dict)
-    failure: dict[str, Any] | None = None
     ranks_logged: tuple[int, ...] = ()
     """Ranks with at least one record."""
     num_records: int = 0
@@ -381,10 +380,7 @@ def run_totals(run: RunLog, *, layout: Any = None) -> RunTotals:
         each.add_logical(op, {op_step(op): 1}, op.rank)
     fold = _RunFold(layout)
     fold.merge(each)
-    return RunTotals(world_size=run.world_size, problems=run.problems, unfinished_ranks=run.unfinished_ranks,
-                     headers=run.headers, files=run.files, formats=run.formats, missing_fields=run.missing_fields,
-                     notes=run.notes, matrix_omitted=run.matrix_omitted, partial_steps=run.partial_steps,
-                     steps_by_rank=run.steps_by_rank, failure=run.failure, ranks_logged=tuple(sorted(run.ops_by_rank)),
+    return RunTotals(**run.findings(), ranks_logged=tuple(sorted(run.ops_by_rank)),
                      num_records=sum(len(v) for v in run.ops_by_rank.values()) + len(run.unranked),
                      num_unranked=len(run.unranked), logical=fold.logical_ops(), by_step=fold.step_rows(),
                      axes_layout=layout)
