@@ -53,7 +53,7 @@ def test_a_killed_rank_is_named_in_the_recording_and_by_summarize(tmp_path: Path
 def test_a_failed_workload_is_one_line_and_its_job_is_written_first(tmp_path: Path, capsys) -> None:
     logdir = tmp_path / "logs"
     # a timeout no training meets: the ranks are killed, the launcher explains in one line, exit status 1
-    assert main(["workload", "gpt", "--record", str(logdir), "--timeout", "1"]) == 1
+    assert main(["workload", "gpt", "--record", str(logdir), "--timeout", "0.05"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("commscope workload: error: rank(s) 0, 1 of 2 still running")
     assert (logdir / "model.toml").is_file() and (logdir / "parallel.toml").is_file()  # written before the start
