@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import numpy as np
 
 from commscope.bandwidth import AlphaBeta, BandwidthModel, GroupSpan
-from commscope.compute.model import StageCompute, stage_compute
+from commscope.compute.model import StageCompute, first_max, stage_compute
 from commscope.flops import iteration_flops, token_flops
 from commscope.units import dtype_bytes
 from commscope.workload.framework import grad_dtype
@@ -383,7 +383,7 @@ def _refined(prediction: Prediction, u: float, peak: float, bw: BandwidthModel, 
     dp_layer = comm["dp"]["fwd"] + comm["dp"]["bwd"]
     dp_layer_exp = np.maximum(0.0, comm["dp"]["fwd"] - m * fwd) + np.maximum(0.0, comm["dp"]["bwd"] - m * bwd)
     per_mb = fwd + bwd + (tp_exp + pp_exp + cp_exp + ep_all + dp_layer_exp) / m
-    crit = int(np.argmax(per_mb))
+    crit = int(first_max(per_mb))
     # fill and drain: the first micro-batch's forward and the last one's backward pass through every other stage
     bubble = (float(per_mb.sum()) - per_mb[crit]) / v
 
@@ -402,7 +402,7 @@ def _refined(prediction: Prediction, u: float, peak: float, bw: BandwidthModel, 
     dp_tail = grad_exp + param_exp + comm["dp"]["iter"]
     tail = dp_tail + comm["emb"]["iter"] + comm["tp"]["iter"] + comm["cp"]["iter"] + comm["ep"]["iter"] + opt
     lead = np.arange(p) * bwd / v  # stage s ends its last backward this much before stage 0
-    end = int(np.argmax(tail - lead))
+    end = int(first_max(tail - lead))
     # what the lead hides comes off the tail's terms in the order they run: DP, embedding sync, the rest, optimizer
     hide = min(float(lead[end]), float(tail[end]))
     terms = {"dp": float(dp_tail[end]), "emb": float(comm["emb"]["iter"][end]),

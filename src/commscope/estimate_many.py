@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from commscope.bandwidth import alpha_beta_busbw_bytes_per_s, alpha_beta_time_s
+from commscope.compute.model import first_max
 from commscope.compute.kernels import (
     adam_step_time_s,
     linear_gemm_dtype,
@@ -346,7 +347,7 @@ def _gpu_compute(model: ModelSpec, pars: Sequence[ParallelSpec], st: _Structure,
     a["opt"] = adam_step_time_s(model, gpu, dense_params=st.dense_params[None, :], expert_params=st.expert_params[None, :],
                                 dense_shard=np.where(shards, st.dp_size, 1), expert_shard=np.where(shards, st.edp_size, 1))
     # the compute model's note: FLOP-weighted GEMM efficiency of its slowest stage
-    crit = np.argmax(a["fwd"] + a["bwd"], axis=1)
+    crit = first_max(a["fwd"] + a["bwd"])
     rows = np.arange(len(pars))
     lin_flop, lin_time = a["lin_flop"][rows, crit], a["lin_time"][rows, crit]
     notes = []
@@ -521,7 +522,7 @@ def _group(model: ModelSpec, cluster: ClusterSpec, pars: list[ParallelSpec], st:
     dp_layer_exp = np.maximum(0.0, comm["dp"]["fwd"] - m * fwd) + np.maximum(0.0, comm["dp"]["bwd"] - m * bwd)
     per_mb = fwd + bwd + (tp_exp + pp_exp + cp_exp + ep_all + dp_layer_exp) / m
     rows = np.arange(n)
-    crit = np.argmax(per_mb, axis=1)
+    crit = first_max(per_mb)
     bubble = (per_mb.sum(axis=1) - per_mb[rows, crit]) / v[:, 0]
     grad_t, param_t = sum(grad_buckets, z), sum(param_buckets, z)
     grad_exp = np.where(_col(pars, "overlap_grad_reduce", bool), _overlapped_buckets(grad_buckets, bwd), grad_t)
@@ -529,7 +530,7 @@ def _group(model: ModelSpec, cluster: ClusterSpec, pars: list[ParallelSpec], st:
     dp_tail = grad_exp + param_exp + comm["dp"]["iter"]
     tail = dp_tail + comm["emb"]["iter"] + comm["tp"]["iter"] + comm["cp"]["iter"] + comm["ep"]["iter"] + c["opt"]
     lead = np.arange(p)[None, :] * bwd / v
-    end = np.argmax(tail - lead, axis=1)
+    end = first_max(tail - lead)
     hide = np.minimum(lead[rows, end], tail[rows, end])
     terms = {"dp": dp_tail[rows, end], "emb": comm["emb"]["iter"][rows, end],
              "tp": comm["tp"]["iter"][rows, end] + comm["cp"]["iter"][rows, end] + comm["ep"]["iter"][rows, end],

@@ -152,6 +152,15 @@ def _kind(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, tim
                  recompute_linear=recompute_linear, flop=flop, lin_flop=lin_flop, lin_time=sum(r.time_s for r in lin))
 
 
+def first_max(x: Any, rel: float = 1e-9) -> Any:
+    """Index along the last axis of the first value within ``rel`` of the largest: the stage that decides, the
+    same one whatever order its time was summed in (np.argmax alone lets a rounding difference between two equal
+    stages pick either, and the scalar and the many-configuration paths sum in different orders)."""
+    x = np.asarray(x)
+    top = x.max(axis=-1, keepdims=True)
+    return np.argmax(x >= top - rel * np.abs(top), axis=-1)
+
+
 def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> StageCompute:
     """Per-stage compute of ``model`` under ``parallel`` on ``gpu`` (see the module docstring)."""
     notes: list[str] = []
@@ -192,7 +201,7 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> Sta
                                last=last and i == len(chunks) - 1) for i, chunk in enumerate(chunks)]
         arrays["opt"][stage] = optimizer_step_time_s(model, parallel, gpu, dense_params=sum(s.dense for s in params),
                                                      expert_params=sum(s.expert for s in params))
-    crit = int(np.argmax(arrays["fwd"] + arrays["bwd"]))
+    crit = int(first_max(arrays["fwd"] + arrays["bwd"]))
     lin_dtype = linear_gemm_dtype(model, parallel)
     peak = gpu.peak_flops_for(lin_dtype)
     eff = float(arrays["lin_flop"][crit] / (arrays["lin_time"][crit] * peak)) if arrays["lin_time"][crit] else 0.0
