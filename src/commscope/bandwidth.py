@@ -96,12 +96,8 @@ class BandwidthModel(Protocol):
     def notes(self) -> list[str]: ...
 
 
-def alpha_beta_time_s(cluster: ClusterSpec, op: str, size_bytes, n, num_nodes, per_node):
-    """Vectorised alpha-beta time of ``op`` (arrays broadcast): the formula of the module docstring.
-
-    ``n`` ranks on ``num_nodes`` nodes with ``per_node`` ranks on each; size 0 or n < 2 takes 0 s.
-    """
-    size = np.asarray(size_bytes, dtype=np.float64)
+def _alpha_beta_terms(cluster: ClusterSpec, op: str, size: np.ndarray, n, num_nodes, per_node):
+    """(steps, alpha per step, bus factor f, bus bandwidth) of ``op``: time = steps x alpha + size x f / bandwidth."""
     n = np.asarray(n, dtype=np.int64)
     nodes = np.asarray(num_nodes, dtype=np.int64)
     k = np.asarray(per_node, dtype=np.int64)
@@ -125,24 +121,28 @@ def alpha_beta_time_s(cluster: ClusterSpec, op: str, size_bytes, n, num_nodes, p
         steps = 2 * (nn - 1) if op == "all_reduce" else np.maximum(nn - 1, 1)
         bw = np.where(inside, intra_bw, np.minimum(intra_bw, k * inter_bw))
     alpha = np.where(inside, cluster.intra_node.latency_s, cluster.inter_node.latency_s)
+    return steps, alpha, f, bw
+
+
+def alpha_beta_time_s(cluster: ClusterSpec, op: str, size_bytes, n, num_nodes, per_node):
+    """Vectorised alpha-beta time of ``op`` (arrays broadcast): the formula of the module docstring.
+
+    ``n`` ranks on ``num_nodes`` nodes with ``per_node`` ranks on each; size 0 or n < 2 takes 0 s.
+    """
+    size = np.asarray(size_bytes, dtype=np.float64)
+    steps, alpha, f, bw = _alpha_beta_terms(cluster, op, size, n, num_nodes, per_node)
     t = steps * alpha + size * f / bw
-    return np.where((n < 2) | (size <= 0), 0.0, t)
+    return np.where((np.asarray(n) < 2) | (size <= 0), 0.0, t)
 
 
 def alpha_beta_busbw_bytes_per_s(cluster: ClusterSpec, op: str, n, num_nodes, per_node):
-    """Vectorised large-message bus bandwidth of ``op`` (no latency term): the alpha-beta time of one more byte,
-    as nccl-tests' busbw; a group of fewer than 2 ranks gets the intra-node bandwidth."""
+    """Vectorised large-message bus bandwidth of ``op`` (no latency term), as nccl-tests' busbw: f bytes over the
+    time of one more byte, f / (f / bandwidth), which is the bandwidth term of :func:`alpha_beta_time_s` itself (taken
+    directly: the time of one byte less that of half a byte loses 11 digits to the latency term); a group of fewer
+    than 2 ranks gets the intra-node bandwidth."""
     n = np.asarray(n, dtype=np.int64)
-    t = (alpha_beta_time_s(cluster, op, 1.0, n, num_nodes, per_node)
-         - alpha_beta_time_s(cluster, op, 0.5, n, num_nodes, per_node)) * 2
-    if op in ("send", "recv", "sendrecv"):
-        f = np.ones(n.shape)
-    else:
-        nn = np.maximum(n, 1)
-        f = 2 * (nn - 1) / nn if op == "all_reduce" else (nn - 1) / nn if op in (
-            "all_gather", "reduce_scatter", "all_to_all", "alltoall", "gather", "scatter") else np.ones(n.shape)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(n < 2, cluster.intra_node.bandwidth_bytes_per_s, f / np.where(n < 2, 1.0, t))
+    _, _, _, bw = _alpha_beta_terms(cluster, op, np.ones(n.shape), n, num_nodes, per_node)
+    return np.where(n < 2, cluster.intra_node.bandwidth_bytes_per_s, np.broadcast_to(bw, n.shape)).astype(np.float64)
 
 
 @dataclass(slots=True)

@@ -37,6 +37,7 @@ from commscope.compute.kernels import (
 )
 from commscope.errors import ConfigError
 from commscope.estimate import (
+    HIDDEN_MIN_S,
     Estimate,
     _finish,
     _late_gathers,
@@ -561,7 +562,7 @@ def _group(model: ModelSpec, cluster: ClusterSpec, pars: list[ParallelSpec], st:
             notes.append("parameter all-gathers overlapped with the next forward pass, bucket by bucket (--overlap-param-gather)")
         if st.split_note:
             notes.append(st.split_note)
-        hidden = {key: float(val) for key, val in (("tp", hid_tp[j]), ("cp", hid_cp[j]), ("pp", hid_pp[j]), ("dp", hid_dp[j])) if val > 0}
+        hidden = {key: float(val) for key, val in (("tp", hid_tp[j]), ("cp", hid_cp[j]), ("pp", hid_pp[j]), ("dp", hid_dp[j])) if val > HIDDEN_MIN_S}
         eff = {a: float(val[j]) for a, val in eff_axes.items() if bb_cnt[a][j] > 0}
         mj = int(m[j, 0])
         if gpu is not None:
