@@ -23,7 +23,9 @@ def jobs(draw, *, max_world: int = 64, moe: bool | None = False):
     v = draw(st.sampled_from([1, 1, 2])) if pp > 1 else 1
     heads = tp * draw(st.sampled_from([1, 2, 3]))
     head_dim = draw(st.sampled_from([8, 16]))
-    layers = pp * v * draw(st.integers(1, 3))
+    # now and then a pipeline that does not divide the layers (the chosen uneven split: lighter first and last
+    # stages, or chunks)
+    layers = pp * v * draw(st.integers(1, 3)) + (draw(st.sampled_from([0, 0, 0, 1])) if pp > 1 else 0)
     is_moe = draw(st.booleans()) if moe is None else moe
     ep = 1
     num_experts = 0

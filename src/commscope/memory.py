@@ -92,7 +92,7 @@ from commscope.spec.params import LayerParams, embedding_params, layer_params, s
 from commscope.units import dtype_bytes
 from commscope.workload.dense import check_job
 from commscope.workload.framework import grad_dtype
-from commscope.workload.stages import stage_layers
+from commscope.workload.stages import pipeline_split, stage_layers
 
 __all__ = [
     "OPTIMIZER_STATES",
@@ -335,6 +335,11 @@ def _layer_kind_params(model: ModelSpec, moe: bool) -> LayerParams:
     return LayerParams(tp_sharded=0, replicated=0, expert=0)
 
 
+def _split(model: ModelSpec, pp: int, v: int) -> list[int]:
+    """Layers of each virtual stage (chunk x pp + stage) as the workload splits them for (pp, v)."""
+    return pipeline_split(model, ParallelSpec(pp=pp, virtual_pipeline_size=v, global_batch_size=pp))
+
+
 def _chunk_count(passes: np.ndarray, p: np.ndarray, v: np.ndarray, chunk: np.ndarray) -> np.ndarray:
     """How many of the first ``passes`` forward passes (grouped p per chunk, cyclically) run ``chunk``."""
     cycle = p * v
@@ -355,12 +360,13 @@ def total_memory_bytes(
     Every argument except ``model``, ``optimizer``, ``grad_reduce_dtype`` and ``attention`` (one of
     :data:`~commscope.spec.parallel.ATTENTION_KINDS`, as ``ParallelSpec.attention``) may be a scalar or an array; they
     broadcast. ``recompute`` takes names or :data:`RECOMPUTE_CODES` (0 none, 1 selective, 2 full), ``schedule``
-    names or :data:`SCHEDULE_CODES`. Configurations must be valid (:func:`commscope.workload.dense.check_job`,
-    an even split of the layers); this function does not check them.
+    names or :data:`SCHEDULE_CODES`. Configurations must be valid (:func:`commscope.workload.dense.check_job`);
+    this function does not check them. The layers are split as the workload splits them (evenly, or the balanced
+    uneven split of :func:`commscope.workload.stages.pipeline_split`).
 
-    When all layers are of one kind (dense, or all MoE) only the first and the last pipeline stage are
-    evaluated (with an even split no middle stage holds more than the first: fewer micro-batches in flight,
-    no embedding); when dense and MoE layers mix, every stage; the result is the largest. Parameters are
+    When all layers are of one kind (dense, or all MoE) only the first, the second and the last pipeline stage
+    are evaluated (later middle stages hold the second's layers with fewer micro-batches in flight); when dense
+    and MoE layers mix, every stage; the result is the largest. Parameters are
     divided exactly by t where Megatron's integer shards round down (its shapes divide evenly, so both
     agree). Returns float64 bytes.
     """
@@ -378,24 +384,44 @@ def total_memory_bytes(
     m = gb // (b * d)
     tf = t.astype(np.float64)
 
-    # ---- layers per chunk n, v chunks per stage; MoE layers of a stage counted by prefix sums ----
-    n = L // (p * v)
-    n_stage = n * v
+    # ---- layers of each chunk (the split the workload uses: even, or balanced when pp x v does not divide the
+    # layers), looked up per configuration; MoE layers of a chunk counted by prefix sums ----
+    p_b, v_b = np.broadcast_arrays(p, v)
+    present = np.zeros((int(p_b.max()) + 1, int(v_b.max()) + 1), dtype=bool)
+    present[p_b, v_b] = True
+    pairs = np.argwhere(present)  # the few (pp, v) pairs among the configurations
+    ids = np.zeros(present.shape, dtype=np.int64)
+    ids[pairs[:, 0], pairs[:, 1]] = np.arange(len(pairs))
+    pair_index = ids[p_b, v_b]
+    width = int((pairs[:, 0] * pairs[:, 1]).max())
+    sizes = np.zeros((len(pairs), width), dtype=np.int64)
+    for u, (pu, vu) in enumerate(pairs):
+        if 1 <= pu * vu <= L:  # else no split exists: an invalid configuration, left with no layers
+            split = _split(model, int(pu), int(vu))
+            sizes[u, :len(split)] = split
+    starts = np.cumsum(sizes, axis=1) - sizes
+    even = bool(np.all(L % (pairs[:, 0] * pairs[:, 1]) == 0))
+    n_even = L // (p * v)
     cum_moe = np.concatenate(([0], np.cumsum([model.is_moe_layer(i) for i in range(L)]))).astype(np.int64)
     v_max = int(np.max(v))
 
-    def moe_layers(stage: np.ndarray, passes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """MoE layers of ``stage``, and the sum over its chunks of MoE layers x forward passes in flight."""
-        count = weighted = np.zeros((), dtype=np.int64)
-        if not model.is_moe:
-            return count, weighted
+    def chunks(stage: np.ndarray, passes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Of ``stage``: (layers, MoE layers, sum over its chunks of layers x forward passes in flight, the same of
+        MoE layers)."""
+        layers = n_moe = weighted = moe_weighted = np.zeros((), dtype=np.int64)
+        if even and not model.is_moe:  # every chunk alike: closed form
+            return n_even * v, n_moe, n_even * passes, moe_weighted
         for j in range(v_max):
             active = j < v
-            start = np.where(active, np.minimum((j * p + stage) * n, L), 0)
-            in_chunk = np.where(active, cum_moe[np.minimum(start + n, L)] - cum_moe[start], 0)
-            count = count + in_chunk
-            weighted = weighted + in_chunk * _chunk_count(passes, p, v, np.asarray(j))
-        return count, weighted
+            k = np.where(active, j * p + stage, 0)
+            n_j = np.where(active, sizes[pair_index, k], 0)
+            count = _chunk_count(passes, p, v, np.asarray(j))
+            layers, weighted = layers + n_j, weighted + n_j * count
+            if model.is_moe:
+                start = starts[pair_index, k]
+                moe_j = np.where(active, cum_moe[np.minimum(start + n_j, L)] - cum_moe[np.minimum(start, L)], 0)
+                n_moe, moe_weighted = n_moe + moe_j, moe_weighted + moe_j * count
+        return layers, n_moe, weighted, moe_weighted
 
     # ---- parameters per rank (dense part split over dp x cp by ZeRO, expert part over dp x cp / ep) ----
     dl, ml = _layer_kind_params(model, False), _layer_kind_params(model, True)
@@ -406,7 +432,7 @@ def total_memory_bytes(
     dc = (d * c).astype(np.float64)
     edp = dc / e
 
-    def states(n_moe: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    def states(n_stage: np.ndarray, n_moe: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
         dense = (n_stage - n_moe) * (dl.tp_sharded / tf + dl.replicated) + n_moe * (ml.tp_sharded / tf + ml.replicated)
         dense = dense + np.where(first, word + emb.position_embedding, 0.0)
         output = np.where(first & model.tied_embeddings, 0.0, word)
@@ -441,17 +467,20 @@ def total_memory_bytes(
         first, last = stage == 0, stage == p - 1
         passes = np.where(gpipe, m, np.where(v == 1, np.minimum(p - stage, m),
                                              np.minimum(2 * (p - stage - 1) + (v - 1) * p + 1, m * v)))
-        n_moe, moe_passes = moe_layers(stage, passes)
-        # forward passes in flight x layers of their chunk: passes x n in all, moe_passes of them MoE layers
-        act = (passes * n - moe_passes) * act_dense + moe_passes * act_moe
+        n_stage, n_moe, layer_passes, moe_passes = chunks(stage, passes)
+        # forward passes in flight x layers of their chunk: layer_passes in all, moe_passes of them MoE layers
+        act = (layer_passes - moe_passes) * act_dense + moe_passes * act_moe
         act = act + np.where(first, _chunk_count(passes, p, v, np.zeros((), dtype=np.int64)) * emb_act, 0.0)
         act = act + np.where(last, _chunk_count(passes, p, v, v - 1) * out_act, 0.0)
-        return states(n_moe, first, last) + act
+        return states(n_stage, n_moe, first, last) + act
 
-    # With the layers split evenly and all of one kind, a middle stage holds the first stage's layers minus
-    # the embedding and fewer micro-batches: only the first and the last stage can be the most loaded. With
-    # dense and MoE layers mixed (first_k_dense_layers, moe_layer_freq) a middle stage may hold more experts.
+    # Middle stages hold alike (an even split, or the balanced split's equal middle stages) with fewer micro-batches
+    # in flight the later they are: with layers all of one kind only the first, the second (under an uneven
+    # split it holds more layers than the first), and the last stage can be the most loaded. With dense and MoE
+    # layers mixed (first_k_dense_layers, moe_layer_freq) a middle stage may hold more experts: every stage.
     result = np.maximum(stage_total(np.zeros((), dtype=np.int64)), stage_total(p - 1))
+    if not even:
+        result = np.maximum(result, stage_total(np.minimum(1, p - 1)))
     if 0 < cum_moe[-1] < L:
         for stage in range(1, int(np.max(p)) - 1):
             result = np.where(stage < p - 1, np.maximum(result, stage_total(np.asarray(stage))), result)

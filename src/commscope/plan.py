@@ -153,8 +153,8 @@ def valid_mask(model: ModelSpec, c: dict[str, np.ndarray]) -> np.ndarray:
     ok &= model.ffn % tp == 0
     ok &= model.seq_len % cp == 0
     ok &= (sp == 0) | ((tp > 1) & (model.seq_len % (cp * tp) == 0))
-    # pp x v dividing the layers, or (v = 1) an uneven split with lighter first and last stages
-    ok &= (model.num_layers % (pp * v) == 0) | ((v == 1) & (pp <= model.num_layers))
+    # pp x v dividing the layers, or an uneven split with lighter first and last stages (or chunks)
+    ok &= pp * v <= model.num_layers
     ok &= (v == 1) | (pp > 1)
     dpm = np.maximum(dp, 1)
     ok &= c["gb"] % (mb * dpm) == 0

@@ -224,6 +224,37 @@ def test_llama3_405b_on_pp16_gets_megatrons_split_and_an_estimate():
     assert est.hidden_s == {} or all(v >= 0 for v in est.hidden_s.values())
 
 
+def test_interleaved_pipeline_that_does_not_divide_the_layers_gets_lighter_end_chunks():
+    """Llama 3 405B's 126 layers on pp = 16 with 2 chunks per stage (Meta's interleaved run): stages of 7, 8 x 14, 7
+    as without interleaving, each spread over its chunks, the lighter chunk first on the first stage and last on
+    the last (was: an error asking for --pipeline-layers)."""
+    model = model_preset("llama3-405b")
+    par = ParallelSpec(tp=8, pp=16, dp=128, global_batch_size=2048, sequence_parallel=True, distributed_optimizer=True,
+                       virtual_pipeline_size=2)
+    assert pipeline_split(model, par) == [3] + [4] * 30 + [3]
+    three = pipeline_split(model, replace(par, virtual_pipeline_size=3))
+    stages = [sum(three[c * 16 + s] for c in range(3)) for s in range(16)]
+    assert stages == [7] + [8] * 14 + [7] and max(three) - min(three) == 1
+    assert three[0] == 2 and three[-1] == 2  # the pipeline's first and last chunks are the light ones
+    est = estimate(predict(model, par, H100))
+    note = next(n for n in est.notes if n.startswith("pipeline split"))
+    assert "stages hold 7,8,8" in note and "chunk x pp + stage" in note
+    with pytest.raises(ConfigError, match="virtual_pipeline_size=9: pp x virtual_pipeline_size = 144 pipeline chunks"):
+        pipeline_split(model, replace(par, virtual_pipeline_size=9))
+
+
+def test_decoder_first_and_last_layers_with_interleaving_split_each_stage_over_its_chunks():
+    """Megatron-core: with --num-virtual-stages-per-pipeline-rank every stage's layers, the first and last stage's
+    given by --decoder-first/last-pipeline-num-layers, split evenly over its chunks."""
+    model = model_preset("llama3-405b")
+    par = ParallelSpec(tp=8, pp=16, dp=1, global_batch_size=16, virtual_pipeline_size=2,
+                       decoder_first_pipeline_num_layers=6, decoder_last_pipeline_num_layers=8)
+    assert pipeline_split(model, par) == [3] + [4] * 15 + [3] + [4] * 15
+    with pytest.raises(ConfigError, match="decoder_first_pipeline_num_layers=7: every pipeline stage's layers must "
+                                          "split evenly over its virtual_pipeline_size=2 chunks"):
+        pipeline_split(model, replace(par, decoder_first_pipeline_num_layers=7, decoder_last_pipeline_num_layers=7))
+
+
 def test_decoder_first_and_last_pipeline_layers():
     model = model_preset("llama3-405b")
     par = ParallelSpec(tp=8, pp=16, dp=1, global_batch_size=16, decoder_first_pipeline_num_layers=6,

@@ -73,3 +73,20 @@ def test_plan_ranks_every_candidate_that_fits_op_by_op():
     assert [e.estimate.iteration_time_s for e in result.entries] == pytest.approx(scalar, rel=1e-12)
     screened = plan(model, cluster, 16, 64, top=1, space=space, refine=1)
     assert result.entries[0].estimate.iteration_time_s <= screened.entries[0].estimate.iteration_time_s
+
+
+def test_plan_weighs_uneven_splits_with_their_real_memory():
+    """pp (x v) that does not divide the layers is planned with the split the estimate uses (lighter first and last
+    stages, or chunks), and its memory is the scalar model's for that split: the most loaded stage, not L // pp
+    layers on the first and last."""
+    from commscope.memory import memory_per_gpu
+    from commscope.spec.model import ModelSpec
+
+    model = ModelSpec(name="odd", num_layers=30, hidden_size=2048, num_heads=16, seq_len=2048, vocab_size=50257)
+    cluster = load_cluster("dgx-a100")
+    space = PlanSpace(micro_batch_sizes=(1,), virtual_pipeline_sizes=(1, 2), recompute=("none",))
+    result = plan(model, cluster, 32, 64, top=1000, space=space)
+    uneven = [e for e in result.entries if model.num_layers % (e.parallel.pp * e.parallel.virtual_pipeline_size)]
+    assert {e.parallel.virtual_pipeline_size for e in uneven} == {1, 2}
+    for e in result.entries:
+        assert e.memory_bytes == pytest.approx(memory_per_gpu(model, e.parallel).total_bytes, rel=1e-12)

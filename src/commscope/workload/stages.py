@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from commscope.errors import check
+from commscope.errors import ConfigError, check
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 
@@ -21,8 +21,10 @@ def virtual_stage_layers(model: ModelSpec, parallel: ParallelSpec) -> list[range
     """Global layer indices of each virtual stage k = chunk * pp + stage (Megatron's interleaved assignment).
 
     The split, in order of precedence: ``pipeline_layers``; Megatron's ``--decoder-first-pipeline-num-layers`` /
-    ``--decoder-last-pipeline-num-layers`` (the other stages split the rest evenly); an even split when
-    pp x v divides the layers; otherwise (v = 1) :func:`balanced_pipeline_layers`.
+    ``--decoder-last-pipeline-num-layers`` (the other stages split the rest evenly; with v > 1 each stage's layers
+    spread evenly over its v chunks, as Megatron-core requires); an even split when pp x v divides the layers;
+    otherwise :func:`balanced_pipeline_layers` (with v > 1: its stages spread over their chunks, the lighter chunks at
+    the pipeline's two ends, the split Llama 3 405B was trained with [llama3-2024]).
     """
     return _ranges(pipeline_split(model, parallel))
 
@@ -42,8 +44,6 @@ def pipeline_split(model: ModelSpec, parallel: ParallelSpec) -> list[int]:
         return list(parallel.pipeline_layers)
     first, last = parallel.decoder_first_pipeline_num_layers, parallel.decoder_last_pipeline_num_layers
     if first is not None or last is not None:
-        check(v == 1, "virtual_pipeline_size", v, "with --decoder-first/last-pipeline-num-layers give the split of every "
-              "virtual stage with --pipeline-layers instead")
         ends = (first or 0) + (last or 0)
         inner = p - (first is not None) - (last is not None)
         rest = num - ends
@@ -52,33 +52,58 @@ def pipeline_split(model: ModelSpec, parallel: ParallelSpec) -> list[int]:
               first if first is not None else last,
               f"the remaining {rest} of num_layers={num} must split evenly over the other {inner} stage(s)")
         mid = [rest // inner] * inner if inner else []
-        return ([first] if first is not None else []) + mid + ([last] if last is not None else [])
+        stages = ([first] if first is not None else []) + mid + ([last] if last is not None else [])
+        if v == 1:
+            return stages
+        # Megatron-core: every stage's layers split evenly over its v model chunks
+        if any(n % v for n in stages):
+            field, value = (("decoder_first_pipeline_num_layers", first) if first is not None and first % v else
+                            ("decoder_last_pipeline_num_layers", last) if last is not None and last % v else
+                            ("virtual_pipeline_size", v))
+            raise ConfigError(field, value, f"every pipeline stage's layers must split evenly over its "
+                                            f"virtual_pipeline_size={v} chunks (the stages would hold "
+                                            f"{','.join(map(str, stages))}); give every chunk's layers with "
+                                            f"--pipeline-layers instead")
+        return [n // v for _ in range(v) for n in stages]
     if num % (p * v) == 0:
         return [num // (p * v)] * (p * v)
-    check(v == 1, "virtual_pipeline_size", v,
-          f"pp x virtual_pipeline_size = {p * v} must divide num_layers={num} (or give --pipeline-layers)")
-    split = balanced_pipeline_layers(model, p)
-    check(split is not None, "pp", p, f"is larger than num_layers={num}")
+    split = balanced_pipeline_layers(model, p, v)
+    check(split is not None, "pp" if v == 1 else "virtual_pipeline_size", p if v == 1 else v,
+          f"pp x virtual_pipeline_size = {p * v} pipeline chunks is more than num_layers={num}" if v > 1 else
+          f"is larger than num_layers={num}")
     return list(split or ())
 
 
 @functools.lru_cache(maxsize=256)
-def balanced_pipeline_layers(model: ModelSpec, pp: int) -> tuple[int, ...] | None:
+def balanced_pipeline_layers(model: ModelSpec, pp: int, v: int = 1) -> tuple[int, ...] | None:
     """An uneven split for pp stages that do not divide the layers: equal middle stages and lighter first and
     last stages, chosen to minimise the slowest stage's forward FLOPs (the last stage also computes the logits),
-    as Megatron-core's ``--decoder-first/last-pipeline-num-layers`` let a user do by hand.
+    as Megatron-core's ``--decoder-first/last-pipeline-num-layers`` let a user do by hand. With v model chunks
+    per stage (the interleaved schedule) each stage's layers are then spread over its chunks as evenly as they go,
+    the lighter chunks at the pipeline's two ends (first chunks of the first stage, last chunks of the last stage);
+    returned per virtual stage, in Megatron's order chunk x pp + stage.
 
     Worked example: Llama 3 405B (126 layers, V = 128,256, h = 16,384) on pp = 16 gives 7, 8 x 14, 7 (the split
-    Meta used [llama3-2024]): the logits cost ~0.6 layer, so a last stage of 7 layers + logits stays under 8.
-    None when pp > num_layers. Cached per (model, pp): every stage of a workload and of the estimate asks for it.
+    Meta used [llama3-2024]): the logits cost ~0.6 layer, so a last stage of 7 layers + logits stays under 8; with
+    v = 2 the chunks are 3, 4 x 30, 3 (Meta's interleaved split: one layer fewer in the first and last chunk).
+    None when pp x v > num_layers. Cached per (model, pp, v): every stage of a workload and of the estimate asks.
     """
     from commscope.flops import token_flops
 
     num = model.num_layers
-    if pp > num:
+    if pp * v > num:
         return None
-    if num % pp == 0:
-        return (num // pp,) * pp
+    if num % (pp * v) == 0:
+        return (num // (pp * v),) * (pp * v)
+    if v > 1:
+        stages = balanced_pipeline_layers(model, pp)
+        assert stages is not None  # pp <= pp x v <= num
+        chunks = []
+        for stage, total in enumerate(stages):
+            q, r = divmod(total, v)
+            light_first = stage == 0 and pp > 1
+            chunks.append([q] * (v - r) + [q + 1] * r if light_first else [q + 1] * r + [q] * (v - r))
+        return tuple(chunks[stage][chunk] for chunk in range(v) for stage in range(pp))
     tf = token_flops(model)
     layer = sum(tf.layers) / num
     best: tuple[float, int, tuple[int, ...]] | None = None
@@ -114,6 +139,12 @@ def pipeline_split_note(model: ModelSpec, parallel: ParallelSpec) -> str | None:
             or parallel.decoder_last_pipeline_num_layers is not None or model.num_layers % (p * v) == 0):
         return None
     split = pipeline_split(model, parallel)
-    return (f"pipeline split {','.join(map(str, split))}: pp={p} does not divide num_layers={model.num_layers}, so the "
-            f"first and last stages are lighter (the last also computes the logits); --pipeline-layers or "
-            f"--decoder-first/last-pipeline-num-layers choose another")
+    if v == 1:
+        return (f"pipeline split {','.join(map(str, split))}: pp={p} does not divide num_layers={model.num_layers}, so "
+                f"the first and last stages are lighter (the last also computes the logits); --pipeline-layers or "
+                f"--decoder-first/last-pipeline-num-layers choose another")
+    stages = [sum(split[c * p + s] for c in range(v)) for s in range(p)]
+    return (f"pipeline split {','.join(map(str, split))} (chunk x pp + stage order; stages hold "
+            f"{','.join(map(str, stages))}): pp x virtual_pipeline_size = {p * v} does not divide "
+            f"num_layers={model.num_layers}, so the chunks are uneven, the lighter ones at the first stage's start and the last "
+            f"stage's end (the last stage also computes the logits); --pipeline-layers chooses another")
