@@ -175,6 +175,28 @@ def test_a_node_larger_than_any_nvlink_domain_is_warned_about(capsys):
     assert code == 0 and "gpus_per_node" not in err
 
 
+def test_gpus_that_do_not_fill_whole_nodes_are_warned_about(capsys):
+    code, _out, err = run(capsys, "estimate", "--gpus", "32", "--gpus-per-node", "3", "--json")
+    assert code == 0
+    assert ("32 GPUs do not fill whole nodes of gpus_per_node=3: the last of 11 nodes holds 2" in err
+            and "--gpus-per-node" in err)
+    code, _out, err = run(capsys, "plan", "--model", "gpt3-1.3b", "--gpus", "12", "--cluster", "dgx-a100", "--json")
+    assert code == 0 and "12 GPUs do not fill whole nodes of gpus_per_node=8" in err
+    for gpus in ("32", "4"):  # whole nodes, or less than one node
+        code, _out, err = run(capsys, "estimate", "--tp", "1", "--pp", "1", "--gpus", gpus, "--json")
+        assert code == 0 and "whole nodes" not in err
+
+
+def test_p2p_overlap_flag_without_interleaving_says_it_changes_nothing(capsys):
+    """Megatron overlaps pipeline p2p only in its interleaved schedule; the flag alone used to pass in silence."""
+    for flag in ("--no-overlap-p2p-communication", "--overlap-p2p-communication"):
+        code, _out, err = run(capsys, "estimate", flag, "--json")
+        assert code == 0 and f"{flag} changes nothing here" in err and "--virtual-pipeline-size > 1" in err
+    code, _out, err = run(capsys, "estimate", "--no-overlap-p2p-communication", "--virtual-pipeline-size", "2",
+                          "--num-layers", "48", "--json")
+    assert code == 0 and "changes nothing" not in err
+
+
 def test_an_implausible_gpu_util_is_warned_about(capsys):
     """--gpu-util is a fraction of peak; 1e-12 (or 0.0045 meant as 0.45%) gives a result no training run has."""
     code, _out, err = run(capsys, "estimate", "--gpu-util", "1e-12", "--json")

@@ -330,7 +330,22 @@ def resolve_job(args: argparse.Namespace) -> tuple[ModelSpec, ParallelSpec, Clus
     parallel = resolve_parallel(args)
     cluster = resolve_cluster(args)
     check_job(model, parallel)
+    check_nodes(args, parallel.world_size, cluster)
+    if "overlap_p2p_comm" in _given(args, "parallel") and parallel.virtual_pipeline_size == 1:
+        flag = "--overlap-p2p-communication" if parallel.overlap_p2p_comm else "--no-overlap-p2p-communication"
+        warn(args, f"{flag} changes nothing here: Megatron overlaps pipeline sends/receives with compute only in the "
+                   f"interleaved schedule (--virtual-pipeline-size > 1; it is {parallel.virtual_pipeline_size})")
     return model, parallel, cluster
+
+
+def check_nodes(args: argparse.Namespace | None, world: int, cluster: ClusterSpec) -> None:
+    """Warn, in one line, when ``world`` GPUs leave the last node partly empty (most often a mistyped
+    --gpus-per-node): ranks fill nodes in order, so the last node holds fewer GPUs and its groups' traffic and
+    link classes follow from that."""
+    gpn = cluster.gpus_per_node
+    if world > gpn and world % gpn:
+        warn(args, f"{world} GPUs do not fill whole nodes of gpus_per_node={gpn}: the last of {-(-world // gpn)} nodes "
+                   f"holds {world % gpn}; ranks are placed node by node (check --gpus-per-node)")
 
 
 def check_gpu_dtype(model: ModelSpec, cluster: ClusterSpec, args: argparse.Namespace | None = None) -> None:

@@ -7,7 +7,8 @@ import json
 import sys
 
 from commscope.cli.common import (
-    add_cluster_args, add_model_args, check_gpu_dtype, check_gpu_util, int_list, resolve_cluster, resolve_model,
+    add_cluster_args, add_model_args, check_gpu_dtype, check_gpu_util, check_nodes, int_list, resolve_cluster,
+    resolve_model,
 )
 
 
@@ -45,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise ConfigError("top", args.top, "must be >= 1")
     check_gpu_util(args)
+    if args.gpus >= 1:
+        check_nodes(args, args.gpus, cluster)
     if args.refine is not None and args.refine < 1:
         raise ConfigError("refine", args.refine, "must be >= 1 (leave it out to estimate every configuration that fits)")
     batch = 512 if args.global_batch_size is None else args.global_batch_size
