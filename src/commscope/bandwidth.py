@@ -80,6 +80,30 @@ class GroupSpan:
         uniq, counts = np.unique(nodes, return_counts=True)
         return cls(n=len(nodes), num_nodes=len(uniq), per_node=int(counts.min()))
 
+    @classmethod
+    def slowest(cls, groups, gpus_per_node: int) -> GroupSpan:
+        """The span of the slowest of ``groups`` (a (G, n) array of ranks, or one group): one that crosses nodes
+        if any does, with the fewest members on some node (the fewest NICs carry its inter-node traffic), then on
+        the most nodes. Every group of an op set runs at once and the op takes as long as its slowest; with whole
+        nodes and Megatron's orders all groups sit alike, but not when a group size does not divide the node (tp 3
+        on 8 GPUs per node) or the last node is partly used."""
+        g = np.asarray(groups, dtype=np.int64)
+        if g.ndim == 1 or g.shape[0] == 1:
+            return cls.of(g.reshape(-1), gpus_per_node)
+        rows, n = g.shape
+        nodes = np.sort(g // gpus_per_node, axis=1)
+        starts = np.ones(nodes.shape, dtype=bool)
+        starts[:, 1:] = nodes[:, 1:] != nodes[:, :-1]
+        num_nodes = starts.sum(axis=1)
+        if num_nodes.max() == 1:
+            return cls(n=n, num_nodes=1, per_node=n)
+        first = np.flatnonzero(starts.ravel())  # every row starts a run: runs never cross rows
+        runs = np.diff(np.append(first, starts.size))
+        per_node = np.full(rows, n, dtype=np.int64)
+        np.minimum.at(per_node, first // n, runs)
+        i = int(np.lexsort((-num_nodes, per_node, num_nodes == 1))[0])
+        return cls(n=n, num_nodes=int(num_nodes[i]), per_node=int(per_node[i]))
+
     @property
     def intra_node(self) -> bool:
         return self.num_nodes == 1

@@ -152,7 +152,8 @@ class Estimate:
 
 
 def _span_of(groups: np.ndarray, gpus_per_node: int) -> GroupSpan:
-    return GroupSpan.of(groups[0], gpus_per_node)
+    """Where the slowest group of an op set sits (its groups run at once: the op set takes the slowest's time)."""
+    return GroupSpan.slowest(groups, gpus_per_node)
 
 
 def estimate(prediction: Prediction, *, method: Method = "refined", gpu_util: float | None = None,

@@ -21,14 +21,13 @@ go through the scalar path, so every input gets its exact estimate.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from commscope.bandwidth import alpha_beta_busbw_bytes_per_s, alpha_beta_time_s
+from commscope.bandwidth import GroupSpan, alpha_beta_busbw_bytes_per_s, alpha_beta_time_s
 from commscope.compute.model import first_max
 from commscope.compute.kernels import (
     adam_step_time_s,
@@ -74,16 +73,6 @@ def _structure_key(p: ParallelSpec) -> tuple[Any, ...]:
             p.decoder_first_pipeline_num_layers, p.decoder_last_pipeline_num_layers)
 
 
-def _span(group: np.ndarray, gpn: int) -> tuple[int, int, int]:
-    """(n, num_nodes, per_node) of :meth:`GroupSpan.of`."""
-    if len(group) <= 64:
-        per_node = Counter(r // gpn for r in group.tolist())
-        return len(group), len(per_node), min(per_node.values())
-    counts = np.bincount(group // gpn)
-    counts = counts[counts > 0]
-    return len(group), len(counts), int(counts.min())
-
-
 def _padded(entries: list[list[tuple[int, int]]]) -> tuple[np.ndarray, np.ndarray]:
     """Per-stage lists of (elements, ops per micro-batch) as two (stages, sizes) arrays, zero-padded."""
     width = max(1, max(len(e) for e in entries))
@@ -94,9 +83,15 @@ def _padded(entries: list[list[tuple[int, int]]]) -> tuple[np.ndarray, np.ndarra
     return num, per_mb
 
 
-def _spans(firsts: list[np.ndarray], gpn: int) -> _Span:
-    """The spans of the first group of each stage's op set (what the scalar path times)."""
-    spans = [_span(g, gpn) if len(g) > 1 else (1, 1, 1) for g in firsts]
+def _spans(per_stage: list[np.ndarray], gpn: int) -> _Span:
+    """(n, num_nodes, per_node) of the slowest group of each stage's op set (what the scalar path times)."""
+    spans = []
+    for groups in per_stage:
+        if groups.size == 0 or groups.shape[-1] < 2:
+            spans.append((1, 1, 1))
+        else:
+            span = GroupSpan.slowest(groups, gpn)
+            spans.append((span.n, span.num_nodes, span.per_node))
     return (np.array([x[0] for x in spans]), np.array([x[1] for x in spans]), np.array([x[2] for x in spans]))
 
 
@@ -109,11 +104,14 @@ class _Structure:
         stage_of = layout.stage_of()
 
         def of_stage(kind: str, pairs: bool = False) -> list[np.ndarray]:
-            """The first group of ``kind`` on each stage (its first (src, dst) ring pair when ``pairs``)."""
+            """The groups of ``kind`` on each stage (their (src, dst) ring pairs when ``pairs``, as the workload's
+            context-parallel sends)."""
             groups = layout.groups(kind)
             stages = stage_of[groups[:, 0]]
-            firsts = [groups[np.argmax(stages == s)] if (stages == s).any() else groups[:0].reshape(-1) for s in range(p)]
-            return [g[:2] if pairs else g for g in firsts]
+            out = [groups[stages == s] for s in range(p)]
+            if pairs:
+                out = [np.stack([g.reshape(-1), np.roll(g, -1, axis=1).reshape(-1)], axis=1) for g in out]
+            return out
 
         tf = token_flops(model)
         self.p = p
@@ -164,13 +162,13 @@ class _Structure:
             pp_groups = layout.groups("pp")
             for k in range(p * par.virtual_pipeline_size - 1):
                 a, b = k % p, (k + 1) % p
-                across = int(pp_groups[0, a] // gpn != pp_groups[0, b] // gpn)
+                across = int(np.any(pp_groups[:, a] // gpn != pp_groups[:, b] // gpn))  # the slowest pair
                 self.pp_halves[across, a] += 1
                 self.pp_halves[across, b] += 1
                 self.pp_sets[across] += 2
         self.emb = p > 1 and model.tied_embeddings
         emb_groups = layout.groups("emb")
-        self.emb_span = _spans([emb_groups[0]], gpn) if self.emb else None
+        self.emb_span = _spans([emb_groups], gpn) if self.emb else None
         self.emb_elements = model.padded_vocab_size(par.tp) * model.hidden_size // par.tp
         self.split_note = pipeline_split_note(model, par)
 

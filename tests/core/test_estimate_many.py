@@ -3,6 +3,7 @@
 import math
 from dataclasses import replace
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import estimate_jobs
@@ -82,3 +83,22 @@ def test_the_last_stage_counts_each_of_its_tp_all_reduces():
     par = ParallelSpec(tp=2, pp=2, dp=3, global_batch_size=3, order="dp-tp-cp-ep-pp", sequence_parallel=True)
     want = estimate(predict(model, par, CLUSTER))
     assert_same(want.to_dict(), estimate_many(model, CLUSTER, [par])[0].to_dict())
+
+
+def test_an_op_set_is_timed_by_its_slowest_group():
+    """tp 2 on nodes of 3 GPUs: the first TP group (0, 1) sits in one node, but (2, 3) spans two, and every layer
+    waits for it. Both paths time the op set by that group (they timed the first group: all TP at NVLink speed,
+    while `traffic` counted a third of the TP bytes as inter-node)."""
+    from commscope.bandwidth import GroupSpan
+
+    assert GroupSpan.slowest(np.arange(12).reshape(6, 2), 3) == GroupSpan(n=2, num_nodes=2, per_node=1)
+    assert GroupSpan.slowest(np.arange(12).reshape(6, 2), 4) == GroupSpan(n=2, num_nodes=1, per_node=2)
+    # the fewest members on one node carry a spanning group's inter-node traffic
+    assert GroupSpan.slowest(np.array([[0, 1, 2, 8, 9], [3, 4, 5, 6, 7]]), 8) == GroupSpan(n=5, num_nodes=2, per_node=2)
+    model = ModelSpec(name="m", num_layers=4, hidden_size=256, num_heads=8, seq_len=128, vocab_size=1000)
+    par = ParallelSpec(tp=2, dp=6, global_batch_size=12)
+    for gpn, link in ((3, CLUSTER.inter_node), (4, CLUSTER.intra_node)):
+        cluster = replace(CLUSTER, gpus_per_node=gpn)
+        want = estimate(predict(model, par, cluster))
+        assert want.effective_bandwidth_bytes_per_s["tp"] == link.bandwidth_bytes_per_s
+        assert_same(want.to_dict(), estimate_many(model, cluster, [par])[0].to_dict())
