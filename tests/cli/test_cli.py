@@ -195,6 +195,24 @@ def test_p2p_overlap_flag_without_interleaving_says_it_changes_nothing(capsys):
     code, _out, err = run(capsys, "estimate", "--no-overlap-p2p-communication", "--virtual-pipeline-size", "2",
                           "--num-layers", "48", "--json")
     assert code == 0 and "changes nothing" not in err
+    code, _out, err = run(capsys, "traffic", "--no-overlap-p2p-communication", "--json")  # traffic never times it
+    assert code == 0 and "changes nothing" not in err
+
+
+def test_report_carries_the_estimates_warnings(capsys, tmp_path):
+    """A report of a job that does not fit in memory says so, as `estimate` does (it showed the times alone)."""
+    out = tmp_path / "r.html"
+    code, _out, err = run(capsys, "report", "--model", "gpt3-13b", "--tp", "1", "--pp", "1", "--gpus", "8",
+                          "--global-batch-size", "8", "--micro-batch-size", "1", "--cluster", "dgx-a100", "--out", str(out))
+    assert code == 0 and "this configuration does not fit in memory" in err
+    assert "does not fit in memory" in out.read_text()
+
+
+def test_estimate_json_names_the_configuration_and_the_header_its_interleaving(capsys):
+    code, out, _err = run(capsys, "estimate", "--virtual-pipeline-size", "2", "--num-layers", "48", "--json")
+    assert code == 0 and json.loads(out)["parallel"]["virtual_pipeline_size"] == 2
+    code, out, _err = run(capsys, "estimate", "--virtual-pipeline-size", "2", "--num-layers", "48")
+    assert code == 0 and "tp=2 pp=4 (v=2) dp=4" in out.splitlines()[0]
 
 
 def test_an_implausible_gpu_util_is_warned_about(capsys):

@@ -220,7 +220,7 @@ def test_llama3_405b_on_pp16_gets_megatrons_split_and_an_estimate():
     par = ParallelSpec(tp=8, pp=16, dp=128, global_batch_size=2048, sequence_parallel=True, distributed_optimizer=True)
     assert pipeline_split(model, par) == [7] + [8] * 14 + [7]
     est = estimate(predict(model, par, H100))
-    assert any("pipeline split 7,8,8" in n for n in est.notes)
+    assert any("pipeline split 7,8x14,7: pp=16 does not divide num_layers=126" in n for n in est.notes)
     assert est.hidden_s == {} or all(v >= 0 for v in est.hidden_s.values())
 
 
@@ -238,9 +238,16 @@ def test_interleaved_pipeline_that_does_not_divide_the_layers_gets_lighter_end_c
     assert three[0] == 2 and three[-1] == 2  # the pipeline's first and last chunks are the light ones
     est = estimate(predict(model, par, H100))
     note = next(n for n in est.notes if n.startswith("pipeline split"))
-    assert "stages hold 7,8,8" in note and "chunk x pp + stage" in note
-    with pytest.raises(ConfigError, match="virtual_pipeline_size=9: pp x virtual_pipeline_size = 144 pipeline chunks"):
+    assert note.startswith("pipeline split 3,4x30,3 (chunks in chunk x pp + stage order; the stages hold 7,8x14,7)")
+    assert "the first and last stages are lighter" in note
+    with pytest.raises(ConfigError, match=r"virtual_pipeline_size=9: pp x virtual_pipeline_size = 144 pipeline chunks is "
+                                          r"more than num_layers=126 \(with pp=16: virtual_pipeline_size <= 7\)"):
         pipeline_split(model, replace(par, virtual_pipeline_size=9))
+    # pp divides the layers, pp x v does not: equal stages, each spread over its chunks; no "lighter" stages
+    even = estimate(predict(model_preset("llama3-70b"), ParallelSpec(tp=8, pp=16, dp=4, global_batch_size=64,
+                                                                       virtual_pipeline_size=3), H100))
+    note = next(n for n in even.notes if n.startswith("pipeline split"))
+    assert "the stages hold 5x16" in note and "lighter" not in note
 
 
 def test_decoder_first_and_last_layers_with_interleaving_split_each_stage_over_its_chunks():
@@ -260,8 +267,13 @@ def test_decoder_first_and_last_pipeline_layers():
     par = ParallelSpec(tp=8, pp=16, dp=1, global_batch_size=16, decoder_first_pipeline_num_layers=6,
                        decoder_last_pipeline_num_layers=8)
     assert pipeline_split(model, par) == [6] + [8] * 15
-    with pytest.raises(ConfigError, match="decoder_first_pipeline_num_layers=5: the remaining"):
+    with pytest.raises(ConfigError, match="decoder_first_pipeline_num_layers=5: leaves 113 of num_layers=126 for the "
+                                          "other 14 stage.s., which must hold at least 1 layer each, evenly; valid "
+                                          "here: 6, 20, 34, 48, 62, 76, ..."):
         pipeline_split(model, replace(par, decoder_first_pipeline_num_layers=5))
+    # the whole model in the first stage leaves nothing for the others (was: "the remaining 0 ... must split evenly")
+    with pytest.raises(ConfigError, match="=118: leaves 0 of num_layers=126 for the other 14 stage"):
+        pipeline_split(model, replace(par, decoder_first_pipeline_num_layers=118))
     with pytest.raises(ConfigError, match="not both"):
         ParallelSpec(pp=2, global_batch_size=2, pipeline_layers=(1, 1), decoder_first_pipeline_num_layers=1)
 
@@ -281,3 +293,11 @@ def test_a_gpu_without_flash_attention_runs_it_unfused():
     assert any("no fused (flash) attention" in n for n in est.notes)
     unfused = estimate(predict(small(), replace(PAR, attention="unfused"), v100))
     assert est.iteration_time_s == pytest.approx(unfused.iteration_time_s)
+
+
+def test_run_lengths_write_long_runs_as_value_x_count():
+    from commscope.workload.stages import run_lengths
+
+    assert run_lengths([7] + [8] * 14 + [7]) == "7,8x14,7"
+    assert run_lengths([3, 3, 4, 4, 4]) == "3,3,4x3"
+    assert run_lengths([]) == ""

@@ -242,11 +242,11 @@ def test_explicit_pipeline_split():
     # ~16 layers, so the last stage keeps one layer
     auto = build_workload(model, ParallelSpec(pp=4, global_batch_size=4))
     assert [len(r) for r in virtual_stage_layers(model, ParallelSpec(pp=4, global_batch_size=4))] == [3, 3, 3, 1]
-    assert any("pipeline split 3,3,3,1" in n for n in auto.notes)
+    assert any("pipeline split 3x3,1" in n for n in auto.notes)
     w = build_workload(model, ParallelSpec(pp=4, global_batch_size=4, pipeline_layers=(2, 3, 3, 2)))
     tp_layers = [s.layers for s in w.opsets if s.layers]
     assert tp_layers == []  # tp=1
-    with pytest.raises(ConfigError, match="pipeline_layers"):
+    with pytest.raises(ConfigError, match="pipeline_layers=.*: sums to 11; must sum to num_layers=10"):
         build_workload(model, ParallelSpec(pp=4, global_batch_size=4, pipeline_layers=(2, 3, 3, 3)))
 
 

@@ -331,10 +331,6 @@ def resolve_job(args: argparse.Namespace) -> tuple[ModelSpec, ParallelSpec, Clus
     cluster = resolve_cluster(args)
     check_job(model, parallel)
     check_nodes(args, parallel.world_size, cluster)
-    if "overlap_p2p_comm" in _given(args, "parallel") and parallel.virtual_pipeline_size == 1:
-        flag = "--overlap-p2p-communication" if parallel.overlap_p2p_comm else "--no-overlap-p2p-communication"
-        warn(args, f"{flag} changes nothing here: Megatron overlaps pipeline sends/receives with compute only in the "
-                   f"interleaved schedule (--virtual-pipeline-size > 1; it is {parallel.virtual_pipeline_size})")
     return model, parallel, cluster
 
 
@@ -382,6 +378,11 @@ def estimate_job(prediction, args: argparse.Namespace):
     from commscope.estimate import estimate
     check_gpu_dtype(prediction.model, prediction.cluster, args)
     check_gpu_util(args)
+    parallel = prediction.parallel
+    if "overlap_p2p_comm" in _given(args, "parallel") and parallel.virtual_pipeline_size == 1:
+        flag = "--overlap-p2p-communication" if parallel.overlap_p2p_comm else "--no-overlap-p2p-communication"
+        warn(args, f"{flag} changes nothing here: Megatron overlaps pipeline sends/receives with compute only in the "
+                   f"interleaved schedule (--virtual-pipeline-size > 1; it is {parallel.virtual_pipeline_size})")
     bw = None
     if args.bandwidth is not None:
         from commscope.io.bandwidth_file import read_bandwidth

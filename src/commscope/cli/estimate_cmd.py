@@ -42,12 +42,14 @@ def run(args: argparse.Namespace) -> int:
     memory = memory_check(model, parallel, cluster)
     few = few_micro_batches(parallel, est)
     if args.json:
-        json.dump({"model": model.name, "cluster": cluster.name, **est.to_dict(), "memory": memory}, sys.stdout,
-                  indent=2)
+        from commscope.spec.files import parallel_to_mapping
+
+        json.dump({"model": model.name, "cluster": cluster.name, "parallel": parallel_to_mapping(parallel),
+                   **est.to_dict(), "memory": memory}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(format_estimate(est, title=f"{model.name} on {cluster.name}: {parallel.world_size} GPUs, tp={parallel.tp} "
-                                         f"pp={parallel.pp} dp={parallel.dp} cp={parallel.cp} ep={parallel.ep}, "
+                                         f"pp={parallel.pp}{v_label(parallel)} dp={parallel.dp} cp={parallel.cp} ep={parallel.ep}, "
                                          f"{parallel.num_micro_batches} micro-batches"))
         if not memory["fits"]:
             print(f"warning: {memory['message']}")
@@ -58,6 +60,12 @@ def run(args: argparse.Namespace) -> int:
             if message:
                 warn(args, message)
     return 0
+
+
+def v_label(parallel) -> str:
+    """`` (v=2)`` after pp when the pipeline is interleaved, else nothing."""
+    v = parallel.virtual_pipeline_size
+    return f" (v={v})" if v > 1 else ""
 
 
 def few_micro_batches(parallel, est) -> str:

@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from commscope.errors import ConfigError
     from commscope.cli.terminal import Progress, print_table
     from commscope.plan import PlanSpace, plan
+    from commscope.workload.stages import pipeline_split_note
 
     model = resolve_model(args)
     cluster = resolve_cluster(args)
@@ -75,4 +76,10 @@ def run(args: argparse.Namespace) -> int:
                      "y" if p.sequence_parallel else "n", p.recompute, zero, f"{est.iteration_time_s:.3f}",
                      f"{est.tflops_per_gpu:.1f}", f"{est.mfu:.1%}", f"{e.memory_bytes / 2**30:.1f}", e.reason))
     print_table(columns, rows, left=("why",))
+    print("\nTFLOP/s: what each GPU executes, recomputation included; MFU: the model's FLOPs (without recomputation) "
+          "over the peak")
+    splits = [(i, note) for i, e in enumerate(result.entries, start=1)
+              if (note := pipeline_split_note(model, e.parallel)) is not None]
+    for i, note in splits:
+        print(f"#{i}: {note.split(':')[0]}")
     return 0

@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         model, parallel, cluster = resolve_job(args)
         prediction = predict(model, parallel, cluster, algorithm=args.algorithm)
         est = estimate_job(prediction, args)
+        est = _with_warnings(est, model, parallel, cluster, args)
         if args.plan_gpus is not None:
             from commscope.plan import plan
 
@@ -158,3 +159,19 @@ def _reconstructed(args: argparse.Namespace) -> str:
         else:
             out += [flag, str(value)]
     return shlex.join(out)
+
+
+def _with_warnings(est, model, parallel, cluster, args: argparse.Namespace):
+    """The estimate with what `estimate` warns about (a job that does not fit in memory, too few micro-batches for
+    the pipeline) added to its notes, which the report shows, and said on stderr too."""
+    from dataclasses import replace
+
+    from commscope.cli.common import warn
+    from commscope.cli.estimate_cmd import few_micro_batches, memory_check
+
+    memory = memory_check(model, parallel, cluster)
+    warnings = [message for message in (memory["message"] if not memory["fits"] else "",
+                                        few_micro_batches(parallel, est)) if message]
+    for message in warnings:
+        warn(args, message)
+    return replace(est, notes=[*est.notes, *(f"warning: {m}" for m in warnings)]) if warnings else est

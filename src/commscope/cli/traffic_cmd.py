@@ -125,7 +125,8 @@ def write_outputs(pred, out: Path, *, detail: str | None, plot: bool, summary: d
 
 def _config_label(s: dict[str, Any]) -> str:
     p = s["parallel"]
-    parts = [f"{k}={p[k]}" for k in ("tp", "pp", "dp", "cp", "ep") if p[k] > 1 or k in ("tp", "pp", "dp")]
+    parts = [f"{k}={p[k]}" + (f" (v={p['virtual_pipeline_size']})" if k == "pp" and p.get("virtual_pipeline_size", 1) > 1
+                                else "") for k in ("tp", "pp", "dp", "cp", "ep") if p[k] > 1 or k in ("tp", "pp", "dp")]
     return " ".join(parts) + f", {s['world_size']} GPUs"
 
 

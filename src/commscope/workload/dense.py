@@ -57,7 +57,7 @@ def check_job(model: ModelSpec, parallel: ParallelSpec) -> None:
               f"needs seq_length={model.seq_len} divisible by cp x tp = {c * t}")
     if parallel.pipeline_layers is not None:
         check(sum(parallel.pipeline_layers) == model.num_layers, "pipeline_layers", parallel.pipeline_layers,
-              f"must sum to num_layers={model.num_layers}")
+              f"sums to {sum(parallel.pipeline_layers)}; must sum to num_layers={model.num_layers}")
     else:
         virtual_stage_layers(model, parallel)  # raises ConfigError for a split that cannot be made
     if model.is_moe:

@@ -13,7 +13,7 @@ from commscope.errors import ConfigError, check
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 
-__all__ = ["balanced_pipeline_layers", "pipeline_split", "pipeline_split_note", "stage_layers",
+__all__ = ["balanced_pipeline_layers", "pipeline_split", "pipeline_split_note", "run_lengths", "stage_layers",
            "virtual_stage_layers"]
 
 
@@ -47,10 +47,16 @@ def pipeline_split(model: ModelSpec, parallel: ParallelSpec) -> list[int]:
         ends = (first or 0) + (last or 0)
         inner = p - (first is not None) - (last is not None)
         rest = num - ends
-        check(rest >= inner and (inner == 0 and rest == 0 or inner > 0 and rest % inner == 0),
-              "decoder_first_pipeline_num_layers" if first is not None else "decoder_last_pipeline_num_layers",
-              first if first is not None else last,
-              f"the remaining {rest} of num_layers={num} must split evenly over the other {inner} stage(s)")
+        if not (rest >= inner and (inner == 0 and rest == 0 or inner > 0 and rest % inner == 0)):
+            field, value = (("decoder_first_pipeline_num_layers", first) if first is not None
+                            else ("decoder_last_pipeline_num_layers", last or 0))
+            other = ends - value
+            valid = [x for x in range(1, num + 1) if (inner == 0 and num - other - x == 0)
+                     or (inner > 0 and num - other - x >= inner and (num - other - x) % inner == 0)]
+            shown = ", ".join(map(str, valid[:6])) + (", ..." if len(valid) > 6 else "")
+            raise ConfigError(field, value, f"leaves {rest} of num_layers={num} for the other {inner} stage(s), which "
+                                            f"must hold at least 1 layer each, evenly" + (
+                                                f"; valid here: {shown}" if valid else "; no value is"))
         mid = [rest // inner] * inner if inner else []
         stages = ([first] if first is not None else []) + mid + ([last] if last is not None else [])
         if v == 1:
@@ -62,15 +68,16 @@ def pipeline_split(model: ModelSpec, parallel: ParallelSpec) -> list[int]:
                             ("virtual_pipeline_size", v))
             raise ConfigError(field, value, f"every pipeline stage's layers must split evenly over its "
                                             f"virtual_pipeline_size={v} chunks (the stages would hold "
-                                            f"{','.join(map(str, stages))}); give every chunk's layers with "
-                                            f"--pipeline-layers instead")
+                                            f"{run_lengths(stages)}); give every chunk's layers with --pipeline-layers, "
+                                            f"or leave both out for the balanced split (lighter first and last "
+                                            f"stages, spread over their chunks)")
         return [n // v for _ in range(v) for n in stages]
     if num % (p * v) == 0:
         return [num // (p * v)] * (p * v)
     split = balanced_pipeline_layers(model, p, v)
     check(split is not None, "pp" if v == 1 else "virtual_pipeline_size", p if v == 1 else v,
-          f"pp x virtual_pipeline_size = {p * v} pipeline chunks is more than num_layers={num}" if v > 1 else
-          f"is larger than num_layers={num}")
+          f"pp x virtual_pipeline_size = {p * v} pipeline chunks is more than num_layers={num} (with pp={p}: "
+          f"virtual_pipeline_size <= {num // p})" if v > 1 else f"is larger than num_layers={num}")
     return list(split or ())
 
 
@@ -132,19 +139,34 @@ def stage_layers(model: ModelSpec, parallel: ParallelSpec, stage: int) -> list[r
     return [vs[chunk * parallel.pp + stage] for chunk in range(parallel.virtual_pipeline_size)]
 
 
+def run_lengths(sizes: list[int]) -> str:
+    """``7,8x14,7``: a split written with runs of three or more equal entries as value x count."""
+    out, i = [], 0
+    while i < len(sizes):
+        j = i
+        while j < len(sizes) and sizes[j] == sizes[i]:
+            j += 1
+        out += [f"{sizes[i]}x{j - i}"] if j - i >= 3 else [str(sizes[i])] * (j - i)
+        i = j
+    return ",".join(out)
+
+
 def pipeline_split_note(model: ModelSpec, parallel: ParallelSpec) -> str | None:
-    """A line saying which uneven pipeline split was chosen, when the user gave none and pp does not divide the layers."""
+    """A line saying which uneven pipeline split was chosen, when the user gave none and pp x v does not divide the
+    layers."""
     p, v = parallel.pp, parallel.virtual_pipeline_size
     if (parallel.pipeline_layers is not None or parallel.decoder_first_pipeline_num_layers is not None
             or parallel.decoder_last_pipeline_num_layers is not None or model.num_layers % (p * v) == 0):
         return None
     split = pipeline_split(model, parallel)
     if v == 1:
-        return (f"pipeline split {','.join(map(str, split))}: pp={p} does not divide num_layers={model.num_layers}, so "
-                f"the first and last stages are lighter (the last also computes the logits); --pipeline-layers or "
+        return (f"pipeline split {run_lengths(split)}: pp={p} does not divide num_layers={model.num_layers}, so the "
+                f"first and last stages are lighter (the last also computes the logits); --pipeline-layers or "
                 f"--decoder-first/last-pipeline-num-layers choose another")
     stages = [sum(split[c * p + s] for c in range(v)) for s in range(p)]
-    return (f"pipeline split {','.join(map(str, split))} (chunk x pp + stage order; stages hold "
-            f"{','.join(map(str, stages))}): pp x virtual_pipeline_size = {p * v} does not divide "
-            f"num_layers={model.num_layers}, so the chunks are uneven, the lighter ones at the first stage's start and the last "
-            f"stage's end (the last stage also computes the logits); --pipeline-layers chooses another")
+    lighter = min(stages) < max(stages)
+    return (f"pipeline split {run_lengths(split)} (chunks in chunk x pp + stage order; the stages hold "
+            f"{run_lengths(stages)}): pp x virtual_pipeline_size = {p * v} does not divide "
+            f"num_layers={model.num_layers}, so " + ("the first and last stages are lighter (the last also computes "
+                                                     "the logits) and " if lighter else "")
+            + "each stage's layers are spread over its chunks as evenly as they go; --pipeline-layers chooses another")
