@@ -90,19 +90,25 @@ class GroupSpan:
         g = np.asarray(groups, dtype=np.int64)
         if g.ndim == 1 or g.shape[0] == 1:
             return cls.of(g.reshape(-1), gpus_per_node)
-        rows, n = g.shape
-        nodes = np.sort(g // gpus_per_node, axis=1)
+        num_nodes, per_node = cls.row_spans(g, gpus_per_node)
+        i = slowest_row(num_nodes, per_node)
+        return cls(n=g.shape[1], num_nodes=int(num_nodes[i]), per_node=int(per_node[i]))
+
+    @staticmethod
+    def row_spans(groups: np.ndarray, gpus_per_node: int) -> tuple[np.ndarray, np.ndarray]:
+        """(num_nodes, per_node) of every row of a (G, n) array of groups, vectorised."""
+        rows, n = groups.shape
+        lo, hi = groups.min(axis=1) // gpus_per_node, groups.max(axis=1) // gpus_per_node
+        if (lo == hi).all():  # every group inside one node: the common case
+            return np.ones(rows, dtype=np.int64), np.full(rows, n, dtype=np.int64)
+        nodes = np.sort(groups // gpus_per_node, axis=1)
         starts = np.ones(nodes.shape, dtype=bool)
         starts[:, 1:] = nodes[:, 1:] != nodes[:, :-1]
-        num_nodes = starts.sum(axis=1)
-        if num_nodes.max() == 1:
-            return cls(n=n, num_nodes=1, per_node=n)
         first = np.flatnonzero(starts.ravel())  # every row starts a run: runs never cross rows
         runs = np.diff(np.append(first, starts.size))
         per_node = np.full(rows, n, dtype=np.int64)
         np.minimum.at(per_node, first // n, runs)
-        i = int(np.lexsort((-num_nodes, per_node, num_nodes == 1))[0])
-        return cls(n=n, num_nodes=int(num_nodes[i]), per_node=int(per_node[i]))
+        return starts.sum(axis=1), per_node
 
     @property
     def intra_node(self) -> bool:
@@ -118,6 +124,12 @@ class BandwidthModel(Protocol):
 
     @property
     def notes(self) -> list[str]: ...
+
+
+def slowest_row(num_nodes: np.ndarray, per_node: np.ndarray) -> int:
+    """Index of the slowest of groups with these spans (see :meth:`GroupSpan.slowest`): crossing nodes first, then
+    the fewest members on one node, then the most nodes; the first such."""
+    return int(np.lexsort((-num_nodes, per_node, num_nodes == 1))[0])
 
 
 def _alpha_beta_terms(cluster: ClusterSpec, op: str, size: np.ndarray, n, num_nodes, per_node):

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from commscope.bandwidth import GroupSpan, alpha_beta_busbw_bytes_per_s, alpha_beta_time_s
+from commscope.bandwidth import GroupSpan, alpha_beta_busbw_bytes_per_s, alpha_beta_time_s, slowest_row
 from commscope.compute.model import first_max
 from commscope.compute.kernels import (
     adam_step_time_s,
@@ -83,16 +83,21 @@ def _padded(entries: list[list[tuple[int, int]]]) -> tuple[np.ndarray, np.ndarra
     return num, per_mb
 
 
-def _spans(per_stage: list[np.ndarray], gpn: int) -> _Span:
-    """(n, num_nodes, per_node) of the slowest group of each stage's op set (what the scalar path times)."""
-    spans = []
-    for groups in per_stage:
-        if groups.size == 0 or groups.shape[-1] < 2:
-            spans.append((1, 1, 1))
-        else:
-            span = GroupSpan.slowest(groups, gpn)
-            spans.append((span.n, span.num_nodes, span.per_node))
-    return (np.array([x[0] for x in spans]), np.array([x[1] for x in spans]), np.array([x[2] for x in spans]))
+def _spans(rows: np.ndarray, stage_of_row: np.ndarray, p: int, gpn: int) -> _Span:
+    """(n, num_nodes, per_node) of the slowest group of each stage's op set (what the scalar path times), from all
+    the axis's groups (``rows``) and the stage of each: one vectorised pass, then a pick per stage."""
+    n = rows.shape[1] if rows.ndim == 2 else 1
+    out = np.ones((3, p), dtype=np.int64)
+    if rows.size == 0 or n < 2:
+        return out[0], out[1], out[2]
+    num_nodes, per_node = GroupSpan.row_spans(rows, gpn)
+    for s in range(p):
+        idx = np.flatnonzero(stage_of_row == s)
+        if idx.size == 0:
+            continue
+        i = idx[slowest_row(num_nodes[idx], per_node[idx])]
+        out[:, s] = (n, num_nodes[i], per_node[i])
+    return out[0], out[1], out[2]
 
 
 class _Structure:
@@ -103,15 +108,15 @@ class _Structure:
         layout = Layout(par)
         stage_of = layout.stage_of()
 
-        def of_stage(kind: str, pairs: bool = False) -> list[np.ndarray]:
-            """The groups of ``kind`` on each stage (their (src, dst) ring pairs when ``pairs``, as the workload's
-            context-parallel sends)."""
+        def spans(kind: str, pairs: bool = False) -> _Span:
+            """Spans of the slowest group of ``kind`` on each stage (of its (src, dst) ring pairs when ``pairs``, as
+            the workload's context-parallel sends)."""
             groups = layout.groups(kind)
             stages = stage_of[groups[:, 0]]
-            out = [groups[stages == s] for s in range(p)]
             if pairs:
-                out = [np.stack([g.reshape(-1), np.roll(g, -1, axis=1).reshape(-1)], axis=1) for g in out]
-            return out
+                groups = np.stack([groups.reshape(-1), np.roll(groups, -1, axis=1).reshape(-1)], axis=1)
+                stages = np.repeat(stages, layout.groups(kind).shape[1])
+            return _spans(groups, stages, p, gpn)
 
         tf = token_flops(model)
         self.p = p
@@ -148,11 +153,11 @@ class _Structure:
             zero3.append(self._zero3_sizes(model, par, lps, s, expert=False))
             zero3_expert.append(self._zero3_sizes(model, par, lps, s, expert=True))
         self.zero3, self.zero3_expert = _padded(zero3), _padded(zero3_expert)
-        self.tp_span = _spans(of_stage("tp"), gpn)
-        self.cp_span = _spans(of_stage("cp", pairs=True), gpn)
-        self.dp_span = _spans(of_stage("dp-cp"), gpn)
-        self.edp_span = _spans(of_stage("expert-dp"), gpn)
-        self.ep_span = _spans(of_stage("ep"), gpn)
+        self.tp_span = spans("tp")
+        self.cp_span = spans("cp", pairs=True)
+        self.dp_span = spans("dp-cp")
+        self.edp_span = spans("expert-dp")
+        self.ep_span = spans("ep")
         self.dp_size = par.dp * par.cp
         self.edp_size = par.expert_dp
         # pipeline boundaries: half of each transfer on the sender's stage, half on the receiver's
@@ -168,7 +173,7 @@ class _Structure:
                 self.pp_sets[across] += 2
         self.emb = p > 1 and model.tied_embeddings
         emb_groups = layout.groups("emb")
-        self.emb_span = _spans([emb_groups], gpn) if self.emb else None
+        self.emb_span = _spans(emb_groups, np.zeros(len(emb_groups), dtype=np.int64), 1, gpn) if self.emb else None
         self.emb_elements = model.padded_vocab_size(par.tp) * model.hidden_size // par.tp
         self.split_note = pipeline_split_note(model, par)
 
