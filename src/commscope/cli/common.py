@@ -334,6 +334,11 @@ def resolve_job(args: argparse.Namespace) -> tuple[ModelSpec, ParallelSpec, Clus
     return model, parallel, cluster
 
 
+def v_label(v: int) -> str:
+    """`` (v=2)`` after pp when the pipeline is interleaved (v chunks per stage), else nothing."""
+    return f" (v={v})" if v > 1 else ""
+
+
 def check_nodes(args: argparse.Namespace | None, world: int, cluster: ClusterSpec) -> None:
     """Warn, in one line, when ``world`` GPUs leave the last node partly empty (most often a mistyped
     --gpus-per-node): ranks fill nodes in order, so the last node holds fewer GPUs and its groups' traffic and

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from commscope.cli.common import add_job_args, add_routing_args, estimate_job, resolve_job, warn
+from commscope.cli.common import add_job_args, add_routing_args, estimate_job, resolve_job, v_label, warn
 from commscope.estimate import METHODS
 from commscope.traffic import ALGORITHMS
 
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     pred = predict(model, parallel, cluster, algorithm=args.algorithm, routing=job_routing(args, model, parallel))
     est = estimate_job(pred, args)
     memory = memory_check(model, parallel, cluster)
-    few = few_micro_batches(parallel, est)
+    warnings = job_warnings(memory, parallel, est)
     if args.json:
         from commscope.spec.files import parallel_to_mapping
 
@@ -49,23 +49,20 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print(format_estimate(est, title=f"{model.name} on {cluster.name}: {parallel.world_size} GPUs, tp={parallel.tp} "
-                                         f"pp={parallel.pp}{v_label(parallel)} dp={parallel.dp} cp={parallel.cp} ep={parallel.ep}, "
+                                         f"pp={parallel.pp}{v_label(parallel.virtual_pipeline_size)} dp={parallel.dp} cp={parallel.cp} ep={parallel.ep}, "
                                          f"{parallel.num_micro_batches} micro-batches"))
-        if not memory["fits"]:
-            print(f"warning: {memory['message']}")
-        if few:
-            print(f"warning: {few}")
+        for message in warnings:
+            print(f"warning: {message}")
     if args.json:
-        for message in (memory["message"], few):
-            if message:
-                warn(args, message)
+        for message in warnings:
+            warn(args, message)
     return 0
 
 
-def v_label(parallel) -> str:
-    """`` (v=2)`` after pp when the pipeline is interleaved, else nothing."""
-    v = parallel.virtual_pipeline_size
-    return f" (v={v})" if v > 1 else ""
+def job_warnings(memory: dict, parallel, est) -> list[str]:
+    """What an estimate warns about beside its numbers: a job that does not fit in memory (``memory``:
+    :func:`memory_check`), too few micro-batches for the pipeline."""
+    return [message for message in (memory["message"], few_micro_batches(parallel, est)) if message]
 
 
 def few_micro_batches(parallel, est) -> str:

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from commscope.errors import ConfigError
     from commscope.cli.terminal import Progress, print_table
     from commscope.plan import PlanSpace, plan
-    from commscope.workload.stages import pipeline_split_note
+    from commscope.workload.stages import pipeline_split_label
 
     model = resolve_model(args)
     cluster = resolve_cluster(args)
@@ -78,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
     print_table(columns, rows, left=("why",))
     print("\nTFLOP/s: what each GPU executes, recomputation included; MFU: the model's FLOPs (without recomputation) "
           "over the peak")
-    splits = [(i, note) for i, e in enumerate(result.entries, start=1)
-              if (note := pipeline_split_note(model, e.parallel)) is not None]
-    for i, note in splits:
-        print(f"#{i}: {note.split(':')[0]}")
+    for i, e in enumerate(result.entries, start=1):
+        label = pipeline_split_label(model, e.parallel)
+        if label is not None:
+            print(f"#{i}: {label}")
     return 0

@@ -162,16 +162,14 @@ def _reconstructed(args: argparse.Namespace) -> str:
 
 
 def _with_warnings(est, model, parallel, cluster, args: argparse.Namespace):
-    """The estimate with what `estimate` warns about (a job that does not fit in memory, too few micro-batches for
-    the pipeline) added to its notes, which the report shows, and said on stderr too."""
+    """The estimate with what `estimate` warns about (:func:`~commscope.cli.estimate_cmd.job_warnings`) added to its
+    notes, which the report shows, and said on stderr too."""
     from dataclasses import replace
 
     from commscope.cli.common import warn
-    from commscope.cli.estimate_cmd import few_micro_batches, memory_check
+    from commscope.cli.estimate_cmd import job_warnings, memory_check
 
-    memory = memory_check(model, parallel, cluster)
-    warnings = [message for message in (memory["message"] if not memory["fits"] else "",
-                                        few_micro_batches(parallel, est)) if message]
+    warnings = job_warnings(memory_check(model, parallel, cluster), parallel, est)
     for message in warnings:
         warn(args, message)
     return replace(est, notes=[*est.notes, *(f"warning: {m}" for m in warnings)]) if warnings else est

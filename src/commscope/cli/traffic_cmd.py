@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from commscope.cli.common import add_job_args, add_routing_args, check_out_dir, resolve_job
+from commscope.cli.common import add_job_args, add_routing_args, check_out_dir, resolve_job, v_label
 from commscope.cli.terminal import format_table
 from commscope.record import REPORT_AXES
 from commscope.traffic import ALGORITHMS
@@ -125,8 +125,8 @@ def write_outputs(pred, out: Path, *, detail: str | None, plot: bool, summary: d
 
 def _config_label(s: dict[str, Any]) -> str:
     p = s["parallel"]
-    parts = [f"{k}={p[k]}" + (f" (v={p['virtual_pipeline_size']})" if k == "pp" and p.get("virtual_pipeline_size", 1) > 1
-                                else "") for k in ("tp", "pp", "dp", "cp", "ep") if p[k] > 1 or k in ("tp", "pp", "dp")]
+    parts = [f"{k}={p[k]}" + (v_label(p.get("virtual_pipeline_size", 1)) if k == "pp" else "")
+             for k in ("tp", "pp", "dp", "cp", "ep") if p[k] > 1 or k in ("tp", "pp", "dp")]
     return " ".join(parts) + f", {s['world_size']} GPUs"
 
 

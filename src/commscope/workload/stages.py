@@ -13,7 +13,7 @@ from commscope.errors import ConfigError, check
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 
-__all__ = ["balanced_pipeline_layers", "pipeline_split", "pipeline_split_note", "run_lengths", "stage_layers",
+__all__ = ["balanced_pipeline_layers", "pipeline_split", "pipeline_split_label", "pipeline_split_note", "run_lengths", "stage_layers",
            "virtual_stage_layers"]
 
 
@@ -151,22 +151,37 @@ def run_lengths(sizes: list[int]) -> str:
     return ",".join(out)
 
 
-def pipeline_split_note(model: ModelSpec, parallel: ParallelSpec) -> str | None:
-    """A line saying which uneven pipeline split was chosen, when the user gave none and pp x v does not divide the
-    layers."""
+def pipeline_split_label(model: ModelSpec, parallel: ParallelSpec) -> str | None:
+    """``pipeline split 7,8x14,7`` (with v > 1 also what the stages hold), when the user gave no split and pp x v does
+    not divide the layers; else None."""
     p, v = parallel.pp, parallel.virtual_pipeline_size
     if (parallel.pipeline_layers is not None or parallel.decoder_first_pipeline_num_layers is not None
             or parallel.decoder_last_pipeline_num_layers is not None or model.num_layers % (p * v) == 0):
         return None
     split = pipeline_split(model, parallel)
     if v == 1:
-        return (f"pipeline split {run_lengths(split)}: pp={p} does not divide num_layers={model.num_layers}, so the "
-                f"first and last stages are lighter (the last also computes the logits); --pipeline-layers or "
-                f"--decoder-first/last-pipeline-num-layers choose another")
-    stages = [sum(split[c * p + s] for c in range(v)) for s in range(p)]
-    lighter = min(stages) < max(stages)
+        return f"pipeline split {run_lengths(split)}"
     return (f"pipeline split {run_lengths(split)} (chunks in chunk x pp + stage order; the stages hold "
-            f"{run_lengths(stages)}): pp x virtual_pipeline_size = {p * v} does not divide "
-            f"num_layers={model.num_layers}, so " + ("the first and last stages are lighter (the last also computes "
-                                                     "the logits) and " if lighter else "")
+            f"{run_lengths(_stage_totals(split, p, v))})")
+
+
+def _stage_totals(split: list[int], p: int, v: int) -> list[int]:
+    """Layers of each stage: the sum over its chunks (virtual stages chunk x pp + stage)."""
+    return [sum(split[c * p + s] for c in range(v)) for s in range(p)]
+
+
+def pipeline_split_note(model: ModelSpec, parallel: ParallelSpec) -> str | None:
+    """A line saying which uneven pipeline split was chosen (:func:`pipeline_split_label`) and why."""
+    label = pipeline_split_label(model, parallel)
+    if label is None:
+        return None
+    p, v = parallel.pp, parallel.virtual_pipeline_size
+    if v == 1:
+        return (f"{label}: pp={p} does not divide num_layers={model.num_layers}, so the first and last stages are "
+                f"lighter (the last also computes the logits); --pipeline-layers or "
+                f"--decoder-first/last-pipeline-num-layers choose another")
+    stages = _stage_totals(pipeline_split(model, parallel), p, v)
+    lighter = min(stages) < max(stages)
+    return (f"{label}: pp x virtual_pipeline_size = {p * v} does not divide num_layers={model.num_layers}, so "
+            + ("the first and last stages are lighter (the last also computes the logits) and " if lighter else "")
             + "each stage's layers are spread over its chunks as evenly as they go; --pipeline-layers chooses another")
