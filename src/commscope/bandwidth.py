@@ -278,6 +278,10 @@ class MeasuredTable:
     def op_time_s(self, op: str, size_bytes: float, span: GroupSpan) -> float:
         if span.n < 2 or size_bytes <= 0:
             return 0.0
+        if self.fallback is not None and self._curve(op, span) is None:
+            # the preset's whole alpha-beta time: its busbw alone would drop the latency term
+            self._note(f"{self.source}: no {op} measurements; used the cluster preset's alpha-beta model")
+            return self.fallback.op_time_s(op, size_bytes, span)
         f = busbw_factor(op, span.n if op not in ("send", "recv") else 2)
         return size_bytes * f / self.busbw_bytes_per_s(op, size_bytes, span)
 

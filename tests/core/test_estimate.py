@@ -146,6 +146,22 @@ def test_measured_table_interpolates_and_notes_extrapolation():
         table.op_time_s("all_gather", 1 << 20, span)
 
 
+def test_measured_table_falls_back_to_the_whole_alpha_beta_time():
+    """Ops the table lacks (here: groups that leave the node, measured only inside one) take the preset's time,
+    latency included: one 64 KiB all_reduce over 16 GPUs on 2 nodes is latency-bound, not 64 KiB / busbw."""
+    rows = [TableRow(op="all_reduce", group_size=8, size_bytes=s, busbw_bytes_per_s=b, intra_node=True)
+            for s, b in ((1 << 20, 20e9), (1 << 30, 230e9))]
+    fallback = AlphaBeta(CLUSTER)
+    table = MeasuredTable(rows=rows, source="t.json", fallback=fallback)
+    across = GroupSpan(16, 2, 8)
+    assert table.op_time_s("all_reduce", 1 << 16, across) == fallback.op_time_s("all_reduce", 1 << 16, across)
+    assert table.op_time_s("all_reduce", 1 << 16, across) > (1 << 16) * busbw_factor("all_reduce", 16) / \
+        fallback.busbw_bytes_per_s("all_reduce", 1 << 16, across)
+    assert any("alpha-beta" in n for n in table.notes)
+    inside = GroupSpan(8, 1, 8)
+    assert table.op_time_s("all_reduce", 1 << 30, inside) == pytest.approx((1 << 30) * 1.75 / 230e9)
+
+
 def test_bad_gpu_util():
     pred = predict(ModelSpec(name="x", num_layers=2, hidden_size=64, num_heads=2, seq_len=16),
                    ParallelSpec(global_batch_size=1), CLUSTER)

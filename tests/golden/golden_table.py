@@ -14,13 +14,15 @@ class Case:
     label: str
     prediction: object
     measured_s: float
+    bandwidth: object = None
+    """A measured bandwidth model of the run's own cluster (``estimate --bandwidth``), else the preset's."""
 
 
 def run_cases(cases: list[Case], title: str) -> tuple[list[tuple[Case, Estimate, float]], float, float]:
     """(rows, mean absolute error, worst absolute error), printing the table as it goes (pytest -s shows it)."""
     rows = []
     for case in cases:
-        est = estimate(case.prediction)
+        est = estimate(case.prediction, bandwidth=case.bandwidth)
         rows.append((case, est, est.iteration_time_s / case.measured_s - 1))
     mean = sum(abs(r[2]) for r in rows) / len(rows)
     worst = max(abs(r[2]) for r in rows)
