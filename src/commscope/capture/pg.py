@@ -52,6 +52,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
         self._seq = 0
         self._me = self._ranks[rank]
         self._forms: dict[tuple[str, str, str | None], tuple[str, ...]] = {}  # the writer's line forms
+        self._plain_forms: dict[tuple[str, str], tuple[str, ...]] = {}  # those of (op, dtype) with no backend op
 
     # ----- identity -----
     def getBackendName(self) -> str:  # c10d's name
@@ -84,7 +85,20 @@ class RecordingProcessGroup(dist.ProcessGroup):
         sink = self._sink if self._sink is not _current_sink else _SINK
         if sink is None:  # recording stopped: the op runs as it would without commscope
             return work
-        rec = self._make_record(op, sink, size_bytes, dtype, bytes_in, bytes_out, peer, splits, backend_op, root)
+        if peer is None and splits is None and root is None and backend_op is None:
+            # the common shape, built here in one go (what _make_record does for it, without its calls and checks)
+            self._seq = seq = self._seq + 1
+            form = self._plain_forms.get((op, dtype))
+            if form is None:
+                form = self._plain_forms[(op, dtype)] = self._form(op, dtype, None)
+            rec = {"op": op, "group": self._ranks, "rank": self._me, "size_bytes": size_bytes, "dtype": dtype,
+                   "t_start_ns": self._t0, "backend": self._inner_name, "group_name": self._group_name, "seq": seq,
+                   "bytes_in": bytes_in, "bytes_out": bytes_out, "_form": form}
+            step = getattr(sink, "_step", _NO_STEP)
+            if step is not _NO_STEP:
+                rec["step"] = step
+        else:
+            rec = self._make_record(op, sink, size_bytes, dtype, bytes_in, bytes_out, peer, splits, backend_op, root)
         if _INFLIGHT:
             observe_completions()
         key = id(rec)
@@ -146,8 +160,10 @@ class RecordingProcessGroup(dist.ProcessGroup):
     def allreduce(self, tensors, opts=None):
         self._t0 = time.time_ns()
         work = self._inner.allreduce(tensors) if opts is None else self._inner.allreduce(tensors, opts)
-        n = _nbytes(tensors[0]) if len(tensors) == 1 else sum(_nbytes(t) for t in tensors)
-        return self._record("all_reduce", work, n, _dtype(tensors[0]), n, n)
+        t = tensors[0]  # (DDP's buckets, TP: the most frequent op; _nbytes and _dtype inline)
+        n = t.numel() * t.element_size() if len(tensors) == 1 else sum(_nbytes(x) for x in tensors)
+        dtype = _DTYPE_NAMES.get(t.dtype)
+        return self._record("all_reduce", work, n, dtype if dtype is not None else _dtype(t), n, n)
 
     def allreduce_coalesced(self, tensors, opts=None):
         self._start()
