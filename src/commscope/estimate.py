@@ -219,7 +219,8 @@ def _finish(prediction: JobOf, method: str, u: float, peak: float, *, comp: floa
         compute_breakdown_s=dict(breakdown or {}), compute_model=compute_model, notes=tuple(notes),
         micro_batch_s=((comp + tp + pp + cp + ep) / par.num_micro_batches) if micro_batch is None else micro_batch,
         tail_s=(dp + emb + optimizer) if tail is None else tail,
-        stage_micro_batch_s=tuple(float(x) for x in stage_micro_batch),
+        stage_micro_batch_s=tuple(stage_micro_batch.tolist() if isinstance(stage_micro_batch, np.ndarray)
+                                  else map(float, stage_micro_batch)),
     )
 
 

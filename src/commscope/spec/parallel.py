@@ -35,6 +35,10 @@ ORDER_TOKENS = ("tp", "cp", "ep", "dp", "pp")
 #: Implementations whose communication commscope predicts (ParallelSpec.framework).
 FRAMEWORKS = ("megatron", "torch-ddp", "torch-fsdp2")
 
+_VALID_FRAMEWORKS = f"valid: {', '.join(FRAMEWORKS)}"
+_VALID_ATTENTION = f"valid: {', '.join(ATTENTION_KINDS)}"
+_VALID_FP8 = f"valid: {', '.join(FP8_FORMATS)} or unset"
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ParallelSpec:
@@ -116,10 +120,9 @@ class ParallelSpec:
         check(self.zero_stage in (0, 1, 2, 3), "zero_stage", self.zero_stage, "valid: 0, 1, 2, 3")
         check(self.recompute in ("none", "selective", "full"), "recompute", self.recompute, "valid: none, selective, full")
         check(self.schedule in ("1f1b", "gpipe"), "schedule", self.schedule, "valid: 1f1b, gpipe")
-        check(self.framework in FRAMEWORKS, "framework", self.framework, f"valid: {', '.join(FRAMEWORKS)}")
-        check(self.attention in ATTENTION_KINDS, "attention", self.attention, f"valid: {', '.join(ATTENTION_KINDS)}")
-        check(self.fp8_format is None or self.fp8_format in FP8_FORMATS, "fp8_format", self.fp8_format,
-              f"valid: {', '.join(FP8_FORMATS)} or unset")
+        check(self.framework in FRAMEWORKS, "framework", self.framework, _VALID_FRAMEWORKS)
+        check(self.attention in ATTENTION_KINDS, "attention", self.attention, _VALID_ATTENTION)
+        check(self.fp8_format is None or self.fp8_format in FP8_FORMATS, "fp8_format", self.fp8_format, _VALID_FP8)
         check(not self.tp_comm_overlap or self.tp == 1 or self.sequence_parallel, "tp_comm_overlap", True,
               "needs sequence parallelism (Megatron: --tp-comm-overlap requires --sequence-parallel)")
         check(not self.scatter_gather_tensors_in_pipeline or self.framework == "megatron",
@@ -139,13 +142,17 @@ class ParallelSpec:
               "needs pp > 1 (interleaving splits each pipeline stage)")
         check(self.virtual_pipeline_size == 1 or self.schedule == "1f1b", "schedule", self.schedule,
               "the interleaved schedule (virtual_pipeline_size > 1) is a 1F1B schedule")
-        check((self.dp * self.cp) % self.ep == 0, "ep", self.ep,
-              f"must divide dp x cp = {self.dp * self.cp} (expert parallelism is folded inside data and context parallelism)")
-        tokens = self.order.split("-")
-        check(sorted(tokens) == sorted(ORDER_TOKENS), "order", self.order,
-              f"must name each of {', '.join(ORDER_TOKENS)} once, separated by '-', e.g. {DEFAULT_ORDER}")
-        check(self.global_batch_size % (self.micro_batch_size * self.dp) == 0, "global_batch_size", self.global_batch_size,
-              f"must be divisible by micro_batch_size x dp = {self.micro_batch_size} x {self.dp} = {self.micro_batch_size * self.dp}")
+        # (the messages below are built only when the check fails: a sweep builds thousands of these)
+        if (self.dp * self.cp) % self.ep:
+            raise ConfigError("ep", self.ep, f"must divide dp x cp = {self.dp * self.cp} (expert parallelism is folded "
+                                             "inside data and context parallelism)")
+        if self.order != DEFAULT_ORDER and sorted(self.order.split("-")) != sorted(ORDER_TOKENS):
+            raise ConfigError("order", self.order,
+                              f"must name each of {', '.join(ORDER_TOKENS)} once, separated by '-', e.g. {DEFAULT_ORDER}")
+        if self.global_batch_size % (self.micro_batch_size * self.dp):
+            raise ConfigError("global_batch_size", self.global_batch_size,
+                              f"must be divisible by micro_batch_size x dp = {self.micro_batch_size} x {self.dp} = "
+                              f"{self.micro_batch_size * self.dp}")
         if self.grad_reduce_dtype is not None:
             try:
                 object.__setattr__(self, "grad_reduce_dtype", canonical_dtype(self.grad_reduce_dtype))
