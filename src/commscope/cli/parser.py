@@ -17,7 +17,16 @@ class Parser(argparse.ArgumentParser):
     """
 
     def error(self, message: str) -> NoReturn:
+        # argparse names the flag and the value of a mistyped number but not what it wanted
+        for kind, wanted in _WANTED.items():
+            if f"invalid {kind} value:" in message:
+                message += f": {wanted}"
+                break
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+#: What argparse's type conversions accept, said after its "invalid <type> value: 'x'".
+_WANTED = {"int": "expected a whole number, e.g. 8", "float": "expected a number, e.g. 0.5 or 1e9"}
 
 
 def os_error_message(exc: OSError) -> str:
