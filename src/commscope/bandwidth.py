@@ -228,9 +228,11 @@ class MeasuredTable:
         if not self.rows:
             raise ConfigError("bandwidth", self.source, "has no rows (expected op, group size, size and busbw per row)")
         curves: dict[tuple[str, int, bool | None], list[tuple[int, float]]] = {}
-        for r in self.rows:
-            if r.busbw_bytes_per_s <= 0 or r.size_bytes <= 0:
-                continue
+        for i, r in enumerate(self.rows, start=1):
+            if not (r.busbw_bytes_per_s > 0 and r.size_bytes > 0 and r.group_size >= 2):
+                raise ConfigError(f"row {i}", f"{r.op} over {r.group_size} ranks at {r.size_bytes} B, "
+                                              f"{r.busbw_bytes_per_s / 1e9:g} GB/s",
+                                  "needs a group of >= 2 ranks, a size > 0 and a bus bandwidth > 0", source=self.source)
             op = "send" if r.op in ("sendrecv", "recv") else r.op
             curves.setdefault((op, r.group_size, r.intra_node), []).append((r.size_bytes, r.busbw_bytes_per_s))
         for key, pts in curves.items():
@@ -250,20 +252,32 @@ class MeasuredTable:
             self.notes.append(text)
 
     def _curve(self, op: str, span: GroupSpan):
+        """The curve that times ``op`` over ``span``: one measured in the same placement (inside one node, or
+        across nodes) at the nearest group size; rows of unknown placement stand for a group inside a node, and
+        for one across nodes only at their own group size (8 GPUs measured on one node say nothing of 16 on two)."""
         op = "send" if op in ("sendrecv", "recv") else op
-        keys = [k for k in self._curves if k[0] == op and (k[2] is None or k[2] == span.intra_node)]
+        keys = [k for k in self._curves if k[0] == op and (k[2] == span.intra_node
+                                                             or (k[2] is None and (span.intra_node or k[1] == span.n)))]
+        where = "inside one node" if span.intra_node else "across nodes"
         if not keys:
             return None
         best = min(keys, key=lambda k: (abs(math.log2(k[1]) - math.log2(max(span.n, 1))), k[1]))
         if best[1] != span.n:
-            self._note(f"{self.source}: no {op} measured over {span.n} ranks; used {best[1]} ranks")
+            self._note(f"{self.source}: no {op} measured over {span.n} ranks {where}; used the {best[1]}-rank rows")
+        else:
+            self._note(f"{self.source}: {op} over {span.n} ranks {where} timed from the table")
         return self._curves[best]
+
+    def _fallback_note(self, op: str, span: GroupSpan) -> None:
+        where = "inside one node" if span.intra_node else "across nodes"
+        self._note(f"{self.source}: no {op} measured {where} (over {span.n} ranks); those use the cluster preset's "
+                   f"alpha-beta model")
 
     def busbw_bytes_per_s(self, op: str, size_bytes: float, span: GroupSpan) -> float:
         curve = self._curve(op, span)
         if curve is None:
             if self.fallback is not None:
-                self._note(f"{self.source}: no {op} measurements; used the cluster preset's alpha-beta model")
+                self._fallback_note(op, span)
                 return self.fallback.busbw_bytes_per_s(op, size_bytes, span)
             have = ", ".join(sorted(self.ops())) or "none"
             raise ConfigError("bandwidth", self.source,
@@ -280,7 +294,7 @@ class MeasuredTable:
             return 0.0
         if self.fallback is not None and self._curve(op, span) is None:
             # the preset's whole alpha-beta time: its busbw alone would drop the latency term
-            self._note(f"{self.source}: no {op} measurements; used the cluster preset's alpha-beta model")
+            self._fallback_note(op, span)
             return self.fallback.op_time_s(op, size_bytes, span)
         f = busbw_factor(op, span.n if op not in ("send", "recv") else 2)
         return size_bytes * f / self.busbw_bytes_per_s(op, size_bytes, span)

@@ -141,6 +141,20 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("traffic --cluster {tmp}/zero-latency-cluster.toml", "latency range"),
     ("estimate --bandwidth {tmp}/fast-table.csv", "outside any real link's range"),
     ("estimate --bandwidth {tmp}/nan-table.csv", "must be a finite number"),
+    ("report --out {tmp}/dir", "out='{tmp}/dir': is a directory; give the HTML file to write"),
+    ("report --out {tmp}/r.html --moe {tmp}/nan-table.csv", "is not a readable .npz archive of routing counts"),
+    # a damaged row of a measured table is refused, never dropped or misread (each file: one row changed)
+    ("estimate --bandwidth {tmp}/table-busbw_GBps--220.csv", "row 2.busbw_GBps='-220': must be a finite number > 0"),
+    ("estimate --bandwidth {tmp}/table-busbw_GBps-0.csv", "row 2.busbw_GBps='0'"),
+    ("estimate --bandwidth {tmp}/table-busbw_GBps-abc.csv", "row 2.busbw_GBps='abc'"),
+    ("estimate --bandwidth {tmp}/table-size_bytes--268435456.csv", "row 2.size_bytes='-268435456': must be a whole"),
+    ("estimate --bandwidth {tmp}/table-group_size-0.csv", "row 2.group_size='0': must be a whole number >= 2"),
+    ("estimate --bandwidth {tmp}/table-group_size--8.csv", "row 2.group_size='-8'"),
+    ("estimate --bandwidth {tmp}/table-group_size-2.5.csv", "row 2.group_size='2.5': must be a whole number"),
+    ("estimate --bandwidth {tmp}/table-op-allredux.csv", "row 2.op='allredux': valid: all_reduce"),
+    ("estimate --bandwidth {tmp}/table-intra_node-maybe.csv", "row 2.intra_node='maybe': valid: true or false"),
+    ("estimate --bandwidth {tmp}/table-extra-cell.csv", "row 2="),
+    ("estimate --bandwidth {tmp}/table-short-row.csv", "row 2=",),
     ("estimate --bandwidth {tmp}/flat-fit.toml", "every fitted curve is unreliable"),
 ]
 
@@ -173,6 +187,15 @@ def fixtures(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (tmp / "fast-table.csv").write_text("op,group_size,size_bytes,busbw_GBps\nall_reduce,8,1048576,1e9\n"
                                         "all_reduce,8,2097152,100\n")
     (tmp / "nan-table.csv").write_text("op,group_size,size_bytes,busbw_GBps\nall_reduce,8,1048576,nan\n")
+    good = {"op": "all_reduce", "group_size": "8", "size_bytes": "268435456", "busbw_GBps": "220", "intra_node": "true"}
+    for field, value in (("busbw_GBps", "-220"), ("busbw_GBps", "0"), ("busbw_GBps", "abc"), ("size_bytes", "-268435456"),
+                         ("group_size", "0"), ("group_size", "-8"), ("group_size", "2.5"), ("op", "allredux"),
+                         ("intra_node", "maybe")):
+        (tmp / f"table-{field}-{value}.csv").write_text(
+            ",".join(good) + "\nall_reduce,8,1048576,20,true\n" + ",".join({**good, field: value}.values()) + "\n")
+    (tmp / "table-extra-cell.csv").write_text(",".join(good) + "\nall_reduce,8,1048576,20,true\n"
+                                              + ",".join(good.values()) + ",7\n")
+    (tmp / "table-short-row.csv").write_text(",".join(good) + "\nall_reduce,8,1048576,20,true\nall_reduce,8,268435456\n")
     (tmp / "bench.json").write_text(bench_json([1e-4 + 4**i * 1e-7 for i in range(6)]))
     (tmp / "flat-fit.toml").write_text(
         '[model]\nkind = "commscope-fitted-bandwidth"\nversion = 1\n[[curves]]\nop = "all_reduce"\ngroup_size = 2\n'

@@ -143,7 +143,7 @@ def test_estimate_bandwidth_file_missing_op(capsys, tmp_path):
     table.write_text(json.dumps([{"op": "all_reduce", "group_size": 2, "size_bytes": 1 << 20, "busbw_GBps": 50}]))
     code, out, err = run(capsys, "estimate", "--bandwidth", str(table), "--json")
     assert code == 0, err  # ops it lacks fall back to the preset, with a note
-    assert any("no send measurements" in n for n in json.loads(out)["notes"])
+    assert any("no send measured" in n for n in json.loads(out)["notes"])
     bad = tmp_path / "bw2.json"
     bad.write_text(json.dumps([{"op": "all_reduce", "size_bytes": 10}]))
     code, _, err = run(capsys, "estimate", "--bandwidth", str(bad))
@@ -185,6 +185,15 @@ def test_gpus_that_do_not_fill_whole_nodes_are_warned_about(capsys):
     for gpus in ("32", "4"):  # whole nodes, or less than one node
         code, _out, err = run(capsys, "estimate", "--tp", "1", "--pp", "1", "--gpus", gpus, "--json")
         assert code == 0 and "whole nodes" not in err
+
+
+def test_tensor_parallel_groups_across_nodes_are_warned_about(capsys):
+    code, _out, err = run(capsys, "estimate", "--model", "gpt-1.5b", "--tp", "3", "--gpus", "48", "--json")
+    assert code == 0 and "tp=3 does not divide gpus_per_node=8: some tensor-parallel groups span two nodes" in err
+    for model, tp, gpus in (("gpt-1.5b", "4", "64"), ("gpt3-175b", "16", "64"), ("gpt-1.5b", "3", "6")):  # divides, a
+        # whole multiple of a node, or one node only
+        code, _out, err = run(capsys, "estimate", "--model", model, "--tp", tp, "--pp", "1", "--gpus", gpus, "--json")
+        assert code == 0 and "tensor-parallel groups span" not in err, (tp, err)
 
 
 def test_p2p_overlap_flag_without_interleaving_says_it_changes_nothing(capsys):

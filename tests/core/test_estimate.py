@@ -139,9 +139,9 @@ def test_measured_table_interpolates_and_notes_extrapolation():
     table = MeasuredTable(rows=rows, source="t.json")
     span = GroupSpan(4, 1, 4)
     assert table.busbw_bytes_per_s("all_reduce", 1 << 22, span) == pytest.approx(30e9)
-    assert not table.notes
+    assert table.notes == ["t.json: all_reduce over 4 ranks inside one node timed from the table"]
     table.busbw_bytes_per_s("all_reduce", 1 << 30, span)
-    assert "outside the measured" in table.notes[0]
+    assert "outside the measured" in table.notes[-1]
     with pytest.raises(ConfigError, match="lacks all_gather"):
         table.op_time_s("all_gather", 1 << 20, span)
 
@@ -167,3 +167,21 @@ def test_bad_gpu_util():
                    ParallelSpec(global_batch_size=1), CLUSTER)
     with pytest.raises(ConfigError, match="gpu_util=1.5"):
         estimate(pred, gpu_util=1.5)
+
+
+def test_measured_rows_of_unknown_placement_do_not_stand_for_other_groups_across_nodes(tmp_path):
+    """A table without intra_node (nccl-tests on one node, say): its 8-rank rows time 8 or 4 GPUs inside a node, but
+    not 16 GPUs on two nodes, which the preset times (noted); rows of that very size would. nccl-tests' op names
+    (allreduce) read as commscope's."""
+    from commscope.io.bandwidth_file import read_bandwidth
+
+    path = tmp_path / "t.csv"
+    path.write_text("op,group_size,size_bytes,busbw_GBps\nallreduce,8,1048576,100\nallreduce,8,1073741824,230\n")
+    fallback = AlphaBeta(CLUSTER)
+    table = read_bandwidth(path, fallback=fallback)
+    inside, across = GroupSpan(4, 1, 4), GroupSpan(16, 2, 8)
+    assert table.busbw_bytes_per_s("all_reduce", 1 << 30, inside) == pytest.approx(230e9)
+    assert table.op_time_s("all_reduce", 1 << 30, across) == fallback.op_time_s("all_reduce", 1 << 30, across)
+    assert any("no all_reduce measured across nodes (over 16 ranks)" in n for n in table.notes)
+    path.write_text("op,group_size,size_bytes,busbw_GBps\nall_reduce,16,1048576,50\nall_reduce,16,1073741824,180\n")
+    assert read_bandwidth(path, fallback=fallback).busbw_bytes_per_s("all_reduce", 1 << 30, across) == pytest.approx(180e9)

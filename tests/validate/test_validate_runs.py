@@ -137,7 +137,7 @@ def test_validate_with_a_bandwidth_table(tmp_path):
     slow = validate(runs, bandwidth=table)
     fast = validate(runs)
     assert slow.rows[0].dp_s > fast.rows[0].dp_s
-    assert any("no send measurements" in n for n in slow.rows[1].notes)
+    assert any("no send measured" in n for n in slow.rows[1].notes)
 
 
 def test_no_runs_to_validate():

@@ -331,6 +331,7 @@ def resolve_job(args: argparse.Namespace) -> tuple[ModelSpec, ParallelSpec, Clus
     cluster = resolve_cluster(args)
     check_job(model, parallel)
     check_nodes(args, parallel.world_size, cluster)
+    check_tp_nodes(args, parallel, cluster)
     return model, parallel, cluster
 
 
@@ -347,6 +348,16 @@ def check_nodes(args: argparse.Namespace | None, world: int, cluster: ClusterSpe
     if world > gpn and world % gpn:
         warn(args, f"{world} GPUs do not fill whole nodes of gpus_per_node={gpn}: the last of {-(-world // gpn)} nodes "
                    f"holds {world % gpn}; ranks are placed node by node (check --gpus-per-node)")
+
+
+def check_tp_nodes(args: argparse.Namespace | None, parallel: ParallelSpec, cluster: ClusterSpec) -> None:
+    """Warn, in one line, when tensor-parallel groups (consecutive ranks, the default order) straddle nodes: tp neither
+    divides nor is a multiple of the GPUs per node, so some groups' all-reduces cross the inter-node links."""
+    gpn, t = cluster.gpus_per_node, parallel.tp
+    if t > 1 and parallel.order.startswith("tp") and gpn % t and t % gpn and parallel.world_size > gpn:
+        warn(args, f"tp={t} does not divide gpus_per_node={gpn}: some tensor-parallel groups span two nodes and "
+                   f"all-reduce over the inter-node links (the estimate times TP by the slowest group; Megatron jobs "
+                   f"keep tp a divisor of the GPUs per node)")
 
 
 def check_gpu_dtype(model: ModelSpec, cluster: ClusterSpec, args: argparse.Namespace | None = None) -> None:

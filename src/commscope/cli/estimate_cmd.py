@@ -26,7 +26,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "cluster's u)")
     g.add_argument("--bandwidth", type=Path, default=None,
                    help="measured bandwidth: nccl-tests output (.txt/.log) or a table (.json/.toml/.csv with op, group_size, "
-                        "size_bytes, busbw_GBps); ops it lacks fall back to the cluster preset (noted)")
+                        "size_bytes, busbw_GBps and intra_node: true for a group measured inside one node, false across "
+                        "nodes, empty if not known: then it stands only for groups inside a node or of its own size); "
+                        "ops and placements it lacks fall back to the cluster preset (noted)")
     g.add_argument("--algorithm", choices=ALGORITHMS, default="ring", help=argparse.SUPPRESS)
     g.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)

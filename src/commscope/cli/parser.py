@@ -5,9 +5,16 @@ from __future__ import annotations
 
 import argparse
 import errno
-from typing import NoReturn
+from typing import Any, NoReturn
 
 __all__ = ["Parser", "os_error_message"]
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Help whose placeholders are the field's name (``--tp TP``), not where the value is kept (``PARALLEL.TP``)."""
+
+    def _get_default_metavar_for_optional(self, action: argparse.Action) -> str:
+        return action.dest.rsplit(".", 1)[-1].upper()
 
 
 class Parser(argparse.ArgumentParser):
@@ -15,6 +22,10 @@ class Parser(argparse.ArgumentParser):
 
     Sub-commands inherit it: ``add_subparsers`` makes sub-parsers of the class of the parser it hangs from.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         # argparse names the flag and the value of a mistyped number but not what it wanted

@@ -23,25 +23,65 @@ from commscope.spec.cluster import LINK_BANDWIDTH_RANGE_BYTES_PER_S, implausible
 from commscope.units import GB
 
 _REQUIRED = ("op", "group_size", "size_bytes")
+#: Ops a table row may measure (after canonical_op: nccl-tests' ``allreduce`` and ``all_reduce_perf`` are
+#: ``all_reduce``, send/recv ``sendrecv``).
+TABLE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "gather", "scatter",
+             "sendrecv")
+_INTRA_NODE = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False, "": None}
+
+
+def _whole(item, key: str, where: str, source: str, minimum: int) -> int:
+    raw = item[key]
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}.{key}", raw, f"must be a whole number >= {minimum}", source=source) from None
+    if not (math.isfinite(value) and value == int(value) and value >= minimum):
+        raise ConfigError(f"{where}.{key}", raw, f"must be a whole number >= {minimum}", source=source)
+    return int(value)
 
 
 def _rows_from_mappings(items, source: str) -> list[TableRow]:
+    """Rows of a measured table, each field checked: a row the interpolation would misread (an op it does not know,
+    a size or bandwidth <= 0, a group of fewer than 2 ranks, an unreadable intra_node) is refused, never dropped."""
+    from commscope.bench.fitted import canonical_op
+
+    if not isinstance(items, list):
+        raise ConfigError("bandwidth", source, "expected a list of rows (op, group_size, size_bytes, busbw_GBps)")
     rows = []
     for i, item in enumerate(items, start=1):
-        missing = [k for k in _REQUIRED if k not in item]
-        if "busbw_GBps" not in item and "busbw_bytes_per_s" not in item:
+        where = f"row {i}"
+        if not isinstance(item, dict):
+            raise ConfigError(where, item, "expected a table of op, group_size, size_bytes, busbw_GBps", source=source)
+        if None in item:  # csv.DictReader: cells beyond the header
+            raise ConfigError(where, item[None], "has more cells than the header has columns", source=source)
+        missing = [k for k in _REQUIRED if item.get(k) in (None, "")]
+        if item.get("busbw_GBps") in (None, "") and item.get("busbw_bytes_per_s") in (None, ""):
             missing.append("busbw_GBps")
         if missing:
-            raise ConfigError(f"row {i}", dict(item), f"lacks {', '.join(missing)}", source=source)
+            raise ConfigError(where, dict(item), f"lacks {', '.join(missing)}", source=source)
+        op = canonical_op(item["op"])
+        if op not in TABLE_OPS:
+            raise ConfigError(f"{where}.op", item["op"], f"valid: {', '.join(TABLE_OPS)} (or nccl-tests' names, "
+                                                         "e.g. allreduce)", source=source)
+        n = _whole(item, "group_size", where, source, 2)
+        size = _whole(item, "size_bytes", where, source, 1)
+        key = "busbw_bytes_per_s" if item.get("busbw_bytes_per_s") not in (None, "") else "busbw_GBps"
         try:
-            busbw = float(item["busbw_bytes_per_s"]) if "busbw_bytes_per_s" in item else float(item["busbw_GBps"]) * GB
-            intra = item.get("intra_node")
-            if isinstance(intra, str):
-                intra = {"true": True, "false": False, "": None}.get(intra.strip().lower())
-            rows.append(TableRow(op=str(item["op"]), group_size=int(item["group_size"]),
-                                 size_bytes=int(float(item["size_bytes"])), busbw_bytes_per_s=busbw, intra_node=intra))
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"row {i}", dict(item), f"has a non-numeric value ({exc})", source=source) from None
+            busbw = float(item[key]) * (1.0 if key == "busbw_bytes_per_s" else GB)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}.{key}", item[key], "must be a finite number > 0", source=source) from None
+        if not busbw > 0:  # (NaN and infinity are refused by _plausible, with the link range)
+            raise ConfigError(f"{where}.{key}", item[key], "must be a finite number > 0", source=source)
+        intra = item.get("intra_node")
+        if isinstance(intra, str):
+            if intra.strip().lower() not in _INTRA_NODE:
+                raise ConfigError(f"{where}.intra_node", intra, "valid: true or false (or empty: not known)",
+                                  source=source)
+            intra = _INTRA_NODE[intra.strip().lower()]
+        elif intra is not None and not isinstance(intra, bool):
+            raise ConfigError(f"{where}.intra_node", intra, "valid: true or false (or empty: not known)", source=source)
+        rows.append(TableRow(op=op, group_size=n, size_bytes=size, busbw_bytes_per_s=busbw, intra_node=intra))
     return rows
 
 

@@ -252,7 +252,9 @@ def load_moe(path: str | Path) -> list[MoeRouting]:
         except (OSError, ValueError) as exc:
             if isinstance(exc, ConfigError):
                 raise
-            raise ConfigError("moe", str(f), f"is not a readable .npz ({exc})") from None
+            raise ConfigError("moe", str(f), "is not a readable .npz archive of routing counts (truncated, corrupt, or "
+                                             "not written by numpy: a routing trace from `commscope moe` or "
+                                             "commscope.moe.RoutingTrace.save)") from None
         if routing is None:
             out.append(from_trace(f))
             continue
