@@ -187,6 +187,16 @@ def test_gpus_that_do_not_fill_whole_nodes_are_warned_about(capsys):
         assert code == 0 and "whole nodes" not in err
 
 
+def test_more_gpus_than_any_cluster_are_warned_about(capsys):
+    from commscope.cli.common import check_nodes
+    from commscope.spec.files import load_cluster
+
+    check_nodes(None, 8_000_000, load_cluster("dgx-a100"))  # (the command itself takes seconds at this size)
+    assert "8,000,000 GPUs: more than any cluster built or planned" in capsys.readouterr().err
+    code, _out, err = run(capsys, "traffic", "--gpus", "1024", "--json")
+    assert code == 0 and "any cluster built" not in err
+
+
 def test_tensor_parallel_groups_across_nodes_are_warned_about(capsys):
     code, _out, err = run(capsys, "estimate", "--model", "gpt-1.5b", "--tp", "3", "--gpus", "48", "--json")
     assert code == 0 and "tp=3 does not divide gpus_per_node=8: some tensor-parallel groups span two nodes" in err

@@ -340,11 +340,18 @@ def v_label(v: int) -> str:
     return f" (v={v})" if v > 1 else ""
 
 
+#: Above this many GPUs a job is most likely a typo (commscope's own benchmarks go this far: routed MoE traffic).
+MAX_PLAUSIBLE_GPUS = 1 << 20
+
+
 def check_nodes(args: argparse.Namespace | None, world: int, cluster: ClusterSpec) -> None:
     """Warn, in one line, when ``world`` GPUs leave the last node partly empty (most often a mistyped
     --gpus-per-node): ranks fill nodes in order, so the last node holds fewer GPUs and its groups' traffic and
     link classes follow from that."""
     gpn = cluster.gpus_per_node
+    if world > MAX_PLAUSIBLE_GPUS:
+        warn(args, f"{world:,} GPUs: more than any cluster built or planned (the largest training clusters hold "
+                   f"~10^5; commscope is tested to {MAX_PLAUSIBLE_GPUS:,}): check --gpus")
     if world > gpn and world % gpn:
         warn(args, f"{world} GPUs do not fill whole nodes of gpus_per_node={gpn}: the last of {-(-world // gpn)} nodes "
                    f"holds {world % gpn}; ranks are placed node by node (check --gpus-per-node)")
