@@ -34,13 +34,16 @@ size for each (op, group size), and says when a query falls outside what was mea
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import numpy as np
 
 from commscope.errors import ConfigError
 from commscope.spec.cluster import ClusterSpec
+
+T = TypeVar("T")
 
 
 #: nccl-tests' bus-bandwidth factors.
@@ -252,36 +255,36 @@ class MeasuredTable:
             self.notes.append(text)
 
     def _curve(self, op: str, span: GroupSpan):
-        """The curve that times ``op`` over ``span``: one measured in the same placement (inside one node, or
-        across nodes) at the nearest group size; rows of unknown placement stand for a group inside a node, and
-        for one across nodes only at their own group size (8 GPUs measured on one node say nothing of 16 on two)."""
+        """The curve that times ``op`` over ``span`` (:func:`nearest_measured`), or None."""
         op = "send" if op in ("sendrecv", "recv") else op
-        keys = [k for k in self._curves if k[0] == op and (k[2] == span.intra_node
-                                                             or (k[2] is None and (span.intra_node or k[1] == span.n)))]
-        where = "inside one node" if span.intra_node else "across nodes"
-        if not keys:
+        best = nearest_measured([k for k in self._curves if k[0] == op], span, group_size=lambda k: k[1],
+                                intra_node=lambda k: k[2])
+        if best is None:
             return None
-        best = min(keys, key=lambda k: (abs(math.log2(k[1]) - math.log2(max(span.n, 1))), k[1]))
         if best[1] != span.n:
-            self._note(f"{self.source}: no {op} measured over {span.n} ranks {where}; used the {best[1]}-rank rows")
+            self._note(f"{self.source}: no {op} measured over {span.n} ranks {_placement(span)}; used the "
+                       f"{best[1]}-rank rows")
         else:
-            self._note(f"{self.source}: {op} over {span.n} ranks {where} timed from the table")
+            self._note(f"{self.source}: {op} over {span.n} ranks {_placement(span)} timed from the table")
         return self._curves[best]
 
-    def _fallback_note(self, op: str, span: GroupSpan) -> None:
-        where = "inside one node" if span.intra_node else "across nodes"
-        self._note(f"{self.source}: no {op} measured {where} (over {span.n} ranks); those use the cluster preset's "
-                   f"alpha-beta model")
+    def _without_curve(self, op: str, size_bytes: float, span: GroupSpan) -> AlphaBeta:
+        """The fallback for an op the table lacks (noted); ConfigError without one."""
+        if self.fallback is None:
+            have = ", ".join(sorted(self.ops())) or "none"
+            raise ConfigError("bandwidth", self.source,
+                              f"lacks {op} (needed for {span.n} ranks at {int(size_bytes):,} bytes); it has: {have}")
+        self._note(f"{self.source}: no {op} measured {_placement(span)} (over {span.n} ranks); those use the cluster "
+                   f"preset's alpha-beta model")
+        return self.fallback
 
     def busbw_bytes_per_s(self, op: str, size_bytes: float, span: GroupSpan) -> float:
         curve = self._curve(op, span)
         if curve is None:
-            if self.fallback is not None:
-                self._fallback_note(op, span)
-                return self.fallback.busbw_bytes_per_s(op, size_bytes, span)
-            have = ", ".join(sorted(self.ops())) or "none"
-            raise ConfigError("bandwidth", self.source,
-                              f"lacks {op} (needed for {span.n} ranks at {int(size_bytes):,} bytes); it has: {have}")
+            return self._without_curve(op, size_bytes, span).busbw_bytes_per_s(op, size_bytes, span)
+        return self._interpolate(op, size_bytes, curve)
+
+    def _interpolate(self, op: str, size_bytes: float, curve) -> float:
         logs, bw = curve
         x = math.log2(max(size_bytes, 1))
         if x < logs[0] or x > logs[-1]:
@@ -292,12 +295,28 @@ class MeasuredTable:
     def op_time_s(self, op: str, size_bytes: float, span: GroupSpan) -> float:
         if span.n < 2 or size_bytes <= 0:
             return 0.0
-        if self.fallback is not None and self._curve(op, span) is None:
-            # the preset's whole alpha-beta time: its busbw alone would drop the latency term
-            self._fallback_note(op, span)
-            return self.fallback.op_time_s(op, size_bytes, span)
+        curve = self._curve(op, span)
+        if curve is None:  # the preset's whole alpha-beta time: its busbw alone would drop the latency term
+            return self._without_curve(op, size_bytes, span).op_time_s(op, size_bytes, span)
         f = busbw_factor(op, span.n if op not in ("send", "recv") else 2)
-        return size_bytes * f / self.busbw_bytes_per_s(op, size_bytes, span)
+        return size_bytes * f / self._interpolate(op, size_bytes, curve)
+
+
+def _placement(span: GroupSpan) -> str:
+    return "inside one node" if span.intra_node else "across nodes"
+
+
+def nearest_measured(items: Iterable[T], span: GroupSpan, *, group_size: Callable[[T], int],
+                     intra_node: Callable[[T], bool | None]) -> T | None:
+    """Of measured ``items`` (table curves, fitted curves), the one that stands for a group ``span``: measured in
+    the same placement (inside one node, or across nodes) at the nearest group size (the smaller on a tie). One of
+    unknown placement stands for a group inside a node, and for one across nodes only at its own group size (8
+    GPUs measured on one node say nothing of 16 on two). None when no item may."""
+    usable = [x for x in items if intra_node(x) == span.intra_node
+              or (intra_node(x) is None and (span.intra_node or group_size(x) == span.n))]
+    if not usable:
+        return None
+    return min(usable, key=lambda x: (abs(math.log2(group_size(x)) - math.log2(max(span.n, 1))), group_size(x)))
 
 
 def table_from_bench_rows(rows, *, source: str, fallback: AlphaBeta | None = None) -> MeasuredTable:

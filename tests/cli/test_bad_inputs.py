@@ -141,7 +141,7 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("traffic --cluster {tmp}/zero-latency-cluster.toml", "latency range"),
     ("estimate --bandwidth {tmp}/fast-table.csv", "outside any real link's range"),
     ("estimate --bandwidth {tmp}/nan-table.csv", "must be a finite number"),
-    ("report --out {tmp}/dir", "out='{tmp}/dir': is a directory; give the HTML file to write"),
+    ("report --out {tmp}/dir", "out='{tmp}/dir': is a directory; give a file name"),
     ("report --out {tmp}/r.html --moe {tmp}/nan-table.csv", "is not a readable .npz archive of routing counts"),
     # a damaged row of a measured table is refused, never dropped or misread (each file: one row changed)
     ("estimate --bandwidth {tmp}/table-busbw_GBps--220.csv", "row 2.busbw_GBps='-220': must be a finite number > 0"),

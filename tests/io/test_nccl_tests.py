@@ -649,3 +649,19 @@ def test_fuzz_mutated_real_logs(text: str) -> None:
                                    max_size=16).map("  ".join)), max_size=30))
 def test_fuzz_arbitrary_lines(lines: list[str]) -> None:
     _check_result_or_value_error("\n".join(lines) + "\n")
+
+
+@needs_logs
+def test_a_real_sweep_is_a_bandwidth_table_its_zero_busbw_rows_left_out():
+    """nccl-tests prints busbw 0.00 for its smallest sizes (8 B over 8 A100s: 34.8 us); a bandwidth table of the log
+    leaves those rows out instead of refusing the whole file, and interpolates the rest."""
+    from commscope.bandwidth import GroupSpan
+    from commscope.io.bandwidth_file import read_bandwidth
+
+    path = REAL_LOGS / A100X8
+    zero = [r for r in parse_nccl_tests(path).rows if not r.in_place and r.busbw_bytes_per_s == 0]
+    assert zero and zero[0].size_bytes == 8
+    table = read_bandwidth(path)
+    rows = [r for r in table.rows if r.size_bytes == 1 << 27]
+    assert min(r.size_bytes for r in table.rows) > zero[-1].size_bytes and len(rows) == 1
+    assert table.busbw_bytes_per_s("all_reduce", 1 << 27, GroupSpan(8, 1, 8)) == rows[0].busbw_bytes_per_s

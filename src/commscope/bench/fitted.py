@@ -27,7 +27,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from commscope.bandwidth import AlphaBeta, GroupSpan, algorithm_steps, busbw_factor
+from commscope.bandwidth import AlphaBeta, GroupSpan, algorithm_steps, busbw_factor, nearest_measured
 from commscope.errors import ConfigError
 from commscope.spec.cluster import LINK_BANDWIDTH_RANGE_BYTES_PER_S
 from commscope.units import GB, US
@@ -122,10 +122,10 @@ class FittedModel:
         return {c.op for c in self.curves}
 
     def _curve(self, op: str, span: GroupSpan) -> Curve | None:
-        cands = [c for c in self.curves if c.op == op and (c.intra_node is None or c.intra_node == span.intra_node)]
-        if not cands:
+        best = nearest_measured([c for c in self.curves if c.op == op], span, group_size=lambda c: c.group_size,
+                                intra_node=lambda c: c.intra_node)
+        if best is None:
             return None
-        best = min(cands, key=lambda c: (abs(math.log2(c.group_size) - math.log2(max(span.n, 1))), c.group_size))
         if best.group_size != span.n:
             self._note(f"{self.source}: no {op} fitted over {span.n} ranks; used the {best.group_size}-rank fit "
                        f"(busbw as fitted, latency scaled by algorithm steps)")

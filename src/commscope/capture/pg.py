@@ -52,7 +52,6 @@ class RecordingProcessGroup(dist.ProcessGroup):
         self._seq = 0
         self._me = self._ranks[rank]
         self._forms: dict[tuple[str, str, str | None], tuple[str, ...]] = {}  # the writer's line forms
-        self._plain_forms: dict[tuple[str, str], tuple[str, ...]] = {}  # those of (op, dtype) with no backend op
 
     # ----- identity -----
     def getBackendName(self) -> str:  # c10d's name
@@ -85,20 +84,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
         sink = self._sink if self._sink is not _current_sink else _SINK
         if sink is None:  # recording stopped: the op runs as it would without commscope
             return work
-        if peer is None and splits is None and root is None and backend_op is None:
-            # the common shape, built here in one go (what _make_record does for it, without its calls and checks)
-            self._seq = seq = self._seq + 1
-            form = self._plain_forms.get((op, dtype))
-            if form is None:
-                form = self._plain_forms[(op, dtype)] = self._form(op, dtype, None)
-            rec = {"op": op, "group": self._ranks, "rank": self._me, "size_bytes": size_bytes, "dtype": dtype,
-                   "t_start_ns": self._t0, "backend": self._inner_name, "group_name": self._group_name, "seq": seq,
-                   "bytes_in": bytes_in, "bytes_out": bytes_out, "_form": form}
-            step = getattr(sink, "_step", _NO_STEP)
-            if step is not _NO_STEP:
-                rec["step"] = step
-        else:
-            rec = self._make_record(op, sink, size_bytes, dtype, bytes_in, bytes_out, peer, splits, backend_op, root)
+        rec = self._make_record(op, sink, size_bytes, dtype, bytes_in, bytes_out, peer, splits, backend_op, root)
         if _INFLIGHT:
             observe_completions()
         key = id(rec)
@@ -115,10 +101,11 @@ class RecordingProcessGroup(dist.ProcessGroup):
     def _make_record(self, op: str, sink, size_bytes: int, dtype: str, bytes_in: int, bytes_out: int,
                      peer: int | None = None, splits=None, backend_op: str | None = None,
                      root: int | None = None) -> dict:
-        self._seq += 1
-        rec = {"op": op, "group": self._ranks, "rank": self._me, "size_bytes": int(size_bytes),
-               "dtype": dtype, "t_start_ns": self._t0, "backend": self._inner_name,
-               "group_name": self._group_name, "seq": self._seq, "bytes_in": int(bytes_in), "bytes_out": int(bytes_out)}
+        self._seq = seq = self._seq + 1
+        # (sizes are ints already: every caller counts them with _nbytes or from ints)
+        rec = {"op": op, "group": self._ranks, "rank": self._me, "size_bytes": size_bytes, "dtype": dtype,
+               "t_start_ns": self._t0, "backend": self._inner_name, "group_name": self._group_name, "seq": seq,
+               "bytes_in": bytes_in, "bytes_out": bytes_out}
         if backend_op is not None and backend_op != op:
             rec["backend_op"] = backend_op
         else:

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from commscope.cli.common import add_job_args, estimate_job, resolve_job
+from commscope.cli.common import add_job_args, check_out_file, estimate_job, resolve_job
 from commscope.estimate import METHODS
 from commscope.traffic import ALGORITHMS
 
@@ -56,8 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from commscope.errors import ConfigError
     from commscope.report import html as report_html
 
-    if args.out is not None and Path(args.out).is_dir():
-        raise ConfigError("out", str(args.out), "is a directory; give the HTML file to write, e.g. report.html")
+    check_out_file(args.out)
     if args.out is None and args.png is None:
         raise ConfigError("out", None, "give --out FILE.html and/or --png DIR")
     if not args.predicted and args.measured is None and args.bench is None and args.moe is None:

@@ -70,16 +70,13 @@ def _rows_from_mappings(items, source: str) -> list[TableRow]:
         try:
             busbw = float(item[key]) * (1.0 if key == "busbw_bytes_per_s" else GB)
         except (TypeError, ValueError):
-            raise ConfigError(f"{where}.{key}", item[key], "must be a finite number > 0", source=source) from None
-        if not busbw > 0:  # (NaN and infinity are refused by _plausible, with the link range)
+            busbw = math.nan
+        if not busbw > 0:  # (infinity is refused by _plausible, with the link range)
             raise ConfigError(f"{where}.{key}", item[key], "must be a finite number > 0", source=source)
         intra = item.get("intra_node")
         if isinstance(intra, str):
-            if intra.strip().lower() not in _INTRA_NODE:
-                raise ConfigError(f"{where}.intra_node", intra, "valid: true or false (or empty: not known)",
-                                  source=source)
-            intra = _INTRA_NODE[intra.strip().lower()]
-        elif intra is not None and not isinstance(intra, bool):
+            intra = _INTRA_NODE.get(intra.strip().lower(), intra)
+        if intra is not None and not isinstance(intra, bool):
             raise ConfigError(f"{where}.intra_node", intra, "valid: true or false (or empty: not known)", source=source)
         rows.append(TableRow(op=op, group_size=n, size_bytes=size, busbw_bytes_per_s=busbw, intra_node=intra))
     return rows
@@ -150,6 +147,8 @@ def _read_bandwidth(path: Path, fallback: AlphaBeta | None) -> BandwidthModel:
         result = parse_nccl_tests(path)
     except ValueError as exc:
         raise ConfigError("bandwidth", source, str(exc)) from None
-    # out-of-place rows that passed nccl-tests' own check and moved data
-    rows = [r for r in result.rows if not r.in_place and r.size_bytes > 0 and not r.failed_check]
+    # out-of-place rows that passed nccl-tests' own check and moved data; the smallest sizes print a busbw that
+    # rounds to 0.00 GB/s, which says nothing to interpolate (sizes under the table take its smallest busbw)
+    rows = [r for r in result.rows
+            if not r.in_place and r.size_bytes > 0 and r.busbw_bytes_per_s > 0 and not r.failed_check]
     return table_from_bench_rows(rows, source=source, fallback=fallback)
