@@ -95,6 +95,54 @@ def test_fsdp2_gathers_and_reduce_scatters(tmp_path):
     assert all(o.backend_op == "all_reduce" for o in scatters)  # gloo runs reduce_scatter as all_reduce
 
 
+
+def _coalesced_async(rank, world, logdir):
+    """Rank 0 issues coalesced all-gathers and reduce-scatters (FSDP2's and DTensor's path) before rank 1 joins:
+    the issue must return at once, as on the plain backend, and the results be those of the plain backend."""
+    from datetime import timedelta
+
+    from torch.distributed.distributed_c10d import _get_default_store
+
+    log = _with_log(logdir)
+    store = _get_default_store()
+    group = dist.group.WORLD
+    inputs = [torch.full((4,), float(rank + 1)), torch.full((2,), float(10 * (rank + 1)))]
+    gathered = [torch.zeros(8), torch.zeros(4)]
+    scattered = [torch.zeros(2), torch.zeros(1)]
+    if rank == 0:
+        with dist._coalescing_manager(group, async_ops=True) as cm:
+            for out, inp in zip(gathered, inputs):
+                dist.all_gather_single(out, inp, group=group)
+        with dist._coalescing_manager(group, async_ops=True) as cm2:
+            for out, inp in zip(scattered, inputs):
+                dist.reduce_scatter_single(out, inp, group=group)
+        store.set("issued", "1")  # only now may rank 1 join: a recorder that waited inside the issue hangs here
+        cm.wait()
+        cm2.wait()
+    else:
+        store.wait(["issued"], timedelta(seconds=20))
+        with dist._coalescing_manager(group, async_ops=True) as cm:
+            for out, inp in zip(gathered, inputs):
+                dist.all_gather_single(out, inp, group=group)
+        with dist._coalescing_manager(group, async_ops=True) as cm2:
+            for out, inp in zip(scattered, inputs):
+                dist.reduce_scatter_single(out, inp, group=group)
+        cm.wait()
+        cm2.wait()
+    log.close()
+    return [t.tolist() for t in gathered + scattered]
+
+
+def test_coalesced_gathers_and_reduce_scatters_stay_asynchronous(tmp_path):
+    results = spawn(_coalesced_async, 2, args=(str(tmp_path),), backend="commscope", env=ENV, timeout_s=120)
+    for rank in range(2):
+        gathered_a, gathered_b, scattered_a, scattered_b = results[rank]
+        assert gathered_a == [1.0] * 4 + [2.0] * 4 and gathered_b == [10.0] * 2 + [20.0] * 2
+        assert scattered_a == [3.0, 3.0] and scattered_b == [30.0]
+        ops = _ops(tmp_path, rank).ops
+        assert [(o.op, o.size_bytes) for o in ops] == [("all_gather", 32), ("all_gather", 16),
+                                                       ("reduce_scatter", 16), ("reduce_scatter", 8)]
+
 def _tp(rank, world, logdir, sequence_parallel):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard

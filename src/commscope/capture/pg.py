@@ -51,6 +51,8 @@ class RecordingProcessGroup(dist.ProcessGroup):
         self._sink = sink
         self._seq = 0
         self._me = self._ranks[rank]
+        self._rank_in_group = rank
+        self._view: Any = None  # a c10d ProcessGroup over ``inner``, made when first needed (see _coalesced)
         self._forms: dict[tuple[str, str, str | None], tuple[str, ...]] = {}  # the writer's line forms
 
     # ----- identity -----
@@ -171,24 +173,28 @@ class RecordingProcessGroup(dist.ProcessGroup):
         return self._record("all_gather", work, size_bytes=_nbytes(output), dtype=_dtype(input), bytes_in=_nbytes(input),
                             bytes_out=_nbytes(output))
 
-    def _coalesced(self, issue, pairs):
-        """Issue several ops as one coalesced batch of the inner backend (c10d's own coalescing), one Work."""
+    def _coalesced(self, name: str, outputs, inputs, opts):
+        """Issue several ops as one coalesced batch of the inner backend, one Work, asynchronous as without
+        commscope: c10d's own coalescing where the backend has it (NCCL), else the backend's own coalesced op
+        (gloo's, reached through a process group over it: its Python binding has none)."""
         inner = self._inner
-        device = pairs[0][0].device
         if getattr(inner, "supports_coalescing", False):
+            single = "_allgather_base" if name == "allgather_into_tensor_coalesced" else "_reduce_scatter_base"
+            device = outputs[0].device
             inner._start_coalescing(device)
-            for out, inp in pairs:
-                issue(out, inp)
+            for out, inp in zip(outputs, inputs):
+                self._call(single, out, inp, opts=opts)
             return inner._end_coalescing(device)
-        work = None
-        for out, inp in pairs:
-            work = issue(out, inp)
-            work.wait()  # no coalescing in this backend: complete all but the last before returning
-        return work
+        view = self._view
+        if view is None:
+            view = self._view = _backend_view(inner, self._rank_in_group, self.size(), outputs[0].device,
+                                              self._inner_name)
+        fn = getattr(view, name)
+        return fn(outputs, inputs) if opts is None else fn(outputs, inputs, opts)
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         self._start()
-        work = self._coalesced(lambda o, i: self._inner._allgather_base(o, i), list(zip(outputs, inputs)))
+        work = self._coalesced("allgather_into_tensor_coalesced", outputs, inputs, opts)
         if len(outputs) == 1:  # FSDP2's all-gathers: one record, made as any op's
             out, inp = outputs[0], inputs[0]
             return self._record("all_gather", work, _nbytes(out), _dtype(inp), _nbytes(inp), _nbytes(out))
@@ -214,7 +220,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         self._start()
-        work = self._coalesced(lambda o, i: self._call("_reduce_scatter_base", o, i, opts=opts), list(zip(outputs, inputs)))
+        work = self._coalesced("reduce_scatter_tensor_coalesced", outputs, inputs, opts)
         if len(outputs) == 1:  # FSDP2's reduce-scatters: one record, made as any op's
             out, inp = outputs[0], inputs[0]
             return self._record("reduce_scatter", work, _nbytes(inp), _dtype(inp), _nbytes(inp), _nbytes(out), None, None,
@@ -476,6 +482,16 @@ def _current_sink(rec: dict) -> None:
 
 
 _NO_STEP = object()
+
+
+def _backend_view(inner: Any, rank: int, size: int, device: torch.device, inner_name: str) -> Any:
+    """A c10d ProcessGroup whose one backend is ``inner``: its methods reach the backend's C++ ops that the
+    backend's own Python binding leaves out (gloo's coalesced all-gather and reduce-scatter)."""
+    view = dist.ProcessGroup(rank, size)  # type: ignore[call-arg]  # torch's stub lists only (store, rank, size)
+    kind = dist.ProcessGroup.BackendType.NCCL if inner_name == "nccl" else dist.ProcessGroup.BackendType.GLOO
+    view._register_backend(device, kind, inner)
+    view._set_default_backend(kind)
+    return view
 
 
 def _create(opts, pg_options=None):
