@@ -80,7 +80,8 @@ class RecordingProcessGroup(dist.ProcessGroup):
 
     # ----- recording -----
     def _record(self, op: str, work, size_bytes: int, dtype: str, bytes_in: int, bytes_out: int,
-                peer: int | None = None, splits=None, backend_op: str | None = None, root: int | None = None):
+                peer: int | None = None, splits=None, backend_op: str | None = None, root: int | None = None,
+                opts=None):
         """Record one op issued as ``work``; returns the Work to hand back to the job. (Arguments are passed on
         by position: this runs once per op, and every microsecond here is the job's.)"""
         sink = self._sink if self._sink is not _current_sink else _SINK
@@ -89,6 +90,18 @@ class RecordingProcessGroup(dist.ProcessGroup):
         rec = self._make_record(op, sink, size_bytes, dtype, bytes_in, bytes_out, peer, splits, backend_op, root)
         if _INFLIGHT:
             observe_completions()
+        if opts is not None and not opts.asyncOp and self._inner_name != "nccl":
+            # a blocking call (``dist.all_reduce(t)``: c10d waits on the Work as soon as it has it): waited here,
+            # where the job's thread would wait a moment later, so no Work of ours stands between (a CUDA Work's
+            # wait() only orders streams: those keep the wrapper, which looks at completion)
+            try:
+                work.wait()
+            except BaseException:
+                sink(rec)  # the record goes out without an end; the job sees the backend's error as it would
+                raise
+            rec["t_end_ns"] = time.time_ns()
+            sink(rec)
+            return work
         key = id(rec)
         _INFLIGHT[key] = (work, rec, sink, self._inner_name)
         return _TimedWork(work, [key])
@@ -152,26 +165,26 @@ class RecordingProcessGroup(dist.ProcessGroup):
         t = tensors[0]  # (DDP's buckets, TP: the most frequent op; _nbytes and _dtype inline)
         n = t.numel() * t.element_size() if len(tensors) == 1 else sum(_nbytes(x) for x in tensors)
         dtype = _DTYPE_NAMES.get(t.dtype)
-        return self._record("all_reduce", work, n, dtype if dtype is not None else _dtype(t), n, n)
+        return self._record("all_reduce", work, n, dtype if dtype is not None else _dtype(t), n, n, opts=opts)
 
     def allreduce_coalesced(self, tensors, opts=None):
         self._start()
         work = self._call("allreduce_coalesced", tensors, opts=opts)
         n = sum(_nbytes(t) for t in tensors)
-        return self._record("all_reduce", work, size_bytes=n, dtype=_dtype(tensors[0]), bytes_in=n, bytes_out=n)
+        return self._record("all_reduce", work, size_bytes=n, dtype=_dtype(tensors[0]), bytes_in=n, bytes_out=n, opts=opts)
 
     def allgather(self, output_lists, input_tensors, opts=None):
         self._start()
         work = self._call("allgather", output_lists, input_tensors, opts=opts)
         n_in = sum(_nbytes(t) for t in input_tensors)
         n_out = sum(_nbytes(t) for lst in output_lists for t in lst)
-        return self._record("all_gather", work, size_bytes=n_out, dtype=_dtype(input_tensors[0]), bytes_in=n_in, bytes_out=n_out)
+        return self._record("all_gather", work, size_bytes=n_out, dtype=_dtype(input_tensors[0]), bytes_in=n_in, bytes_out=n_out, opts=opts)
 
     def all_gather_single(self, output, input, opts=None):  # C++ _allgather_base
         self._start()
         work = self._call("_allgather_base", output, input, opts=opts)
         return self._record("all_gather", work, size_bytes=_nbytes(output), dtype=_dtype(input), bytes_in=_nbytes(input),
-                            bytes_out=_nbytes(output))
+                            bytes_out=_nbytes(output), opts=opts)
 
     def _coalesced(self, name: str, outputs, inputs, opts):
         """Issue several ops as one coalesced batch of the inner backend, one Work, asynchronous as without
@@ -197,7 +210,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
         work = self._coalesced("allgather_into_tensor_coalesced", outputs, inputs, opts)
         if len(outputs) == 1:  # FSDP2's all-gathers: one record, made as any op's
             out, inp = outputs[0], inputs[0]
-            return self._record("all_gather", work, _nbytes(out), _dtype(inp), _nbytes(inp), _nbytes(out))
+            return self._record("all_gather", work, _nbytes(out), _dtype(inp), _nbytes(inp), _nbytes(out), opts=opts)
         return self._record_batch("all_gather", work, [
             dict(size_bytes=_nbytes(out), dtype=_dtype(inp), bytes_in=_nbytes(inp), bytes_out=_nbytes(out))
             for out, inp in zip(outputs, inputs)])
@@ -210,13 +223,13 @@ class RecordingProcessGroup(dist.ProcessGroup):
         work = self._call("reduce_scatter", outputs, input_lists, opts=opts)
         n_in = sum(_nbytes(t) for lst in input_lists for t in lst)
         return self._record("reduce_scatter", work, size_bytes=n_in, dtype=_dtype(outputs[0]), bytes_in=n_in,
-                            bytes_out=sum(_nbytes(t) for t in outputs), backend_op=self._rs_backend_op())
+                            bytes_out=sum(_nbytes(t) for t in outputs), backend_op=self._rs_backend_op(), opts=opts)
 
     def reduce_scatter_single(self, output, input, opts=None):  # C++ _reduce_scatter_base
         self._start()
         work = self._call("_reduce_scatter_base", output, input, opts=opts)
         return self._record("reduce_scatter", work, size_bytes=_nbytes(input), dtype=_dtype(input), bytes_in=_nbytes(input),
-                            bytes_out=_nbytes(output), backend_op=self._rs_backend_op())
+                            bytes_out=_nbytes(output), backend_op=self._rs_backend_op(), opts=opts)
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         self._start()
@@ -224,7 +237,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
         if len(outputs) == 1:  # FSDP2's reduce-scatters: one record, made as any op's
             out, inp = outputs[0], inputs[0]
             return self._record("reduce_scatter", work, _nbytes(inp), _dtype(inp), _nbytes(inp), _nbytes(out), None, None,
-                                self._rs_backend_op())
+                                self._rs_backend_op(), opts=opts)
         return self._record_batch("reduce_scatter", work, [
             dict(size_bytes=_nbytes(inp), dtype=_dtype(inp), bytes_in=_nbytes(inp), bytes_out=_nbytes(out),
                  backend_op=self._rs_backend_op()) for out, inp in zip(outputs, inputs)])
@@ -245,47 +258,47 @@ class RecordingProcessGroup(dist.ProcessGroup):
         row_bytes = (input.numel() // max(input.shape[0], 1)) * input.element_size() if input.dim() else input.element_size()
         sends = [s * row_bytes for s in in_splits] if in_splits else [_nbytes(input) // n] * n
         return self._record("all_to_all", work, size_bytes=_nbytes(input), dtype=_dtype(input), bytes_in=_nbytes(input),
-                            bytes_out=_nbytes(output), splits=sends)
+                            bytes_out=_nbytes(output), splits=sends, opts=opts)
 
     def alltoall(self, outputs, inputs, opts=None):
         self._start()
         work = self._call("alltoall", outputs, inputs, opts=opts)
         sends = [_nbytes(t) for t in inputs]
         return self._record("all_to_all", work, size_bytes=sum(sends), dtype=_dtype(inputs[0]), bytes_in=sum(sends),
-                            bytes_out=sum(_nbytes(t) for t in outputs), splits=sends)
+                            bytes_out=sum(_nbytes(t) for t in outputs), splits=sends, opts=opts)
 
     def broadcast(self, tensors, opts=None):
         self._start()
         work = self._call("broadcast", tensors, opts=opts)
         n = sum(_nbytes(t) for t in tensors)
         root = getattr(opts, "rootRank", 0) if opts is not None else 0
-        return self._record("broadcast", work, size_bytes=n, dtype=_dtype(tensors[0]), bytes_in=n, bytes_out=n, root=root)
+        return self._record("broadcast", work, size_bytes=n, dtype=_dtype(tensors[0]), bytes_in=n, bytes_out=n, root=root, opts=opts)
 
     def reduce(self, tensors, opts=None):
         self._start()
         work = self._call("reduce", tensors, opts=opts)
         n = sum(_nbytes(t) for t in tensors)
         root = getattr(opts, "rootRank", 0) if opts is not None else 0
-        return self._record("reduce", work, size_bytes=n, dtype=_dtype(tensors[0]), bytes_in=n, bytes_out=n, root=root)
+        return self._record("reduce", work, size_bytes=n, dtype=_dtype(tensors[0]), bytes_in=n, bytes_out=n, root=root, opts=opts)
 
     def gather(self, output_lists, inputs, opts=None):
         self._start()
         work = self._call("gather", output_lists, inputs, opts=opts)
         n_in = sum(_nbytes(t) for t in inputs)
         return self._record("gather", work, size_bytes=n_in * self.size(), dtype=_dtype(inputs[0]), bytes_in=n_in,
-                            bytes_out=sum(_nbytes(t) for lst in output_lists for t in lst))
+                            bytes_out=sum(_nbytes(t) for lst in output_lists for t in lst), opts=opts)
 
     def scatter(self, outputs, input_lists, opts=None):
         self._start()
         work = self._call("scatter", outputs, input_lists, opts=opts)
         n_out = sum(_nbytes(t) for t in outputs)
         return self._record("scatter", work, size_bytes=n_out * self.size(), dtype=_dtype(outputs[0]),
-                            bytes_in=sum(_nbytes(t) for lst in input_lists for t in lst), bytes_out=n_out)
+                            bytes_in=sum(_nbytes(t) for lst in input_lists for t in lst), bytes_out=n_out, opts=opts)
 
     def barrier(self, opts=None):
         self._start()
         work = self._call("barrier", opts=opts)
-        return self._record("barrier", work, size_bytes=0, dtype="none", bytes_in=0, bytes_out=0)
+        return self._record("barrier", work, size_bytes=0, dtype="none", bytes_in=0, bytes_out=0, opts=opts)
 
     def send(self, tensors, dst, tag=0):
         self._start()
