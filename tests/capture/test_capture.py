@@ -321,6 +321,36 @@ def test_step_is_the_one_current_at_issue_not_at_completion(tmp_path):
     assert all(o.t_end_ns >= t_done for o in ops)  # stamped when seen complete, not when issued
 
 
+class _FailingWork(_LateWork):
+    def wait(self, timeout=None):
+        raise RuntimeError("Connection closed by peer")
+
+
+def test_a_blocking_op_is_waited_inside_and_its_record_kept_when_it_fails(tmp_path):
+    """dist.all_reduce(t) (opts.asyncOp False): the process group waits on the backend's Work itself and hands that
+    Work back (no wrapper); the record has its end. When the wait fails, the job sees the backend's error and the
+    record still goes out, without an end."""
+    log = RankLog(tmp_path, batch=1)
+    group = _late_group(log)
+    blocking = dist.AllreduceOptions()
+    blocking.asyncOp = False
+    try:
+        log.step = 0
+        ok = _LateWork()
+        group._start()
+        assert group._record("all_reduce", ok, 4, "fp32", 4, 4, opts=blocking) is ok and ok.waited
+        group._start()
+        with pytest.raises(RuntimeError, match="closed by peer"):
+            group._record("all_reduce", _FailingWork(), 8, "fp32", 8, 8, opts=blocking)
+        assert not cpg._INFLIGHT
+        log.close()
+    finally:
+        cpg.set_sink(None)
+    ops = _ops(tmp_path, 0, timed=False).ops
+    assert [(o.size_bytes, o.t_end_ns is not None) for o in ops] == [(4, True), (8, False)]
+    assert ops[0].t_end_ns >= ops[0].t_start_ns
+
+
 def test_log_lines_are_the_commop_json(tmp_path):
     """The recorder writes its lines by hand (speed): they must be exactly json.dumps of the CommOp dict."""
     from commscope.capture.recorder import _line, _to_commop_dict
