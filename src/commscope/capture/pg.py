@@ -8,7 +8,8 @@ reducer, FSDP2, DTensor (its functional collectives included) and pipelining, no
 
 Nothing about the op changes: the wrapper forwards the same tensors and options to the real backend and
 returns its Work seen through a thin wrapper that notes when the job's thread sees the op complete (see
-"completion times" below); it never waits itself.
+"completion times" below). It waits itself only on a blocking CPU op (``opts.asyncOp`` false:
+``dist.all_reduce(t)``), which c10d would wait on the moment it returns; that one needs no wrapper.
 """
 
 from __future__ import annotations
@@ -330,6 +331,7 @@ _SINK = None  # set by commscope.capture.recorder when recording starts; one per
 
 # ----- completion times -----
 # An op's completion time is stamped by the job's own thread, the first time it sees the op complete: when
+# the recorder's own wait on a blocking op returns (gloo), when
 # wait() on the op's Work returns (gloo; on NCCL wait() only orders streams, so there the Work must report
 # itself completed), or when commscope looks at the ops still in flight: at each op issued on this process,
 # at each step mark and when the log closes. Ops the job waits on get exact times; ops it follows through
