@@ -77,7 +77,7 @@ _MODEL_FLAGS: list[tuple[tuple[str, ...], str, Any, str]] = [
     (("--moe-router-topk", "--top-k"), "top_k", int, "experts per token"),
     (("--moe-layer-freq",), "moe_layer_freq", int, "every k-th layer is MoE"),
     (("--moe-ffn-hidden-size",), "moe_ffn_hidden_size", int, "width of one expert"),
-    (("--dtype",), "dtype", str, "parameter/activation dtype: bf16, fp16, fp32"),
+    (("--dtype",), "dtype", str, "parameter/activation dtype: bf16, fp16, fp32 (also tf32, fp8, fp64)"),
 ]
 _PARALLEL_FLAGS: list[tuple[tuple[str, ...], str, Any, str]] = [
     (("--tp", "--tensor-model-parallel-size"), "tp", int, f"tensor-parallel size (default {DEFAULT_PARALLEL['tp']})"),
