@@ -106,6 +106,12 @@ def test_help_lists_validate():
     proc = subprocess.run([sys.executable, "-m", "commscope.cli.main", "validate", "--help"], capture_output=True,
                           text=True, check=False)
     assert proc.returncode == 0 and "RUNS.csv" in proc.stdout and "--inter-node-GBps" in proc.stdout
+    # the file's columns are in the help itself, every one of them, in plain text (once: "see pydoc")
+    from commscope.validate import COLUMNS
+
+    for spellings, _ in COLUMNS.values():
+        assert any(s in proc.stdout.lower() for s in spellings), spellings  # (case ignored, as in a file)
+    assert "``" not in proc.stdout and ":func:" not in proc.stdout and "pydoc" not in proc.stdout
 
 
 # --- bad input: exit 2, one line naming the file, the row and the column --------------------------------------------

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from commscope.cli.parser import _Formatter
+
 #: flag dest -> the column it gives the default of
 _DEFAULT_FLAGS = ("cluster", "gpus_per_node", "intra_node_GBps", "inter_node_GBps", "dtype", "recompute", "attention",
                   "micro_batch_size", "sequence_parallel", "distributed_optimizer", "overlap_grad_reduce",
@@ -24,13 +26,32 @@ _DEFAULT_FLAGS = ("cluster", "gpus_per_node", "intra_node_GBps", "inter_node_GBp
                   "gated_mlp", "normalization", "vocab_size", "seq_len")
 
 
+def _columns_help() -> str:
+    """The file's columns and their spellings, as commscope.validate documents them (one place for both), in plain
+    text."""
+    import re
+
+    from commscope import validate
+
+    doc = validate.__doc__ or ""
+    table = doc[doc.find("The file, one run per row"):doc.find("Other columns")].replace("::", ":")
+    table = re.sub(r":(?:func|attr|class):`~?([^`]+)`", r"\1", table).replace("``", "")
+    return (table.strip() + "\n\nOther columns (source, notes, status, ...) are kept as text. A blank cell takes the "
+            "flag above, else the\ndefault; every assumption a row needed is printed. A bad cell stops with one line "
+            "naming the row,\nthe column, the value and what would be valid.")
+
+
+class _HelpWithColumns(_Formatter, argparse.RawDescriptionHelpFormatter):
+    """Help whose description and column table keep their line breaks."""
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="compare predicted with measured iteration times of runs in a CSV file",
-                       description="Predict each measured run of a CSV file (model shape, t/p/d/cp/ep, batch "
-                                   "sizes, recompute, SP, GPU, measured iteration time or TFLOP/s per GPU) and print "
-                                   "predicted against measured seconds per iteration, the error, the main terms, and "
-                                   "the mean and worst absolute error. Columns and their spellings: "
-                                   "`pydoc commscope.validate`.")
+                       formatter_class=_HelpWithColumns, epilog=_columns_help(),
+                       description="Predict each measured run of a CSV file (model shape, t/p/d/cp/ep, batch sizes,\n"
+                                   "recompute, SP, GPU, measured iteration time or TFLOP/s per GPU) and print predicted\n"
+                                   "against measured seconds per iteration, the error, the main terms, and the mean and\n"
+                                   "worst absolute error. The file's columns are listed below the options.")
     p.add_argument("runs", type=Path, metavar="RUNS.csv", help="one measured run per row, a header line first")
     d = p.add_argument_group("defaults for blank cells and absent columns (a cell's value wins over these)")
     d.add_argument("--cluster", default=None,
