@@ -509,10 +509,43 @@ def _backend_view(inner: Any, rank: int, size: int, device: torch.device, inner_
     return view
 
 
+RUN_ID_ENV = "COMMSCOPE_RUN_ID"
+_RUN: dict[str, Any] = {}
+"""What the first process group made in this process (the default one, every rank's) says of the run: its
+``run_id``, which every rank of the run shares, and its ``world_size``; rank logs put both in their header."""
+
+
+def run_info() -> dict[str, Any]:
+    """``run_id`` and ``world_size`` of the run this process recorded in (empty before its first group)."""
+    return dict(_RUN)
+
+
+def _note_run(store: Any, rank: int, size: int) -> None:
+    """On the first group of the process (all ranks make the default group together): the run's id, from the
+    launcher (``commscope record``, ``workload``) or agreed through the group's store (rank 0 draws it)."""
+    if _RUN:
+        return
+    run_id = os.environ.get(RUN_ID_ENV)
+    if not run_id:
+        import uuid
+
+        key = "commscope_run_id"
+        try:
+            if rank == 0:
+                run_id = uuid.uuid4().hex
+                store.set(key, run_id)
+            else:
+                run_id = store.get(key).decode()
+        except Exception:  # noqa: BLE001 - a store that cannot: logs without an id (as before), never a failed job
+            run_id = None
+    _RUN.update(run_id=run_id, world_size=size)
+
+
 def _create(opts, pg_options=None):
     """Creator registered with c10d (extended API: it gets the group's global ranks)."""
     inner_name = _inner_backend_name()
     store, rank, size = opts.store, opts.group_rank, opts.group_size
+    _note_run(store, rank, size)
     timeout = opts.timeout if isinstance(opts.timeout, timedelta) else timedelta(seconds=1800)
     if inner_name == "gloo":
         inner = dist.ProcessGroupGloo(store, rank, size, timeout)

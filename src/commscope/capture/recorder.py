@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -56,6 +57,21 @@ def write_failure(logdir: Path, error: Any, *, world_size: int) -> None:
     with contextlib.suppress(OSError):  # the failure itself is what the user must hear about
         logdir.mkdir(parents=True, exist_ok=True)
         (logdir / FAILURE_FILE).write_text(json.dumps(marker) + "\n")
+
+
+def mark_failed(logdir: Path, how: str, *, rank: int | None, exitcode: int | None = None,
+                world_size: int | None = None) -> bool:
+    """Leave ``logdir/failure.json`` unless one is there already (the first failure is the one to name): ``rank``
+    (None when only the launched command's exit status is known) and how it failed. True when this call wrote it."""
+    marker: dict[str, Any] = {"rank": rank, "how": how, "exitcode": exitcode, "timed_out": False, "stopped_after": [],
+              "world_size": world_size, "time_ns": time.time_ns()}
+    try:
+        logdir.mkdir(parents=True, exist_ok=True)
+        with (logdir / FAILURE_FILE).open("x") as f:  # exclusive: two ranks failing at once leave the first
+            f.write(json.dumps(marker) + "\n")
+        return True
+    except OSError:  # there already, or not writable: the failure itself is what the user must hear about
+        return False
 
 
 class RankLog:
@@ -134,15 +150,20 @@ class RankLog:
         self._file = path.open("a", encoding="utf-8")
         if not fresh:  # reopened by this log (a late record after close): no second header
             return
-        world = None
+        from commscope.capture.pg import run_info
+
+        run = run_info()  # the default group's size: known even after the job destroyed its process groups
+        world = run.get("world_size")
         with contextlib.suppress(Exception):
             import torch.distributed as dist
 
-            world = dist.get_world_size() if dist.is_initialized() else None
+            world = dist.get_world_size() if dist.is_initialized() else world
         header = {"commscope_header": {"format": LOG_FORMAT, "format_version": 1, "kind": "measured", "rank": self.rank,
                                        "world_size": world, "hostname": socket.gethostname(), "pid": os.getpid(),
                                        "torch": torch.__version__, "backend": rec.get("backend"),
                                        "started_ns": time.time_ns()}}
+        if run.get("run_id"):
+            header["commscope_header"]["run_id"] = run["run_id"]  # every rank of one run has the same
         self._file.write(json.dumps(header) + "\n")
         self._file.flush()
 
@@ -327,7 +348,47 @@ def start(logdir: str | os.PathLike, *, batch: int = 256, flush_s: float = 1.0) 
         _ORIGINAL_INIT = dist.init_process_group
         dist.init_process_group = _patched_init
     atexit.register(log.close)
+    _mark_uncaught_exceptions()
     return log
+
+
+def _failed_rank() -> int | None:
+    with contextlib.suppress(Exception):
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            return int(dist.get_rank())
+    rank = os.environ.get("RANK")
+    return int(rank) if rank is not None and rank.isdigit() else None
+
+
+def _note_failure(exc: BaseException) -> None:
+    """This rank is ending on an uncaught exception: say so beside the logs (its log still closes, with its
+    completion marker: the marker says the log is whole, this file says the job was not)."""
+    if _ACTIVE is None:
+        return
+    from commscope.capture.pg import run_info
+
+    what = "was interrupted" if isinstance(exc, KeyboardInterrupt) else f"raised {type(exc).__name__}"
+    text = str(exc).strip().splitlines()
+    mark_failed(_ACTIVE.logdir, what + (f": {text[0][:200]}" if text else ""), rank=_failed_rank(),
+                world_size=run_info().get("world_size"))
+
+
+_PREVIOUS_EXCEPTHOOK: Callable[..., Any] | None = None
+
+
+def _excepthook(kind, exc, tb) -> None:
+    with contextlib.suppress(Exception):
+        _note_failure(exc)
+    (_PREVIOUS_EXCEPTHOOK or sys.__excepthook__)(kind, exc, tb)
+
+
+def _mark_uncaught_exceptions() -> None:
+    global _PREVIOUS_EXCEPTHOOK
+    if sys.excepthook is not _excepthook:
+        _PREVIOUS_EXCEPTHOOK = sys.excepthook
+        sys.excepthook = _excepthook
 
 
 def stop() -> None:
@@ -352,6 +413,10 @@ def record(logdir: str | os.PathLike, **kwargs: Any) -> Iterator[RankLog]:
     log = start(logdir, **kwargs)
     try:
         yield log
+    except BaseException as exc:  # the job's block failed: said beside the logs before they close
+        if not isinstance(exc, SystemExit) or exc.code not in (0, None):
+            _note_failure(exc)
+        raise
     finally:
         stop()
 

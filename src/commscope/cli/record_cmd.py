@@ -33,6 +33,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import shutil
+    import uuid
+
     from commscope.errors import ConfigError
 
     command = list(args.job)
@@ -40,31 +43,69 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise ConfigError("command", "", "give the job to run after --, e.g. commscope record --out logs -- torchrun train.py")
-    from commscope.capture.recorder import check_fresh_logdir
+    from commscope.capture.pg import RUN_ID_ENV
+    from commscope.capture.recorder import check_fresh_logdir, mark_failed
     from commscope.cli.common import check_out_dir
 
     check_out_dir(args.out)
     check_fresh_logdir(args.out)
+    if shutil.which(command[0]) is None:  # before anything is written: no empty log folder left behind
+        raise ConfigError("command", command[0], "not found on PATH")
+    job = _job(args)  # checked (tp divides the heads, ...) before the job starts, saved once it may
     args.out.mkdir(parents=True, exist_ok=True)
-    _save_job(args)
+    if job is not None:
+        from commscope.cli.common import write_job
+
+        write_job(args.out, *job)
     with tempfile.TemporaryDirectory(prefix="commscope-record-") as hook_dir:
         Path(hook_dir, "sitecustomize.py").write_text(_SITECUSTOMIZE)
         env = dict(os.environ)
         env["COMMSCOPE_RECORD"] = str(args.out.resolve())
+        env[RUN_ID_ENV] = uuid.uuid4().hex  # every rank's header names the run: logs of two runs are told apart
         env["PYTHONPATH"] = os.pathsep.join([hook_dir] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        proc = subprocess.Popen(command, env=env)
         try:
-            proc = subprocess.run(command, env=env, check=False)
-        except FileNotFoundError:
-            raise ConfigError("command", command[0], "not found on PATH") from None
-    print(f"commscope record: logs in {args.out} (exit status {proc.returncode})", file=sys.stderr)
-    return proc.returncode
+            code = proc.wait()
+        except KeyboardInterrupt:  # Ctrl-C reached the job too (same process group): let its ranks close their logs
+            try:
+                code = proc.wait(timeout=30)
+            except (KeyboardInterrupt, subprocess.TimeoutExpired):
+                proc.kill()
+                code = proc.wait()
+            mark_failed(args.out, "was interrupted (Ctrl-C)", rank=None, exitcode=code)
+            print(f"commscope record: interrupted; the logs written so far are in {args.out}", file=sys.stderr)
+            return 130
+    logs = sorted(args.out.glob("rank*.jsonl"))
+    if code != 0:  # a rank that raised has said so itself (failure.json); else the command's status is all there is
+        mark_failed(args.out, f"exited with status {code}", rank=None, exitcode=code)
+    if not logs:
+        print(f"commscope record: no op was recorded (exit status {code}): the command started no "
+              "torch.distributed process group in a Python process", file=sys.stderr)
+        return code if code else 1
+    saved = job[1] if job is not None and job[1] is not None else None
+    if saved is not None and saved.world_size != len(logs):
+        print(f"commscope record: warning: {len(logs)} rank log(s), but the saved parallel.toml says "
+              f"tp x pp x dp x cp = {saved.world_size} ranks: fix {args.out / 'parallel.toml'} before comparing",
+              file=sys.stderr)
+    print(f"commscope record: {len(logs)} rank log(s) in {args.out} (exit status {code}"
+          f"{'' if code == 0 else ': the job failed, see failure.json'})", file=sys.stderr)
+    return code
 
 
-def _save_job(args: argparse.Namespace) -> None:
-    """When the job's model or parallelism flags are given, save them beside the logs (``compare`` finds them)."""
-    from commscope.cli.common import _given, resolve_model, resolve_parallel, write_job
+def _job(args: argparse.Namespace):
+    """(model, parallel) to save beside the logs when the job's model or parallelism flags are given (``compare``
+    finds them), each None when not given; None when neither is. Raises ConfigError for a job Megatron would
+    refuse."""
+    from commscope.cli.common import _given, resolve_model, resolve_parallel
 
     has_model = args.model is not None or bool(_given(args, "model"))
     has_parallel = args.parallel is not None or bool(_given(args, "parallel"))
-    if has_model or has_parallel:
-        write_job(args.out, resolve_model(args) if has_model else None, resolve_parallel(args) if has_parallel else None)
+    if not (has_model or has_parallel):
+        return None
+    model = resolve_model(args) if has_model else None
+    parallel = resolve_parallel(args) if has_parallel else None
+    if model is not None and parallel is not None:
+        from commscope.workload.dense import check_job
+
+        check_job(model, parallel)
+    return model, parallel

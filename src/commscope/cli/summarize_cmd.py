@@ -116,8 +116,13 @@ def print_run_findings(s: dict, *, limit: int = 10) -> None:
     """What a reader found and assumed, as summarize, compare and report show it: the rank that failed first
     (``failure``, the launcher's marker) or unfinished ranks, partial steps, fields the format lacks, notes and problems (the first ``limit``, then a count)."""
     failure = s.get("failure")
-    if failure is not None and failure.get("rank") is None:  # several ranks hung: no first one to name
+    if failure is not None and failure.get("rank") is None and failure.get("timed_out"):  # no first one to name
         print(f"failed: ranks {failure.get('stopped_after')} were still running at the launcher's timeout and were killed")
+    elif failure is not None and failure.get("rank") is None:  # `commscope record`: only the command's status is known
+        unfinished = s.get("unfinished_ranks")
+        print(f"failed: the recorded command {failure.get('how')}; "
+              + (f"ranks {unfinished} did not finish their logs" if unfinished else
+                 "every rank closed its log, but what the job did after its failure may be missing"))
     elif failure is not None:
         stopped = [r for r in s.get("unfinished_ranks", []) if r != failure.get("rank")]
         print(f"failed: rank {failure.get('rank')} {failure.get('how')} first; "
