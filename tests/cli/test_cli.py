@@ -241,3 +241,16 @@ def test_an_implausible_gpu_util_is_warned_about(capsys):
     assert "gpu_util=1e-12: below 0.05 of peak" in err
     code, _out, err = run(capsys, "estimate", "--gpu-util", "0.45", "--json")
     assert code == 0 and "gpu_util" not in err
+
+
+def test_ctrl_c_is_one_line_and_status_130(capsys, monkeypatch):
+    """An interrupted command (Ctrl-C: KeyboardInterrupt wherever it lands) says so in one line, no traceback."""
+    from commscope.cli import traffic_cmd
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(traffic_cmd, "run", interrupted)
+    assert main(["traffic", "--no-plot"]) == 130
+    out, err = capsys.readouterr()
+    assert err.strip() == "commscope traffic: interrupted" and "Traceback" not in out + err

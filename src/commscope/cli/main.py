@@ -86,6 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except BrokenPipeError:  # e.g. `commscope traffic --json | head`
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for it; files already written are kept
+        print(f"commscope {args.command}: interrupted", file=sys.stderr)
+        return 130
     except OSError as exc:  # a path the user gave: missing, a file, unwritable, a full disk
         print(f"commscope {args.command}: error: {os_error_message(exc)}", file=sys.stderr)
         return 2
