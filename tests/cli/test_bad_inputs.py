@@ -55,6 +55,7 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("traffic --out /proc/nope/run", "out='/proc/nope/run': cannot create it in /proc"),
     ("plan --gpus 8 --refine -1", "refine=-1: must be >= 1"),
     ("traffic --dtype fp7", "dtype='fp7'"),
+    ("report --measured {tmp}/run --out {tmp}/r.html", "holds the logs of 1 ranks, but the job to compare them with has 32"),
     ("estimate --dtype int8", "dtype='int8': valid training dtypes: bf16, fp16"),  # once: a peak-FLOP/s error later
     ("traffic --recompute sometimes", "recompute='sometimes'"),
     ("traffic --schedule zigzag", "schedule='zigzag'"),

@@ -16,6 +16,7 @@ from commscope.cli.main import main
 from commscope.errors import ConfigError
 from commscope.estimate import estimate
 from commscope.io.oplog import write_ops_jsonl
+from commscope.layout import Layout
 from commscope.record import AXES
 from commscope.report.html import (build_report_data, compare_measured, heatmap_section, load_bench, load_measured,
                                    load_moe, moe_metrics, predicted_bytes_by_axis, render_html, size_histogram)
@@ -254,7 +255,11 @@ def test_per_rank_logs_with_steps_setup_and_no_axes(pred32, tmp_path):
     assert rows["dp"]["ratio"] == pytest.approx(1.25, rel=1e-6)
     assert any("setup records" in n for n in cmp["notes"])
     assert any("took the axis" in n for n in cmp["notes"])
-    assert load_measured(logs, num_iterations=1).num_iterations == 1
+    assert load_measured(logs, num_iterations=3).num_iterations == 3
+    with pytest.raises(ConfigError, match="measured_iterations=1: the logs mark 3 complete training step"):
+        load_measured(logs, num_iterations=1)  # would rescale every measured count by 3
+    with pytest.raises(ConfigError, match="holds the logs of 32 ranks, but the job to compare them with has 8"):
+        load_measured(logs, layout=Layout(ParallelSpec(tp=2, pp=2, dp=2, global_batch_size=16)))
 
 
 def test_all_to_all_counts_per_issuing_rank():

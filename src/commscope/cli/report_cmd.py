@@ -40,7 +40,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a directory of per-rank records or one file, of any format `commscope summarize` reads: "
                         "measured vs predicted bytes per axis")
     m.add_argument("--measured-iterations", type=int, default=None, metavar="N",
-                   help="iterations the logs cover (default: the log header's num_iterations, else 1)")
+                   help="iterations logs without step marks cover (default: the complete steps the logs mark, else "
+                        "the log header's num_iterations, else 1)")
     m.add_argument("--bench", type=Path, default=None, metavar="FILE",
                    help='benchmark JSON {"meta": {...}, "rows": [{op, group_size, size_bytes, busbw_bytes_per_s, ...}]}: busbw curves')
     m.add_argument("--moe", type=Path, default=None, metavar="PATH",

@@ -164,6 +164,12 @@ def load_measured(path: str | Path, *, num_iterations: int | None = None, layout
         run = read_run(path, layout=layout)
     except ValueError as exc:
         raise ConfigError("measured", str(path), str(exc).removeprefix(f"{path}: ")) from None
+    if layout is not None and run.world_size and (run.world_size > layout.world_size or (
+            run.world_size != layout.world_size and "jsonl" in run.formats)):
+        raise ConfigError("measured", str(path), f"holds the logs of {run.world_size} ranks, but the job to compare them "
+                                                 f"with has {layout.world_size} (tp x pp x dp x cp): describe the "
+                                                 "recorded job (its flags, or model.toml and parallel.toml beside the "
+                                                 "logs), or give --no-predicted")
     ops = [op for op in run.all_ops if _step_of(op) not in run.partial_steps]
     problems = list(run.problems)
     if run.partial_steps:
@@ -176,8 +182,14 @@ def load_measured(path: str | Path, *, num_iterations: int | None = None, layout
     if num_iterations is None:
         found = [header[k] for k in _HEADER_ITERATION_KEYS if isinstance(header.get(k), int) and header[k] >= 1]
         num_iterations = len(steps) if steps else (found[0] if found else 1)
+    elif steps and num_iterations != len(steps):  # the logs say how many: a different count would rescale them all
+        raise ConfigError("measured_iterations", num_iterations, f"the logs mark {len(steps)} complete training "
+                                                                 f"step(s); leave it out (or give {len(steps)})")
     if num_iterations < 1:
         raise ConfigError("measured_iterations", num_iterations, "must be a positive integer")
+    if num_iterations > max(len(ops), 1):  # an iteration without a single op on any rank: a typo, not a job
+        raise ConfigError("measured_iterations", num_iterations, f"is more than the {len(ops)} op records the logs "
+                                                                 "hold; give the number of training iterations logged")
     return MeasuredLogs(ops=tuple(ops), files=run.files, num_iterations=num_iterations, steps=tuple(steps),
                         problems=tuple(problems), header=header, formats=run.formats,
                         missing_fields=run.missing_fields, notes=run.notes, partial_steps=dict(run.partial_steps),
