@@ -53,6 +53,9 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("plan --gpus 8 --refine 0", "refine=0: must be >= 1"),
     ("plan --gpus 8 --micro-batch-sizes 1,x", "expected comma-separated integers, e.g. 1,2,4; got '1,x'"),
     ("traffic --out /proc/nope/run", "out='/proc/nope/run': cannot create it in /proc"),
+    ("traffic --out /proc", "out='/proc': cannot write into it"),  # root may write there, says access(); it may not
+    ("report --out /proc/x.html", "out='/proc/x.html': cannot write into /proc"),  # once the bare OS error, no field
+    ("report --out {tmp}/r.html --png /proc/x", "png='/proc/x': cannot create it in /proc"),  # once after r.html
     ("plan --gpus 8 --refine -1", "refine=-1: must be >= 1"),
     ("traffic --dtype fp7", "dtype='fp7'"),
     ("report --measured {tmp}/run --out {tmp}/r.html", "holds the logs of 1 ranks, but the job to compare them with has 32"),

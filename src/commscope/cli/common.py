@@ -30,27 +30,37 @@ def warn(args: argparse.Namespace | None, message: str) -> None:
     print(f"commscope{' ' + command if command else ''}: warning: {message}", file=sys.stderr)
 
 
-def check_out_dir(path: Path | None, field: str = "out") -> None:
+def check_out_dir(path: Path | None, field: str = "out", shown: Path | None = None) -> None:
     """Refuse an output directory that cannot be made before any work starts: a file (or a file among its
-    parents), or an existing parent the user cannot write into."""
+    parents), or an existing parent the user cannot write into. ``shown``: the value the user gave, when ``path``
+    is the folder of the file they named. Permissions can say yes where the filesystem says no (/proc, a
+    read-only mount): the nearest existing folder is tried with a real file or folder."""
     if path is None:
         return
-    for p in (path, *path.parents):
-        if p.exists():
-            if not p.is_dir():
-                raise ConfigError(field, str(path), f"{p} is a file, not a directory; give a directory")
-            if p != path and not os.access(p, os.W_OK | os.X_OK):
-                raise ConfigError(field, str(path), f"cannot create it: {p} is not writable")
-            if p != path:  # permissions can say yes where the filesystem says no (/proc, a read-only mount)
-                import tempfile
+    import tempfile
 
-                try:
-                    os.rmdir(tempfile.mkdtemp(prefix=".commscope-check-", dir=p))
-                except OSError as exc:
-                    raise ConfigError(field, str(path), f"cannot create it in {p}: {exc.strerror or exc}") from None
-            if p == path and not os.access(p, os.W_OK | os.X_OK):
-                raise ConfigError(field, str(path), "is not writable; choose a writable directory")
-            return
+    given = str(shown if shown is not None else path)
+    for p in (path, *path.parents):
+        if not p.exists():
+            continue
+        if not p.is_dir():
+            raise ConfigError(field, given, f"{p} is a file, not a directory; give a directory")
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise ConfigError(field, given, "is not writable; choose a writable directory" if p == path else
+                              f"cannot create it: {p} is not writable")
+        try:
+            if p == path:
+                fd, probe = tempfile.mkstemp(prefix=".commscope-check-", dir=p)
+                os.close(fd)
+                os.unlink(probe)
+            else:
+                os.rmdir(tempfile.mkdtemp(prefix=".commscope-check-", dir=p))
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            raise ConfigError(field, given, (f"cannot write into {p}: {why}" if shown is not None else
+                                             f"cannot write into it: {why}") if p == path else
+                              f"cannot create it in {p}: {why}") from None
+        return
 
 
 def check_out_file(path: Path | None, field: str = "out") -> None:
@@ -59,7 +69,7 @@ def check_out_file(path: Path | None, field: str = "out") -> None:
         return
     if path.is_dir():
         raise ConfigError(field, str(path), "is a directory; give a file name")
-    check_out_dir(path.parent if str(path.parent) else Path("."), field)
+    check_out_dir(path.parent if str(path.parent) else Path("."), field, shown=path)
 
 
 # (flags, dest, type, help) — dest is the spec field

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from commscope.cli.common import add_job_args, check_out_file, estimate_job, resolve_job
+from commscope.cli.common import add_job_args, check_out_dir, check_out_file, estimate_job, resolve_job
 from commscope.estimate import METHODS
 from commscope.traffic import ALGORITHMS
 
@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from commscope.report import html as report_html
 
     check_out_file(args.out)
+    check_out_dir(args.png, "png")  # both before anything is written: never a report without its pictures
     if args.out is None and args.png is None:
         raise ConfigError("out", None, "give --out FILE.html and/or --png DIR")
     if not args.predicted and args.measured is None and args.bench is None and args.moe is None:
