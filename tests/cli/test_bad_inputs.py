@@ -102,6 +102,9 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("summarize {tmp}/run --out {tmp}/file.txt", "is a file, not a directory"),
     # sizes that do not match the ranks are named, not a global batch the user never gave (the saved one, 8)
     ("summarize {tmp}/saved --tp 8 --pp 8 --dp 64", "tp x pp x dp x cp=4096: must equal the 1 ranks in the logs"),
+    ("summarize {tmp}/saved2", "tp x pp x dp x cp=4: must equal the 1 ranks in the logs (read from {tmp}/saved2/parallel.toml)"),
+    ("summarize {tmp}/saved-empty", "parallel='{tmp}/saved-empty/parallel.toml': is empty"),  # once: read as 1 rank
+    ("summarize {tmp}/run --gpus-per-node 0", "gpus_per_node=0: must be a positive integer"),
     ("fit {tmp}/bench.json --out /dev/full", "the disk is full"),
     ("fit {tmp}/bench.json --out {tmp}/file.txt/fit.toml", "a file is in the way of a directory"),
     ("bench --nproc 2 --out {tmp}/dir", "out='{tmp}/dir': is a directory"),
@@ -214,6 +217,11 @@ def fixtures(tmp_path_factory: pytest.TempPathFactory) -> Path:
     saved.mkdir()
     (saved / "rank00000.jsonl").write_text((run / "rank00000.jsonl").read_text())
     (saved / "parallel.toml").write_text("tp = 1\npp = 1\ndp = 1\nmicro_batch_size = 8\nglobal_batch_size = 8\n")
+    for name, parallel in (("saved2", "dp = 4\n"), ("saved-empty", "")):  # a job saved with the wrong size; none
+        folder = tmp / name
+        folder.mkdir()
+        (folder / "rank00000.jsonl").write_text((run / "rank00000.jsonl").read_text())
+        (folder / "parallel.toml").write_text(parallel)
     return tmp
 
 

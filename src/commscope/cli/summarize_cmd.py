@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run_layout(args: argparse.Namespace, logdir: Path):
     """The layout that attributes a recording's ops to axes: the parallelism saved beside the logs, under the
     parallel flags given; None when neither says anything."""
-    from commscope.cli.common import _given, job_from_logdir
+    from commscope.cli.common import _given, job_from_logdir, parallel_file_values
     from commscope.spec.parallel import ParallelSpec
 
     job_from_logdir(args, logdir, ("parallel",))  # the parallelism saved beside the logs, under the flags
@@ -39,9 +39,9 @@ def run_layout(args: argparse.Namespace, logdir: Path):
     if not (args.parallel or given):
         return None
     from commscope.layout import Layout
-    from commscope.spec.files import load_parallel, parallel_to_mapping
 
-    values = {**parallel_to_mapping(load_parallel(args.parallel)), **given} if args.parallel else dict(given)
+    # (a file that names nothing is refused, not read as one rank of defaults)
+    values = {**parallel_file_values(args.parallel), **given} if args.parallel else dict(given)
     if "global_batch_size" not in given:  # the layout does not depend on it: a saved batch must not refuse new sizes
         values["global_batch_size"] = values.get("dp", 1) * values.get("micro_batch_size", 1)
     return Layout(ParallelSpec(**values))
@@ -49,12 +49,19 @@ def run_layout(args: argparse.Namespace, logdir: Path):
 
 def run(args: argparse.Namespace) -> int:
     from commscope.capture.analysis import measured_traffic, summary
+    from commscope.cli.common import _given
     from commscope.errors import ConfigError
 
+    if args.gpus_per_node < 1:
+        raise ConfigError("gpus_per_node", args.gpus_per_node, "must be a positive integer")
     layout = run_layout(args, args.logdir)
     run_log = load_run(args.logdir, layout=layout, jobs=args.jobs)
     if layout is not None and run_log.world_size and layout.world_size != run_log.world_size:
-        raise ConfigError("tp x pp x dp x cp", layout.world_size, f"must equal the {run_log.world_size} ranks in the logs")
+        given = _given(args, "parallel")
+        source = "" if not args.parallel else (f" (read from {args.parallel}" + (", under the flags given)" if given
+                                                                              else ")"))
+        raise ConfigError("tp x pp x dp x cp", layout.world_size,
+                          f"must equal the {run_log.world_size} ranks in the logs{source}")
     s = summary(run_log, layout=layout, gpus_per_node=args.gpus_per_node)
     if args.out is not None:
         from commscope.cli.common import check_out_dir
