@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from dataclasses import fields, replace
 from pathlib import Path
@@ -143,9 +144,18 @@ def add_job_args(parser: argparse.ArgumentParser) -> None:
     add_cluster_args(parser)
 
 
-def add_model_args(parser: argparse.ArgumentParser) -> None:
+def _with_default(text: str, default: str | None) -> str:
+    """A flag's help with its "(default ...)" replaced by a command's own default."""
+    if default is None:
+        return text
+    if "(default" in text:
+        return re.sub(r"\(default [^,)]*", f"(default {default}", text, count=1)
+    return f"{text} (default {default})"
+
+
+def add_model_args(parser: argparse.ArgumentParser, default_model: str | None = None) -> None:
     g = parser.add_argument_group("model")
-    g.add_argument("--model", default=None, help=f"preset name (see `commscope presets`), a TOML/JSON/YAML spec, or a Hugging Face config.json (default {DEFAULT_MODEL})")
+    g.add_argument("--model", default=None, help=f"preset name (see `commscope presets`), a TOML/JSON/YAML spec, or a Hugging Face config.json (default {default_model or DEFAULT_MODEL})")
     for flags, dest, typ, text in _MODEL_FLAGS:
         g.add_argument(*flags, dest=f"model.{dest}", type=typ, default=None, help=text)
     g.add_argument("--tied-embeddings", dest="model.tied_embeddings", action=argparse.BooleanOptionalAction, default=None,
@@ -156,11 +166,13 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--fp16", dest="model.dtype", action="store_const", const="fp16", help="same as --dtype fp16")
 
 
-def add_parallel_args(parser: argparse.ArgumentParser) -> None:
+def add_parallel_args(parser: argparse.ArgumentParser, defaults: dict[str, str] | None = None) -> None:
+    """The parallelism flags; ``defaults``: a command's own defaults, as its help shows them (field -> text)."""
     g = parser.add_argument_group("parallelism")
     g.add_argument("--parallel", default=None, help="a TOML/JSON/YAML file with ParallelSpec fields (flags override it)")
     for flags, dest, typ, text in _PARALLEL_FLAGS:
-        g.add_argument(*flags, dest=f"parallel.{dest}", type=typ, default=None, help=text)
+        g.add_argument(*flags, dest=f"parallel.{dest}", type=typ, default=None,
+                       help=_with_default(text, (defaults or {}).get(dest)))
     g.add_argument("--sequence-parallel", dest="parallel.sequence_parallel", action=argparse.BooleanOptionalAction,
                    default=None, help="Megatron sequence parallelism")
     g.add_argument("--use-distributed-optimizer", "--distributed-optimizer", dest="parallel.distributed_optimizer",

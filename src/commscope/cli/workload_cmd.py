@@ -15,6 +15,13 @@ from commscope.cli.common import add_cluster_args, add_model_args, add_parallel_
 WORKLOAD_PARALLEL = {"tp": 1, "pp": 1, "dp": 2, "micro_batch_size": 2}
 
 
+#: What --help says of the parallelism defaults of a workload (resolve_workload_job applies them).
+_GPT_HELP_DEFAULTS = {"tp": "1", "pp": "1", "dp": "2", "micro_batch_size": "2",
+                      "global_batch_size": "micro-batch size x dp x --micro-batches", "framework": "torch-ddp"}
+_MOE_HELP_DEFAULTS = {"tp": "1", "pp": "1", "ep": "4", "dp": "ep", "micro_batch_size": "2",
+                      "global_batch_size": "micro-batch size x dp x --micro-batches", "framework": "megatron"}
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("workload", help="run a reference training with PyTorch's parallelism (and record it)",
                        description="Real training of commscope's reference models on forked ranks (gloo on CPU, NCCL "
@@ -27,8 +34,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                      "tp x pp x dp forked ranks. --framework torch-ddp (default) or torch-fsdp2 picks "
                                      "the data-parallel wrapper; TP is DTensor (with --sequence-parallel: SP), PP is "
                                      "torch.distributed.pipelining (--schedule 1f1b or gpipe).")
-    add_model_args(g)
-    add_parallel_args(g)
+    add_model_args(g, "ref-gpt")
+    add_parallel_args(g, _GPT_HELP_DEFAULTS)
     add_cluster_args(g)
     _add_run_args(g)
     g.set_defaults(func=run_gpt)
@@ -39,8 +46,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                      "of token counts and all_to_all_single dispatch/combine with uneven splits. "
                                      "Each rank's routing is recorded; with --record, every step is compared with the "
                                      "prediction for that step's recorded routing.")
-    add_model_args(e)
-    add_parallel_args(e)
+    add_model_args(e, "ref-moe")
+    add_parallel_args(e, _MOE_HELP_DEFAULTS)
     add_cluster_args(e)
     _add_run_args(e)
     e.add_argument("--record-routing", type=Path, default=None,

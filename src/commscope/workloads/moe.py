@@ -83,7 +83,8 @@ def check_moe_config(cfg: MoeRunConfig) -> None:
     check(p.recompute == "none", "recompute", p.recompute, "the MoE workload does not recompute (none)")
     check(p.grad_bucket_size is None, "grad_bucket_size", p.grad_bucket_size, "one bucket (unset)")
     check(m.num_experts % p.ep == 0, "ep", p.ep, f"must divide num_experts={m.num_experts}")
-    check(cfg.lr > 0, "lr", cfg.lr, "must be > 0")
+    # (fp32 Adam: a rate beyond fp32's range overflows in the first step, on every rank; beyond 10 no run learns)
+    check(math.isfinite(cfg.lr) and 0 < cfg.lr <= 10, "lr", cfg.lr, "must be a number > 0 and <= 10 (default 2e-3)")
     for name in ("aux_loss_coeff", "z_loss_coeff"):
         value = getattr(cfg, name)
         check(math.isfinite(value) and value >= 0, name, value, "must be a finite number >= 0")
