@@ -100,6 +100,10 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("export chakra --out {tmp}/file.txt", "out='{tmp}/file.txt': {tmp}/file.txt is a file, not a directory"),
     ("export chakra --out /proc/commscope-nope/et", "out='/proc/commscope-nope/et': cannot create it in /proc"),
     ("export parquet --run {tmp}/run --out {tmp}/file.txt", "out='{tmp}/file.txt': {tmp}/file.txt is a file"),
+    ("export chakra --out {tmp}/et --prefix ../escaped", "prefix='../escaped': must be a plain file name stem"),
+    ("export chakra --out {tmp}/et --prefix ''", "prefix='': must be a plain file name stem: not empty"),
+    ("export chakra --out {tmp}/et --prefix .hidden", "prefix='.hidden': must be a plain file name stem"),
+    ("export chakra --out {tmp}/et --prefix a/b", "prefix='a/b'"),
     # sizes that do not match the ranks are named, not a global batch the user never gave (the saved one, 8)
     ("summarize {tmp}/saved --tp 8 --pp 8 --dp 64", "tp x pp x dp x cp=4096: must equal the 1 ranks in the logs"),
     ("fit {tmp}/bench.json --out /dev/full", "the disk is full"),

@@ -143,3 +143,14 @@ def test_export_out_is_checked_before_any_work(tmp_path, capsys):
     (tmp_path / "file.txt").write_text("x")
     assert main(["export", "chakra", *_JOB, "--out", str(tmp_path / "file.txt" / "et")]) == 2
     assert "is a file, not a directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("prefix", ["../escaped", "", ".hidden", "sub/name", "a..b", "..", "/abs"])
+def test_a_prefix_that_is_not_a_file_name_is_refused(tmp_path, capsys, prefix):
+    """--prefix ../escaped once wrote escaped.0.et beside --out, and --prefix '' hidden .0.et files in it."""
+    out = tmp_path / "sub" / "et"
+    assert main(["export", "chakra", *_JOB, "--tp", "1", "--pp", "1", "--dp", "2", "--out", str(out),
+                 "--prefix", prefix]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"prefix={prefix!r}: must be a plain file name stem" in err
+    assert not any(tmp_path.rglob("*.et")) and not out.exists()

@@ -28,7 +28,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("export")
     g.add_argument("--out", type=Path, required=True,
                    help="directory to write into: new, or holding no earlier export (.et, comm_group.json, .parquet)")
-    g.add_argument("--prefix", default="commscope", help="file name prefix (default commscope: commscope.0.et, ...)")
+    g.add_argument("--prefix", default="commscope", help="chakra: file name stem, without '/', '..' or a leading '.' "
+                                                           "(default commscope: commscope.0.et, ...)")
     g.add_argument("--method", choices=METHODS, default="refined", help="estimate method for compute durations")
     g.add_argument("--gpu-util", type=float, default=None, help="achieved fraction of peak FLOP/s (as `estimate`)")
     g.add_argument("--bandwidth", type=Path, default=None, help="measured bandwidth table (as `estimate`)")

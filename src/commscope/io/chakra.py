@@ -17,6 +17,7 @@ What :func:`write_chakra` writes into ``out``, for a :class:`~commscope.api.Pred
 
 ``out`` must hold no earlier export (:func:`check_chakra_out`): a 4-rank export over an 8-rank one would leave
 ``.et`` files of ranks 4-7 beside a 4-rank ``comm_group.json``, and a simulator would read one job made of two.
+The prefix is a plain file name stem, so that every file lands in ``out`` and none is hidden.
 
 Order per rank: GPipe's order (the forward of every micro-batch, then the backward of every micro-batch), a
 valid order for every pipeline schedule: a forward receives its activation, runs each layer of the stage (a
@@ -43,7 +44,7 @@ from typing import Any
 from commscope.errors import ConfigError
 from commscope.record import CommOp
 
-__all__ = ["COMM_TYPES", "GROUP_FILE", "ChakraOp", "check_chakra_out", "rank_schedule", "write_chakra"]
+__all__ = ["COMM_TYPES", "GROUP_FILE", "ChakraOp", "check_chakra_out", "check_prefix", "rank_schedule", "write_chakra"]
 
 #: The process groups of the traces, beside them in ``out`` (ASTRA-sim's ``--comm-group-configuration``).
 GROUP_FILE = "comm_group.json"
@@ -65,9 +66,18 @@ class ChakraOp:
     op: CommOp | None = None
 
 
+def check_prefix(prefix: str) -> None:
+    """Refuse a ``prefix`` that is not a plain file name stem: empty or starting with a dot (hidden files
+    ``.0.et``), or holding a path separator or ``..`` (files outside ``out``)."""
+    if not prefix or prefix.startswith(".") or any(bad in prefix for bad in ("/", "\\", "..", "\0")):
+        raise ConfigError("prefix", prefix, "must be a plain file name stem: not empty, no '/', '\\' or '..', not "
+                                            "starting with '.' (e.g. commscope, for commscope.0.et ...)")
+
+
 def check_chakra_out(out: str | Path, prefix: str) -> None:
-    """Refuse, before any work, an ``out`` that already holds Chakra traces (``*.et``) or
-    :data:`GROUP_FILE` of an earlier export: the two would be read as one job."""
+    """Refuse, before any work, a bad ``prefix`` (:func:`check_prefix`) and an ``out`` that already holds Chakra
+    traces (``*.et``) or :data:`GROUP_FILE` of an earlier export: the two would be read as one job."""
+    check_prefix(prefix)
     out = Path(out)
     old = sorted(p for p in out.iterdir() if p.name == GROUP_FILE or p.suffix == ".et") if out.is_dir() else []
     if old:
@@ -149,7 +159,7 @@ def _name(op: CommOp) -> str:
 
 def write_chakra(prediction: Any, estimate: Any, out: str | Path, *, prefix: str = "commscope") -> list[Path]:
     """Write one Chakra ET file per rank and ``comm_group.json`` into ``out``; returns the paths written.
-    Raises ConfigError for an ``out`` holding an earlier export (:func:`check_chakra_out`)."""
+    Raises ConfigError for a bad ``prefix`` or an ``out`` holding an earlier export (:func:`check_chakra_out`)."""
     et, protolib = _require_chakra()
     check_chakra_out(out, prefix)
     out = Path(out)
