@@ -97,6 +97,7 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("traffic --out {tmp}/file.txt/sub", "{tmp}/file.txt is a file, not a directory"),
     ("traffic --out /proc/commscope-nope", "/proc/commscope-nope"),
     ("summarize {tmp}/run --out {tmp}/file.txt", "is a file, not a directory"),
+    ("moe simulate --model mixtral-8x7b --ep 8 --out /proc/commscope-nope", "out='/proc/commscope-nope': cannot create"),
     ("export chakra --out {tmp}/file.txt", "out='{tmp}/file.txt': {tmp}/file.txt is a file, not a directory"),
     ("export chakra --out /proc/commscope-nope/et", "out='/proc/commscope-nope/et': cannot create it in /proc"),
     ("export parquet --run {tmp}/run --out {tmp}/file.txt", "out='{tmp}/file.txt': {tmp}/file.txt is a file"),

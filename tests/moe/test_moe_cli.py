@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from commscope.cli.main import main
-from commscope.moe import generate, load_trace, write_rank_trace
+from commscope.moe import generate, load_trace, save_trace, write_rank_trace
 
 # a 2-layer Mixtral keeps the runs small; ep 8 over dp 8
 MIXTRAL = ("--model", "mixtral-8x7b", "--num-layers", "2", "--seq-length", "256", "--micro-batch-size", "1")
@@ -119,3 +119,40 @@ def test_report_reads_a_routing_trace(tmp_path):
     items = load_moe(tmp_path / "routing")
     assert [i.name for i in items] == ["routing", "old"]
     assert items[0].routing.shape == (3, 4, 4) and items[0].routing.sum() == trace.counts.sum()
+
+
+def test_an_out_holding_an_earlier_run_is_refused(capsys, tmp_path):
+    """A --no-plot run into the folder of a run with pictures once replaced trace.npz and the metrics and left the
+    first run's metrics.png and traffic_frames.png beside them."""
+    out_dir = tmp_path / "moe"
+    job = ("moe", "simulate", *MIXTRAL, "--ep", "8", "--iterations", "3")
+    code, _, err = run(capsys, *job, "--out", out_dir)
+    assert code == 0, err
+    before = {p.name: p.read_bytes() for p in out_dir.iterdir()}
+    for argv in ((*job, "--routing-seed", "1", "--no-plot", "--out", out_dir),
+                 ("moe", "analyze", out_dir / "trace.npz", "--window", "2", "--out", out_dir)):
+        code, out, err = run(capsys, *argv)
+        assert code == 2 and err.count("\n") == 1 and out == "", err
+        assert f"out='{out_dir}': already holds " in err and "choose a new directory or remove the old one" in err
+        assert {p.name: p.read_bytes() for p in out_dir.iterdir()} == before
+    (out_dir / "metrics.csv").unlink()  # any one of the files is an earlier run's
+    for name in ("trace.npz", "metrics.json", "traffic_frames.png", "metrics.png"):
+        code, _, err = run(capsys, *job, "--out", out_dir)
+        assert code == 2 and f"already holds {name} of an earlier run" in err
+        (out_dir / name).unlink()
+    code, _, err = run(capsys, *job, "--out", out_dir)  # now empty: written
+    assert code == 0 and (out_dir / "trace.npz").is_file()
+
+
+@pytest.mark.parametrize("action", [("simulate", *MIXTRAL, "--ep", "8", "--iterations", "3"), ("analyze", "{trace}")])
+def test_an_out_that_cannot_be_made_is_named_before_any_work(capsys, tmp_path, action):
+    trace = generate("uniform", iterations=2, ep=2, num_experts=4, top_k=1, tokens_per_rank=8)
+    save_trace(trace, tmp_path / "t.npz")
+    (tmp_path / "file.txt").write_text("x")
+    argv = [a.replace("{trace}", str(tmp_path / "t.npz")) for a in action]
+    for out, message in (("/proc/commscope-nope", "out='/proc/commscope-nope': cannot create it in /proc"),
+                         (str(tmp_path / "file.txt" / "m"), "file.txt is a file, not a directory")):
+        code, _, err = run(capsys, "moe", *argv, "--out", out)
+        assert code == 2 and err.count("\n") == 1 and message in err, err
+    code, _, err = run(capsys, "moe", *argv, "--window", "0", "--out", tmp_path / "m")
+    assert code == 2 and "window=0" in err and not (tmp_path / "m").exists()  # no trace.npz left behind
