@@ -147,6 +147,8 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("estimate --fp8-format hybrid --cluster dgx-a100", "fp8_format='hybrid'"),
     ("estimate --gpu-util 0", "gpu_util=0.0"),
     ("estimate --gpu-util 1.5", "gpu_util=1.5"),
+    ("moe simulate --model mixtral-8x7b --ep 8 --capacity-factor inf", "capacity_factor=inf: must be a finite number"),
+    ("moe analyze {tmp}/nope --capacity-factor nan", "capacity_factor=nan: must be a finite number > 0"),
     ("traffic --cluster {tmp}/fast-cluster.toml", "outside any real link's range"),
     ("traffic --cluster {tmp}/zero-latency-cluster.toml", "latency range"),
     ("estimate --bandwidth {tmp}/fast-table.csv", "outside any real link's range"),

@@ -156,3 +156,26 @@ def test_an_out_that_cannot_be_made_is_named_before_any_work(capsys, tmp_path, a
         assert code == 2 and err.count("\n") == 1 and message in err, err
     code, _, err = run(capsys, "moe", *argv, "--window", "0", "--out", tmp_path / "m")
     assert code == 2 and "window=0" in err and not (tmp_path / "m").exists()  # no trace.npz left behind
+
+
+def test_a_huge_capacity_factor_drops_nothing_without_a_warning(capsys):
+    """--moe-expert-capacity-factor 1e300 once printed numpy's 'invalid value encountered in cast' and reported every
+    assignment dropped and the slowest rank at 0.000x balanced."""
+    job = ("moe", "simulate", *MIXTRAL, "--ep", "8", "--iterations", "3", "--no-plot", "--json")
+    code, out, err = run(capsys, *job, "--moe-expert-capacity-factor", "1e300")
+    assert code == 0 and err == "", err
+    huge = json.loads(out)
+    code, out, _ = run(capsys, *job)
+    assert huge["dropped_fraction_mean"] == 0 and huge["balance_error_mean"] == json.loads(out)["balance_error_mean"] > 0.5
+
+
+@pytest.mark.parametrize("argv", [("simulate", *MIXTRAL, "--ep", "8", "--iterations", "3", "--capacity-factor"),
+                                  ("analyze", "{trace}", "--capacity-factor")])
+@pytest.mark.parametrize("factor", ["inf", "nan"])
+def test_a_capacity_factor_that_is_not_finite_is_refused_before_any_work(capsys, tmp_path, argv, factor):
+    save_trace(generate("uniform", iterations=2, ep=2, num_experts=4, top_k=1, tokens_per_rank=8), tmp_path / "t.npz")
+    argv = tuple(a.replace("{trace}", str(tmp_path / "t.npz")) for a in argv)
+    code, out, err = run(capsys, "moe", *argv, factor, "--out", tmp_path / "m")
+    assert code == 2 and err.count("\n") == 1 and out == ""
+    assert f"capacity_factor={float(factor)!r}: must be a finite number > 0" in err
+    assert not (tmp_path / "m").exists()

@@ -101,15 +101,18 @@ def job_routing(args: argparse.Namespace, model, parallel):
 def run_simulate(args: argparse.Namespace) -> int:
     from commscope.errors import ConfigError
     from commscope.moe.generators import routing_for_job
+    from commscope.moe.routing import check_capacity_factor
     from commscope.moe.trace import save_trace
 
     check_output_args(args, SIMULATE_FILES)
     given = vars(args)
+    check_capacity_factor(given.get("model.capacity_factor"))  # the flag; a --model file's value is checked below
     if args.parallel is None:  # only the EP group matters here: --ep 8 alone makes a valid job
         for key, value in (("tp", 1), ("pp", 1), ("dp", given.get("parallel.ep") if args.gpus is None else None)):
             if given.get(f"parallel.{key}") is None and value:
                 given[f"parallel.{key}"] = value
     model, parallel, _ = resolve_job(args)
+    check_capacity_factor(model.capacity_factor)
     if args.iterations < 1:
         raise ConfigError("iterations", args.iterations, "must be >= 1")
     if args.micro_batches < 0:
@@ -122,11 +125,10 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 
 def run_analyze(args: argparse.Namespace) -> int:
-    from commscope.errors import ConfigError
+    from commscope.moe.routing import check_capacity_factor
     from commscope.moe.trace import load_trace
 
-    if args.capacity_factor is not None and not args.capacity_factor > 0:
-        raise ConfigError("capacity_factor", args.capacity_factor, "must be > 0")
+    check_capacity_factor(args.capacity_factor)
     check_output_args(args, ANALYZE_FILES)
     trace = load_trace(args.trace)
     return _analyze(trace, args, capacity_factor=args.capacity_factor, written=[], title=trace.source)
