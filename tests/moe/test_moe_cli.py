@@ -179,3 +179,18 @@ def test_a_capacity_factor_that_is_not_finite_is_refused_before_any_work(capsys,
     assert code == 2 and err.count("\n") == 1 and out == ""
     assert f"capacity_factor={float(factor)!r}: must be a finite number > 0" in err
     assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("arrays,message", [
+    ({"routing": np.full((2, 4, 4), 1e30)}, "iteration 0, rank 0, to rank 0: routing=1e+30: not a token count"),
+    ({"counts": np.full((2, 1, 1, 2, 2), 2**64 - 1, dtype=np.uint64), "meta": np.array('{"top_k": 1}')},
+     "expert 0: counts=18446744073709551615: not a token count: must be <= 2**40"),
+])
+def test_counts_no_run_could_make_are_named_as_in_the_file(capsys, tmp_path, arrays, message):
+    """Counts of 1e30 once printed numpy's cast warning, then 'counts=-9223372036854775808: must be >= 0': a value
+    the file does not hold, in a second message."""
+    np.savez(tmp_path / "huge.npz", **arrays)
+    code, out, err = run(capsys, "moe", "analyze", tmp_path / "huge.npz")
+    assert code == 2 and err.count("\n") == 1 and out == "", err
+    assert f"{tmp_path / 'huge.npz'}, iteration 0" in err and message in err, err
+    assert "-9223372036854775808" not in err and "Warning" not in err

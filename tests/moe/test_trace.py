@@ -217,3 +217,17 @@ def test_write_rank_trace_checks_its_input(tmp_path):
 def test_directory_without_traces(tmp_path):
     with pytest.raises(ConfigError, match="has no routing-rank\\*.npz files; it holds no .npz files"):
         load_trace(tmp_path)
+
+
+def test_counts_above_max_token_count_are_refused_before_the_int64_cast():
+    from commscope.moe.trace import MAX_TOKEN_COUNT
+
+    counts = np.zeros((1, 1, 1, 2, 2))
+    counts[0, 0, 0, 1, 1] = MAX_TOKEN_COUNT
+    assert RoutingTrace(counts=counts, top_k=1).counts[0, 0, 0, 1, 1] == MAX_TOKEN_COUNT
+    for dtype, value in ((np.float64, 1e30), (np.float64, MAX_TOKEN_COUNT + 1), (np.uint64, 2**64 - 1)):
+        counts = np.zeros((1, 1, 1, 2, 2), dtype=dtype)
+        counts[0, 0, 0, 1, 1] = value
+        with pytest.raises(ConfigError, match=re.escape(f"rank 1, expert 1: counts={counts.max().item()!r}: not a "
+                                                        "token count")):
+            RoutingTrace(counts=counts, top_k=1)

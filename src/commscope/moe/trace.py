@@ -3,7 +3,7 @@
 The contract (written by :mod:`commscope.moe.generators` and by a real training run, read by :func:`load_trace`):
 
 =====================================  ===========================================================================
-``counts[it, mb, layer, rank, x]``     int64 >= 0, shape (iterations, micro_batches, layers, ep, experts): the
+``counts[it, mb, layer, rank, x]``     int64 in 0..2**40, shape (iterations, micro_batches, layers, ep, experts): the
                                        token-to-expert assignments EP source rank ``rank`` made to expert ``x``
                                        (after top-k, before capacity dropping). Summed over experts, a rank's row
                                        is its tokens x top_k; no entry exceeds its tokens (a token picks an
@@ -53,6 +53,10 @@ _RANK_FILE = re.compile(r"routing-rank(\d+)\.npz$")
 TRACE_DIMS = ("iteration", "micro-batch", "layer", "rank", "expert")
 RANK_DIMS = ("iteration", "micro-batch", "layer", "expert")
 _OLD_DIMS = ("iteration", "rank", "to rank")
+#: The largest token-to-expert count a trace may hold: 2**40 (1.1e12). One entry is the assignments of one EP rank to
+#: one expert in one micro-batch and layer, at most the rank's tokens (~1e7 in the largest micro-batches); the bound
+#: keeps every sum over a trace exact in int64 and float64, and refuses a value the int64 cast would wrap (1e30).
+MAX_TOKEN_COUNT = 1 << 40
 _PLURAL = {"iteration": "iterations", "micro-batch": "micro_batches", "layer": "layers", "rank": "ep", "to rank": "ep",
            "expert": "experts"}
 
@@ -417,6 +421,10 @@ def checked_counts(values: Any, dims: tuple[str, ...], source: str, *, field: st
     negative = arr < 0
     if negative.any():
         fail(negative, "must be >= 0 (token-to-expert assignments)")
+    huge = arr > MAX_TOKEN_COUNT  # before the cast, which would wrap it (1e30 -> -9223372036854775808)
+    if huge.any():
+        fail(huge, f"not a token count: must be <= 2**40 = {MAX_TOKEN_COUNT:,} (tokens one EP rank routes to one "
+                   "expert or rank are at most its tokens, ~1e7 in the largest micro-batches)")
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 
@@ -463,6 +471,7 @@ def _checked_layer_ids(layer_ids: Any, src: str) -> tuple[int, ...]:
 
 __all__ = [
     "FORMAT",
+    "MAX_TOKEN_COUNT",
     "RANK_FORMAT",
     "RoutingTrace",
     "checked_counts",
