@@ -194,3 +194,23 @@ def test_counts_no_run_could_make_are_named_as_in_the_file(capsys, tmp_path, arr
     assert code == 2 and err.count("\n") == 1 and out == "", err
     assert f"{tmp_path / 'huge.npz'}, iteration 0" in err and message in err, err
     assert "-9223372036854775808" not in err and "Warning" not in err
+
+
+@pytest.mark.parametrize("name,content,what", [
+    ("notes.npz", b"not a trace\n", "it starts with b'not a '"),
+    ("empty.npz", b"", "it is empty"),
+    ("table.csv", b"op,size\nall_reduce,8\n", "it starts with b'op,siz'"),
+])
+def test_a_file_that_is_no_npz_is_said_to_be_none(capsys, tmp_path, name, content, what):
+    """A text file was once 'not a readable .npz archive (This file contains pickled (object) data. If you trust the
+    file ...)': numpy's guess, not the user's mistake."""
+    (tmp_path / name).write_bytes(content)
+    code, _, err = run(capsys, "moe", "analyze", tmp_path / name)
+    assert code == 2 and err.count("\n") == 1
+    assert f"file='{name}': is not an .npz archive: {what}" in err and "pickle" not in err, err
+
+
+def test_a_single_npy_array_is_said_to_be_no_npz(capsys, tmp_path):
+    np.save(tmp_path / "routing.npy", np.ones((2, 4, 4)))
+    code, _, err = run(capsys, "moe", "analyze", tmp_path / "routing.npy")
+    assert code == 2 and "file='routing.npy': is not an .npz archive: it is a single .npy array" in err

@@ -136,8 +136,8 @@ def test_truncated_or_corrupt_file_is_a_config_error(tmp_path, cut):
 def test_not_an_npz(tmp_path):
     (tmp_path / "a.npz").write_text("hello")
     np.save(tmp_path / "b.npy", np.ones(3))
-    for name in ("a.npz", "b.npy"):
-        with pytest.raises(ConfigError, match="is not a readable .npz archive"):
+    for name, what in (("a.npz", "starts with b'hello', not a zip's b'PK'"), ("b.npy", "is a single .npy array")):
+        with pytest.raises(ConfigError, match=re.escape(f"file='{name}': is not an .npz archive: it {what}")):
             load_trace(tmp_path / name)
     with pytest.raises(ConfigError, match="no such file or directory"):
         load_trace(tmp_path / "absent.npz")

@@ -330,18 +330,28 @@ def _check_same(a: dict[str, Any], b: dict[str, Any]) -> None:
         raise ConfigError("placement", None if pb is None else pb.tolist(), f"differs from {other}", source=src)
 
 
+#: The first bytes of a zip (every .npz) and of a single .npy array.
+_ZIP_MAGIC = b"PK"
+_NPY_MAGIC = b"\x93NUMPY"
+
+
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
-    """Every array of an ``.npz``; a truncated, corrupt or non-npz file is a ConfigError, never a traceback."""
+    """Every array of an ``.npz``; a file that is no zip (text, a single .npy array, nothing), or a truncated or
+    corrupt one, is a ConfigError, never a traceback (numpy reads any non-zip as a pickle: 'contains pickled data')."""
     try:
         with open(path, "rb") as fh:  # our handle: numpy leaks its own when a zip is truncated
-            npz = np.load(fh, allow_pickle=False)
-            if not isinstance(npz, np.lib.npyio.NpzFile):
-                raise ValueError("a single .npy array, not an .npz archive")
-            with npz:
-                return {name: np.asarray(npz[name]) for name in npz.files}
+            head = fh.read(len(_NPY_MAGIC))
+            if head.startswith(_ZIP_MAGIC):
+                fh.seek(0)
+                with np.load(fh, allow_pickle=False) as npz:
+                    return {name: np.asarray(npz[name]) for name in npz.files}
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, RuntimeError) as exc:
         raise ConfigError("file", path.name, f"is not a readable .npz archive ({exc}): truncated, corrupt, or not "
                           "written by numpy", source=str(path)) from None
+    what = ("is empty" if not head else "is a single .npy array" if head == _NPY_MAGIC
+            else f"starts with {head!r}, not a zip's {_ZIP_MAGIC!r}")
+    raise ConfigError("file", path.name, f"is not an .npz archive: it {what}; give a routing trace as numpy.savez "
+                      "writes it (a zip of arrays: 'counts' and 'meta', or 'routing')", source=str(path))
 
 
 def _meta(arrays: dict[str, np.ndarray], src: str) -> dict[str, Any]:
