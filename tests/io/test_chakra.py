@@ -107,3 +107,50 @@ def test_export_cli(tmp_path, capsys):
     assert code == 0 and "wrote 4 Chakra execution traces" in capsys.readouterr().out
     _, nodes = _read(tmp_path / "et" / "commscope.3.et")
     assert any(n.type == COMM_COLL_NODE for n in nodes)
+
+
+_JOB = ["--model", "gpt-1.5b", "--global-batch-size", "8", "--micro-batch-size", "2", "--cluster", "dgx1-v100"]
+
+
+def test_an_export_is_never_mixed_with_an_earlier_one(tmp_path, capsys):
+    """A 4-rank export into the folder of an 8-rank one once left commscope.4-7.et beside a 4-rank comm_group.json."""
+    out = tmp_path / "et"
+    assert main(["export", "chakra", *_JOB, "--tp", "2", "--pp", "2", "--dp", "2", "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    for prefix in ("commscope", "other"):  # another prefix would still replace comm_group.json
+        assert main(["export", "chakra", *_JOB, "--tp", "1", "--pp", "1", "--dp", "4", "--out", str(out),
+                     "--prefix", prefix]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"out='{out}': already holds export output (comm_group.json" in err
+        assert "choose a new directory or remove the old one" in err
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    (out / "comm_group.json").unlink()  # the traces alone are an export too
+    assert main(["export", "chakra", *_JOB, "--tp", "1", "--pp", "1", "--dp", "4", "--out", str(out)]) == 2
+    assert "already holds export output (commscope.0.et, 8 file(s))" in capsys.readouterr().err
+
+
+def test_write_chakra_refuses_an_earlier_export(tmp_path):
+    model, cluster = model_preset("gpt-1.5b"), cluster_preset("dgx1-v100")
+    pred = predict(model, ParallelSpec(tp=1, pp=1, dp=2, global_batch_size=8, micro_batch_size=2), cluster)
+    est = estimate(pred)
+    write_chakra(pred, est, tmp_path)
+    with pytest.raises(ValueError, match="already holds export output"):
+        write_chakra(pred, est, tmp_path)
+
+
+def test_export_out_is_checked_before_any_work(tmp_path, capsys):
+    (tmp_path / "file.txt").write_text("x")
+    assert main(["export", "chakra", *_JOB, "--out", str(tmp_path / "file.txt" / "et")]) == 2
+    assert "is a file, not a directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("prefix", ["../escaped", "", ".hidden", "sub/name", "a..b", "..", "/abs"])
+def test_a_prefix_that_is_not_a_file_name_is_refused(tmp_path, capsys, prefix):
+    """--prefix ../escaped once wrote escaped.0.et beside --out, and --prefix '' hidden .0.et files in it."""
+    out = tmp_path / "sub" / "et"
+    assert main(["export", "chakra", *_JOB, "--tp", "1", "--pp", "1", "--dp", "2", "--out", str(out),
+                 "--prefix", prefix]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"prefix={prefix!r}: must be a plain file name stem" in err
+    assert not any(tmp_path.rglob("*.et")) and not out.exists()

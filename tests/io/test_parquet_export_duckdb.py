@@ -81,3 +81,24 @@ def test_export_parquet_bad_input_is_one_line(tmp_path: Path, capsys: pytest.Cap
     logs = _run(tmp_path, ranks=2)
     assert main(["export", "chakra", "--run", str(logs), "--out", str(tmp_path / "et")]) == 2
     assert "export parquet" in capsys.readouterr().err
+
+
+def test_an_export_is_never_mixed_with_an_earlier_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An export of 4 ranks into the folder of an 8-rank one once kept rank00004-7.parquet: the README's glob then
+    read both runs."""
+    first, second, out = tmp_path / "w8", tmp_path / "r4", tmp_path / "pq"
+    for logs, ranks in ((first, 8), (second, 4)):
+        logs.mkdir()
+        for r in range(ranks):
+            write_synthetic_rank(logs, r, ranks, 40)
+    assert main(["export", "parquet", "--run", str(first), "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    assert main(["export", "parquet", "--run", str(second), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert f"out='{out}': already holds export output (rank00000.parquet, 8 Parquet file(s)); choose a new " \
+           "directory or remove the old one" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert main(["export", "parquet", "--run", str(second), "--out", str(tmp_path / "new")]) == 0
+    assert len(list((tmp_path / "new").glob("*.parquet"))) == 4

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from commscope.moe import RoutingTrace, apply_capacity, expert_capacity, generate, rank_tokens, routing_metrics
+from commscope.errors import ConfigError
 from commscope.moe.metrics import gini, imbalance, normalized_entropy
 
 
@@ -108,3 +109,18 @@ def test_metrics_table_and_summary_are_complete():
     assert {"expert_entropy_mean", "balance_error_max", "on_off_switch_rate", "uniformity_trend_per_iteration"} <= set(s)
     assert s["balance_error_mean"] > 1.0 and m.pair_tokens.shape == (5, 4, 4) and m.expert_tokens.shape == (5, 3, 16)
     assert m.pair_tokens.sum() == m.assignments.sum()
+
+
+@pytest.mark.parametrize("factor", [8.0, 1e6, 1e300, 1.7e308])
+def test_a_factor_of_experts_or_more_drops_nothing_and_never_overflows(factor):
+    """1e300 once overflowed the cast to int64 (a numpy RuntimeWarning) and dropped every assignment."""
+    counts = np.array([[40, 0, 0, 0, 0, 0, 0, 0], [5] * 8], dtype=np.int64)
+    assert expert_capacity(counts.sum(axis=-1), 8, factor).tolist() == [40, 40]
+    kept, dropped = apply_capacity(counts, factor)
+    assert np.array_equal(kept, counts) and not dropped.any()
+
+
+@pytest.mark.parametrize("factor", [float("inf"), float("nan"), 0.0, -1.0])
+def test_a_capacity_factor_that_is_not_finite_and_positive_is_refused(factor):
+    with pytest.raises(ConfigError, match="capacity_factor=.*: must be a finite number > 0"):
+        apply_capacity(np.ones((2, 4), dtype=np.int64), factor)

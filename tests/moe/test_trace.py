@@ -136,8 +136,8 @@ def test_truncated_or_corrupt_file_is_a_config_error(tmp_path, cut):
 def test_not_an_npz(tmp_path):
     (tmp_path / "a.npz").write_text("hello")
     np.save(tmp_path / "b.npy", np.ones(3))
-    for name in ("a.npz", "b.npy"):
-        with pytest.raises(ConfigError, match="is not a readable .npz archive"):
+    for name, what in (("a.npz", "starts with b'hello', not a zip's b'PK'"), ("b.npy", "is a single .npy array")):
+        with pytest.raises(ConfigError, match=re.escape(f"file='{name}': is not an .npz archive: it {what}")):
             load_trace(tmp_path / name)
     with pytest.raises(ConfigError, match="no such file or directory"):
         load_trace(tmp_path / "absent.npz")
@@ -217,3 +217,17 @@ def test_write_rank_trace_checks_its_input(tmp_path):
 def test_directory_without_traces(tmp_path):
     with pytest.raises(ConfigError, match="has no routing-rank\\*.npz files; it holds no .npz files"):
         load_trace(tmp_path)
+
+
+def test_counts_above_max_token_count_are_refused_before_the_int64_cast():
+    from commscope.moe.trace import MAX_TOKEN_COUNT
+
+    counts = np.zeros((1, 1, 1, 2, 2))
+    counts[0, 0, 0, 1, 1] = MAX_TOKEN_COUNT
+    assert RoutingTrace(counts=counts, top_k=1).counts[0, 0, 0, 1, 1] == MAX_TOKEN_COUNT
+    for dtype, value in ((np.float64, 1e30), (np.float64, MAX_TOKEN_COUNT + 1), (np.uint64, 2**64 - 1)):
+        counts = np.zeros((1, 1, 1, 2, 2), dtype=dtype)
+        counts[0, 0, 0, 1, 1] = value
+        with pytest.raises(ConfigError, match=re.escape(f"rank 1, expert 1: counts={counts.max().item()!r}: not a "
+                                                        "token count")):
+            RoutingTrace(counts=counts, top_k=1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from commscope.cli.common import add_job_args, estimate_job, resolve_job
+from commscope.cli.common import add_job_args, check_out_dir, estimate_job, resolve_job
 from commscope.estimate import METHODS
 
 
@@ -26,8 +26,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "the logs, or --tp/--pp/--dp..., attributes its ops to axes as `summarize` does")
     add_job_args(p)
     g = p.add_argument_group("export")
-    g.add_argument("--out", type=Path, required=True, help="directory to write into")
-    g.add_argument("--prefix", default="commscope", help="file name prefix (default commscope: commscope.0.et, ...)")
+    g.add_argument("--out", type=Path, required=True,
+                   help="directory to write into: new, or holding no earlier export (.et, comm_group.json, .parquet)")
+    g.add_argument("--prefix", default="commscope", help="chakra: file name stem, without '/', '..' or a leading '.' "
+                                                           "(default commscope: commscope.0.et, ...)")
     g.add_argument("--method", choices=METHODS, default="refined", help="estimate method for compute durations")
     g.add_argument("--gpu-util", type=float, default=None, help="achieved fraction of peak FLOP/s (as `estimate`)")
     g.add_argument("--bandwidth", type=Path, default=None, help="measured bandwidth table (as `estimate`)")
@@ -44,9 +46,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("run", str(args.run), "is for `export parquet` (a recorded run); `export chakra` exports "
                                                 "the job the flags describe")
 
-    try:
-        from commscope.io.chakra import _require_chakra, write_chakra
+    from commscope.io.chakra import _require_chakra, check_chakra_out, write_chakra
 
+    check_out_dir(args.out)
+    check_chakra_out(args.out, args.prefix)
+    try:
         _require_chakra()
     except ImportError as exc:
         raise ConfigError("target", "chakra", str(exc)) from None
@@ -60,7 +64,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _parquet(args: argparse.Namespace) -> int:
-    from commscope.cli.common import check_out_dir
     from commscope.errors import ConfigError
     from commscope.io.runs import write_run_parquet
 
@@ -73,6 +76,7 @@ def _parquet(args: argparse.Namespace) -> int:
     from commscope.cli.summarize_cmd import run_layout
 
     check_out_dir(args.out)
+    check_parquet_out(args.out)
     layout = run_layout(args, args.run)
     try:
         files, rows, problems = write_run_parquet(args.run, args.out, layout=layout)
@@ -86,3 +90,15 @@ def _parquet(args: argparse.Namespace) -> int:
           "record of every rank, so a collective appears once per member; the README's DuckDB query counts the "
           f"logical ops as summarize does, e.g. over '{args.out}/*.parquet'")
     return 0
+
+
+def check_parquet_out(out: Path) -> None:
+    """Refuse an ``out`` that already holds Parquet tables: a query over ``out/*.parquet`` (the README's DuckDB
+    glob) would read the rows of both runs, and an earlier run's ranks beyond this one's would survive."""
+    from commscope.errors import ConfigError
+
+    old = sorted(out.glob("*.parquet")) if out.is_dir() else []
+    if old:
+        raise ConfigError("out", str(out), f"already holds export output ({old[0].name}, {len(old)} Parquet file(s)); "
+                                           f"choose a new directory or remove the old one (a query over "
+                                           f"{out}/*.parquet would mix the two runs)")

@@ -6,7 +6,9 @@
 Both write ``metrics.csv`` (one row per iteration), ``metrics.json`` (the run's summary), ``traffic_frames.png``
 (the EP rank x rank heatmaps at several iterations, one colour scale) and ``metrics.png``; ``simulate`` also
 writes the routing it made as ``trace.npz`` (readable by ``analyze``, ``traffic --routing`` and
-``report --moe``).
+``report --moe``). An ``--out`` that already holds one of these files is refused, as ``record`` refuses a
+folder holding a recording: a second run would replace some of them and leave the others (the pictures of a
+run drawn before a ``--no-plot`` one) beside them.
 """
 
 from __future__ import annotations
@@ -58,9 +60,33 @@ def _add_output_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("analysis and output")
     g.add_argument("--window", type=int, default=10, help="iterations in the moving-average predictor (default 10)")
     g.add_argument("--frames", type=int, default=6, help="heatmaps in the row of traffic frames (default 6)")
-    g.add_argument("--out", type=Path, default=None, help="directory for metrics.csv, metrics.json and the PNGs")
+    g.add_argument("--out", type=Path, default=None, help="directory for metrics.csv, metrics.json and the PNGs: new, "
+                                                          "or holding none of the outputs of an earlier run")
     g.add_argument("--json", action="store_true", help="print the summary as JSON")
     g.add_argument("--no-plot", action="store_true", help="do not draw the PNGs")
+
+
+#: The files ``simulate`` writes into --out (``analyze`` all but the trace).
+SIMULATE_FILES = ("trace.npz", "metrics.csv", "metrics.json", "traffic_frames.png", "metrics.png")
+ANALYZE_FILES = SIMULATE_FILES[1:]
+
+
+def check_output_args(args: argparse.Namespace, outputs: tuple[str, ...]) -> None:
+    """Refuse, before any work, a bad --window or --frames and an --out that cannot be made or already holds one of
+    ``outputs`` (of an earlier run: it would be replaced and the rest left beside the new files)."""
+    from commscope.cli.common import check_out_dir
+    from commscope.errors import ConfigError
+
+    if args.window < 1:
+        raise ConfigError("window", args.window, "must be >= 1")
+    if args.frames < 1:
+        raise ConfigError("frames", args.frames, "must be >= 1")
+    out = args.out
+    check_out_dir(out, "out")
+    old = [name for name in outputs if (out / name).exists()] if out is not None and out.is_dir() else []
+    if old:
+        raise ConfigError("out", str(out), f"already holds {old[0]} of an earlier run; choose a new directory or remove "
+                                           "the old one (the outputs of two runs are never mixed)")
 
 
 def job_routing(args: argparse.Namespace, model, parallel):
@@ -75,14 +101,18 @@ def job_routing(args: argparse.Namespace, model, parallel):
 def run_simulate(args: argparse.Namespace) -> int:
     from commscope.errors import ConfigError
     from commscope.moe.generators import routing_for_job
+    from commscope.moe.routing import check_capacity_factor
     from commscope.moe.trace import save_trace
 
+    check_output_args(args, SIMULATE_FILES)
     given = vars(args)
+    check_capacity_factor(given.get("model.capacity_factor"))  # the flag; a --model file's value is checked below
     if args.parallel is None:  # only the EP group matters here: --ep 8 alone makes a valid job
         for key, value in (("tp", 1), ("pp", 1), ("dp", given.get("parallel.ep") if args.gpus is None else None)):
             if given.get(f"parallel.{key}") is None and value:
                 given[f"parallel.{key}"] = value
     model, parallel, _ = resolve_job(args)
+    check_capacity_factor(model.capacity_factor)
     if args.iterations < 1:
         raise ConfigError("iterations", args.iterations, "must be >= 1")
     if args.micro_batches < 0:
@@ -95,23 +125,18 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 
 def run_analyze(args: argparse.Namespace) -> int:
-    from commscope.errors import ConfigError
+    from commscope.moe.routing import check_capacity_factor
     from commscope.moe.trace import load_trace
 
-    if args.capacity_factor is not None and not args.capacity_factor > 0:
-        raise ConfigError("capacity_factor", args.capacity_factor, "must be > 0")
+    check_capacity_factor(args.capacity_factor)
+    check_output_args(args, ANALYZE_FILES)
     trace = load_trace(args.trace)
     return _analyze(trace, args, capacity_factor=args.capacity_factor, written=[], title=trace.source)
 
 
 def _analyze(trace, args: argparse.Namespace, *, capacity_factor: float | None, written: list[Path], title: str) -> int:
-    from commscope.errors import ConfigError
     from commscope.moe.metrics import routing_metrics
 
-    if args.window < 1:
-        raise ConfigError("window", args.window, "must be >= 1")
-    if args.frames < 1:
-        raise ConfigError("frames", args.frames, "must be >= 1")
     metrics = routing_metrics(trace, window=args.window, capacity_factor=capacity_factor)
     summary = metrics.summary()
     if args.out is not None:

@@ -15,6 +15,10 @@ What :func:`write_chakra` writes into ``out``, for a :class:`~commscope.api.Pred
 - ``comm_group.json``: every process group's global ranks by ``pg_name`` (ASTRA-sim's
   ``--comm-group-configuration``).
 
+``out`` must hold no earlier export (:func:`check_chakra_out`): a 4-rank export over an 8-rank one would leave
+``.et`` files of ranks 4-7 beside a 4-rank ``comm_group.json``, and a simulator would read one job made of two.
+The prefix is a plain file name stem, so that every file lands in ``out`` and none is hidden.
+
 Order per rank: GPipe's order (the forward of every micro-batch, then the backward of every micro-batch), a
 valid order for every pipeline schedule: a forward receives its activation, runs each layer of the stage (a
 compute node, then the layer's TP / CP / EP collectives), then sends; a backward does the same in reverse
@@ -37,9 +41,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from commscope.errors import ConfigError
 from commscope.record import CommOp
 
-__all__ = ["COMM_TYPES", "ChakraOp", "rank_schedule", "write_chakra"]
+__all__ = ["COMM_TYPES", "GROUP_FILE", "ChakraOp", "check_chakra_out", "check_prefix", "rank_schedule", "write_chakra"]
+
+#: The process groups of the traces, beside them in ``out`` (ASTRA-sim's ``--comm-group-configuration``).
+GROUP_FILE = "comm_group.json"
 
 #: commscope op -> Chakra ``CollectiveCommType`` value (et_def.proto).
 COMM_TYPES: dict[str, int] = {"all_reduce": 0, "reduce": 1, "all_gather": 2, "gather": 3, "scatter": 4,
@@ -56,6 +64,26 @@ class ChakraOp:
     name: str
     duration_us: int = 0
     op: CommOp | None = None
+
+
+def check_prefix(prefix: str) -> None:
+    """Refuse a ``prefix`` that is not a plain file name stem: empty or starting with a dot (hidden files
+    ``.0.et``), or holding a path separator or ``..`` (files outside ``out``)."""
+    if not prefix or prefix.startswith(".") or any(bad in prefix for bad in ("/", "\\", "..", "\0")):
+        raise ConfigError("prefix", prefix, "must be a plain file name stem: not empty, no '/', '\\' or '..', not "
+                                            "starting with '.' (e.g. commscope, for commscope.0.et ...)")
+
+
+def check_chakra_out(out: str | Path, prefix: str) -> None:
+    """Refuse, before any work, a bad ``prefix`` (:func:`check_prefix`) and an ``out`` that already holds Chakra
+    traces (``*.et``) or :data:`GROUP_FILE` of an earlier export: the two would be read as one job."""
+    check_prefix(prefix)
+    out = Path(out)
+    old = sorted(p for p in out.iterdir() if p.name == GROUP_FILE or p.suffix == ".et") if out.is_dir() else []
+    if old:
+        raise ConfigError("out", str(out), f"already holds export output ({old[0].name}, {len(old)} file(s)); choose "
+                                           "a new directory or remove the old one (an export is never mixed with "
+                                           "another)")
 
 
 def _require_chakra() -> tuple[Any, Any]:
@@ -130,8 +158,10 @@ def _name(op: CommOp) -> str:
 
 
 def write_chakra(prediction: Any, estimate: Any, out: str | Path, *, prefix: str = "commscope") -> list[Path]:
-    """Write one Chakra ET file per rank and ``comm_group.json`` into ``out``; returns the paths written."""
+    """Write one Chakra ET file per rank and ``comm_group.json`` into ``out``; returns the paths written.
+    Raises ConfigError for a bad ``prefix`` or an ``out`` holding an earlier export (:func:`check_chakra_out`)."""
     et, protolib = _require_chakra()
+    check_chakra_out(out, prefix)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     by_rank = _ops_by_rank(prediction)
@@ -187,6 +217,6 @@ def write_chakra(prediction: Any, estimate: Any, out: str | Path, *, prefix: str
                 protolib.encodeMessage(fh, node)
                 prev = node_id
         paths.append(path)
-    group_file = out / "comm_group.json"
+    group_file = out / GROUP_FILE
     group_file.write_text(json.dumps({name: list(g) for g, name in groups.items()}, indent=1) + "\n")
     return [*paths, group_file]

@@ -17,13 +17,20 @@ num_experts, capacity_factor)`` on the rank's local tokens (and drops by probabi
 tokens go does not change how many). Worked example: T = 4096 tokens, top_k 2, E = 8 experts, capacity
 factor 1.0 gives C = ceil(1.0 x 8192 / 8) = 1024; an expert chosen by 1,500 of the rank's tokens keeps 1,024
 and 476 are dropped. Capacity on the receiving side (per expert over all ranks) is not modelled.
+
+No expert is chosen more than A_r times by rank r, so a factor of E or more keeps every assignment: the
+capacity is computed with the factor clipped at E (C_r <= A_r), and a factor of 1e300 drops nothing instead of
+overflowing the integer cast. A factor that is not a finite number > 0 is refused (:func:`check_capacity_factor`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from commscope.errors import ConfigError
 
 if TYPE_CHECKING:
     from commscope.spec.model import ModelSpec
@@ -56,10 +63,24 @@ def balanced_routing(tokens: int, top_k: int, ep: int) -> np.ndarray:
     return np.tile(row, (ep, 1))
 
 
+def check_capacity_factor(capacity_factor: Any, field: str = "capacity_factor") -> None:
+    """Refuse a capacity factor that is not a finite number > 0 (``None``, no dropping, passes)."""
+    if capacity_factor is None:
+        return
+    if isinstance(capacity_factor, bool) or not isinstance(capacity_factor, (int, float, np.integer, np.floating)) \
+            or not (math.isfinite(capacity_factor) and capacity_factor > 0):
+        raise ConfigError(field, capacity_factor, "must be a finite number > 0, e.g. 1.0 or 1.25 (leave it out: no "
+                                                  "token is dropped)")
+
+
 def expert_capacity(assignments: np.ndarray | int, num_experts: int, capacity_factor: float) -> np.ndarray:
     """Tokens one expert accepts from a rank that made ``assignments`` = T x top_k assignments:
-    ``ceil(capacity_factor x assignments / num_experts)`` (Megatron-core's get_capacity)."""
-    return np.ceil(np.asarray(assignments, dtype=np.float64) / num_experts * capacity_factor).astype(np.int64)
+    ``ceil(capacity_factor x assignments / num_experts)`` (Megatron-core's get_capacity), at most ``assignments``
+    (a factor of ``num_experts`` or more keeps every assignment; see the module docstring)."""
+    check_capacity_factor(capacity_factor)
+    a = np.asarray(assignments, dtype=np.int64)
+    factor = min(float(capacity_factor), float(num_experts))  # clipped: the float stays <= A (1 + eps), no overflow
+    return np.minimum(np.ceil(a / num_experts * factor).astype(np.int64), a)
 
 
 def apply_capacity(counts: np.ndarray, capacity_factor: float | None) -> tuple[np.ndarray, np.ndarray]:
@@ -90,5 +111,6 @@ def rank_tokens(counts: np.ndarray, placement: np.ndarray, ep: int) -> np.ndarra
     return np.rint(counts.astype(np.float64) @ onehot).astype(np.int64)
 
 
-__all__ = ["apply_capacity", "balanced_counts", "balanced_routing", "expert_capacity", "rank_tokens",
+__all__ = ["apply_capacity", "balanced_counts", "balanced_routing", "check_capacity_factor", "expert_capacity",
+           "rank_tokens",
            "routed_tokens_per_rank"]

@@ -3,7 +3,7 @@
 The contract (written by :mod:`commscope.moe.generators` and by a real training run, read by :func:`load_trace`):
 
 =====================================  ===========================================================================
-``counts[it, mb, layer, rank, x]``     int64 >= 0, shape (iterations, micro_batches, layers, ep, experts): the
+``counts[it, mb, layer, rank, x]``     int64 in 0..2**40, shape (iterations, micro_batches, layers, ep, experts): the
                                        token-to-expert assignments EP source rank ``rank`` made to expert ``x``
                                        (after top-k, before capacity dropping). Summed over experts, a rank's row
                                        is its tokens x top_k; no entry exceeds its tokens (a token picks an
@@ -53,6 +53,10 @@ _RANK_FILE = re.compile(r"routing-rank(\d+)\.npz$")
 TRACE_DIMS = ("iteration", "micro-batch", "layer", "rank", "expert")
 RANK_DIMS = ("iteration", "micro-batch", "layer", "expert")
 _OLD_DIMS = ("iteration", "rank", "to rank")
+#: The largest token-to-expert count a trace may hold: 2**40 (1.1e12). One entry is the assignments of one EP rank to
+#: one expert in one micro-batch and layer, at most the rank's tokens (~1e7 in the largest micro-batches); the bound
+#: keeps every sum over a trace exact in int64 and float64, and refuses a value the int64 cast would wrap (1e30).
+MAX_TOKEN_COUNT = 1 << 40
 _PLURAL = {"iteration": "iterations", "micro-batch": "micro_batches", "layer": "layers", "rank": "ep", "to rank": "ep",
            "expert": "experts"}
 
@@ -326,18 +330,28 @@ def _check_same(a: dict[str, Any], b: dict[str, Any]) -> None:
         raise ConfigError("placement", None if pb is None else pb.tolist(), f"differs from {other}", source=src)
 
 
+#: The first bytes of a zip (every .npz) and of a single .npy array.
+_ZIP_MAGIC = b"PK"
+_NPY_MAGIC = b"\x93NUMPY"
+
+
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
-    """Every array of an ``.npz``; a truncated, corrupt or non-npz file is a ConfigError, never a traceback."""
+    """Every array of an ``.npz``; a file that is no zip (text, a single .npy array, nothing), or a truncated or
+    corrupt one, is a ConfigError, never a traceback (numpy reads any non-zip as a pickle: 'contains pickled data')."""
     try:
         with open(path, "rb") as fh:  # our handle: numpy leaks its own when a zip is truncated
-            npz = np.load(fh, allow_pickle=False)
-            if not isinstance(npz, np.lib.npyio.NpzFile):
-                raise ValueError("a single .npy array, not an .npz archive")
-            with npz:
-                return {name: np.asarray(npz[name]) for name in npz.files}
+            head = fh.read(len(_NPY_MAGIC))
+            if head.startswith(_ZIP_MAGIC):
+                fh.seek(0)
+                with np.load(fh, allow_pickle=False) as npz:
+                    return {name: np.asarray(npz[name]) for name in npz.files}
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, RuntimeError) as exc:
         raise ConfigError("file", path.name, f"is not a readable .npz archive ({exc}): truncated, corrupt, or not "
                           "written by numpy", source=str(path)) from None
+    what = ("is empty" if not head else "is a single .npy array" if head == _NPY_MAGIC
+            else f"starts with {head!r}, not a zip's {_ZIP_MAGIC!r}")
+    raise ConfigError("file", path.name, f"is not an .npz archive: it {what}; give a routing trace as numpy.savez "
+                      "writes it (a zip of arrays: 'counts' and 'meta', or 'routing')", source=str(path))
 
 
 def _meta(arrays: dict[str, np.ndarray], src: str) -> dict[str, Any]:
@@ -417,6 +431,10 @@ def checked_counts(values: Any, dims: tuple[str, ...], source: str, *, field: st
     negative = arr < 0
     if negative.any():
         fail(negative, "must be >= 0 (token-to-expert assignments)")
+    huge = arr > MAX_TOKEN_COUNT  # before the cast, which would wrap it (1e30 -> -9223372036854775808)
+    if huge.any():
+        fail(huge, f"not a token count: must be <= 2**40 = {MAX_TOKEN_COUNT:,} (tokens one EP rank routes to one "
+                   "expert or rank are at most its tokens, ~1e7 in the largest micro-batches)")
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 
@@ -463,6 +481,7 @@ def _checked_layer_ids(layer_ids: Any, src: str) -> tuple[int, ...]:
 
 __all__ = [
     "FORMAT",
+    "MAX_TOKEN_COUNT",
     "RANK_FORMAT",
     "RoutingTrace",
     "checked_counts",
