@@ -30,6 +30,7 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("traffic --fp8-format e5m2", "invalid choice: 'e5m2'"),
     ("estimate --method nope", "(see `commscope estimate --help`)"),
     ("plan", "required: --gpus"),
+    ("workload moe --moe-expert-capacity-factor inf", "capacity_factor=inf: must be a finite number > 0"),
     ("workload moe --lr 1e300", "lr=1e+300: must be a number > 0 and <= 10"),  # once: 4 ranks, then an overflow
     ("workload", "give the model to train: gpt or moe"),
     ("workload bert", "invalid choice: 'bert'"),

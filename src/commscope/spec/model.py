@@ -5,6 +5,7 @@ Field names follow Megatron-LM (``num_layers``, ``hidden_size``, ``ffn_hidden_si
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -97,8 +98,8 @@ class ModelSpec:
             check(self.moe_layer_freq >= 1, "moe_layer_freq", self.moe_layer_freq, "must be >= 1")
             check(0 <= self.first_k_dense_layers < self.num_layers, "first_k_dense_layers", self.first_k_dense_layers,
                   f"must be in 0..{self.num_layers - 1}")
-            check(self.capacity_factor is None or self.capacity_factor > 0, "capacity_factor", self.capacity_factor,
-                  "must be > 0 or unset")
+            check(self.capacity_factor is None or (math.isfinite(self.capacity_factor) and self.capacity_factor > 0),
+                  "capacity_factor", self.capacity_factor, "must be a finite number > 0, or unset (no capacity)")
 
     # ----- derived shapes -----
     @property
