@@ -15,6 +15,14 @@ from commscope.units import canonical_dtype, dtype_bytes
 #: The dtypes a model's parameters and activations can train in (canonical names).
 TRAINING_DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8", "fp64")
 
+#: Shapes beyond any model trained or planned, with a wide margin (the largest: ~200 layers, hidden 25,600-53,248,
+#: 256K-token vocabularies, 10M-token contexts, PEER's million experts; DeepNet trained 1,000 layers). A value above
+#: is a typo (an extra zero or three), never computed: it would overflow or exhaust memory.
+MAX_SHAPE = {"num_layers": 10_000, "hidden_size": 1 << 20, "num_heads": 1 << 16, "head_dim": 1 << 16,
+             "ffn_hidden_size": 1 << 22, "moe_ffn_hidden_size": 1 << 22, "num_query_groups": 1 << 16,
+             "vocab_size": 1 << 24, "seq_len": 1 << 27, "make_vocab_size_divisible_by": 1 << 16,
+             "num_experts": 1 << 20}
+
 Normalization = Literal["layernorm", "rmsnorm"]
 PositionEmbedding = Literal["learned", "rope", "none"]
 
@@ -78,6 +86,9 @@ class ModelSpec:
         for name in ("ffn_hidden_size", "num_query_groups", "head_dim", "moe_ffn_hidden_size"):
             value = getattr(self, name)
             check(value is None or (isinstance(value, int) and value >= 1), name, value, "must be a positive integer or unset")
+        for name, most in MAX_SHAPE.items():
+            value = getattr(self, name)
+            check(value is None or value <= most, name, value, f"is beyond any real model: at most {most:,}")
         check(self.head_dim is not None or self.hidden_size % self.num_heads == 0, "num_heads", self.num_heads,
               f"must divide hidden_size={self.hidden_size} (or give head_dim)")
         check(self.num_heads % self.kv_heads == 0, "num_query_groups", self.num_query_groups,
