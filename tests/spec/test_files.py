@@ -111,6 +111,20 @@ def test_malformed_yaml_names_the_file_and_line(tmp_path):
     assert "broken.yaml" in str(err) and "line 3" in str(err) and "YAML" in str(err)
 
 
+def test_a_key_given_twice_is_refused_in_every_format(tmp_path):
+    """JSON and YAML parsers keep the last of two equal keys; TOML refuses them. A spec says each value once."""
+    js = write(tmp_path / "dup.json", '{"num_layers": 16, "hidden_size": 64, "num_layers": 4}')
+    assert "key 'num_layers' is given twice (16 and 4)" in str(config_error(read_mapping, js))
+    nested = write(tmp_path / "nested.json", '{"intra_node": {"bandwidth_GBps": 1, "bandwidth_GBps": 2}}')
+    assert "key 'bandwidth_GBps' is given twice" in str(config_error(read_mapping, nested))
+    toml = write(tmp_path / "dup.toml", "num_layers = 16\nnum_layers = 4\n")
+    assert "dup.toml" in str(config_error(read_mapping, toml))
+    pytest.importorskip("yaml")
+    yml = write(tmp_path / "dup.yaml", "num_layers: 16\nhidden_size: 64\nnum_layers: 4\n")
+    assert "key 'num_layers' is given twice (lines 1 and 3)" in str(config_error(read_mapping, yml))
+    assert read_mapping(write(tmp_path / "ok.yaml", "a: {b: 1}\nc: {b: 2}\n")) == {"a": {"b": 1}, "c": {"b": 2}}
+
+
 def test_yaml_without_pyyaml_says_what_to_install(tmp_path):
     path = write(tmp_path / "m.yaml", "num_layers: 4\n")
     # A real interpreter in which `import yaml` fails, as on an install without the extra.

@@ -33,7 +33,7 @@ import re
 import tomllib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -129,7 +129,7 @@ def parse_mapping(text: str, fmt: str, *, source: str) -> dict[str, Any]:
             raise ConfigError("path", source, f"malformed TOML: {exc}") from None
     elif fmt == "json":
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_unique_keys(source))
         except json.JSONDecodeError as exc:
             raise ConfigError("path", source, f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
     elif fmt in ("yaml", "yml"):
@@ -138,7 +138,7 @@ def parse_mapping(text: str, fmt: str, *, source: str) -> dict[str, Any]:
         except ImportError:
             raise ConfigError("path", source, "reading YAML needs PyYAML: pip install 'commscope[yaml]' (or use TOML or JSON)") from None
         try:
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=_unique_key_yaml_loader(yaml, source))  # (a SafeLoader subclass)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -149,6 +149,33 @@ def parse_mapping(text: str, fmt: str, *, source: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError("path", source, f"the top level must be a mapping of keys to values, got {_type_name(data)}")
     return data
+
+
+def _unique_keys(source: str) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    """json's object_pairs_hook: a key given twice is refused (TOML refuses it too; JSON would keep the last)."""
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                raise ConfigError("path", source, f"key {key!r} is given twice ({out[key]!r} and {value!r}); give it once")
+            out[key] = value
+        return out
+    return pairs
+
+
+def _unique_key_yaml_loader(yaml: Any, source: str) -> Any:
+    """A SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+    class Loader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML has no type stubs here
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise ConfigError("path", source, f"key {key!r} is given twice (lines {seen[key]} and "
+                                                      f"{key_node.start_mark.line + 1}); give it once")
+                seen[key] = key_node.start_mark.line + 1
+            return super().construct_mapping(node, deep=deep)
+    return Loader
 
 
 def is_hf_config(d: Mapping[str, Any]) -> bool:
