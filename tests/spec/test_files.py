@@ -111,6 +111,17 @@ def test_malformed_yaml_names_the_file_and_line(tmp_path):
     assert "broken.yaml" in str(err) and "line 3" in str(err) and "YAML" in str(err)
 
 
+def test_a_gpu_number_no_device_has_is_refused_by_its_key(tmp_path):
+    base = "gpu = 'x'\n[intra_node]\nname = 'a'\nbandwidth_GBps = 100\n[inter_node]\nname = 'b'\nbandwidth_GBps = 10\n"
+    for extra, needle in (("memory_GiB = 1e9\n", "memory_GiB=1000000000.0: is outside any real GPU's range"),
+                          ("[peak_tflops]\nbf16 = 0\n", "peak_tflops.bf16=0.0: is outside any real GPU's range"),
+                          ("[peak_tflops]\nbf16 = 1e12\n", "peak_tflops.bf16=1000000000000.0")):
+        path = write(tmp_path / "c.toml", extra + base if "[" not in extra else base + extra)
+        assert needle in str(config_error(load_cluster, path))
+    zero = write(tmp_path / "z.toml", base.replace("bandwidth_GBps = 100", "bandwidth_GBps = 0"))
+    assert "intra_node.bandwidth_GBps=0: 0 GB/s is outside any real link's range" in str(config_error(load_cluster, zero))
+
+
 def test_a_key_given_twice_is_refused_in_every_format(tmp_path):
     """JSON and YAML parsers keep the last of two equal keys; TOML refuses them. A spec says each value once."""
     js = write(tmp_path / "dup.json", '{"num_layers": 16, "hidden_size": 64, "num_layers": 4}')
@@ -278,7 +289,9 @@ def test_cluster_presets_survive_a_file_round_trip(tmp_path, name, suffix):
 @st.composite
 def clusters(draw):
     """Clusters with awkward floats, so that some values cannot be written in human units exactly."""
-    pos = st.floats(min_value=1e-3, max_value=1e15, allow_nan=False, allow_infinity=False)
+    # within any real device's range: a cluster file outside it is refused (files.GPU_RANGES)
+    flops = st.floats(min_value=1e9, max_value=1e17, allow_nan=False, allow_infinity=False)
+    hbm = st.floats(min_value=1e9, max_value=1e15, allow_nan=False, allow_infinity=False)
 
     def tier(label):
         # within any real link's range: a cluster file outside it is refused (LINK_BANDWIDTH_RANGE_BYTES_PER_S)
@@ -290,9 +303,9 @@ def clusters(draw):
         name=draw(st.text(max_size=12)),
         gpu=draw(st.text(max_size=12)),
         gpus_per_node=draw(st.integers(1, 16)),
-        peak_flops=draw(st.dictionaries(st.sampled_from(["bf16", "fp16", "fp32", "tf32", "fp8"]), pos, max_size=3)),
-        memory_bytes=draw(st.one_of(st.integers(1, 2**40), st.integers(1, 256).map(lambda g: g * GiB))),
-        memory_bandwidth_bytes_per_s=draw(st.one_of(st.just(0.0), pos)),
+        peak_flops=draw(st.dictionaries(st.sampled_from(["bf16", "fp16", "fp32", "tf32", "fp8"]), flops, max_size=3)),
+        memory_bytes=draw(st.one_of(st.integers(2**26, 2**40), st.integers(1, 256).map(lambda g: g * GiB))),
+        memory_bandwidth_bytes_per_s=draw(st.one_of(st.just(0.0), hbm)),
         gpu_util=draw(st.floats(min_value=1e-3, max_value=1.0)),
         intra_node=tier("intra"),
         inter_node=tier("inter"),

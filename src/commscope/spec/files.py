@@ -381,13 +381,13 @@ def _link_from_mapping(tier: str, d: Any, source: str | None) -> LinkTier:
         if name not in kwargs:
             hint = " (or bandwidth_GBps)" if name == "bandwidth_bytes_per_s" else ""
             raise ConfigError(f"{tier}.{name}", None, f"required key missing from the {tier} table{hint}", source=source)
-    link = _build(LinkTier, kwargs, f"the {tier} table", source)
-    for key, bw, lat in (("bandwidth", link.bandwidth_bytes_per_s, None), ("latency", None, link.latency_s)):
-        why = implausible_link(bw, lat)
+    # the range first, named as the file spells it (0 and negatives too: LinkTier would name its SI field)
+    for key, bw, lat in (("bandwidth", kwargs.get("bandwidth_bytes_per_s"), None), ("latency", None, kwargs.get("latency_s"))):
+        why = implausible_link(bw, lat) if isinstance(bw, float) or isinstance(lat, float) else None
         if why is not None:
             given = next((k for k in d if k.startswith(key)), key)
             raise ConfigError(f"{tier}.{given}", d.get(given), why, source=source)
-    return link
+    return _build(LinkTier, kwargs, f"the {tier} table", source)
 
 
 #: Table of a cluster file that holds a fitted collective model (``commscope calibrate`` writes it, in the format
@@ -435,7 +435,34 @@ def cluster_from_mapping(d: Mapping[str, Any], *, source: str | None = None, nam
         if tier not in kwargs:
             raise ConfigError(tier, None, f"required table missing from a cluster file: [{tier}] with name and bandwidth_GBps",
                               source=source)
+    _check_gpu_numbers(d, kwargs, source)
     return _build(ClusterSpec, kwargs, "a cluster file", source)
+
+
+#: What any real device's numbers lie within (per GPU, or per CPU process as `calibrate` measures one): 1 GFLOP/s
+#: (a CPU core) to 100,000 TFLOP/s (beyond B200's FP4), 64 MiB to 16 TiB of memory, 1 GB/s to 1,000 TB/s of memory
+#: bandwidth (0: unknown).
+GPU_RANGES = {"peak_flops": (1e9, 1e17, "peak_tflops", 1e12, "TFLOP/s"),
+              "memory_bytes": (1 << 26, 1 << 44, "memory_GiB", 1 << 30, "GiB"),
+              "memory_bandwidth_bytes_per_s": (1e9, 1e15, "memory_bandwidth_GBps", 1e9, "GB/s")}
+
+
+def _check_gpu_numbers(d: Mapping[str, Any], kwargs: Mapping[str, Any], source: str | None) -> None:
+    """Refuse a GPU number outside any real GPU's range, named as the file spells it."""
+    for si, (lo, hi, human, scale, unit) in GPU_RANGES.items():
+        value = kwargs.get(si)
+        if value is None:
+            continue
+        key = human if human in d else si
+        items = value.items() if isinstance(value, dict) else [(None, value)]
+        for dtype, number in items:
+            if si == "memory_bandwidth_bytes_per_s" and number == 0:
+                continue  # unknown
+            if not (isinstance(number, (int, float)) and lo <= number <= hi):
+                field = key if dtype is None else f"{key}.{dtype}"
+                shown = number / scale if key == human else number
+                raise ConfigError(field, shown, f"is outside any real GPU's range ({lo / scale:g}-{hi / scale:g} "
+                                                f"{unit})", source=source)
 
 
 # ---------------------------------------------------------------------------------------------------------
