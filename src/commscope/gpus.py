@@ -403,8 +403,9 @@ def gpu_for_cluster(cluster: ClusterSpec, gpu: str | os.PathLike[str] | GpuSpec 
     else:
         match = _match_alias(cluster.gpu)
         if match is None:
-            raise ConfigError("gpu", cluster.gpu, f"no GPU preset matches cluster {cluster.name!r}; pass --gpu with one of "
-                                                  f"{', '.join(gpu_names())} or a GPU file")
+            raise ConfigError("gpu", cluster.gpu, f"no GPU preset matches cluster {cluster.name!r}; set the cluster file's "
+                                                  f"gpu to one of {', '.join(gpu_names())} (`shapes` also takes "
+                                                  "--gpu NAME or a GPU file)")
         spec = _read_preset(match)
     from dataclasses import replace
 

@@ -60,6 +60,10 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("report --out {tmp}/r.html --png /proc/x", "png='/proc/x': cannot create it in /proc"),  # once after r.html
     ("plan --gpus 8 --refine -1", "refine=-1: must be >= 1"),
     ("traffic --dtype fp7", "dtype='fp7'"),
+    ("traffic --grad-reduce-dtype int8", "grad_reduce_dtype='int8': valid: fp32, bf16"),  # once: DP bytes quartered
+    ("traffic --capacity-factor 1", "capacity_factor=1.0: applies to MoE models only"),  # once: silently ignored
+    ("traffic --out ''", "argument --out: expected a path, got an empty string"),  # once: the current folder
+    ("report --out '' --no-predicted --moe x", "argument --out: expected a path, got an empty string"),
     # --- sizes no model has (once: an OverflowError traceback, 4.4 million TiB computed, or memory exhausted)
     ("traffic --hidden-size 960000000 --num-attention-heads 24", "hidden_size=960000000: is beyond any real model"),
     ("estimate --seq-length 10000000000", "seq_len=10000000000: is beyond any real model: at most 134,217,728"),

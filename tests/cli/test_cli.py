@@ -254,3 +254,13 @@ def test_ctrl_c_is_one_line_and_status_130(capsys, monkeypatch):
     assert main(["traffic", "--no-plot"]) == 130
     out, err = capsys.readouterr()
     assert err.strip() == "commscope traffic: interrupted" and "Traceback" not in out + err
+
+
+def test_traffic_points_out_its_own_files_left_by_an_earlier_run(capsys, tmp_path):
+    """Re-running into the same --out rewrites what it writes; its other files (a plot of another job) are named."""
+    (tmp_path / "heatmap.png").write_bytes(b"an earlier run's plot")
+    (tmp_path / "notes.txt").write_text("the user's own file")
+    assert main(["traffic", "--tp", "4", "--out", str(tmp_path), "--no-plot"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: heatmap.png in" in err and "are from an earlier run" in err and "notes.txt" not in err
+    assert (tmp_path / "heatmap.png").read_bytes() == b"an earlier run's plot"  # never deleted

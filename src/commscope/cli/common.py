@@ -64,6 +64,13 @@ def check_out_dir(path: Path | None, field: str = "out", shown: Path | None = No
         return
 
 
+def out_path(text: str) -> Path:
+    """argparse type of an output path: an empty one (``--out ""``) would mean the current folder, silently."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a path, got an empty string")
+    return Path(text)
+
+
 def check_out_file(path: Path | None, field: str = "out") -> None:
     """Refuse an output file that is a directory or whose directory cannot be written, before any work."""
     if path is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from commscope.cli.common import add_job_args, check_out_dir, estimate_job, resolve_job
+from commscope.cli.common import add_job_args, check_out_dir, estimate_job, out_path, resolve_job
 from commscope.estimate import METHODS
 
 
@@ -26,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "the logs, or --tp/--pp/--dp..., attributes its ops to axes as `summarize` does")
     add_job_args(p)
     g = p.add_argument_group("export")
-    g.add_argument("--out", type=Path, required=True,
+    g.add_argument("--out", type=out_path, required=True,
                    help="directory to write into: new, or holding no earlier export (.et, comm_group.json, .parquet)")
     g.add_argument("--prefix", default="commscope", help="chakra: file name stem, without '/', '..' or a leading '.' "
                                                            "(default commscope: commscope.0.et, ...)")

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from commscope.cli.common import add_job_args, add_routing_args, resolve_job
+from commscope.cli.common import add_job_args, add_routing_args, out_path, resolve_job
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -60,7 +60,7 @@ def _add_output_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("analysis and output")
     g.add_argument("--window", type=int, default=10, help="iterations in the moving-average predictor (default 10)")
     g.add_argument("--frames", type=int, default=6, help="heatmaps in the row of traffic frames (default 6)")
-    g.add_argument("--out", type=Path, default=None, help="directory for metrics.csv, metrics.json and the PNGs: new, "
+    g.add_argument("--out", type=out_path, default=None, help="directory for metrics.csv, metrics.json and the PNGs: new, "
                                                           "or holding none of the outputs of an earlier run")
     g.add_argument("--json", action="store_true", help="print the summary as JSON")
     g.add_argument("--no-plot", action="store_true", help="do not draw the PNGs")

@@ -9,6 +9,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from commscope.cli.common import out_path
+
 _SITECUSTOMIZE = '''# written by `commscope record`: start recording in every Python process of the job
 try:
     import commscope.capture.recorder as _r
@@ -23,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("record", help="run a torch.distributed job and record every communication op",
                        description="Run COMMAND (python train.py, torchrun ..., srun ...) with recording on: each rank "
                                    "writes OUT/rank#####.jsonl. Works with any backend the job asks for.")
-    p.add_argument("--out", type=Path, required=True, help="directory for the per-rank logs")
+    p.add_argument("--out", type=out_path, required=True, help="directory for the per-rank logs")
     from commscope.cli.common import add_model_args, add_parallel_args
 
     add_model_args(p)  # optional: the job, saved beside the logs (model.toml, parallel.toml) for `compare logs/`

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from commscope.cli.common import add_job_args, check_out_dir, check_out_file, estimate_job, resolve_job
+from commscope.cli.common import add_job_args, check_out_dir, check_out_file, estimate_job, out_path, resolve_job
 from commscope.estimate import METHODS
 from commscope.traffic import ALGORITHMS
 
@@ -47,8 +47,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--moe", type=Path, default=None, metavar="PATH",
                    help="an .npz with a routing array (iterations, ep, ep), or a directory of them: MoE heatmaps over iterations")
     o = p.add_argument_group("output")
-    o.add_argument("--out", type=Path, default=None, help="the HTML file to write (e.g. report.html)")
-    o.add_argument("--png", type=Path, default=None, metavar="DIR", help="also write the pictures as PNG files into DIR")
+    o.add_argument("--out", type=out_path, default=None, help="the HTML file to write (e.g. report.html)")
+    o.add_argument("--png", type=out_path, default=None, metavar="DIR", help="also write the pictures as PNG files into DIR")
     o.add_argument("--title", default=None, help="report title (default: model, cluster and configuration)")
     p.set_defaults(func=run)
 

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from commscope.cli.common import add_jobs_arg, add_parallel_args
+from commscope.cli.common import add_jobs_arg, add_parallel_args, out_path
 from commscope.units import format_bytes
 
 
@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "NCCL_DEBUG=INFO logs (the format is told from the content)")
     add_parallel_args(p)
     p.add_argument("--gpus-per-node", type=int, default=8, help="for link classes (default 8)")
-    p.add_argument("--out", type=Path, default=None, help="write summary.json and the measured matrices (logical and wire)")
+    p.add_argument("--out", type=out_path, default=None, help="write summary.json and the measured matrices (logical and wire)")
     p.add_argument("--json", action="store_true", help="print JSON")
     add_jobs_arg(p)
     p.set_defaults(func=run)

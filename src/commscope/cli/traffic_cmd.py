@@ -8,11 +8,15 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from commscope.cli.common import add_job_args, add_routing_args, check_out_dir, resolve_job, v_label
+from commscope.cli.common import add_job_args, add_routing_args, check_out_dir, out_path, resolve_job, v_label
 from commscope.cli.terminal import format_table
 from commscope.record import REPORT_AXES
 from commscope.traffic import ALGORITHMS
 from commscope.units import format_bytes
+
+#: Every file `traffic --out` may write (an earlier run's that this run does not rewrite are pointed out).
+OUTPUT_NAMES = ("ops.jsonl", "ops.csv", "traffic.csv", "traffic.npz", "inputs.json", "summary.json", "heatmap.png",
+                "heatmap_by_axis.png", "ops.parquet", "traffic.parquet")
 
 #: Above this many CommOp records, --out writes one aggregated record per group instead (with a note).
 MAX_FULL_OPS = 2_000_000
@@ -29,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_routing_args(p)
     g = p.add_argument_group("output")
     g.add_argument("--algorithm", choices=ALGORITHMS, default="ring", help="collective algorithm for the matrix (default ring)")
-    g.add_argument("--out", type=Path, default=None, help="directory for ops.jsonl, ops.csv, traffic.csv, traffic.npz, heatmap.png, summary.json")
+    g.add_argument("--out", type=out_path, default=None, help="directory for ops.jsonl, ops.csv, traffic.csv, traffic.npz, heatmap.png, summary.json")
     g.add_argument("--op-detail", choices=("full", "group"), default=None,
                    help="op list detail: one record per layer and micro-batch (full), or per group with a count "
                         f"(default: full up to {MAX_FULL_OPS:,} records)")
@@ -66,6 +70,11 @@ def run(args: argparse.Namespace) -> int:
             write_ops_parquet(args.out / "ops.parquet", pred.workload.ops(op_detail(pred.workload, args.op_detail)))
             write_matrix_parquet(args.out / "traffic.parquet", pred.traffic)
             written += [args.out / "ops.parquet", args.out / "traffic.parquet"]
+        stale = sorted(name for name in OUTPUT_NAMES if (args.out / name).exists()
+                       and args.out / name not in written)
+        if stale:  # this command's own file names, left by an earlier run into the same folder: never silently mixed
+            print(f"warning: {', '.join(stale)} in {args.out} are from an earlier run (this one did not write them): "
+                  "they do not describe this job", file=sys.stderr)
     if args.json:
         if written:
             summary["files"] = [str(p) for p in written]

@@ -15,6 +15,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from commscope.cli.common import out_path
 from typing import Any
 
 from commscope.cli.parser import _Formatter
@@ -101,7 +103,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--bandwidth", type=Path, default=None,
                    help="measured bandwidth (nccl-tests output or a table, as for `commscope estimate`); ops it lacks "
                         "fall back to each run's cluster")
-    g.add_argument("--png", type=Path, default=None, metavar="OUT.png",
+    g.add_argument("--png", type=out_path, default=None, metavar="OUT.png",
                    help="write predicted against measured, with y = x and a +-10%% band (needs matplotlib)")
     g.add_argument("--json", action="store_true", help="print the validation as JSON")
     p.set_defaults(func=run)

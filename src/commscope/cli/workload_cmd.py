@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from commscope.cli.common import add_cluster_args, add_model_args, add_parallel_args, write_job
+from commscope.cli.common import add_cluster_args, add_model_args, add_parallel_args, out_path, write_job
 
 #: Parallelism a workload runs when no flag says otherwise: 2 ranks of DDP, 2 sequences per micro-batch.
 WORKLOAD_PARALLEL = {"tp": 1, "pp": 1, "dp": 2, "micro_batch_size": 2}
@@ -50,7 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_parallel_args(e, _MOE_HELP_DEFAULTS)
     add_cluster_args(e)
     _add_run_args(e)
-    e.add_argument("--record-routing", type=Path, default=None,
+    e.add_argument("--record-routing", type=out_path, default=None,
                    help="write the routing (routing-rank#####.npz per EP rank) here (default: RECORD/routing "
                         "when --record is given)")
     t = e.add_argument_group("training data and router (Megatron's flags)")
@@ -76,7 +76,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                    help="iterations before the measured steps; their ops are reported as setup (default 1)")
     r.add_argument("--micro-batches", type=int, default=None,
                    help="micro-batches per step (default 2 x pp); sets --global-batch-size when that is not given")
-    r.add_argument("--record", type=Path, default=None, help="write rank#####.jsonl logs here and compare them")
+    r.add_argument("--record", type=out_path, default=None, help="write rank#####.jsonl logs here and compare them")
     r.add_argument("--seed", type=int, default=0, help="seed for weights and data (default 0)")
     r.add_argument("--backend", default=None, choices=("gloo", "nccl"),
                    help="torch.distributed backend (default: nccl when enough GPUs, else gloo)")

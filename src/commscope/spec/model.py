@@ -111,6 +111,9 @@ class ModelSpec:
                   f"must be in 0..{self.num_layers - 1}")
             check(self.capacity_factor is None or (math.isfinite(self.capacity_factor) and self.capacity_factor > 0),
                   "capacity_factor", self.capacity_factor, "must be a finite number > 0, or unset (no capacity)")
+        else:
+            check(self.capacity_factor is None, "capacity_factor", self.capacity_factor,
+                  f"applies to MoE models only; {self.name} is dense (num_experts = 0)")
 
     # ----- derived shapes -----
     @property

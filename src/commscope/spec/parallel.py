@@ -40,6 +40,9 @@ _VALID_ATTENTION = f"valid: {', '.join(ATTENTION_KINDS)}"
 _VALID_FP8 = f"valid: {', '.join(FP8_FORMATS)} or unset"
 
 
+#: The dtypes gradients are reduced in (Megatron's --grad-reduce-in-bf16, fp32 by default, fp8 in some recipes).
+_GRAD_REDUCE_DTYPES = ("fp32", "bf16", "fp16", "fp8")
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ParallelSpec:
     """How one training iteration is split over GPUs (world size = tp x cp x dp x pp)."""
@@ -155,9 +158,12 @@ class ParallelSpec:
                               f"{self.micro_batch_size * self.dp}")
         if self.grad_reduce_dtype is not None:
             try:
-                object.__setattr__(self, "grad_reduce_dtype", canonical_dtype(self.grad_reduce_dtype))
-            except ValueError as exc:
-                raise ConfigError("grad_reduce_dtype", self.grad_reduce_dtype, str(exc).split("; ", 1)[-1]) from None
+                reduce_dtype = canonical_dtype(self.grad_reduce_dtype)
+            except ValueError:
+                reduce_dtype = None
+            if reduce_dtype not in _GRAD_REDUCE_DTYPES:  # gradients are floating point: int8 would quarter DP bytes
+                raise ConfigError("grad_reduce_dtype", self.grad_reduce_dtype, f"valid: {', '.join(_GRAD_REDUCE_DTYPES)}")
+            object.__setattr__(self, "grad_reduce_dtype", reduce_dtype)
         check(self.grad_bucket_size is None or self.grad_bucket_size >= 1, "grad_bucket_size", self.grad_bucket_size,
               "must be a positive number of elements or unset")
         if self.pipeline_layers is not None:
