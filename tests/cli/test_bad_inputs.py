@@ -302,6 +302,12 @@ def test_a_hugging_face_config_says_what_it_assumed(capsys: pytest.CaptureFixtur
     config.write_text(json.dumps({**json.loads(config.read_text()), "model_type": "llama"}))
     code, _, err = _run(capsys, f"traffic --model {config} --seq-length 2048 {job}")
     assert code == 0 and err == ""
+    # a checkpoint stored in fp32 is still trained in bf16 unless --dtype says otherwise: said, once
+    config.write_text(json.dumps({**json.loads(config.read_text()), "torch_dtype": "float32"}))
+    code, _, err = _run(capsys, f"traffic --model {config} --seq-length 2048 {job}")
+    assert code == 0 and "trained in bf16, not in its torch_dtype 'float32'" in err
+    code, _, err = _run(capsys, f"traffic --model {config} --seq-length 2048 --dtype fp32 {job}")
+    assert code == 0 and err == ""
 
 
 def test_an_estimate_that_does_not_fit_in_memory_says_so(capsys: pytest.CaptureFixture[str]) -> None:

@@ -263,7 +263,8 @@ def resolve_model(args: argparse.Namespace) -> ModelSpec:
     if args.model:
         from commscope.spec.files import hf_config_notes
 
-        for note in hf_config_notes(args.model, seq_len_given="seq_len" in given):
+        for note in hf_config_notes(args.model, seq_len_given="seq_len" in given, dtype_given="dtype" in given,
+                                    dtype=model.dtype):
             warn(args, note)
     given = follow_shape(model, given, lambda note: warn(args, note))
     return _replace(model, given)

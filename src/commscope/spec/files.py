@@ -715,7 +715,8 @@ def load_model(name_or_path: str | os.PathLike[str] | ModelSpec, *, seq_len: int
     return model
 
 
-def hf_config_notes(name_or_path: str | os.PathLike[str], *, seq_len_given: bool) -> list[str]:
+def hf_config_notes(name_or_path: str | os.PathLike[str], *, seq_len_given: bool, dtype_given: bool = True,
+                    dtype: str = "bf16") -> list[str]:
     """What reading ``name_or_path`` as a Hugging Face ``config.json`` assumed, one line each: the sequence
     length taken from ``max_position_embeddings`` (the longest context the model supports, not the training
     sequence length) when none was given, and a ``model_type`` the file does not state. Empty for any other
@@ -736,6 +737,10 @@ def hf_config_notes(name_or_path: str | os.PathLike[str], *, seq_len_given: bool
     if not seq_len_given and key is not None:
         notes.append(f"{path}: seq_length={d[key]} taken from {key} (the longest context the model supports); give "
                      f"--seq-length for the training sequence length")
+    stored = d.get("torch_dtype", d.get("dtype"))
+    if not dtype_given and isinstance(stored, str) and stored.removeprefix("torch.") not in ("bfloat16", "bf16"):
+        notes.append(f"{path}: trained in {dtype}, not in its torch_dtype {stored!r} (the checkpoint's storage "
+                     "dtype); give --dtype for another precision")
     return notes
 
 
