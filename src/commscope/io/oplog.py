@@ -36,7 +36,7 @@ from typing import IO, Any
 import numpy as np
 
 from commscope.io.import_base import KNOWN_DTYPES
-from commscope.record import CommOp
+from commscope.record import MAX_MESSAGE_BYTES, CommOp
 
 #: Key of the optional first line of a JSONL op log.
 HEADER_KEY = "commscope_header"
@@ -302,14 +302,38 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _raw_problem(obj: dict[str, Any]) -> str | None:
+    """What is wrong with the fields of a record's JSON object that CommOp computes with before :func:`check_op` can
+    look at them, or None: a size or count that is no integer (``"4000"``: CommOp would fail comparing it with 0),
+    a group or splits that is no list of integers (``int()`` would silently turn ``["1"]`` or ``[0.5]`` into
+    ranks). The message names the field, the value and what would be valid, as :func:`check_op`'s do."""
+    size = obj.get("size_bytes", 0)
+    if not (_is_int(size) and size >= 0):
+        return f"size_bytes={size!r}: expected a whole number of bytes >= 0"
+    count = obj.get("count", 1)
+    if not (_is_int(count) and count >= 1):
+        return f"count={count!r}: expected an integer >= 1"
+    group = obj.get("group", [])
+    if not (isinstance(group, list) and all(_is_int(r) and r >= 0 for r in group)):
+        return f"group={group!r}: expected a list of ranks (integers >= 0)"
+    splits = obj.get("splits")
+    if splits is not None and not (isinstance(splits, list) and all(_is_int(b) and b >= 0 for b in splits)):
+        return f"splits={splits!r}: expected bytes per peer (integers >= 0)"
+    return None
+
+
 def check_op(op: CommOp) -> str | None:
     """What is wrong with a record read from a file, or None: the checks CommOp leaves to readers, because a file
-    can hold what code would never build (a null group, a size of ``1e400`` read as infinity, NaN times, an
-    unknown dtype, a step that is no integer). The message names the field, the value and what would be valid."""
+    can hold what code would never build (a null group, a size of ``1e400`` read as infinity, a size over
+    :data:`~commscope.record.MAX_MESSAGE_BYTES`, NaN times, an unknown dtype, a step that is no integer). The
+    message names the field, the value and what would be valid."""
     if not isinstance(op.group, tuple) or not all(_is_int(r) and r >= 0 for r in op.group):
         return f"group={op.group!r}: expected a list of ranks (integers >= 0)"
     if not _is_int(op.size_bytes):
         return f"size_bytes={op.size_bytes!r}: expected a whole number of bytes >= 0"
+    if op.size_bytes > MAX_MESSAGE_BYTES:
+        return (f"size_bytes={op.size_bytes} is larger than any real message (> 1 TiB, {MAX_MESSAGE_BYTES} B): "
+                f"a damaged record")
     if not _is_int(op.count):
         return f"count={op.count!r}: expected an integer >= 1"
     for name in ("rank", "peer", "micro_batch", "layer", "t_start_ns", "t_end_ns"):
@@ -354,6 +378,10 @@ def _parse_line(raw: bytes, lineno: int, name: str, problems: list[str]) -> tupl
         if isinstance(mark, dict) and all(isinstance(mark.get(k), int) for k in ("step", "t_start_ns", "t_end_ns")):
             return ("step", {k: int(mark[k]) for k in ("step", "t_start_ns", "t_end_ns")})
         problems.append(f"{name} line {lineno}: {STEP_KEY} needs integer step, t_start_ns and t_end_ns, skipped")
+        return None
+    bad = _raw_problem(obj)
+    if bad:
+        problems.append(f"{name} line {lineno}: {bad}, skipped")
         return None
     try:
         op = _op_from_obj(obj)
@@ -644,9 +672,15 @@ def read_ops_csv(path: str | Path) -> OpLog:
                     problems.append(f"{name} line {lineno}: {why} ({len(row)} fields, expected {len(columns)}), skipped")
                     continue
                 try:
-                    ops.append(_op_from_row(row, index))
+                    op = _op_from_row(row, index)
                 except (TypeError, ValueError) as exc:
                     problems.append(f"{name} line {lineno}: {exc}, skipped")
+                    continue
+                bad = check_op(op)
+                if bad:
+                    problems.append(f"{name} line {lineno}: {bad}, skipped")
+                    continue
+                ops.append(op)
         except csv.Error as exc:
             problems.append(f"{name} line {reader.line_num}: unreadable CSV ({exc}); stopped reading")
         except (EOFError, OSError, zlib.error) as exc:

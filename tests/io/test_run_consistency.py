@@ -1,0 +1,83 @@
+"""Recorded logs that read without an error but disagree with themselves: a size or group no job can have, a log cut
+at a line boundary, a copied file, runs mixed in one directory. Each is one problem line naming the file (and line),
+and the reader in memory (read_run) and the one folding rank files into totals (read_run_totals) find the same.
+
+The logs are the synthetic job's (:func:`commscope.capture.synthetic.write_synthetic_rank`, written line by line by
+the recorder's own writer): 4 ranks, tp 1, pp 2, dp 2, one step; every test breaks a copy in one way.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from commscope.capture.synthetic import write_synthetic_rank
+from commscope.io.runs import read_run, read_run_totals, run_totals
+
+RANKS = 4
+
+
+@pytest.fixture
+def logs(tmp_path: Path) -> Path:
+    out = tmp_path / "logs"
+    out.mkdir()
+    for r in range(RANKS):
+        write_synthetic_rank(out, r, RANKS, 0, gz=False, layers=1, steps=1)
+    return out
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+def _write(path: Path, lines: list[str]) -> None:
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _edit_record(path: Path, lineno: int, **fields: object) -> str:
+    """Set ``fields`` in the record on 1-based line ``lineno`` of ``path``; returns ``'<file> line <n>: '``."""
+    lines = _lines(path)
+    obj = json.loads(lines[lineno - 1])
+    assert "op" in obj, lines[lineno - 1]
+    obj.update(fields)
+    lines[lineno - 1] = json.dumps(obj, separators=(",", ":"))
+    _write(path, lines)
+    return f"{path.name} line {lineno}: "
+
+
+def _read_both(logs: Path):
+    """The run read in memory and folded into totals: their findings must agree."""
+    in_memory, streamed = read_run(logs), read_run_totals(logs)
+    assert streamed == run_totals(in_memory)
+    return in_memory, streamed
+
+
+def _problems(logs: Path) -> tuple[str, ...]:
+    return _read_both(logs)[1].problems
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    (2**41, "size_bytes=2199023255552 is larger than any real message (> 1 TiB"),
+    ("4000", "size_bytes='4000': expected a whole number of bytes >= 0"),
+    (-4, "size_bytes=-4: expected a whole number of bytes >= 0"),
+])
+def test_a_size_no_message_can_have_is_reported_and_skipped(logs: Path, value: object, message: str) -> None:
+    where = _edit_record(logs / "rank00001.jsonl", 2, size_bytes=value)
+    run, totals = _read_both(logs)
+    found = [p for p in totals.problems if p.startswith(where)]
+    assert len(found) == 1 and message in found[0] and found[0].endswith(", skipped"), totals.problems
+    assert "not supported between" not in found[0]
+    assert len(run.ops_by_rank[1]) == len(_lines(logs / "rank00001.jsonl")) - 3  # header, step line, the bad one
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("group", ["0", "1"], "group=['0', '1']: expected a list of ranks (integers >= 0)"),  # int() made them ranks
+    ("group", [0.5], "group=[0.5]: expected a list of ranks (integers >= 0)"),
+    ("count", "2", "count='2': expected an integer >= 1"),
+])
+def test_a_field_int_would_convert_is_reported_not_converted(logs: Path, field: str, value: object,
+                                                             message: str) -> None:
+    where = _edit_record(logs / "rank00000.jsonl", 2, **{field: value})
+    assert [p for p in _problems(logs) if p.startswith(where)] == [f"{where}{message}, skipped"]
