@@ -81,3 +81,34 @@ def test_a_field_int_would_convert_is_reported_not_converted(logs: Path, field: 
                                                              message: str) -> None:
     where = _edit_record(logs / "rank00000.jsonl", 2, **{field: value})
     assert [p for p in _problems(logs) if p.startswith(where)] == [f"{where}{message}, skipped"]
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"group": [0, 1, 2, 99]}, "group=[0, 1, 2, 99]: rank 99 is not below the header's world_size=4"),
+    ({"group": [1, 2, 3]}, "group=[1, 2, 3] does not hold the record's rank 0"),
+    ({"group": [0, 0, 1, 2]}, "group=[0, 0, 1, 2]: rank 0 more than once"),
+])
+def test_a_group_the_record_cannot_have_is_reported_and_skipped(logs: Path, fields: dict, message: str) -> None:
+    where = _edit_record(logs / "rank00000.jsonl", 2, **fields)
+    run, totals = _read_both(logs)
+    found = [p for p in totals.problems if p.startswith(where)]
+    assert len(found) == 1 and message in found[0] and found[0].endswith(", skipped"), totals.problems
+    # the skipped record neither makes the run bigger nor leaves a rank "without a log"
+    assert run.world_size == totals.world_size == RANKS and not any("no log for" in p for p in totals.problems)
+
+
+def test_a_send_whose_peer_is_not_in_its_group_is_reported(logs: Path) -> None:
+    path = logs / "rank00000.jsonl"  # the first stage: it sends its activations to rank 2
+    k = next(i for i, line in enumerate(_lines(path), 1) if line.startswith('{"op":"send"'))
+    assert json.loads(_lines(path)[k - 1])["group"] == [0, 2]
+    where = _edit_record(path, k, peer=1)
+    assert [p for p in _problems(logs) if p.startswith(where)] == [
+        f"{where}peer=1 is not in group=[0, 2]: expected a member of the group it sent or received on, skipped"]
+
+
+def test_a_record_of_another_rank_in_a_ranks_log_is_reported(logs: Path) -> None:
+    where = _edit_record(logs / "rank00000.jsonl", 2, rank=1, group=[0, 1])
+    run, totals = _read_both(logs)
+    assert [p for p in totals.problems if p.startswith(where)] == [
+        f"{where}rank=1 in the log of rank 0 (its header's): expected 0, skipped"]
+    assert len(run.ops_by_rank[1]) == len(_lines(logs / "rank00001.jsonl")) - 2

@@ -352,9 +352,43 @@ def check_op(op: CommOp) -> str | None:
     return None
 
 
-def _parse_line(raw: bytes, lineno: int, name: str, problems: list[str]) -> tuple[str, Any] | None:
+def _group_problem(op: CommOp, header: dict[str, Any] | None) -> str | None:
+    """What is wrong with a valid record's rank and process group against each other and the file's header, or
+    None. A record in a rank's log is that rank's (the header's ``rank``). Its group is the global ranks of the
+    process group it ran on, its own rank among them (a send's and recv's too: their group is the process group's,
+    or the pair, and holds the peer as well); no rank twice; none at or above the header's world size. A record
+    that breaks this would add ranks the job never had, or count the op on a group its rank is not in."""
+    group = op.group
+    if len(set(group)) != len(group):
+        twice = sorted({r for r in group if group.count(r) > 1})
+        return f"group={list(group)}: rank {', '.join(map(str, twice))} more than once; expected distinct ranks"
+    stated = (header or {}).get("rank")
+    stated = stated if _is_int(stated) and stated >= 0 else None
+    if op.rank is not None and stated is not None and op.rank != stated:
+        return f"rank={op.rank} in the log of rank {stated} (its header's): expected {stated}"
+    rank = op.rank if op.rank is not None else stated
+    if group and rank is not None and rank not in group:
+        return (f"group={list(group)} does not hold the record's rank {rank}: expected the group the rank ran "
+                f"the op on, itself among its members")
+    if group and op.peer is not None and op.peer not in group:
+        return f"peer={op.peer} is not in group={list(group)}: expected a member of the group it sent or received on"
+    world = (header or {}).get("world_size")
+    if _is_int(world) and world > 0:
+        if group and max(group) >= world:
+            return (f"group={list(group)}: rank {max(group)} is not below the header's world_size={world}; "
+                    f"expected ranks 0 to {world - 1}")
+        for key, value in (("rank", op.rank), ("peer", op.peer)):
+            if value is not None and value >= world:
+                return (f"{key}={value} is not below the header's world_size={world}; expected a rank 0 to "
+                        f"{world - 1}")
+    return None
+
+
+def _parse_line(raw: bytes, lineno: int, name: str, problems: list[str],
+                header: dict[str, Any] | None = None) -> tuple[str, Any] | None:
     """One non-blank line of a JSONL op log: ``("op", CommOp)``, ``("header", dict)``, ``("step", dict)``, or None
-    when the line is skipped (the reason appended to ``problems``, naming the file and line)."""
+    when the line is skipped (the reason appended to ``problems``, naming the file and line). ``header``: the
+    file's, when read before this line (a record's group is checked against its rank and world size)."""
     try:
         obj = json.loads(raw)
     except ValueError as exc:
@@ -388,7 +422,7 @@ def _parse_line(raw: bytes, lineno: int, name: str, problems: list[str]) -> tupl
     except (TypeError, ValueError, OverflowError) as exc:
         problems.append(f"{name} line {lineno}: not a valid CommOp ({exc}), skipped")
         return None
-    bad = check_op(op)
+    bad = check_op(op) or _group_problem(op, header)
     if bad:
         problems.append(f"{name} line {lineno}: {bad}, skipped")
         return None
@@ -431,7 +465,7 @@ def read_ops_jsonl(path: str | Path) -> OpLog:
             num_lines = lineno
             if not raw.strip():
                 continue
-            parsed = _parse_line(raw, lineno, name, problems)
+            parsed = _parse_line(raw, lineno, name, problems, header)
             if parsed is None:
                 continue
             kind, value = parsed
@@ -502,7 +536,7 @@ def scan_ops_jsonl(path: str | Path, add: Callable[[CommOp, dict[int | None, int
                 continue
             if not raw.strip():
                 continue
-            parsed = _parse_line(raw, lineno, name, problems)
+            parsed = _parse_line(raw, lineno, name, problems, header)
             if parsed is None:
                 continue
             what, value = parsed
