@@ -112,3 +112,42 @@ def test_a_record_of_another_rank_in_a_ranks_log_is_reported(logs: Path) -> None
     assert [p for p in totals.problems if p.startswith(where)] == [
         f"{where}rank=1 in the log of rank 0 (its header's): expected 0, skipped"]
     assert len(run.ops_by_rank[1]) == len(_lines(logs / "rank00001.jsonl")) - 2
+
+
+def test_a_log_cut_at_a_line_boundary_is_found_by_its_done_marker(logs: Path) -> None:
+    path = logs / "rank00000.jsonl"
+    written = int((logs / "rank00000.done").read_text())
+    _write(path, _lines(path)[:3])  # head -n 3: the header and two records, every line whole
+    assert f"rank00000.jsonl: 2 op records, its .done marker says {written} were written: the file was cut or " \
+           f"edited" in _problems(logs)
+
+
+def test_a_log_with_more_records_than_its_marker_is_reported(logs: Path) -> None:
+    path = logs / "rank00003.jsonl"
+    lines = _lines(path)
+    _write(path, [*lines, lines[1]])
+    written = int((logs / "rank00003.done").read_text())
+    assert any(p.startswith(f"rank00003.jsonl: {written + 1} op records, its .done marker says {written} were written")
+               for p in _problems(logs))
+
+
+def test_a_damaged_record_is_reported_once_not_also_as_a_cut_file(logs: Path) -> None:
+    path = logs / "rank00001.jsonl"
+    lines = _lines(path)
+    lines[3] = lines[3][:40]  # a record broken in the middle of the file: still a record the recorder wrote
+    _write(path, lines)
+    problems = _problems(logs)
+    assert len(problems) == 1 and problems[0].startswith("rank00001.jsonl line 4: invalid JSON"), problems
+
+
+def test_the_marker_of_a_log_gzipped_after_the_run_is_found(logs: Path) -> None:
+    import gzip
+
+    for r in range(RANKS):
+        path = logs / f"rank{r:05d}.jsonl"
+        (logs / f"rank{r:05d}.jsonl.gz").write_bytes(gzip.compress(path.read_bytes()))
+        path.unlink()
+    streamed = _read_both(logs)[1]
+    assert streamed.unfinished_ranks == () and streamed.problems == ()
+    (logs / "rank00002.done").write_text("7\n")
+    assert any(p.startswith("rank00002.jsonl.gz: ") and "marker says 7" in p for p in _problems(logs))

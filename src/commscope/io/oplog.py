@@ -31,7 +31,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeGuard
 
 import numpy as np
 
@@ -74,6 +74,9 @@ class OpLog:
     """One line per skipped line or other oddity: ``ops.jsonl line 812: truncated JSON, skipped``."""
     steps: list[dict[str, int]] = field(default_factory=list)
     """The step lines (:data:`STEP_KEY`) in file order: ``step``, ``t_start_ns``, ``t_end_ns``."""
+    num_records: int = 0
+    """Op-record lines in the file, valid or skipped (every non-blank line but the header and step lines): what
+    a recorder's completion marker (``rank#####.done``) says it wrote."""
 
     def to_pandas(self) -> Any:
         """The ops as a pandas DataFrame, one row per op (needs pandas; :func:`commscope.io.tables.ops_to_pandas`)."""
@@ -298,7 +301,7 @@ def _op_from_obj(obj: dict[str, Any]) -> CommOp:
     return CommOp(**obj)
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -429,6 +432,14 @@ def _parse_line(raw: bytes, lineno: int, name: str, problems: list[str],
     return ("op", op)
 
 
+_NO_RECORD_KEYS = (HEADER_KEY.encode(), STEP_KEY.encode())
+
+
+def _is_record_line(raw: bytes) -> bool:
+    """Whether a skipped line was meant as an op record (not as a header or step line)."""
+    return not any(key in raw for key in _NO_RECORD_KEYS)
+
+
 def _take_header(value: dict[str, Any], header: dict[str, Any] | None, any_op: bool, name: str, lineno: int,
                  problems: list[str]) -> dict[str, Any] | None:
     """The header after a header line: the first one, before any op, counts; another is reported and ignored."""
@@ -459,7 +470,7 @@ def read_ops_jsonl(path: str | Path) -> OpLog:
     ops: list[CommOp] = []
     steps: list[dict[str, int]] = []
     header: dict[str, Any] | None = None
-    num_lines = 0
+    num_lines = num_records = 0
     with _open_binary_read(path) as fh, _gc_paused():
         for lineno, raw in _lines(fh, name, problems):
             num_lines = lineno
@@ -467,17 +478,19 @@ def read_ops_jsonl(path: str | Path) -> OpLog:
                 continue
             parsed = _parse_line(raw, lineno, name, problems, header)
             if parsed is None:
+                num_records += _is_record_line(raw)
                 continue
             kind, value = parsed
             if kind == "op":
                 ops.append(value)
+                num_records += 1
             elif kind == "step":
                 steps.append(value)
             else:
                 header = _take_header(value, header, bool(ops), name, lineno, problems)
     if not ops and header is None:
         raise _no_valid_line(path, num_lines, problems)
-    return OpLog(ops=ops, header=header or {}, problems=problems.finish(), steps=steps)
+    return OpLog(ops=ops, header=header or {}, problems=problems.finish(), steps=steps, num_records=num_records)
 
 
 #: The parts of a recorded line that differ from one record of the same op to the next: its two times (written
@@ -494,8 +507,8 @@ _MAX_KINDS = 1 << 16
 def scan_ops_jsonl(path: str | Path, add: Callable[[CommOp, dict[int | None, int], dict[str, Any]], None]) -> OpLog:
     """Read a JSONL op log as :func:`read_ops_jsonl` does, without holding its records: valid records go to
     ``add(op, by_step, header)``, ``by_step[s]`` records equal to ``op`` but for their step ``s`` (None: untagged)
-    at once, and the returned OpLog has no ``ops`` (its header, problems and step lines as :func:`read_ops_jsonl`
-    gives them).
+    at once, and the returned OpLog has no ``ops`` (its header, problems, step lines and ``num_records`` as
+    :func:`read_ops_jsonl` gives them).
 
     The records of one op differ from line to line only in their times, sequence number and step: a line equal
     to an earlier one but for those integers is the same record again, counted, not parsed (the first is parsed
@@ -509,7 +522,7 @@ def scan_ops_jsonl(path: str | Path, add: Callable[[CommOp, dict[int | None, int
     problems = _Problems()
     steps: list[dict[str, int]] = []
     header: dict[str, Any] | None = None
-    num_lines = 0
+    num_lines = num_records = 0
     any_op = False
     kinds: dict[tuple[Any, ...], list[Any]] = {}  # what is left of a line -> [op, {step digits: lines}]
     times, seq, step_of = _TIMES.search, _SEQ.search, _STEP.search
@@ -533,11 +546,13 @@ def scan_ops_jsonl(path: str | Path, add: Callable[[CommOp, dict[int | None, int
             if kind is not None and (m is None or int(m.group(2)) >= int(m.group(1))):
                 tag = None if t is None else t.group(1)
                 kind[1][tag] = kind[1].get(tag, 0) + 1
+                num_records += 1
                 continue
             if not raw.strip():
                 continue
             parsed = _parse_line(raw, lineno, name, problems, header)
             if parsed is None:
+                num_records += _is_record_line(raw)
                 continue
             what, value = parsed
             if what == "step":
@@ -546,6 +561,7 @@ def scan_ops_jsonl(path: str | Path, add: Callable[[CommOp, dict[int | None, int
                 header = _take_header(value, header, any_op, name, lineno, problems)
             else:
                 any_op = True
+                num_records += 1
                 if (kind is None and len(kinds) < _MAX_KINDS and (m is None or _times_in_place(raw, m, value))
                         and (t is None or _step_in_place(raw, t, value))):
                     kinds[key] = [value, {None if t is None else t.group(1): 1}]
@@ -556,7 +572,7 @@ def scan_ops_jsonl(path: str | Path, add: Callable[[CommOp, dict[int | None, int
         add(op, {own if tag is None else int(tag): n for tag, n in by_tag.items()}, header or {})
     if not any_op and header is None:
         raise _no_valid_line(path, num_lines, problems)
-    return OpLog(ops=[], header=header or {}, problems=problems.finish(), steps=steps)
+    return OpLog(ops=[], header=header or {}, problems=problems.finish(), steps=steps, num_records=num_records)
 
 
 def _step(op: CommOp) -> int | None:

@@ -431,7 +431,9 @@ def _fold_jsonl(f: Path) -> tuple[ImportResult, _Fold]:
     log = scan_ops_jsonl(f, add)
     result = ImportResult(ops=[], source=str(f), format="jsonl",
                           missing_fields=fold.file_missing() if fold.records else (),
-                          problems=list(log.problems), meta={"header": dict(log.header), "steps": list(log.steps)})
+                          problems=list(log.problems), meta={"header": dict(log.header), "steps": list(log.steps),
+                                                             "num_records": log.num_records,
+                                                             "num_ops": sum(fold.records.values())})
     return result, fold
 
 
@@ -440,7 +442,7 @@ class _Reader:
         self.root = root
         self.fold: _RunFold | None = None  # in fold mode, the jsonl files' records, folded as they are read
         self.owner: dict[int, str] = {}
-        self.duplicates: list[str] = []
+        self.duplicates: dict[str, str] = {}  # in fold mode: the name of a second file of a rank -> the problem
         self.problems: list[str] = []
         self.notes: list[str] = []
         self.results: list[tuple[Path, ImportResult, int | None]] = []
@@ -463,7 +465,7 @@ class _Reader:
             return
         if rank is not None:  # as finish() skips a second file of one rank, whose records are not counted
             if rank in self.owner:
-                self.duplicates.append(_duplicate(f, rank, self.owner[rank]))
+                self.duplicates[f.name] = _duplicate(f, rank, self.owner[rank])
                 return
             self.owner[rank] = f.name
         self.fold.merge(fold)
@@ -516,8 +518,30 @@ class _Reader:
         self.headers[rank] = dict(result.meta.get("header") or {})
         if result.meta.get("steps"):
             self.steps_by_rank[rank] = sorted(result.meta["steps"], key=lambda m: m["step"])
-        if not f.with_suffix(".done").exists():
+        marker = _marker(f)
+        if marker is None:
             self.unfinished.append(rank)
+        else:
+            self._check_marker(f, marker, result.meta.get("num_records"))
+
+    def _check_marker(self, f: Path, marker: Path, num_records: int | None) -> None:
+        """A finished log holds as many op records as its completion marker says the recorder wrote."""
+        try:
+            text = marker.read_text(encoding="utf-8", errors="replace").strip()
+        except OSError as exc:
+            self.problems.append(f"{marker.name}: unreadable ({exc.strerror or exc}); {f.name} taken as finished")
+            return
+        if not text:  # a marker without a count (touched by hand, or by an older recorder): nothing to compare
+            return
+        if not text.isdigit():
+            self.problems.append(f"{marker.name}: holds {text[:40]!r}, expected the number of op records the "
+                                 f"recorder wrote to {f.name}; not compared")
+            return
+        if num_records is not None and int(text) != num_records:
+            how = ("the file was cut or edited" if num_records < int(text) else
+                   "records were added after the recorder finished it, or the file was edited")
+            self.problems.append(f"{f.name}: {num_records} op records, its .done marker says {int(text)} were "
+                                 f"written: {how}")
 
     def finish_totals(self, layout: Any) -> RunTotals:
         """finish() for a reader in fold mode: the same findings, from the folded records of commscope's logs."""
@@ -525,11 +549,12 @@ class _Reader:
         if fold is None or not self.results or self._main_format() != "jsonl":
             return run_totals(self.finish(layout), layout=layout)
         results = self._one_format()
-        self.problems += self.duplicates
         world = 0
-        for f, result, rank in results:
+        for f, result, rank in results:  # in finish()'s order, so that both list their findings alike
             if rank is not None and self.owner.get(rank) == f.name:
                 self._rank_file(f, result, rank)
+            elif f.name in self.duplicates:
+                self.problems.append(self.duplicates[f.name])
             meta_world = (result.meta.get("header") or {}).get("world_size")
             if isinstance(meta_world, int) and not isinstance(meta_world, bool) and meta_world > 0:
                 world = max(world, meta_world)
@@ -640,13 +665,24 @@ def _duplicate(f: Path, rank: int, first: str) -> str:
             f"file is skipped")
 
 
+def _marker(f: Path) -> Path | None:
+    """The completion marker of a rank log, or None when it has none: the recorder's ``rank00003.done`` beside
+    ``rank00003.jsonl`` (and beside the same log gzipped afterwards, ``rank00003.jsonl.gz``), or the log's name
+    with its last suffix replaced (``rank00003.jsonl.done`` beside ``rank00003.jsonl.gz``)."""
+    for marker in (f.with_name(f.name.split(".", 1)[0] + ".done"), f.with_suffix(".done")):
+        if marker.is_file():
+            return marker
+    return None
+
+
 def _read_jsonl(f: Path) -> ImportResult:
     """A commscope op log as an ImportResult; a log with a header and no op is a rank that issued none."""
     from commscope.io.oplog import read_ops_jsonl
 
     log = read_ops_jsonl(f)
     return ImportResult(ops=log.ops, source=str(f), format="jsonl", missing_fields=missing_fields(log.ops),
-                        problems=list(log.problems), meta={"header": dict(log.header), "steps": list(log.steps)})
+                        problems=list(log.problems), meta={"header": dict(log.header), "steps": list(log.steps),
+                                                           "num_records": log.num_records, "num_ops": len(log.ops)})
 
 
 def _file_rank(f: Path, result: ImportResult, problems: list[str]) -> int | None:
