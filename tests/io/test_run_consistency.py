@@ -151,3 +151,11 @@ def test_the_marker_of_a_log_gzipped_after_the_run_is_found(logs: Path) -> None:
     assert streamed.unfinished_ranks == () and streamed.problems == ()
     (logs / "rank00002.done").write_text("7\n")
     assert any(p.startswith("rank00002.jsonl.gz: ") and "marker says 7" in p for p in _problems(logs))
+
+
+def test_the_recorders_file_of_a_rank_wins_over_a_copy_beside_it(logs: Path) -> None:
+    (logs / "rank00001 (copy).jsonl").write_bytes((logs / "rank00001.jsonl").read_bytes())
+    run, totals = _read_both(logs)
+    assert totals.problems == (("rank00001 (copy).jsonl: rank 1 again (also in rank00001.jsonl): two runs in one "
+                                "directory, or a copied file? this file is skipped"),)
+    assert totals.unfinished_ranks == () and len(run.ops_by_rank[1]) == len(_lines(logs / "rank00001.jsonl")) - 2

@@ -39,6 +39,8 @@ __all__ = ["AxisAttribution", "RunFindings", "RunLog", "RunTotals", "is_logical"
 #: seconds of each other; one hour leaves room for a slow rendezvous).
 MIXED_RUN_START_SPREAD_NS = 3600 * 10**9
 _RANK_IN_NAME = re.compile(r"(\d+)(?:\D*)$")
+#: The name the recorder gives a rank's log (gzipped afterwards, or by the synthetic writer, too).
+_RECORDER_NAME = re.compile(r"rank\d{5}\.jsonl(?:\.gz)?")
 #: Formats whose records without a group are the world's: DeepSpeed computes its bandwidths with the world size.
 _WORLD_GROUP_FORMATS = frozenset({"deepspeed"})
 _IGNORED_SUFFIXES = (".done", ".md", ".png", ".html", ".npz", ".csv", ".toml")  # .toml: the job saved beside the logs
@@ -258,8 +260,11 @@ def _run_files(path: Path) -> list[Path]:
         raise ValueError(f"{path}: no such file or directory")
     if not path.is_dir():
         return [path]
-    files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")
-                   and not p.name.endswith(_IGNORED_SUFFIXES) and p.name not in _IGNORED_NAMES)
+    # the recorder's own names first: where a copy (``rank00001 (copy).jsonl``) holds the same rank, the
+    # recorder's file is the rank's and the copy the one reported and skipped
+    files = sorted((p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")
+                    and not p.name.endswith(_IGNORED_SUFFIXES) and p.name not in _IGNORED_NAMES),
+                   key=lambda p: (_RECORDER_NAME.fullmatch(p.name) is None, p.name))
     if not files:
         raise ValueError(f"{path}: an empty directory: no rank*.jsonl logs (commscope record) and no file another "
                          f"tool wrote (Kineto traces, DeepSpeed logs, Flight Recorder dumps, NCCL_DEBUG logs)")
