@@ -159,3 +159,24 @@ def test_the_recorders_file_of_a_rank_wins_over_a_copy_beside_it(logs: Path) -> 
     assert totals.problems == (("rank00001 (copy).jsonl: rank 1 again (also in rank00001.jsonl): two runs in one "
                                 "directory, or a copied file? this file is skipped"),)
     assert totals.unfinished_ranks == () and len(run.ops_by_rank[1]) == len(_lines(logs / "rank00001.jsonl")) - 2
+
+
+def test_a_header_only_log_is_said_plainly_and_its_rank_counted(logs: Path) -> None:
+    path = logs / "rank00003.jsonl"
+    _write(path, _lines(path)[:1])
+    (logs / "rank00003.done").write_text("0\n")  # the rank issued no op and finished
+    run, totals = _read_both(logs)
+    assert totals.problems == (("rank00003.jsonl: the log holds no op record, only its header: rank 3 is counted as "
+                               "logged, with no ops"),)
+    assert run.ops_by_rank[3] == [] and totals.ranks_logged == (0, 1, 2, 3) and totals.unfinished_ranks == ()
+
+
+def test_a_lone_header_only_log_is_one_rank_with_no_records(tmp_path: Path) -> None:
+    write_synthetic_rank(tmp_path, 0, 1, 0, gz=False, steps=1)
+    path = tmp_path / "rank00000.jsonl"
+    _write(path, _lines(path)[:1])
+    (tmp_path / "rank00000.done").unlink()
+    for totals in (run_totals(read_run(path)), run_totals(read_run(tmp_path)), read_run_totals(tmp_path)):
+        assert totals.ranks_logged == (0,) and totals.world_size == 1 and totals.unfinished_ranks == (0,)
+        assert totals.problems == (("rank00000.jsonl: the log holds no op record, only its header: rank 0 is counted "
+                                   "as logged, with no ops"),)

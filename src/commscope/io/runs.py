@@ -86,7 +86,7 @@ class RunLog(RunFindings):
     """All ranks' records of one measured run."""
 
     ops_by_rank: dict[int, list[CommOp]]
-    """Records of each global rank, in file order."""
+    """Records of each global rank, in file order (an empty list for a rank whose commscope log holds none)."""
     unranked: tuple[CommOp, ...] = ()
     """Records that name no rank (a DeepSpeed summary row, an nccl-tests row): each counts once."""
 
@@ -106,7 +106,8 @@ class RunTotals(RunFindings):
     not its records); :func:`run_totals` from a RunLog in memory. Both give equal totals for the same files."""
 
     ranks_logged: tuple[int, ...] = ()
-    """Ranks with at least one record."""
+    """Ranks with at least one record, or a commscope log of their own (one without records included: a rank that
+    logged no op, reported in :attr:`problems`)."""
     num_records: int = 0
     """Records read, ranked and unranked (each line once, whatever its ``count``)."""
     num_unranked: int = 0
@@ -491,6 +492,7 @@ class _Reader:
                     continue
                 owner[rank] = f.name
                 self._rank_file(f, result, rank)
+                ops_by_rank.setdefault(rank, [])  # a log without records is a rank that logged none, not no rank
             for op in result.ops:
                 r = op.rank if op.rank is not None else rank
                 if r is None:
@@ -523,6 +525,11 @@ class _Reader:
         self.headers[rank] = dict(result.meta.get("header") or {})
         if result.meta.get("steps"):
             self.steps_by_rank[rank] = sorted(result.meta["steps"], key=lambda m: m["step"])
+        if result.meta.get("num_ops") == 0:
+            written = result.meta.get("num_records") or 0
+            self.problems.append(f"{f.name}: " + (f"none of its {written} op records is valid" if written else
+                                                  "the log holds no op record, only its header")
+                                 + f": rank {rank} is counted as logged, with no ops")
         marker = _marker(f)
         if marker is None:
             self.unfinished.append(rank)
@@ -563,7 +570,7 @@ class _Reader:
             meta_world = (result.meta.get("header") or {}).get("world_size")
             if isinstance(meta_world, int) and not isinstance(meta_world, bool) and meta_world > 0:
                 world = max(world, meta_world)
-        world = max(world, fold.world)
+        world = max(world, fold.world, *(r + 1 for r in self.owner))
         self._check_headers(results, world)
         omitted = _why_no_matrix(fold.groupless, fold.p2p_groupless, "jsonl", layout, world)
         always = tuple(sorted({name for _, r, _ in results for name in r.missing_fields}))
@@ -572,7 +579,7 @@ class _Reader:
                          missing_fields=missing_of(fold.relevant, fold.known, always) if fold.records else always,
                          notes=tuple(self.notes), matrix_omitted=omitted, partial_steps=_partial_steps_of(fold.rank_steps),
                          steps_by_rank=self.steps_by_rank, failure=read_failure(self.root) if self.root.is_dir() else None,
-                         ranks_logged=tuple(sorted(r for r in fold.records if r is not None)),
+                         ranks_logged=tuple(sorted({r for r in fold.records if r is not None} | set(self.owner))),
                          num_records=sum(fold.records.values()), num_unranked=fold.records.get(None, 0),
                          logical=fold.logical_ops(), by_step=fold.step_rows(), axes_layout=layout)
 
