@@ -180,3 +180,44 @@ def test_a_lone_header_only_log_is_one_rank_with_no_records(tmp_path: Path) -> N
         assert totals.ranks_logged == (0,) and totals.world_size == 1 and totals.unfinished_ranks == (0,)
         assert totals.problems == (("rank00000.jsonl: the log holds no op record, only its header: rank 0 is counted "
                                    "as logged, with no ops"),)
+
+
+def _set_header(path: Path, **fields: object) -> None:
+    lines = _lines(path)
+    header = json.loads(lines[0])
+    header["commscope_header"].update(fields)
+    _write(path, [json.dumps(header), *lines[1:]])
+
+
+def test_logs_of_different_runs_are_told_apart_by_their_run_id(logs: Path) -> None:
+    # the script destroyed its process group before the first flush: no header says the world size
+    for r in range(RANKS):
+        _set_header(logs / f"rank{r:05d}.jsonl", world_size=None, run_id="job-7" if r == 0 else "job-9")
+    run, totals = _read_both(logs)
+    assert totals.problems == (("rank00000.jsonl is of run job-7, rank00001.jsonl to rank00003.jsonl of run job-9: "
+                               "logs of different runs mixed in one directory"),)
+    assert sorted(run.ops_by_rank) == [0, 1, 2, 3]  # and read on
+
+
+def test_one_run_id_and_logs_without_one_are_no_problem(logs: Path) -> None:
+    for r in range(2):
+        _set_header(logs / f"rank{r:05d}.jsonl", run_id="job-7")
+    assert _problems(logs) == ()
+    _set_header(logs / "rank00003.jsonl", run_id=7)
+    assert _problems(logs) == (("rank00003.jsonl line 1: header run_id=7: expected the run's id (a non-empty string); "
+                               "not compared"),)
+
+
+def test_a_header_with_another_world_size_is_reported(logs: Path) -> None:
+    _set_header(logs / "rank00002.jsonl", world_size=8)
+    assert _problems(logs)[0] == ("headers disagree on the world size (4: rank00000.jsonl, rank00001.jsonl, "
+                                  "rank00003.jsonl; 8: rank00002.jsonl): files of different runs in one directory?")
+    _set_header(logs / "rank00002.jsonl", world_size="4")
+    assert _problems(logs) == (("rank00002.jsonl line 1: header world_size='4': expected the number of ranks (an "
+                               "integer >= 1) or null; not used"),)
+
+
+def test_a_header_rank_beyond_its_world_size_is_reported(logs: Path) -> None:
+    _set_header(logs / "rank00003.jsonl", world_size=3)
+    assert ("rank00003.jsonl line 1: header rank=3 is not below its world_size=3: a rank of another run, or a "
+            "damaged header?") in _problems(logs)

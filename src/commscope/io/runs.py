@@ -40,7 +40,7 @@ __all__ = ["AxisAttribution", "RunFindings", "RunLog", "RunTotals", "is_logical"
 MIXED_RUN_START_SPREAD_NS = 3600 * 10**9
 _RANK_IN_NAME = re.compile(r"(\d+)(?:\D*)$")
 #: The name the recorder gives a rank's log (gzipped afterwards, or by the synthetic writer, too).
-_RECORDER_NAME = re.compile(r"rank\d{5}\.jsonl(?:\.gz)?")
+_RECORDER_NAME = re.compile(r"rank(\d{5})(\.jsonl(?:\.gz)?)")
 #: Formats whose records without a group are the world's: DeepSpeed computes its bandwidths with the world size.
 _WORLD_GROUP_FORMATS = frozenset({"deepspeed"})
 _IGNORED_SUFFIXES = (".done", ".md", ".png", ".html", ".npz", ".csv", ".toml")  # .toml: the job saved beside the logs
@@ -601,19 +601,34 @@ class _Reader:
 
     def _check_headers(self, results: list[tuple[Path, ImportResult, int | None]], world: int) -> None:
         worlds: dict[int, list[str]] = defaultdict(list)
+        runs: dict[str, list[str]] = defaultdict(list)
         starts: list[tuple[int, str]] = []
         for f, result, _ in results:
             header = result.meta.get("header") or {}
             w = header.get("world_size")
-            if isinstance(w, int) and not isinstance(w, bool):
+            if isinstance(w, int) and not isinstance(w, bool) and w > 0:
                 worlds[w].append(f.name)
+            elif w is not None:  # null: the job had no process group when the log began
+                self.problems.append(f"{f.name} line 1: header world_size={w!r}: expected the number of ranks (an "
+                                     f"integer >= 1) or null; not used")
+            run_id = header.get("run_id")
+            if isinstance(run_id, str) and run_id:
+                runs[run_id].append(f.name)
+            elif run_id is not None:  # absent in logs of recorders before run ids
+                self.problems.append(f"{f.name} line 1: header run_id={run_id!r}: expected the run's id (a "
+                                     f"non-empty string); not compared")
             s = header.get("started_ns")
             if isinstance(s, int) and not isinstance(s, bool):
                 starts.append((s, f.name))
         if len(worlds) > 1:
             self.problems.append("headers disagree on the world size (" + "; ".join(
-                f"{w}: {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}" for w, names in sorted(worlds.items()))
+                f"{w}: {_file_names(names)}" for w, names in sorted(worlds.items()))
                 + "): files of different runs in one directory?")
+        if len(runs) > 1:  # every rank of one run writes the same run_id, whatever its world size says
+            by_first = sorted(runs.items(), key=lambda item: min(item[1]))
+            self.problems.append(", ".join(
+                f"{_file_names(names)}{(' is' if len(names) == 1 else ' are') if k == 0 else ''} of run {run_id}"
+                for k, (run_id, names) in enumerate(by_first)) + ": logs of different runs mixed in one directory")
         if starts:
             lo, hi = min(starts), max(starts)
             if hi[0] - lo[0] > MIXED_RUN_START_SPREAD_NS:
@@ -672,6 +687,24 @@ def _why_no_matrix(num: int, num_p2p: int, formats: str, layout: Any, world: int
     return None
 
 
+def _file_names(names: list[str], limit: int = 6) -> str:
+    """File names for a problem line, the recorder's names of consecutive ranks as one range
+    (``rank00001.jsonl to rank00003.jsonl``): at most ``limit`` items, then how many files more."""
+    ranges: list[list[str]] = []
+    last: tuple[int, str] | None = None  # the rank and suffix of the name before, when it is the recorder's
+    for name in sorted(names):
+        m = _RECORDER_NAME.fullmatch(name)
+        this = (int(m.group(1)), m.group(2)) if m else None
+        if this is not None and last is not None and this == (last[0] + 1, last[1]):
+            ranges[-1].append(name)
+        else:
+            ranges.append([name])
+        last = this
+    shown = [", ".join(r) if len(r) < 3 else f"{r[0]} to {r[-1]}" for r in ranges[:limit]]
+    more = sum(len(r) for r in ranges[limit:])
+    return ", ".join(shown + ([f"and {more} files more"] if more else []))
+
+
 def _duplicate(f: Path, rank: int, first: str) -> str:
     return (f"{f.name}: rank {rank} again (also in {first}): two runs in one directory, or a copied file? this "
             f"file is skipped")
@@ -716,6 +749,10 @@ def _rank_of(f: Path, header: dict[str, Any], meta: dict[str, Any], fmt: str) ->
         stated = None
     if stated is not None and named is not None and stated != named:
         problems.append(f"{f.name}: the header says rank {stated}, the file name rank {named}; using the header's")
+    world = header.get("world_size")
+    if stated is not None and isinstance(world, int) and not isinstance(world, bool) and 0 < world <= stated:
+        problems.append(f"{f.name} line 1: header rank={stated} is not below its world_size={world}: a rank of "
+                        f"another run, or a damaged header?")
     if fmt in ("jsonl", "kineto", "flight_recorder"):
         return (stated if stated is not None else named), problems
     return None, problems
