@@ -8,6 +8,7 @@ the recorder's own writer): 4 ranks, tp 1, pp 2, dp 2, one step; every test brea
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -141,8 +142,6 @@ def test_a_damaged_record_is_reported_once_not_also_as_a_cut_file(logs: Path) ->
 
 
 def test_the_marker_of_a_log_gzipped_after_the_run_is_found(logs: Path) -> None:
-    import gzip
-
     for r in range(RANKS):
         path = logs / f"rank{r:05d}.jsonl"
         (logs / f"rank{r:05d}.jsonl.gz").write_bytes(gzip.compress(path.read_bytes()))
@@ -221,3 +220,13 @@ def test_a_header_rank_beyond_its_world_size_is_reported(logs: Path) -> None:
     _set_header(logs / "rank00003.jsonl", world_size=3)
     assert ("rank00003.jsonl line 1: header rank=3 is not below its world_size=3: a rank of another run, or a "
             "damaged header?") in _problems(logs)
+
+
+def test_a_bad_line_in_a_copied_log_is_reported_once_with_the_file_kept(logs: Path) -> None:
+    where = _edit_record(logs / "rank00001.jsonl", 2, op="allreduce")
+    (logs / "rank00001.jsonl.gz").write_bytes(gzip.compress((logs / "rank00001.jsonl").read_bytes()))
+    assert _problems(logs) == (
+        (f"{where}not a valid CommOp (CommOp.op='allreduce': valid ops are all_reduce, all_gather, reduce_scatter, "
+        f"all_to_all, broadcast, reduce, send, recv, barrier, gather, scatter), skipped"),
+        ("rank00001.jsonl.gz: rank 1 again (also in rank00001.jsonl): two runs in one directory, or a copied file? "
+        "this file is skipped"))

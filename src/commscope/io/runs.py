@@ -447,8 +447,8 @@ class _Reader:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.fold: _RunFold | None = None  # in fold mode, the jsonl files' records, folded as they are read
-        self.owner: dict[int, str] = {}
-        self.duplicates: dict[str, str] = {}  # in fold mode: the name of a second file of a rank -> the problem
+        self.owner: dict[int, str] = {}  # rank -> the name of its commscope log (the first one read)
+        self.duplicates: dict[str, str] = {}  # the name of a second log of a rank -> the problem that says so
         self.problems: list[str] = []
         self.notes: list[str] = []
         self.results: list[tuple[Path, ImportResult, int | None]] = []
@@ -464,17 +464,18 @@ class _Reader:
         if isinstance(got, str):
             self.problems.append(got)
             return
-        self.problems += got.problems
-        rank = _file_rank(f, got, self.problems)
+        found: list[str] = []
+        rank = _file_rank(f, got, found)
         self.results.append((f, got, rank))
-        if fold is None or self.fold is None:
-            return
-        if rank is not None:  # as finish() skips a second file of one rank, whose records are not counted
-            if rank in self.owner:
+        if got.format == "jsonl" and rank is not None:
+            if rank in self.owner:  # a second log of one rank is skipped whole: its records and their problems
                 self.duplicates[f.name] = _duplicate(f, rank, self.owner[rank])
+                self.problems += found
                 return
             self.owner[rank] = f.name
-        self.fold.merge(fold)
+        self.problems += got.problems + found
+        if fold is not None and self.fold is not None:
+            self.fold.merge(fold)
 
     def finish(self, layout: Any) -> RunLog:
         if not self.results:
@@ -483,14 +484,12 @@ class _Reader:
         results = self._one_format()
         ops_by_rank: dict[int, list[CommOp]] = {}
         unranked: list[CommOp] = []
-        owner: dict[int, str] = {}
         world = 0
         for f, result, rank in results:
+            if f.name in self.duplicates:
+                self.problems.append(self.duplicates[f.name])
+                continue
             if result.format == "jsonl" and rank is not None:
-                if rank in owner:
-                    self.problems.append(_duplicate(f, rank, owner[rank]))
-                    continue
-                owner[rank] = f.name
                 self._rank_file(f, result, rank)
                 ops_by_rank.setdefault(rank, [])  # a log without records is a rank that logged none, not no rank
             for op in result.ops:
