@@ -230,3 +230,18 @@ def test_a_bad_line_in_a_copied_log_is_reported_once_with_the_file_kept(logs: Pa
         f"all_to_all, broadcast, reduce, send, recv, barrier, gather, scatter), skipped"),
         ("rank00001.jsonl.gz: rank 1 again (also in rank00001.jsonl): two runs in one directory, or a copied file? "
         "this file is skipped"))
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"op": "send", "group": [0, 1]},  # once a traceback in summarize's traffic matrix
+     "op='send' names no peer: expected the rank it sent to (peer, a member of group=[0, 1]), skipped"),
+    ({"op": "send", "group": [0, 1], "peer": 1}, "peer=1 is the record's own rank: a send goes to another rank"),
+    ({"op": "all_to_all", "group": [0, 1, 2, 3], "splits": [1, 2]},  # once a traceback: cannot broadcast (2,) to (4,)
+     "splits=[1, 2] has 2 entries for group=[0, 1, 2, 3]: expected the bytes sent to each of its 4 members"),
+    ({"op": "all_to_all", "group": [0, 1], "splits": [1, 2]}, "splits=[1, 2] sum to 3 B, size_bytes=8388608"),
+])
+def test_a_p2p_or_all_to_all_record_that_places_bytes_nowhere_is_reported(logs: Path, fields: dict,
+                                                                          message: str) -> None:
+    where = _edit_record(logs / "rank00001.jsonl", 2, **fields)  # an all-reduce of rank 1, made another op
+    found = [p for p in _problems(logs) if p.startswith(where)]
+    assert len(found) == 1 and message in found[0], found

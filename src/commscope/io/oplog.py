@@ -359,8 +359,9 @@ def _group_problem(op: CommOp, header: dict[str, Any] | None) -> str | None:
     """What is wrong with a valid record's rank and process group against each other and the file's header, or
     None. A record in a rank's log is that rank's (the header's ``rank``). Its group is the global ranks of the
     process group it ran on, its own rank among them (a send's and recv's too: their group is the process group's,
-    or the pair, and holds the peer as well); no rank twice; none at or above the header's world size. A record
-    that breaks this would add ranks the job never had, or count the op on a group its rank is not in."""
+    or the pair, and holds the peer, another rank, as well); no rank twice; none at or above the header's world
+    size. An all_to_all's splits give the bytes to each member and add up to its size. A record that breaks this
+    would add ranks the job never had, count the op on a group its rank is not in, or place bytes nowhere."""
     group = op.group
     if len(set(group)) != len(group):
         twice = sorted({r for r in group if group.count(r) > 1})
@@ -373,8 +374,21 @@ def _group_problem(op: CommOp, header: dict[str, Any] | None) -> str | None:
     if group and rank is not None and rank not in group:
         return (f"group={list(group)} does not hold the record's rank {rank}: expected the group the rank ran "
                 f"the op on, itself among its members")
+    if group and op.op in ("send", "recv"):
+        if op.peer is None:
+            return (f"op={op.op!r} names no peer: expected the rank it {'sent to' if op.op == 'send' else 'received from'}"
+                    f" (peer, a member of group={list(group)})")
+        if op.peer == rank:
+            return f"peer={op.peer} is the record's own rank: a {op.op} goes to another rank"
     if group and op.peer is not None and op.peer not in group:
         return f"peer={op.peer} is not in group={list(group)}: expected a member of the group it sent or received on"
+    if group and op.op == "all_to_all" and op.splits is not None:
+        if len(op.splits) != len(group):
+            return (f"splits={list(op.splits)} has {len(op.splits)} entries for group={list(group)}: expected the bytes "
+                    f"sent to each of its {len(group)} members, in group order")
+        if sum(op.splits) != op.size_bytes:
+            return (f"splits={list(op.splits)} sum to {sum(op.splits)} B, size_bytes={op.size_bytes}: expected the "
+                    f"whole send buffer split among the group")
     world = (header or {}).get("world_size")
     if _is_int(world) and world > 0:
         if group and max(group) >= world:
