@@ -355,7 +355,7 @@ def check_op(op: CommOp) -> str | None:
     return None
 
 
-def _group_problem(op: CommOp, header: dict[str, Any] | None) -> str | None:
+def _consistency_problem(op: CommOp, header: dict[str, Any] | None) -> str | None:
     """What is wrong with a valid record's rank and process group against each other and the file's header, or
     None. A record in a rank's log is that rank's (the header's ``rank``). Its group is the global ranks of the
     process group it ran on, its own rank among them (a send's and recv's too: their group is the process group's,
@@ -439,7 +439,7 @@ def _parse_line(raw: bytes, lineno: int, name: str, problems: list[str],
     except (TypeError, ValueError, OverflowError) as exc:
         problems.append(f"{name} line {lineno}: not a valid CommOp ({exc}), skipped")
         return None
-    bad = check_op(op) or _group_problem(op, header)
+    bad = check_op(op) or _consistency_problem(op, header)
     if bad:
         problems.append(f"{name} line {lineno}: {bad}, skipped")
         return None

@@ -7,10 +7,13 @@
   rccl-tests output, PyTorch Flight Recorder dumps, ``NCCL_DEBUG=INFO`` logs), the format told from the content;
 - a directory of such files, one per rank, merged.
 
-Recorded logs are data to defend: a bad record (an unknown dtype, a null group, a size of ``1e400``, a step that
-is no integer) is reported with its file and line and skipped by the reader; here the run as a whole is checked
-too: duplicate and missing ranks, a header whose rank disagrees with the file name, files of other formats or
-of other runs in the same directory, steps some ranks did not finish. Everything found is in
+Recorded logs are data to defend: a bad record (an unknown dtype, a null group, a size of ``1e400`` or over 1 TiB,
+a group without the record's rank or beyond the header's world size, a step that is no integer) is reported with
+its file and line and skipped by the reader; here the run as a whole is checked too: duplicate and missing ranks
+(the recorder's ``rank#####.jsonl`` kept over a copy of it), a header whose rank disagrees with the file name, a
+log with fewer or more records than its ``.done`` marker says were written, a log with no record, files of other
+formats or of other runs in the same directory (headers with different ``run_id``, world sizes or start times),
+steps some ranks did not finish. Everything found is in
 :attr:`RunLog.problems` (what was wrong or skipped) and :attr:`RunLog.notes` (what was assumed); nothing of it
 stops the reading, only an input with nothing importable does (a ``ValueError`` that says why).
 
