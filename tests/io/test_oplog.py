@@ -253,3 +253,13 @@ def test_csv_errors_name_the_file(tmp_path):
         read_ops_csv(tmp_path / "bad.csv")
     write_ops_csv(tmp_path / "none.csv", [])
     assert read_ops_csv(tmp_path / "none.csv").ops == []
+
+
+def test_csv_rows_get_the_checks_of_jsonl_records(tmp_path):
+    path = tmp_path / "ops.csv"
+    write_ops_csv(path, [CommOp(op="all_reduce", axis="dp", group=(0, 1), size_bytes=2**41),
+                         CommOp(op="all_reduce", axis="dp", group=(0, 1), size_bytes=8, dtype="float33"),
+                         CommOp(op="all_reduce", axis="dp", group=(0, 1), size_bytes=8)])
+    log = read_ops_csv(path)
+    assert len(log.ops) == 1 and log.problems[0].startswith("ops.csv line 2: size_bytes=2199023255552 is larger than")
+    assert log.problems[1].startswith("ops.csv line 3: dtype='float33': unknown")

@@ -31,12 +31,12 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeGuard
 
 import numpy as np
 
 from commscope.io.import_base import KNOWN_DTYPES
-from commscope.record import CommOp
+from commscope.record import MAX_MESSAGE_BYTES, CommOp
 
 #: Key of the optional first line of a JSONL op log.
 HEADER_KEY = "commscope_header"
@@ -74,6 +74,9 @@ class OpLog:
     """One line per skipped line or other oddity: ``ops.jsonl line 812: truncated JSON, skipped``."""
     steps: list[dict[str, int]] = field(default_factory=list)
     """The step lines (:data:`STEP_KEY`) in file order: ``step``, ``t_start_ns``, ``t_end_ns``."""
+    num_records: int = 0
+    """Op-record lines in the file, valid or skipped (every non-blank line but the header and step lines): what
+    a recorder's completion marker (``rank#####.done``) says it wrote."""
 
     def to_pandas(self) -> Any:
         """The ops as a pandas DataFrame, one row per op (needs pandas; :func:`commscope.io.tables.ops_to_pandas`)."""
@@ -298,18 +301,42 @@ def _op_from_obj(obj: dict[str, Any]) -> CommOp:
     return CommOp(**obj)
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _raw_problem(obj: dict[str, Any]) -> str | None:
+    """What is wrong with the fields of a record's JSON object that CommOp computes with before :func:`check_op` can
+    look at them, or None: a size or count that is no integer (``"4000"``: CommOp would fail comparing it with 0),
+    a group or splits that is no list of integers (``int()`` would silently turn ``["1"]`` or ``[0.5]`` into
+    ranks). The message names the field, the value and what would be valid, as :func:`check_op`'s do."""
+    size = obj.get("size_bytes", 0)
+    if not (_is_int(size) and size >= 0):
+        return f"size_bytes={size!r}: expected a whole number of bytes >= 0"
+    count = obj.get("count", 1)
+    if not (_is_int(count) and count >= 1):
+        return f"count={count!r}: expected an integer >= 1"
+    group = obj.get("group", [])
+    if not (isinstance(group, list) and all(_is_int(r) and r >= 0 for r in group)):
+        return f"group={group!r}: expected a list of ranks (integers >= 0)"
+    splits = obj.get("splits")
+    if splits is not None and not (isinstance(splits, list) and all(_is_int(b) and b >= 0 for b in splits)):
+        return f"splits={splits!r}: expected bytes per peer (integers >= 0)"
+    return None
 
 
 def check_op(op: CommOp) -> str | None:
     """What is wrong with a record read from a file, or None: the checks CommOp leaves to readers, because a file
-    can hold what code would never build (a null group, a size of ``1e400`` read as infinity, NaN times, an
-    unknown dtype, a step that is no integer). The message names the field, the value and what would be valid."""
+    can hold what code would never build (a null group, a size of ``1e400`` read as infinity, a size over
+    :data:`~commscope.record.MAX_MESSAGE_BYTES`, NaN times, an unknown dtype, a step that is no integer). The
+    message names the field, the value and what would be valid."""
     if not isinstance(op.group, tuple) or not all(_is_int(r) and r >= 0 for r in op.group):
         return f"group={op.group!r}: expected a list of ranks (integers >= 0)"
     if not _is_int(op.size_bytes):
         return f"size_bytes={op.size_bytes!r}: expected a whole number of bytes >= 0"
+    if op.size_bytes > MAX_MESSAGE_BYTES:
+        return (f"size_bytes={op.size_bytes} is larger than any real message (> 1 TiB, {MAX_MESSAGE_BYTES} B): "
+                f"a damaged record")
     if not _is_int(op.count):
         return f"count={op.count!r}: expected an integer >= 1"
     for name in ("rank", "peer", "micro_batch", "layer", "t_start_ns", "t_end_ns"):
@@ -328,9 +355,57 @@ def check_op(op: CommOp) -> str | None:
     return None
 
 
-def _parse_line(raw: bytes, lineno: int, name: str, problems: list[str]) -> tuple[str, Any] | None:
+def _consistency_problem(op: CommOp, header: dict[str, Any] | None) -> str | None:
+    """What is wrong with a valid record's rank and process group against each other and the file's header, or
+    None. A record in a rank's log is that rank's (the header's ``rank``). Its group is the global ranks of the
+    process group it ran on, its own rank among them (a send's and recv's too: their group is the process group's,
+    or the pair, and holds the peer, another rank, as well); no rank twice; none at or above the header's world
+    size. An all_to_all's splits give the bytes to each member and add up to its size. A record that breaks this
+    would add ranks the job never had, count the op on a group its rank is not in, or place bytes nowhere."""
+    group = op.group
+    if len(set(group)) != len(group):
+        twice = sorted({r for r in group if group.count(r) > 1})
+        return f"group={list(group)}: rank {', '.join(map(str, twice))} more than once; expected distinct ranks"
+    stated = (header or {}).get("rank")
+    stated = stated if _is_int(stated) and stated >= 0 else None
+    if op.rank is not None and stated is not None and op.rank != stated:
+        return f"rank={op.rank} in the log of rank {stated} (its header's): expected {stated}"
+    rank = op.rank if op.rank is not None else stated
+    if group and rank is not None and rank not in group:
+        return (f"group={list(group)} does not hold the record's rank {rank}: expected the group the rank ran "
+                f"the op on, itself among its members")
+    if group and op.op in ("send", "recv"):
+        if op.peer is None:
+            return (f"op={op.op!r} names no peer: expected the rank it {'sent to' if op.op == 'send' else 'received from'}"
+                    f" (peer, a member of group={list(group)})")
+        if op.peer == rank:
+            return f"peer={op.peer} is the record's own rank: a {op.op} goes to another rank"
+    if group and op.peer is not None and op.peer not in group:
+        return f"peer={op.peer} is not in group={list(group)}: expected a member of the group it sent or received on"
+    if group and op.op == "all_to_all" and op.splits is not None:
+        if len(op.splits) != len(group):
+            return (f"splits={list(op.splits)} has {len(op.splits)} entries for group={list(group)}: expected the bytes "
+                    f"sent to each of its {len(group)} members, in group order")
+        if sum(op.splits) != op.size_bytes:
+            return (f"splits={list(op.splits)} sum to {sum(op.splits)} B, size_bytes={op.size_bytes}: expected the "
+                    f"whole send buffer split among the group")
+    world = (header or {}).get("world_size")
+    if _is_int(world) and world > 0:
+        if group and max(group) >= world:
+            return (f"group={list(group)}: rank {max(group)} is not below the header's world_size={world}; "
+                    f"expected ranks 0 to {world - 1}")
+        for key, value in (("rank", op.rank), ("peer", op.peer)):
+            if value is not None and value >= world:
+                return (f"{key}={value} is not below the header's world_size={world}; expected a rank 0 to "
+                        f"{world - 1}")
+    return None
+
+
+def _parse_line(raw: bytes, lineno: int, name: str, problems: list[str],
+                header: dict[str, Any] | None = None) -> tuple[str, Any] | None:
     """One non-blank line of a JSONL op log: ``("op", CommOp)``, ``("header", dict)``, ``("step", dict)``, or None
-    when the line is skipped (the reason appended to ``problems``, naming the file and line)."""
+    when the line is skipped (the reason appended to ``problems``, naming the file and line). ``header``: the
+    file's, when read before this line (a record's group is checked against its rank and world size)."""
     try:
         obj = json.loads(raw)
     except ValueError as exc:
@@ -355,16 +430,28 @@ def _parse_line(raw: bytes, lineno: int, name: str, problems: list[str]) -> tupl
             return ("step", {k: int(mark[k]) for k in ("step", "t_start_ns", "t_end_ns")})
         problems.append(f"{name} line {lineno}: {STEP_KEY} needs integer step, t_start_ns and t_end_ns, skipped")
         return None
+    bad = _raw_problem(obj)
+    if bad:
+        problems.append(f"{name} line {lineno}: {bad}, skipped")
+        return None
     try:
         op = _op_from_obj(obj)
     except (TypeError, ValueError, OverflowError) as exc:
         problems.append(f"{name} line {lineno}: not a valid CommOp ({exc}), skipped")
         return None
-    bad = check_op(op)
+    bad = check_op(op) or _consistency_problem(op, header)
     if bad:
         problems.append(f"{name} line {lineno}: {bad}, skipped")
         return None
     return ("op", op)
+
+
+_NO_RECORD_KEYS = (HEADER_KEY.encode(), STEP_KEY.encode())
+
+
+def _is_record_line(raw: bytes) -> bool:
+    """Whether a skipped line was meant as an op record (not as a header or step line)."""
+    return not any(key in raw for key in _NO_RECORD_KEYS)
 
 
 def _take_header(value: dict[str, Any], header: dict[str, Any] | None, any_op: bool, name: str, lineno: int,
@@ -397,25 +484,27 @@ def read_ops_jsonl(path: str | Path) -> OpLog:
     ops: list[CommOp] = []
     steps: list[dict[str, int]] = []
     header: dict[str, Any] | None = None
-    num_lines = 0
+    num_lines = num_records = 0
     with _open_binary_read(path) as fh, _gc_paused():
         for lineno, raw in _lines(fh, name, problems):
             num_lines = lineno
             if not raw.strip():
                 continue
-            parsed = _parse_line(raw, lineno, name, problems)
+            parsed = _parse_line(raw, lineno, name, problems, header)
             if parsed is None:
+                num_records += _is_record_line(raw)
                 continue
             kind, value = parsed
             if kind == "op":
                 ops.append(value)
+                num_records += 1
             elif kind == "step":
                 steps.append(value)
             else:
                 header = _take_header(value, header, bool(ops), name, lineno, problems)
     if not ops and header is None:
         raise _no_valid_line(path, num_lines, problems)
-    return OpLog(ops=ops, header=header or {}, problems=problems.finish(), steps=steps)
+    return OpLog(ops=ops, header=header or {}, problems=problems.finish(), steps=steps, num_records=num_records)
 
 
 #: The parts of a recorded line that differ from one record of the same op to the next: its two times (written
@@ -432,8 +521,8 @@ _MAX_KINDS = 1 << 16
 def scan_ops_jsonl(path: str | Path, add: Callable[[CommOp, dict[int | None, int], dict[str, Any]], None]) -> OpLog:
     """Read a JSONL op log as :func:`read_ops_jsonl` does, without holding its records: valid records go to
     ``add(op, by_step, header)``, ``by_step[s]`` records equal to ``op`` but for their step ``s`` (None: untagged)
-    at once, and the returned OpLog has no ``ops`` (its header, problems and step lines as :func:`read_ops_jsonl`
-    gives them).
+    at once, and the returned OpLog has no ``ops`` (its header, problems, step lines and ``num_records`` as
+    :func:`read_ops_jsonl` gives them).
 
     The records of one op differ from line to line only in their times, sequence number and step: a line equal
     to an earlier one but for those integers is the same record again, counted, not parsed (the first is parsed
@@ -447,7 +536,7 @@ def scan_ops_jsonl(path: str | Path, add: Callable[[CommOp, dict[int | None, int
     problems = _Problems()
     steps: list[dict[str, int]] = []
     header: dict[str, Any] | None = None
-    num_lines = 0
+    num_lines = num_records = 0
     any_op = False
     kinds: dict[tuple[Any, ...], list[Any]] = {}  # what is left of a line -> [op, {step digits: lines}]
     times, seq, step_of = _TIMES.search, _SEQ.search, _STEP.search
@@ -471,11 +560,13 @@ def scan_ops_jsonl(path: str | Path, add: Callable[[CommOp, dict[int | None, int
             if kind is not None and (m is None or int(m.group(2)) >= int(m.group(1))):
                 tag = None if t is None else t.group(1)
                 kind[1][tag] = kind[1].get(tag, 0) + 1
+                num_records += 1
                 continue
             if not raw.strip():
                 continue
-            parsed = _parse_line(raw, lineno, name, problems)
+            parsed = _parse_line(raw, lineno, name, problems, header)
             if parsed is None:
+                num_records += _is_record_line(raw)
                 continue
             what, value = parsed
             if what == "step":
@@ -484,6 +575,7 @@ def scan_ops_jsonl(path: str | Path, add: Callable[[CommOp, dict[int | None, int
                 header = _take_header(value, header, any_op, name, lineno, problems)
             else:
                 any_op = True
+                num_records += 1
                 if (kind is None and len(kinds) < _MAX_KINDS and (m is None or _times_in_place(raw, m, value))
                         and (t is None or _step_in_place(raw, t, value))):
                     kinds[key] = [value, {None if t is None else t.group(1): 1}]
@@ -494,7 +586,7 @@ def scan_ops_jsonl(path: str | Path, add: Callable[[CommOp, dict[int | None, int
         add(op, {own if tag is None else int(tag): n for tag, n in by_tag.items()}, header or {})
     if not any_op and header is None:
         raise _no_valid_line(path, num_lines, problems)
-    return OpLog(ops=[], header=header or {}, problems=problems.finish(), steps=steps)
+    return OpLog(ops=[], header=header or {}, problems=problems.finish(), steps=steps, num_records=num_records)
 
 
 def _step(op: CommOp) -> int | None:
@@ -644,9 +736,15 @@ def read_ops_csv(path: str | Path) -> OpLog:
                     problems.append(f"{name} line {lineno}: {why} ({len(row)} fields, expected {len(columns)}), skipped")
                     continue
                 try:
-                    ops.append(_op_from_row(row, index))
+                    op = _op_from_row(row, index)
                 except (TypeError, ValueError) as exc:
                     problems.append(f"{name} line {lineno}: {exc}, skipped")
+                    continue
+                bad = check_op(op)
+                if bad:
+                    problems.append(f"{name} line {lineno}: {bad}, skipped")
+                    continue
+                ops.append(op)
         except csv.Error as exc:
             problems.append(f"{name} line {reader.line_num}: unreadable CSV ({exc}); stopped reading")
         except (EOFError, OSError, zlib.error) as exc:

@@ -7,10 +7,13 @@
   rccl-tests output, PyTorch Flight Recorder dumps, ``NCCL_DEBUG=INFO`` logs), the format told from the content;
 - a directory of such files, one per rank, merged.
 
-Recorded logs are data to defend: a bad record (an unknown dtype, a null group, a size of ``1e400``, a step that
-is no integer) is reported with its file and line and skipped by the reader; here the run as a whole is checked
-too: duplicate and missing ranks, a header whose rank disagrees with the file name, files of other formats or
-of other runs in the same directory, steps some ranks did not finish. Everything found is in
+Recorded logs are data to defend: a bad record (an unknown dtype, a null group, a size of ``1e400`` or over 1 TiB,
+a group without the record's rank or beyond the header's world size, a step that is no integer) is reported with
+its file and line and skipped by the reader; here the run as a whole is checked too: duplicate and missing ranks
+(the recorder's ``rank#####.jsonl`` kept over a copy of it), a header whose rank disagrees with the file name, a
+log with fewer or more records than its ``.done`` marker says were written, a log with no record, files of other
+formats or of other runs in the same directory (headers with different ``run_id``, world sizes or start times),
+steps some ranks did not finish. Everything found is in
 :attr:`RunLog.problems` (what was wrong or skipped) and :attr:`RunLog.notes` (what was assumed); nothing of it
 stops the reading, only an input with nothing importable does (a ``ValueError`` that says why).
 
@@ -39,6 +42,8 @@ __all__ = ["AxisAttribution", "RunFindings", "RunLog", "RunTotals", "is_logical"
 #: seconds of each other; one hour leaves room for a slow rendezvous).
 MIXED_RUN_START_SPREAD_NS = 3600 * 10**9
 _RANK_IN_NAME = re.compile(r"(\d+)(?:\D*)$")
+#: The name the recorder gives a rank's log (gzipped afterwards, or by the synthetic writer, too).
+_RECORDER_NAME = re.compile(r"rank(\d{5})(\.jsonl(?:\.gz)?)")
 #: Formats whose records without a group are the world's: DeepSpeed computes its bandwidths with the world size.
 _WORLD_GROUP_FORMATS = frozenset({"deepspeed"})
 _IGNORED_SUFFIXES = (".done", ".md", ".png", ".html", ".npz", ".csv", ".toml")  # .toml: the job saved beside the logs
@@ -84,7 +89,7 @@ class RunLog(RunFindings):
     """All ranks' records of one measured run."""
 
     ops_by_rank: dict[int, list[CommOp]]
-    """Records of each global rank, in file order."""
+    """Records of each global rank, in file order (an empty list for a rank whose commscope log holds none)."""
     unranked: tuple[CommOp, ...] = ()
     """Records that name no rank (a DeepSpeed summary row, an nccl-tests row): each counts once."""
 
@@ -104,7 +109,8 @@ class RunTotals(RunFindings):
     not its records); :func:`run_totals` from a RunLog in memory. Both give equal totals for the same files."""
 
     ranks_logged: tuple[int, ...] = ()
-    """Ranks with at least one record."""
+    """Ranks with at least one record, or a commscope log of their own (one without records included: a rank that
+    logged no op, reported in :attr:`problems`)."""
     num_records: int = 0
     """Records read, ranked and unranked (each line once, whatever its ``count``)."""
     num_unranked: int = 0
@@ -258,8 +264,11 @@ def _run_files(path: Path) -> list[Path]:
         raise ValueError(f"{path}: no such file or directory")
     if not path.is_dir():
         return [path]
-    files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")
-                   and not p.name.endswith(_IGNORED_SUFFIXES) and p.name not in _IGNORED_NAMES)
+    # the recorder's own names first: where a copy (``rank00001 (copy).jsonl``) holds the same rank, the
+    # recorder's file is the rank's and the copy the one reported and skipped
+    files = sorted((p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")
+                    and not p.name.endswith(_IGNORED_SUFFIXES) and p.name not in _IGNORED_NAMES),
+                   key=lambda p: (_RECORDER_NAME.fullmatch(p.name) is None, p.name))
     if not files:
         raise ValueError(f"{path}: an empty directory: no rank*.jsonl logs (commscope record) and no file another "
                          f"tool wrote (Kineto traces, DeepSpeed logs, Flight Recorder dumps, NCCL_DEBUG logs)")
@@ -431,7 +440,9 @@ def _fold_jsonl(f: Path) -> tuple[ImportResult, _Fold]:
     log = scan_ops_jsonl(f, add)
     result = ImportResult(ops=[], source=str(f), format="jsonl",
                           missing_fields=fold.file_missing() if fold.records else (),
-                          problems=list(log.problems), meta={"header": dict(log.header), "steps": list(log.steps)})
+                          problems=list(log.problems), meta={"header": dict(log.header), "steps": list(log.steps),
+                                                             "num_records": log.num_records,
+                                                             "num_ops": sum(fold.records.values())})
     return result, fold
 
 
@@ -439,8 +450,8 @@ class _Reader:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.fold: _RunFold | None = None  # in fold mode, the jsonl files' records, folded as they are read
-        self.owner: dict[int, str] = {}
-        self.duplicates: list[str] = []
+        self.owner: dict[int, str] = {}  # rank -> the name of its commscope log (the first one read)
+        self.duplicates: dict[str, str] = {}  # the name of a second log of a rank -> the problem that says so
         self.problems: list[str] = []
         self.notes: list[str] = []
         self.results: list[tuple[Path, ImportResult, int | None]] = []
@@ -456,17 +467,18 @@ class _Reader:
         if isinstance(got, str):
             self.problems.append(got)
             return
-        self.problems += got.problems
-        rank = _file_rank(f, got, self.problems)
+        found: list[str] = []
+        rank = _file_rank(f, got, found)
         self.results.append((f, got, rank))
-        if fold is None or self.fold is None:
-            return
-        if rank is not None:  # as finish() skips a second file of one rank, whose records are not counted
-            if rank in self.owner:
-                self.duplicates.append(_duplicate(f, rank, self.owner[rank]))
+        if got.format == "jsonl" and rank is not None:
+            if rank in self.owner:  # a second log of one rank is skipped whole: its records and their problems
+                self.duplicates[f.name] = _duplicate(f, rank, self.owner[rank])
+                self.problems += found
                 return
             self.owner[rank] = f.name
-        self.fold.merge(fold)
+        self.problems += got.problems + found
+        if fold is not None and self.fold is not None:
+            self.fold.merge(fold)
 
     def finish(self, layout: Any) -> RunLog:
         if not self.results:
@@ -475,15 +487,14 @@ class _Reader:
         results = self._one_format()
         ops_by_rank: dict[int, list[CommOp]] = {}
         unranked: list[CommOp] = []
-        owner: dict[int, str] = {}
         world = 0
         for f, result, rank in results:
+            if f.name in self.duplicates:
+                self.problems.append(self.duplicates[f.name])
+                continue
             if result.format == "jsonl" and rank is not None:
-                if rank in owner:
-                    self.problems.append(_duplicate(f, rank, owner[rank]))
-                    continue
-                owner[rank] = f.name
                 self._rank_file(f, result, rank)
+                ops_by_rank.setdefault(rank, [])  # a log without records is a rank that logged none, not no rank
             for op in result.ops:
                 r = op.rank if op.rank is not None else rank
                 if r is None:
@@ -516,8 +527,35 @@ class _Reader:
         self.headers[rank] = dict(result.meta.get("header") or {})
         if result.meta.get("steps"):
             self.steps_by_rank[rank] = sorted(result.meta["steps"], key=lambda m: m["step"])
-        if not f.with_suffix(".done").exists():
+        if result.meta.get("num_ops") == 0:
+            written = result.meta.get("num_records") or 0
+            self.problems.append(f"{f.name}: " + (f"none of its {written} op records is valid" if written else
+                                                  "the log holds no op record, only its header")
+                                 + f": rank {rank} is counted as logged, with no ops")
+        marker = _marker(f)
+        if marker is None:
             self.unfinished.append(rank)
+        else:
+            self._check_marker(f, marker, result.meta.get("num_records"))
+
+    def _check_marker(self, f: Path, marker: Path, num_records: int | None) -> None:
+        """A finished log holds as many op records as its completion marker says the recorder wrote."""
+        try:
+            text = marker.read_text(encoding="utf-8", errors="replace").strip()
+        except OSError as exc:
+            self.problems.append(f"{marker.name}: unreadable ({exc.strerror or exc}); {f.name} taken as finished")
+            return
+        if not text:  # a marker without a count (touched by hand, or by an older recorder): nothing to compare
+            return
+        if not text.isdigit():
+            self.problems.append(f"{marker.name}: holds {text[:40]!r}, expected the number of op records the "
+                                 f"recorder wrote to {f.name}; not compared")
+            return
+        if num_records is not None and int(text) != num_records:
+            how = ("the file was cut or edited" if num_records < int(text) else
+                   "records were added after the recorder finished it, or the file was edited")
+            self.problems.append(f"{f.name}: {num_records} op records, its .done marker says {int(text)} were "
+                                 f"written: {how}")
 
     def finish_totals(self, layout: Any) -> RunTotals:
         """finish() for a reader in fold mode: the same findings, from the folded records of commscope's logs."""
@@ -525,15 +563,16 @@ class _Reader:
         if fold is None or not self.results or self._main_format() != "jsonl":
             return run_totals(self.finish(layout), layout=layout)
         results = self._one_format()
-        self.problems += self.duplicates
         world = 0
-        for f, result, rank in results:
+        for f, result, rank in results:  # in finish()'s order, so that both list their findings alike
             if rank is not None and self.owner.get(rank) == f.name:
                 self._rank_file(f, result, rank)
+            elif f.name in self.duplicates:
+                self.problems.append(self.duplicates[f.name])
             meta_world = (result.meta.get("header") or {}).get("world_size")
             if isinstance(meta_world, int) and not isinstance(meta_world, bool) and meta_world > 0:
                 world = max(world, meta_world)
-        world = max(world, fold.world)
+        world = max(world, fold.world, *(r + 1 for r in self.owner))
         self._check_headers(results, world)
         omitted = _why_no_matrix(fold.groupless, fold.p2p_groupless, "jsonl", layout, world)
         always = tuple(sorted({name for _, r, _ in results for name in r.missing_fields}))
@@ -542,7 +581,7 @@ class _Reader:
                          missing_fields=missing_of(fold.relevant, fold.known, always) if fold.records else always,
                          notes=tuple(self.notes), matrix_omitted=omitted, partial_steps=_partial_steps_of(fold.rank_steps),
                          steps_by_rank=self.steps_by_rank, failure=read_failure(self.root) if self.root.is_dir() else None,
-                         ranks_logged=tuple(sorted(r for r in fold.records if r is not None)),
+                         ranks_logged=tuple(sorted({r for r in fold.records if r is not None} | set(self.owner))),
                          num_records=sum(fold.records.values()), num_unranked=fold.records.get(None, 0),
                          logical=fold.logical_ops(), by_step=fold.step_rows(), axes_layout=layout)
 
@@ -564,19 +603,34 @@ class _Reader:
 
     def _check_headers(self, results: list[tuple[Path, ImportResult, int | None]], world: int) -> None:
         worlds: dict[int, list[str]] = defaultdict(list)
+        runs: dict[str, list[str]] = defaultdict(list)
         starts: list[tuple[int, str]] = []
         for f, result, _ in results:
             header = result.meta.get("header") or {}
             w = header.get("world_size")
-            if isinstance(w, int) and not isinstance(w, bool):
+            if isinstance(w, int) and not isinstance(w, bool) and w > 0:
                 worlds[w].append(f.name)
+            elif w is not None:  # null: the job had no process group when the log began
+                self.problems.append(f"{f.name} line 1: header world_size={w!r}: expected the number of ranks (an "
+                                     f"integer >= 1) or null; not used")
+            run_id = header.get("run_id")
+            if isinstance(run_id, str) and run_id:
+                runs[run_id].append(f.name)
+            elif run_id is not None:  # absent in logs of recorders before run ids
+                self.problems.append(f"{f.name} line 1: header run_id={run_id!r}: expected the run's id (a "
+                                     f"non-empty string); not compared")
             s = header.get("started_ns")
             if isinstance(s, int) and not isinstance(s, bool):
                 starts.append((s, f.name))
         if len(worlds) > 1:
             self.problems.append("headers disagree on the world size (" + "; ".join(
-                f"{w}: {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}" for w, names in sorted(worlds.items()))
+                f"{w}: {_file_names(names)}" for w, names in sorted(worlds.items()))
                 + "): files of different runs in one directory?")
+        if len(runs) > 1:  # every rank of one run writes the same run_id, whatever its world size says
+            by_first = sorted(runs.items(), key=lambda item: min(item[1]))
+            self.problems.append(", ".join(
+                f"{_file_names(names)}{(' is' if len(names) == 1 else ' are') if k == 0 else ''} of run {run_id}"
+                for k, (run_id, names) in enumerate(by_first)) + ": logs of different runs mixed in one directory")
         if starts:
             lo, hi = min(starts), max(starts)
             if hi[0] - lo[0] > MIXED_RUN_START_SPREAD_NS:
@@ -635,9 +689,37 @@ def _why_no_matrix(num: int, num_p2p: int, formats: str, layout: Any, world: int
     return None
 
 
+def _file_names(names: list[str], limit: int = 6) -> str:
+    """File names for a problem line, the recorder's names of consecutive ranks as one range
+    (``rank00001.jsonl to rank00003.jsonl``): at most ``limit`` items, then how many files more."""
+    ranges: list[list[str]] = []
+    last: tuple[int, str] | None = None  # the rank and suffix of the name before, when it is the recorder's
+    for name in sorted(names):
+        m = _RECORDER_NAME.fullmatch(name)
+        this = (int(m.group(1)), m.group(2)) if m else None
+        if this is not None and last is not None and this == (last[0] + 1, last[1]):
+            ranges[-1].append(name)
+        else:
+            ranges.append([name])
+        last = this
+    shown = [", ".join(r) if len(r) < 3 else f"{r[0]} to {r[-1]}" for r in ranges[:limit]]
+    more = sum(len(r) for r in ranges[limit:])
+    return ", ".join(shown + ([f"and {more} files more"] if more else []))
+
+
 def _duplicate(f: Path, rank: int, first: str) -> str:
     return (f"{f.name}: rank {rank} again (also in {first}): two runs in one directory, or a copied file? this "
             f"file is skipped")
+
+
+def _marker(f: Path) -> Path | None:
+    """The completion marker of a rank log, or None when it has none: the recorder's ``rank00003.done`` beside
+    ``rank00003.jsonl`` (and beside the same log gzipped afterwards, ``rank00003.jsonl.gz``), or the log's name
+    with its last suffix replaced (``rank00003.jsonl.done`` beside ``rank00003.jsonl.gz``)."""
+    for marker in (f.with_name(f.name.split(".", 1)[0] + ".done"), f.with_suffix(".done")):
+        if marker.is_file():
+            return marker
+    return None
 
 
 def _read_jsonl(f: Path) -> ImportResult:
@@ -646,7 +728,8 @@ def _read_jsonl(f: Path) -> ImportResult:
 
     log = read_ops_jsonl(f)
     return ImportResult(ops=log.ops, source=str(f), format="jsonl", missing_fields=missing_fields(log.ops),
-                        problems=list(log.problems), meta={"header": dict(log.header), "steps": list(log.steps)})
+                        problems=list(log.problems), meta={"header": dict(log.header), "steps": list(log.steps),
+                                                           "num_records": log.num_records, "num_ops": len(log.ops)})
 
 
 def _file_rank(f: Path, result: ImportResult, problems: list[str]) -> int | None:
@@ -668,6 +751,10 @@ def _rank_of(f: Path, header: dict[str, Any], meta: dict[str, Any], fmt: str) ->
         stated = None
     if stated is not None and named is not None and stated != named:
         problems.append(f"{f.name}: the header says rank {stated}, the file name rank {named}; using the header's")
+    world = header.get("world_size")
+    if stated is not None and isinstance(world, int) and not isinstance(world, bool) and 0 < world <= stated:
+        problems.append(f"{f.name} line 1: header rank={stated} is not below its world_size={world}: a rank of "
+                        f"another run, or a damaged header?")
     if fmt in ("jsonl", "kineto", "flight_recorder"):
         return (stated if stated is not None else named), problems
     return None, problems
