@@ -95,7 +95,7 @@ def check_moe_config(cfg: MoeRunConfig) -> None:
     from commscope.workload.pytorch import check_torch_job
 
     # the same block structure as the reference GPT (no biases, untied, rope/none)
-    check_torch_job(replace(m, num_experts=0), replace(p, ep=1))
+    check_torch_job(replace(m, num_experts=0, capacity_factor=None), replace(p, ep=1))
 
 
 def _build_moe_layer():
