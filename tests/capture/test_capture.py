@@ -109,26 +109,24 @@ def _coalesced_async(rank, world, logdir):
     inputs = [torch.full((4,), float(rank + 1)), torch.full((2,), float(10 * (rank + 1)))]
     gathered = [torch.zeros(8), torch.zeros(4)]
     scattered = [torch.zeros(2), torch.zeros(1)]
-    if rank == 0:
-        with dist._coalescing_manager(group, async_ops=True) as cm:
+
+    def issue():
+        with dist._coalescing_manager(group, async_ops=True) as gathers:
             for out, inp in zip(gathered, inputs):
                 dist.all_gather_single(out, inp, group=group)
-        with dist._coalescing_manager(group, async_ops=True) as cm2:
+        with dist._coalescing_manager(group, async_ops=True) as scatters:
             for out, inp in zip(scattered, inputs):
                 dist.reduce_scatter_single(out, inp, group=group)
+        return gathers, scatters
+
+    if rank == 0:
+        works = issue()
         store.set("issued", "1")  # only now may rank 1 join: a recorder that waited inside the issue hangs here
-        cm.wait()
-        cm2.wait()
     else:
         store.wait(["issued"], timedelta(seconds=20))
-        with dist._coalescing_manager(group, async_ops=True) as cm:
-            for out, inp in zip(gathered, inputs):
-                dist.all_gather_single(out, inp, group=group)
-        with dist._coalescing_manager(group, async_ops=True) as cm2:
-            for out, inp in zip(scattered, inputs):
-                dist.reduce_scatter_single(out, inp, group=group)
+        works = issue()
+    for cm in works:
         cm.wait()
-        cm2.wait()
     log.close()
     return [t.tolist() for t in gathered + scattered]
 
