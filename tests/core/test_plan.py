@@ -90,3 +90,35 @@ def test_plan_weighs_uneven_splits_with_their_real_memory():
     assert {e.parallel.virtual_pipeline_size for e in uneven} == {1, 2}
     for e in result.entries:
         assert e.memory_bytes == pytest.approx(memory_per_gpu(model, e.parallel).total_bytes, rel=1e-12)
+
+
+@pytest.mark.parametrize(("model", "cluster", "gpus", "space", "fragment"), [
+    ("gpt-1.5b", "dgx1-v100", 32, PlanSpace(micro_batch_sizes=(3,)),
+     "micro-batch-sizes='3': no candidate: the global batch 512 is not divisible by 3 x dp for any dp"),
+    ("gpt-1.5b", "dgx1-v100", 32, PlanSpace(ep_sizes=(2,)), "ep-sizes='2': gpt-1.5b is dense (no experts)"),
+    ("mixtral-8x7b", "dgx-h100", 64, PlanSpace(ep_sizes=(3,)), "ep-sizes='3': ep must divide num_experts=8"),
+    ("mixtral-8x7b", "dgx-h100", 64, PlanSpace(ep_sizes=(16,)), "ep-sizes='16': ep must divide num_experts=8"),
+    ("mixtral-8x7b", "dgx-h100", 4, PlanSpace(ep_sizes=(8,)), "ep-sizes='8': ep must divide dp x cp, which can be 1,2,4"),
+    ("gpt-1.5b", "dgx1-v100", 8, PlanSpace(cp_sizes=(3,)), "cp-sizes='3': cp must divide gpus=8"),
+    ("gpt-1.5b", "dgx1-v100", 1, PlanSpace(virtual_pipeline_sizes=(2,)), "virtual-pipeline-sizes='2'"),
+    ("gpt-1.5b", "dgx1-v100", 100_000_000, PlanSpace(), "gpus=100000000: no valid configuration: every split"),
+    ("gpt-1.5b", "dgx1-v100", 97, PlanSpace(), "gpus=97: no valid configuration: the global batch 512 is not divisible"),
+])
+def test_no_valid_configuration_names_the_knob_and_why(model, cluster, gpus, space, fragment):
+    """Once numpy's 'zero-size array to reduction operation maximum' from the memory model; now the rule that rules
+    out the last candidate, in terms of the knob that was given."""
+    with pytest.raises(ConfigError) as info:
+        plan(load_model(model), load_cluster(cluster), gpus, 512, space=space)
+    assert fragment in str(info.value)
+
+
+def test_a_knob_is_refused_only_when_none_of_its_values_is_valid():
+    """micro-batch 3 fits no dp of a batch of 512 and ep 2 no dense model: alone they are refused, beside a valid
+    value they are dropped and the plan runs."""
+    model, cluster = load_model("gpt-1.5b"), load_cluster("dgx1-v100")
+    for bad, mixed in (((3,), (3, 4)), ((2,), (1, 2))):
+        knob = "micro_batch_sizes" if bad == (3,) else "ep_sizes"
+        with pytest.raises(ConfigError, match="no candidate|dense"):
+            plan(model, cluster, 32, 512, space=PlanSpace(**{knob: bad}))
+        result = plan(model, cluster, 32, 512, top=3, space=PlanSpace(**{knob: mixed}))
+        assert result.entries and all(e.parallel.micro_batch_size != 3 and e.parallel.ep == 1 for e in result.entries)
