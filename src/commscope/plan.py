@@ -173,10 +173,16 @@ def _validity_terms(model: ModelSpec, c: dict[str, np.ndarray]) -> dict[str, np.
 
 
 def valid_mask(model: ModelSpec, c: dict[str, np.ndarray]) -> np.ndarray:
-    """Vectorised check_job + ParallelSpec validation (no duplicates: SP only with tp > 1)."""
+    """Vectorised check_job + ParallelSpec validation, one spelling per job: sequence parallelism only with tp > 1
+    (one rank has nothing to split), interleaving only with pp > 1, and with dp x cp = 1 (one replica: nothing
+    to shard the optimizer, gradients or parameters over) only the plainest ZeRO choice of the space (the lowest
+    stage, without the distributed optimizer), since every ZeRO choice is then the same job."""
     ok = np.ones(c["tp"].shape, dtype=bool)
     for term in _validity_terms(model, c).values():
         ok &= term
+    if ok.size:
+        zero_key = c["zero"] * 2 + c["dist_opt"]
+        ok &= (c["dp"] * c["cp"] > 1) | (zero_key == zero_key.min())
     return ok
 
 

@@ -37,7 +37,8 @@ def test_vectorised_validity_agrees_with_check_job():
                              micro_batch_size=int(c["mb"][i]), global_batch_size=96,
                              virtual_pipeline_size=int(c["v"][i]), sequence_parallel=bool(c["sp"][i]))
             check_job(model, p)
-            valid = not (c["sp"][i] and c["tp"][i] == 1)
+            # one spelling per job: no SP on one TP rank, only the plainest ZeRO choice on one replica
+            valid = not (c["sp"][i] and c["tp"][i] == 1) and not (c["dp"][i] * c["cp"][i] == 1 and c["zero_choice"][i])
         except (ConfigError, ZeroDivisionError):
             valid = False
         assert bool(ok[i]) == valid, {k: int(v[i]) for k, v in c.items()}
@@ -122,3 +123,19 @@ def test_a_knob_is_refused_only_when_none_of_its_values_is_valid():
             plan(model, cluster, 32, 512, space=PlanSpace(**{knob: bad}))
         result = plan(model, cluster, 32, 512, top=3, space=PlanSpace(**{knob: mixed}))
         assert result.entries and all(e.parallel.micro_batch_size != 3 and e.parallel.ep == 1 for e in result.entries)
+
+
+def test_one_row_per_job_when_zero_has_nothing_to_shard():
+    """With dp x cp = 1 ZeRO stage 0, the distributed optimizer and ZeRO 3 are the same job: one row, stage 0 (they
+    were three rows with the same time and memory). With dp > 1 all three remain."""
+    model, cluster = load_model("gpt-1.5b"), load_cluster("dgx1-v100")
+    for gpus, batch in ((7, 512), (32, 7)):
+        result = plan(model, cluster, gpus, batch, top=1000)
+        jobs = [(e.parallel.tp, e.parallel.pp, e.parallel.micro_batch_size, e.parallel.virtual_pipeline_size,
+                 e.parallel.sequence_parallel, e.parallel.recompute) for e in result.entries]
+        assert all(e.parallel.dp * e.parallel.cp == 1 for e in result.entries)
+        assert len(jobs) == len(set(jobs)) == result.num_valid
+        assert {(e.parallel.zero_stage, e.parallel.distributed_optimizer) for e in result.entries} == {(0, False)}
+    zeros = {(e.parallel.zero_stage, e.parallel.distributed_optimizer)
+             for e in plan(model, cluster, 16, 512, top=1000).entries if e.parallel.dp > 1}
+    assert zeros == {(0, False), (1, True), (3, False)}
