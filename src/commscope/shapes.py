@@ -313,7 +313,7 @@ def shape_rules(model: ModelSpec, parallel: ParallelSpec | None = None, gpu: Gpu
         extra = priced({"vocab_width": width}, actual={"vocab_width": -(-v // t)}) if dims is not None else {}
     else:
         status, vocab_fix, extra = "ok", "", ({"affected": ("logits",)} if dims is not None else {})
-    rules.append(RuleCheck(rule="vocab", title="vocabulary V (padded) per TP rank", value=v,
+    rules.append(RuleCheck(rule="vocab", title="vocabulary V (padded) per TP rank", value=width,
                            requirement=f"V'/t multiple of {q}", status=status, explanation=why,
                            source=f"{_SRC_CODESIGN}; Megatron-LM _vocab_size_with_padding", fix=vocab_fix, **extra))
     return tuple(rules)
