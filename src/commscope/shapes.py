@@ -656,6 +656,8 @@ def suggest_shapes(model: ModelSpec, parallel: ParallelSpec, cluster: ClusterSpe
         raise ConfigError("rank_by", rank_by, f"valid: {', '.join(RANK_BY)}")
     if top < 1:
         raise ConfigError("top", top, "must be >= 1")
+    if refine < 1:  # estimating none would say that no nearby shape is faster
+        raise ConfigError("refine", refine, "must be >= 1: how many of the screened shapes are estimated in full")
     g = gpu or gpu_for_cluster(cluster)
     original = _suggestion(model, model, parallel, cluster, g, None, bandwidth, attention)
     cands = _candidate_models(model, parallel, tolerance, hidden_range)

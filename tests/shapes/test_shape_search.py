@@ -106,3 +106,11 @@ def test_sweep_other_keys_and_errors():
     assert r.valid.all()
     with pytest.raises(ConfigError, match="valid keys"):
         sweep_shapes(model, PAR, cluster, [1], key="width")
+
+
+def test_refine_below_one_is_refused():
+    """Estimating none of the screened shapes said 'no nearby shape is faster', which the default refutes."""
+    from commscope.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="refine=0: must be >= 1"):
+        suggest_shapes(model_preset("gpt-3b"), PAR, cluster_preset("dgx-a100"), refine=0)

@@ -34,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="flash (default): s x s scores stay on chip; unfused: they go through HBM")
     g.add_argument("--tolerance", type=float, default=0.05, help="parameter-count tolerance of suggestions (default 0.05)")
     g.add_argument("--top", type=int, default=5, help="suggestions to show (default 5)")
-    g.add_argument("--refine", type=int, default=48, help="screened shapes estimated in full (default 48)")
+    g.add_argument("--refine", type=int, default=48, help="screened shapes estimated in full (default 48; at least 1)")
     g.add_argument("--rank-by", choices=("time", "time-per-param"), default="time",
                    help="rank suggestions by iteration time (default) or iteration time per parameter")
     g.add_argument("--no-suggest", dest="suggest", action="store_false", help="skip the search for faster shapes")
@@ -94,6 +94,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("png", str(args.png), "the plot shows a sweep: add --sweep KEY=START:STOP:STEP")
     if args.top < 1:
         raise ConfigError("top", args.top, "must be >= 1")
+    if args.refine < 1:
+        raise ConfigError("refine", args.refine, "must be >= 1: the suggestions are the best of the screened shapes "
+                                                 "estimated in full (default 48); --no-suggest skips them")
     model, parallel, cluster = resolve_job(args)
     gpu = gpu_for_cluster(cluster, args.gpu)
     if args.sweep:
