@@ -98,6 +98,7 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("moe analyze {tmp}/nope", "routing trace='{tmp}/nope'"),
     ("shapes --gpu nosuch", "gpu='nosuch'"),
     ("shapes --refine 0", "refine=0: must be >= 1"),  # once '0 estimated ... no nearby shape is faster'
+    ("shapes --sweep hidden=3008,3072 --png /proc/x.png", "png='/proc/x.png': cannot write into /proc"),
     # --- output paths: files in the way, missing or unwritable places, a full disk
     ("traffic --out {tmp}/file.txt", "is a file, not a directory"),
     ("traffic --out {tmp}/file.txt/sub", "{tmp}/file.txt is a file, not a directory"),

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from commscope.cli.common import add_job_args, resolve_job
+from commscope.cli.common import add_job_args, check_out_dir, check_out_file, resolve_job
 from commscope.errors import ConfigError
 
 
@@ -92,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("measure_iters", args.measure_iters, "must be >= 1")
     if args.png is not None and not args.sweep:
         raise ConfigError("png", str(args.png), "the plot shows a sweep: add --sweep KEY=START:STOP:STEP")
+    if args.png is not None:  # a .png file, or a folder to write <model>-<key>-sweep.png into (see plot_sweep)
+        (check_out_file if args.png.suffix.lower() == ".png" else check_out_dir)(args.png, "png")
     if args.top < 1:
         raise ConfigError("top", args.top, "must be >= 1")
     if args.refine < 1:
