@@ -99,6 +99,7 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("shapes --gpu nosuch", "gpu='nosuch'"),
     ("shapes --refine 0", "refine=0: must be >= 1"),  # once '0 estimated ... no nearby shape is faster'
     ("shapes --sweep hidden=3008,3072 --png /proc/x.png", "png='/proc/x.png': cannot write into /proc"),
+    ("shapes --sweep layers=1,2 --sweep heads=16,32", "sweep='heads=16,32': one --sweep per run"),
     # --- output paths: files in the way, missing or unwritable places, a full disk
     ("traffic --out {tmp}/file.txt", "is a file, not a directory"),
     ("traffic --out {tmp}/file.txt/sub", "{tmp}/file.txt is a file, not a directory"),
