@@ -375,6 +375,10 @@ def total_memory_bytes(
                                (tp, pp, dp, cp, ep, micro_batch_size, global_batch_size, virtual_pipeline_size))
     sp = np.asarray(sequence_parallel, dtype=bool) & (t > 1)
     rc = _codes(recompute, RECOMPUTE_CODES, "recompute")
+    shape = np.broadcast_shapes(t.shape, p.shape, d.shape, c.shape, e.shape, b.shape, gb.shape, v.shape, sp.shape,
+                                rc.shape, np.shape(zero_stage), np.shape(distributed_optimizer), np.shape(schedule))
+    if 0 in shape:  # no configurations (the reductions below over them have no identity)
+        return np.zeros(shape, dtype=np.float64)
     gpipe = _codes(schedule, SCHEDULE_CODES, "schedule") == SCHEDULE_CODES["gpipe"]
     zero = np.asarray(zero_stage, dtype=np.int64)
     shard_opt = (zero >= 1) | np.asarray(distributed_optimizer, dtype=bool)

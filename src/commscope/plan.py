@@ -15,6 +15,7 @@ Two passes:
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -113,7 +114,9 @@ class Plan:
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Divisors of ``n`` in increasing order, in O(sqrt(n)) steps (``--gpus 100000000`` must not loop 10^8 times)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def candidates(model: ModelSpec, num_gpus: int, cluster: ClusterSpec, global_batch_size: int,
@@ -144,28 +147,101 @@ def candidates(model: ModelSpec, num_gpus: int, cluster: ClusterSpec, global_bat
     return out
 
 
-def valid_mask(model: ModelSpec, c: dict[str, np.ndarray]) -> np.ndarray:
-    """Vectorised check_job + ParallelSpec validation (no duplicates: SP only with tp > 1)."""
+def _validity_terms(model: ModelSpec, c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The rules of check_job, one boolean array each, in the order :func:`_why_none_valid` blames them."""
     tp, pp, cp, ep, dp, mb, v, sp = (c[k] for k in ("tp", "pp", "cp", "ep", "dp", "mb", "v", "sp"))
-    ok = dp >= 1
-    ok &= model.num_heads % tp == 0
-    ok &= (model.kv_heads % tp == 0) | (tp % model.kv_heads == 0)
-    ok &= model.ffn % tp == 0
-    ok &= model.seq_len % cp == 0
-    ok &= (sp == 0) | ((tp > 1) & (model.seq_len % (cp * tp) == 0))
-    # pp x v dividing the layers, or an uneven split with lighter first and last stages (or chunks)
-    ok &= pp * v <= model.num_layers
-    ok &= (v == 1) | (pp > 1)
     dpm = np.maximum(dp, 1)
-    ok &= c["gb"] % (mb * dpm) == 0
     m = c["gb"] // (mb * dpm)
-    ok &= (v == 1) | (m % pp == 0)
-    ok &= (dpm * cp) % ep == 0
+    ep_ok = (model.num_experts % ep == 0) if model.is_moe else (ep == 1)
+    tp_ok = (model.num_heads % tp == 0) & ((model.kv_heads % tp == 0) | (tp % model.kv_heads == 0))
+    tp_ok &= model.ffn % tp == 0
     if model.is_moe:
-        ok &= (model.num_experts % ep == 0) & (model.moe_ffn % tp == 0)
-    else:
-        ok &= ep == 1
+        tp_ok &= model.moe_ffn % tp == 0
+    return {
+        "ep": ep_ok,
+        "split": dp >= 1,  # tp x pp x cp divides the GPUs
+        "tp": tp_ok,
+        "cp": model.seq_len % cp == 0,
+        "sp": (sp == 0) | ((tp > 1) & (model.seq_len % (cp * tp) == 0)),
+        # pp x v dividing the layers, or an uneven split with lighter first and last stages (or chunks)
+        "layers": pp * v <= model.num_layers,
+        "v_pp": (v == 1) | (pp > 1),
+        "batch": c["gb"] % (mb * dpm) == 0,
+        "v_batch": (v == 1) | (m % pp == 0),
+        "ep_dp": (dpm * cp) % ep == 0,
+    }
+
+
+def valid_mask(model: ModelSpec, c: dict[str, np.ndarray]) -> np.ndarray:
+    """Vectorised check_job + ParallelSpec validation, one spelling per job: sequence parallelism only with tp > 1
+    (one rank has nothing to split), interleaving only with pp > 1, and with dp x cp = 1 (one replica: nothing
+    to shard the optimizer, gradients or parameters over) only the plainest ZeRO choice of the space (the lowest
+    stage, without the distributed optimizer), since every ZeRO choice is then the same job."""
+    ok = np.ones(c["tp"].shape, dtype=bool)
+    for term in _validity_terms(model, c).values():
+        ok &= term
+    if ok.size:
+        zero_key = c["zero"] * 2 + c["dist_opt"]
+        ok &= (c["dp"] * c["cp"] > 1) | (zero_key == zero_key.min())
     return ok
+
+
+def _values(values: Any) -> str:
+    return ",".join(str(int(x)) for x in values)
+
+
+def _why_none_valid(model: ModelSpec, num_gpus: int, global_batch_size: int, max_tp: int,
+                    c: dict[str, np.ndarray]) -> ConfigError:
+    """The error to raise when no candidate of ``c`` is valid: the rule of :func:`_validity_terms` that, applied
+    in order, rules out the last candidates, said in terms of the knob the user can change."""
+    gb, L = global_batch_size, model.num_layers
+    split = f"tp <= {max_tp} and pp <= num_layers={L} dividing {num_gpus} GPUs"
+    survivors = np.ones(c["tp"].shape, dtype=bool)
+    for name, term in _validity_terms(model, c).items():
+        if (survivors & term).any():
+            survivors &= term
+            continue
+        left = {k: a[survivors] for k, a in c.items()}
+        eps = _values(np.unique(c["ep"]))
+        if name == "ep":
+            if not model.is_moe:
+                return ConfigError("ep-sizes", eps, f"{model.name} is dense (no experts): expert parallelism needs an "
+                                                    "MoE model; leave --ep-sizes out (ep=1)")
+            fits = [d for d in _divisors(model.num_experts) if d <= num_gpus]
+            return ConfigError("ep-sizes", eps, f"ep must divide num_experts={model.num_experts} of {model.name}: "
+                                                f"valid {_values(fits)}")
+        if name == "split":
+            return ConfigError("cp-sizes", _values(np.unique(c["cp"])),
+                               f"cp must divide gpus={num_gpus} (tp x pp x cp divides the GPUs)")
+        if name in ("cp", "sp"):
+            return ConfigError("cp-sizes", _values(np.unique(c["cp"])), f"cp must divide seq_len={model.seq_len}")
+        if name in ("layers", "v_pp", "v_batch"):
+            return ConfigError("virtual-pipeline-sizes", _values(np.unique(c["v"])),
+                               f"no candidate: v > 1 interleaves a pipeline, which needs pp > 1, pp x v <= "
+                               f"num_layers={L} and micro-batches per iteration a multiple of pp; include 1")
+        if name == "batch":
+            dps = np.unique(left["dp"])
+            mbs = _values(np.unique(left["mb"]))
+            would = [b for b in PlanSpace().micro_batch_sizes if (gb % (b * dps) == 0).any()]
+            if would:
+                return ConfigError("micro-batch-sizes", mbs,
+                                   f"no candidate: the global batch {gb} is not divisible by {mbs} x dp for any dp "
+                                   f"(dp can be {_values(dps)} on {num_gpus} GPUs); valid e.g. {_values(would)}")
+            if dps.min() > gb:
+                return ConfigError("gpus", num_gpus,
+                                   f"no valid configuration: every split ({split}) leaves at least {int(dps.min()):,} "
+                                   f"data-parallel replicas, more than the {gb} sequences of the global batch; use fewer "
+                                   "GPUs or a larger --global-batch-size")
+            return ConfigError("gpus", num_gpus,
+                               f"no valid configuration: the global batch {gb} is not divisible by any dp a split "
+                               f"({split}) leaves: dp can be {_values(dps)}; choose a --global-batch-size that one of "
+                               "them divides, or another GPU count")
+        if name == "ep_dp":
+            dcs = _values(np.unique(left["dp"] * left["cp"]))
+            return ConfigError("ep-sizes", _values(np.unique(left["ep"])),
+                               f"ep must divide dp x cp, which can be {dcs} on {num_gpus} GPUs")
+        break
+    return ConfigError("gpus", num_gpus, f"no valid configuration for {model.name} with global_batch_size={gb}")
 
 
 def _span(size: np.ndarray, stride: np.ndarray, gpn: int) -> tuple[np.ndarray, np.ndarray]:
@@ -260,6 +336,8 @@ def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_siz
     c = candidates(model, num_gpus, cluster, global_batch_size, space)
     n_candidates = c["tp"].size
     ok = valid_mask(model, c)
+    if not ok.any():
+        raise _why_none_valid(model, num_gpus, global_batch_size, space.max_tp or cluster.gpus_per_node, c)
     c = {k: v[ok] for k, v in c.items()}
     n_valid = c["tp"].size
     mem = total_memory_bytes(model, tp=c["tp"], pp=c["pp"], dp=c["dp"], cp=c["cp"], ep=c["ep"],
@@ -273,8 +351,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_siz
     n_fit = c["tp"].size
     notes: list[str] = []
     if n_fit == 0:
-        reason = "no valid configuration" if n_valid == 0 else \
-            f"none of the {n_valid:,} valid configurations fits in {memory_fraction:.0%} of {cluster.memory_bytes / 2**30:.0f} GiB"
+        reason = f"none of the {n_valid:,} valid configurations fits in {memory_fraction:.0%} of {cluster.memory_bytes / 2**30:.0f} GiB"
         raise ConfigError("gpus", num_gpus, f"{reason} for {model.name} with global_batch_size={global_batch_size}")
     times = screen_time_s(model, cluster, c, gpu_util)
     order = np.argsort(times, kind="stable")

@@ -93,6 +93,89 @@ def _totals(results: Sequence[GemmResult]) -> tuple[float, float]:
     return flop, time
 
 
+def _num_moe_layers(model: ModelSpec) -> int:
+    """``model.num_moe_layers`` without a loop over the layers: Megatron's pattern puts experts in every
+    ``moe_layer_freq``-th layer from ``first_k_dense_layers`` on (e.g. 32 layers, k = 1, freq 2: layers 1, 3, ..., 31:
+    16)."""
+    if not model.is_moe or model.num_layers <= model.first_k_dense_layers:
+        return 0
+    return -(-(model.num_layers - model.first_k_dense_layers) // model.moe_layer_freq)
+
+
+def _num_parameters(model: ModelSpec) -> int:
+    """``model.num_parameters()`` in O(1): every layer of one kind (dense, MoE) has the same parameters, so one of
+    each is counted and multiplied. The search below counts thousands of candidates of up to ``num_layers`` layers."""
+    from commscope.spec.params import embedding_params, layer_params
+
+    num_moe = _num_moe_layers(model)
+    num_dense = model.num_layers - num_moe
+    total = 0
+    if num_moe:
+        total += num_moe * layer_params(model, model.first_k_dense_layers, tp=1, ep=1).total
+    if num_dense:  # layer 0, or layer 1 when experts start at layer 0 (then moe_layer_freq > 1)
+        dense = 0 if not model.is_moe or model.first_k_dense_layers else 1
+        total += num_dense * layer_params(model, dense, tp=1, ep=1).total
+    emb = embedding_params(model, tp=1, padded_vocab=False)
+    return (total + emb.input_embedding + emb.position_embedding + emb.final_norm
+            + (0 if model.tied_embeddings else emb.output_layer))
+
+
+def _model_gemms(model: ModelSpec, parallel: ParallelSpec | None = None, *, dims: dict[str, int] | None = None,
+                 attention: str = "flash") -> tuple[tuple[Gemm, int], ...]:
+    """:func:`model_gemms` (one layer of each kind with its layer count, then the logits) with the MoE layers
+    counted in closed form rather than layer by layer."""
+    par = parallel or ParallelSpec()
+    num_moe = _num_moe_layers(model)
+    num_dense = model.num_layers - num_moe
+    out: list[tuple[Gemm, int]] = []
+    if num_dense:
+        out += [(g, num_dense) for g in layer_gemms(model, par, layer_kind="dense", dims=dims, attention=attention)]
+    if num_moe:
+        out += [(g, num_moe) for g in layer_gemms(model, par, layer_kind="moe", dims=dims, attention=attention)]
+    out += [(g, 1) for g in layer_gemms(model, par, logits=True, dims=dims, attention=attention)]
+    return tuple(out)
+
+
+def _gemm_times_s(models: Sequence[ModelSpec], parallel: ParallelSpec, gpu: GpuSpec, dtype: str,
+                  attention: str) -> list[float]:
+    """GEMM time of one micro-batch of each model (``_totals(time_gemms(model_gemms(...)))[1]``), with the GEMMs of
+    one layer of each kind timed once per shape and multiplied by the layers of that kind: models that differ only
+    in their layer count share them."""
+    shapes: dict[tuple[Any, ...], list[tuple[str, int]]] = {}  # shape but the layer count -> (kind, GEMMs) in flat
+    flat: list[tuple[Gemm, int]] = []
+    keys = []
+    for m in models:
+        key = tuple(getattr(m, f.name) for f in dataclasses.fields(m) if f.name != "num_layers")
+        keys.append(key)
+        if key in shapes:
+            continue
+        kinds = (["dense"] if not m.is_moe or m.moe_layer_freq > 1 or m.first_k_dense_layers else []) + (
+            ["moe"] if m.is_moe else [])
+        spans = []
+        for kind in [*kinds, "logits"]:
+            gemms = layer_gemms(m, parallel, logits=True, attention=attention) if kind == "logits" else \
+                layer_gemms(m, parallel, layer_kind=kind, attention=attention)
+            flat.extend((g, 1) for g in gemms)
+            spans.append((kind, len(gemms)))
+        shapes[key] = spans
+    results = time_gemms(flat, gpu, dtype)
+    start = 0
+    per_shape: dict[tuple[Any, ...], dict[str, float]] = {}
+    for key, spans in shapes.items():
+        per_shape[key] = {}
+        for kind, span in spans:
+            per_shape[key][kind] = sum(r.time_s for r in results[start:start + span])
+            start += span
+    out = []
+    for m, key in zip(models, keys):
+        t = per_shape[key]
+        num_moe = _num_moe_layers(m)
+        num_dense = m.num_layers - num_moe
+        out.append((num_dense * t["dense"] if num_dense else 0.0) + (num_moe * t["moe"] if num_moe else 0.0)
+                   + t["logits"])
+    return out
+
+
 def shape_util(gpu_util: float, gemm_efficiency: float, gpu: GpuSpec) -> float:
     """Shape-aware utilisation for :func:`commscope.estimate.estimate`: ``u x E / E_ideal``, at most 1.
 
@@ -234,7 +317,7 @@ def shape_rules(model: ModelSpec, parallel: ParallelSpec | None = None, gpu: Gpu
 
     # -- alignment rules, priced on the GPU --
     dims = layer_dims(model, tp=t, cp=c, ep=e, micro_batch_size=b) if valid else None
-    gemms = model_gemms(model, par, dims=dims, attention=attention) if valid else ()
+    gemms = _model_gemms(model, par, dims=dims, attention=attention) if valid else ()
     dtype = model.dtype
 
     def priced(fixed: dict[str, int], actual: dict[str, int] | None = None) -> dict[str, Any]:
@@ -313,7 +396,7 @@ def shape_rules(model: ModelSpec, parallel: ParallelSpec | None = None, gpu: Gpu
         extra = priced({"vocab_width": width}, actual={"vocab_width": -(-v // t)}) if dims is not None else {}
     else:
         status, vocab_fix, extra = "ok", "", ({"affected": ("logits",)} if dims is not None else {})
-    rules.append(RuleCheck(rule="vocab", title="vocabulary V (padded) per TP rank", value=v,
+    rules.append(RuleCheck(rule="vocab", title="vocabulary V (padded) per TP rank", value=width,
                            requirement=f"V'/t multiple of {q}", status=status, explanation=why,
                            source=f"{_SRC_CODESIGN}; Megatron-LM _vocab_size_with_padding", fix=vocab_fix, **extra))
     return tuple(rules)
@@ -386,12 +469,12 @@ def _shape_dict(model: ModelSpec) -> dict[str, Any]:
     return {"num_layers": model.num_layers, "hidden_size": model.hidden_size, "num_heads": model.num_heads,
             "num_query_groups": model.kv_heads, "head_size": model.head_size, "ffn_hidden_size": model.ffn,
             "vocab_size": model.vocab_size, "padded_vocab_size": model.padded_vocab_size(1), "seq_len": model.seq_len,
-            "num_experts": model.num_experts, "num_parameters": model.num_parameters()}
+            "num_experts": model.num_experts, "num_parameters": _num_parameters(model)}
 
 
 def _gemm_efficiency(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
                      attention: str = "flash") -> tuple[tuple[GemmResult, ...], float, float]:
-    results = time_gemms(model_gemms(model, parallel, attention=attention), gpu, model.dtype)
+    results = time_gemms(_model_gemms(model, parallel, attention=attention), gpu, model.dtype)
     flop, time = _totals(results)
     return results, flop, time
 
@@ -549,7 +632,7 @@ def _shape_variants(model: ModelSpec, parallel: ParallelSpec, h: int, a: int, d:
     from commscope.workload.dense import check_job
 
     t, q = parallel.tp, ALIGN_ELEMENTS
-    h0, n0 = model.hidden_size, model.num_parameters()
+    h0, n0 = model.hidden_size, _num_parameters(model)
     ratio_f = model.ffn / h0
     ratio_moe = model.moe_ffn / h0 if model.is_moe else None
     stages = parallel.pp * parallel.virtual_pipeline_size
@@ -577,8 +660,8 @@ def _shape_variants(model: ModelSpec, parallel: ParallelSpec, h: int, a: int, d:
         two = _variant(model, num_layers=model.num_layers + step, **changes)
         if one is None or two is None:
             continue
-        n_ref = one.num_parameters()
-        per_layer = (two.num_parameters() - n_ref) / step
+        n_ref = _num_parameters(one)
+        per_layer = (_num_parameters(two) - n_ref) / step
         l_lo = max(model.first_k_dense_layers + 1, math.ceil(model.num_layers + (n0 * (1 - tolerance) - n_ref) / per_layer) - 1)
         l_hi = math.floor(model.num_layers + (n0 * (1 + tolerance) - n_ref) / per_layer) + 1
         for num_layers in range(l_lo, l_hi + 1):
@@ -619,8 +702,8 @@ def _suggestion(model: ModelSpec, original: ModelSpec, parallel: ParallelSpec, c
                        grad_reduce_dtype=p.grad_reduce_dtype)
     comm = {axis: int(v) for axis, v in vol.items()}
     total = sum(comm.values())
-    n = model.num_parameters()
-    n0 = original.num_parameters()
+    n = _num_parameters(model)
+    n0 = _num_parameters(original)
     if ref is None:
         return Suggestion(model=model, num_parameters=n, param_change=0.0, estimate=est, gemm_efficiency=eff, gpu_util=u,
                           iteration_speedup=1.0, compute_speedup=1.0, comm_time_change_s=0.0, comm_bytes=comm,
@@ -656,31 +739,21 @@ def suggest_shapes(model: ModelSpec, parallel: ParallelSpec, cluster: ClusterSpe
         raise ConfigError("rank_by", rank_by, f"valid: {', '.join(RANK_BY)}")
     if top < 1:
         raise ConfigError("top", top, "must be >= 1")
+    if refine < 1:  # estimating none would say that no nearby shape is faster
+        raise ConfigError("refine", refine, "must be >= 1: how many of the screened shapes are estimated in full")
     g = gpu or gpu_for_cluster(cluster)
     original = _suggestion(model, model, parallel, cluster, g, None, bandwidth, attention)
     cands = _candidate_models(model, parallel, tolerance, hidden_range)
-    n0 = model.num_parameters()
+    n0 = _num_parameters(model)
     def shape_key(m: ModelSpec) -> tuple[int, ...]:
         return (m.num_layers, m.hidden_size, m.num_heads, m.head_size, m.kv_heads, m.ffn, m.moe_ffn if m.is_moe else 0)
 
     cands = [c for c in cands if shape_key(c) != shape_key(model)]
     num_candidates = len(cands)
-    within = [c for c in cands if abs(c.num_parameters() / n0 - 1) <= tolerance]
+    within = [c for c in cands if abs(_num_parameters(c) / n0 - 1) <= tolerance]
     # screen: GEMM time of a micro-batch (per parameter when ranking so), all candidates in one call
-    screen = []
-    if within:
-        spans: list[int] = []
-        flat: list[tuple[Gemm, int]] = []
-        for c in within:
-            gs = model_gemms(c, parallel, attention=attention)
-            spans.append(len(gs))
-            flat.extend(gs)
-        results = time_gemms(flat, g, model.dtype)
-        i = 0
-        for c, span in zip(within, spans):
-            time = sum(r.time_s * r.layers for r in results[i:i + span])
-            i += span
-            screen.append(time / c.num_parameters() if rank_by == "time_per_param" else time)
+    screen = [t / _num_parameters(c) if rank_by == "time_per_param" else t
+              for c, t in zip(within, _gemm_times_s(within, parallel, g, model.dtype, attention))]
     order = np.argsort(np.asarray(screen), kind="stable")[:refine] if screen else np.zeros(0, dtype=np.int64)
     estimated = [_suggestion(within[i], model, parallel, cluster, g, original, bandwidth, attention) for i in order]
 
@@ -817,7 +890,7 @@ def sweep_shapes(model: ModelSpec, parallel: ParallelSpec, cluster: ClusterSpec,
         arrays["model"][i] = est.mfu * est.peak_flops / TFLOP
         arrays["iter"][i] = est.iteration_time_s
         arrays["tokens"][i] = est.tokens_per_s
-        arrays["params"][i] = m.num_parameters()
+        arrays["params"][i] = _num_parameters(m)
         broken.append(_broken(m, p))
     return SweepResult(key=key, values=np.asarray(values, dtype=np.int64), valid=valid, gemm_efficiency=arrays["eff"],
                        gemm_tflops_per_gpu=arrays["gemm"], model_tflops_per_gpu=arrays["model"],

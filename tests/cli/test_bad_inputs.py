@@ -107,6 +107,9 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("validate {tmp}/nope.csv", "no such file"),
     ("moe analyze {tmp}/nope", "routing trace='{tmp}/nope'"),
     ("shapes --gpu nosuch", "gpu='nosuch'"),
+    ("shapes --refine 0", "refine=0: must be >= 1"),  # once '0 estimated ... no nearby shape is faster'
+    ("shapes --sweep hidden=3008,3072 --png /proc/x.png", "png='/proc/x.png': cannot write into /proc"),
+    ("shapes --sweep layers=1,2 --sweep heads=16,32", "sweep='heads=16,32': one --sweep per run"),
     # --- output paths: files in the way, missing or unwritable places, a full disk
     ("traffic --out {tmp}/file.txt", "is a file, not a directory"),
     ("traffic --out {tmp}/file.txt/sub", "{tmp}/file.txt is a file, not a directory"),
@@ -160,6 +163,10 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("plan --gpus 8 --cp-sizes 0,2", "cp-sizes='0,2'"),
     ("plan --gpus 8 --max-tp 0", "max-tp=0"),
     ("plan --gpus 1 --model llama3-405b --cluster dgx-a100", "none of the"),
+    ("plan --gpus 32 --micro-batch-sizes 3", "micro-batch-sizes='3': no candidate"),  # once numpy's zero-size error
+    ("plan --gpus 32 --ep-sizes 2", "ep-sizes='2': gpt-1.5b is dense (no experts)"),
+    ("plan --model mixtral-8x7b --gpus 64 --cluster dgx-h100 --ep-sizes 3", "ep-sizes='3': ep must divide num_experts=8"),
+    ("plan --gpus 100000000", "gpus=100000000: no valid configuration"),  # the warning on the GPU count is not shown
     # --- values with no physical meaning
     ("estimate --seq-length 1002 --cp 2 --tp 1 --pp 1 --dp 4", "divisible by 2 x cp = 4"),
     ("estimate --fp8-format hybrid --cluster dgx-a100", "fp8_format='hybrid'"),

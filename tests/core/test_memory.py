@@ -424,3 +424,12 @@ def test_vectorised_broadcasts_scalars_and_accepts_names():
     assert out.shape == (3,) and out.dtype == np.float64
     assert out[0] > out[1] > out[2]
     assert total_memory_bytes(GPT_1_5B, tp=1, pp=1, dp=1, micro_batch_size=1, global_batch_size=8).shape == ()
+
+
+def test_vectorised_memory_of_no_configurations_is_empty():
+    """plan hands over the valid configurations; when there are none the answer is an empty array, not numpy's
+    'zero-size array to reduction operation maximum'."""
+    empty = np.zeros(0, dtype=np.int64)
+    out = total_memory_bytes(load_model("gpt3-1.3b"), tp=empty, pp=empty, dp=empty, micro_batch_size=empty,
+                             global_batch_size=empty, virtual_pipeline_size=empty)
+    assert out.shape == (0,) and out.dtype == np.float64

@@ -37,7 +37,8 @@ def test_vectorised_validity_agrees_with_check_job():
                              micro_batch_size=int(c["mb"][i]), global_batch_size=96,
                              virtual_pipeline_size=int(c["v"][i]), sequence_parallel=bool(c["sp"][i]))
             check_job(model, p)
-            valid = not (c["sp"][i] and c["tp"][i] == 1)
+            # one spelling per job: no SP on one TP rank, only the plainest ZeRO choice on one replica
+            valid = not (c["sp"][i] and c["tp"][i] == 1) and not (c["dp"][i] * c["cp"][i] == 1 and c["zero_choice"][i])
         except (ConfigError, ZeroDivisionError):
             valid = False
         assert bool(ok[i]) == valid, {k: int(v[i]) for k, v in c.items()}
@@ -90,3 +91,51 @@ def test_plan_weighs_uneven_splits_with_their_real_memory():
     assert {e.parallel.virtual_pipeline_size for e in uneven} == {1, 2}
     for e in result.entries:
         assert e.memory_bytes == pytest.approx(memory_per_gpu(model, e.parallel).total_bytes, rel=1e-12)
+
+
+@pytest.mark.parametrize(("model", "cluster", "gpus", "space", "fragment"), [
+    ("gpt-1.5b", "dgx1-v100", 32, PlanSpace(micro_batch_sizes=(3,)),
+     "micro-batch-sizes='3': no candidate: the global batch 512 is not divisible by 3 x dp for any dp"),
+    ("gpt-1.5b", "dgx1-v100", 32, PlanSpace(ep_sizes=(2,)), "ep-sizes='2': gpt-1.5b is dense (no experts)"),
+    ("mixtral-8x7b", "dgx-h100", 64, PlanSpace(ep_sizes=(3,)), "ep-sizes='3': ep must divide num_experts=8"),
+    ("mixtral-8x7b", "dgx-h100", 64, PlanSpace(ep_sizes=(16,)), "ep-sizes='16': ep must divide num_experts=8"),
+    ("mixtral-8x7b", "dgx-h100", 4, PlanSpace(ep_sizes=(8,)), "ep-sizes='8': ep must divide dp x cp, which can be 1,2,4"),
+    ("gpt-1.5b", "dgx1-v100", 8, PlanSpace(cp_sizes=(3,)), "cp-sizes='3': cp must divide gpus=8"),
+    ("gpt-1.5b", "dgx1-v100", 1, PlanSpace(virtual_pipeline_sizes=(2,)), "virtual-pipeline-sizes='2'"),
+    ("gpt-1.5b", "dgx1-v100", 100_000_000, PlanSpace(), "gpus=100000000: no valid configuration: every split"),
+    ("gpt-1.5b", "dgx1-v100", 97, PlanSpace(), "gpus=97: no valid configuration: the global batch 512 is not divisible"),
+])
+def test_no_valid_configuration_names_the_knob_and_why(model, cluster, gpus, space, fragment):
+    """Once numpy's 'zero-size array to reduction operation maximum' from the memory model; now the rule that rules
+    out the last candidate, in terms of the knob that was given."""
+    with pytest.raises(ConfigError) as info:
+        plan(load_model(model), load_cluster(cluster), gpus, 512, space=space)
+    assert fragment in str(info.value)
+
+
+def test_a_knob_is_refused_only_when_none_of_its_values_is_valid():
+    """micro-batch 3 fits no dp of a batch of 512 and ep 2 no dense model: alone they are refused, beside a valid
+    value they are dropped and the plan runs."""
+    model, cluster = load_model("gpt-1.5b"), load_cluster("dgx1-v100")
+    for bad, mixed in (((3,), (3, 4)), ((2,), (1, 2))):
+        knob = "micro_batch_sizes" if bad == (3,) else "ep_sizes"
+        with pytest.raises(ConfigError, match="no candidate|dense"):
+            plan(model, cluster, 32, 512, space=PlanSpace(**{knob: bad}))
+        result = plan(model, cluster, 32, 512, top=3, space=PlanSpace(**{knob: mixed}))
+        assert result.entries and all(e.parallel.micro_batch_size != 3 and e.parallel.ep == 1 for e in result.entries)
+
+
+def test_one_row_per_job_when_zero_has_nothing_to_shard():
+    """With dp x cp = 1 ZeRO stage 0, the distributed optimizer and ZeRO 3 are the same job: one row, stage 0 (they
+    were three rows with the same time and memory). With dp > 1 all three remain."""
+    model, cluster = load_model("gpt-1.5b"), load_cluster("dgx1-v100")
+    for gpus, batch in ((7, 512), (32, 7)):
+        result = plan(model, cluster, gpus, batch, top=1000)
+        jobs = [(e.parallel.tp, e.parallel.pp, e.parallel.micro_batch_size, e.parallel.virtual_pipeline_size,
+                 e.parallel.sequence_parallel, e.parallel.recompute) for e in result.entries]
+        assert all(e.parallel.dp * e.parallel.cp == 1 for e in result.entries)
+        assert len(jobs) == len(set(jobs)) == result.num_valid
+        assert {(e.parallel.zero_stage, e.parallel.distributed_optimizer) for e in result.entries} == {(0, False)}
+    zeros = {(e.parallel.zero_stage, e.parallel.distributed_optimizer)
+             for e in plan(model, cluster, 16, 512, top=1000).entries if e.parallel.dp > 1}
+    assert zeros == {(0, False), (1, True), (3, False)}

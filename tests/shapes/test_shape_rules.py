@@ -105,3 +105,16 @@ def test_rule_dicts_are_json_ready():
     for r in shape_rules(model_preset("gpt3-2.7b"), ParallelSpec(), A100):
         d = json.loads(json.dumps(r.to_dict()))
         assert {"rule", "status", "broken", "explanation", "affected", "fix", "slowdown", "source"} <= set(d)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_the_vocab_rule_shows_the_padded_width_per_rank_the_logits_gemm_uses(tp):
+    """gpt-3b at tp 2: V = 50257 padded to 50432, 25216 per rank, the logits GEMM's N (once shown as 50257 at every
+    tp)."""
+    from commscope.shapes import model_gemms
+
+    model, parallel = model_preset("gpt-3b"), ParallelSpec(tp=tp, micro_batch_size=1)
+    vocab = rules_of(model, parallel)["vocab"]
+    logits = next(g for g, _ in model_gemms(model, parallel) if g.name == "logits" and g.pass_ == "fwd")
+    assert vocab.value == logits.n == model.padded_vocab_size(tp) // tp
+    assert vocab.value == {1: 50304, 2: 25216, 4: 12672}[tp]

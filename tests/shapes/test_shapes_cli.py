@@ -85,6 +85,12 @@ def test_sweep_from_a_model_file_json(capsys, tmp_path):
     (("--gpu", "b200"), "valid presets"),
     (("--tp", "3"), "must divide num_heads=32"),
     (("--tolerance", "2"), "tolerance"),
+    (("--refine", "0"), "refine=0: must be >= 1"),
+    # once the bare OS error after the whole sweep, naming no field
+    (("--sweep", "hidden=3008,3072", "--png", "/proc/x.png"), "png='/proc/x.png': cannot write into /proc"),
+    (("--sweep", "hidden=3008,3072", "--png", "/proc/plots"), "png='/proc/plots': cannot create it in /proc"),
+    # once the first sweep dropped silently
+    (("--sweep", "layers=1,2", "--sweep", "heads=16,32"), "sweep='heads=16,32': one --sweep per run (already sweeping"),  # once: '0 estimated ... (no nearby shape is faster by the model)'
 ])
 def test_bad_input_exits_2_with_one_line(capsys, argv, message):
     code, _out, err = run(capsys, "shapes", "--model", "gpt-3b", "--cluster", "dgx-a100", *argv)

@@ -47,8 +47,6 @@ def run(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise ConfigError("top", args.top, "must be >= 1")
     check_gpu_util(args)
-    if args.gpus >= 1:
-        check_nodes(args, args.gpus, cluster)
     if args.refine is not None and args.refine < 1:
         raise ConfigError("refine", args.refine, "must be >= 1 (leave it out to estimate every configuration that fits)")
     batch = 512 if args.global_batch_size is None else args.global_batch_size
@@ -57,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     with Progress("estimating", quiet=args.json) as progress:
         result = plan(model, cluster, args.gpus, batch, top=args.top, space=space,
                       refine=args.refine, gpu_util=args.gpu_util, progress=progress)
+    check_nodes(args, args.gpus, cluster)  # after the plan: when no configuration is valid, its error is the one line
     if args.json:
         json.dump(result.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")

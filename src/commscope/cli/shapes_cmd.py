@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from commscope.cli.common import add_job_args, resolve_job
+from commscope.cli.common import add_job_args, check_out_dir, check_out_file, resolve_job
 from commscope.errors import ConfigError
 
 
@@ -34,13 +34,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="flash (default): s x s scores stay on chip; unfused: they go through HBM")
     g.add_argument("--tolerance", type=float, default=0.05, help="parameter-count tolerance of suggestions (default 0.05)")
     g.add_argument("--top", type=int, default=5, help="suggestions to show (default 5)")
-    g.add_argument("--refine", type=int, default=48, help="screened shapes estimated in full (default 48)")
+    g.add_argument("--refine", type=int, default=48, help="screened shapes estimated in full (default 48; at least 1)")
     g.add_argument("--rank-by", choices=("time", "time-per-param"), default="time",
                    help="rank suggestions by iteration time (default) or iteration time per parameter")
     g.add_argument("--no-suggest", dest="suggest", action="store_false", help="skip the search for faster shapes")
-    g.add_argument("--sweep", default=None, metavar="KEY=START:STOP:STEP",
+    g.add_argument("--sweep", action="append", default=None, metavar="KEY=START:STOP:STEP",
                    help="predicted throughput as one quantity varies: hidden, heads, ffn, layers, seq, micro_batch, vocab "
-                        "(e.g. hidden=4096:8192:64, stop included; or KEY=v1,v2,...)")
+                        "(e.g. hidden=4096:8192:64, stop included; or KEY=v1,v2,...); one --sweep per run")
     g.add_argument("--png", type=Path, default=None,
                    help="with --sweep: write the plot to this .png file or into this folder (needs matplotlib)")
     g.add_argument("--measure", action="store_true",
@@ -92,12 +92,21 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("measure_iters", args.measure_iters, "must be >= 1")
     if args.png is not None and not args.sweep:
         raise ConfigError("png", str(args.png), "the plot shows a sweep: add --sweep KEY=START:STOP:STEP")
+    if args.sweep and len(args.sweep) > 1:  # argparse would keep the last silently
+        raise ConfigError("sweep", args.sweep[1], f"one --sweep per run (already sweeping {args.sweep[0]}): a sweep "
+                                                  "varies one quantity; run shapes once for each")
+    sweep = parse_sweep(args.sweep[0]) if args.sweep else None
+    if args.png is not None:  # a .png file, or a folder to write <model>-<key>-sweep.png into (see plot_sweep)
+        (check_out_file if args.png.suffix.lower() == ".png" else check_out_dir)(args.png, "png")
     if args.top < 1:
         raise ConfigError("top", args.top, "must be >= 1")
+    if args.refine < 1:
+        raise ConfigError("refine", args.refine, "must be >= 1: the suggestions are the best of the screened shapes "
+                                                 "estimated in full (default 48); --no-suggest skips them")
     model, parallel, cluster = resolve_job(args)
     gpu = gpu_for_cluster(cluster, args.gpu)
-    if args.sweep:
-        return _run_sweep(args, model, parallel, cluster, gpu)
+    if sweep is not None:
+        return _run_sweep(args, sweep, model, parallel, cluster, gpu)
 
     report = shapes.analyse_shapes(model, parallel, cluster, gpu, attention=args.attention)
     suggestions = None
@@ -259,11 +268,11 @@ def format_measured(measured, gpu) -> str:
 # ----------------------------------------------------------------------------------------------- sweep
 
 
-def _run_sweep(args, model, parallel, cluster, gpu) -> int:
+def _run_sweep(args, sweep: tuple[str, list[int]], model, parallel, cluster, gpu) -> int:
     from commscope.cli.terminal import print_table
     from commscope.shapes import sweep_shapes
 
-    key, values = parse_sweep(args.sweep)
+    key, values = sweep
     result = sweep_shapes(model, parallel, cluster, values, key=key, gpu=gpu, attention=args.attention)
     png = None
     if args.png is not None:
