@@ -116,9 +116,20 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("summarize {tmp}/saved-empty", "parallel='{tmp}/saved-empty/parallel.toml': is empty"),  # once: read as 1 rank
     ("summarize {tmp}/run --gpus-per-node 0", "gpus_per_node=0: must be a positive integer"),
     ("fit {tmp}/bench.json --out /dev/full", "the disk is full"),
-    ("fit {tmp}/bench.json --out {tmp}/file.txt/fit.toml", "a file is in the way of a directory"),
+    ("fit {tmp}/bench.json --out {tmp}/file.txt/fit.toml", "out='{tmp}/file.txt/fit.toml': {tmp}/file.txt is a file"),
+    ("fit {tmp}/bench.json --out /proc/x.toml", "out='/proc/x.toml': cannot write into /proc"),  # once after the fit
+    ("fit {tmp}/nope.json --out /proc/x.toml", "out='/proc/x.toml'"),  # the output first: checked before any work
     ("bench --nproc 2 --out {tmp}/dir", "out='{tmp}/dir': is a directory"),
     ("bench --nproc 2 --out {tmp}/file.txt/x.json", "is a file, not a directory"),
+    ("bench --nproc 2 --out {tmp}/bench.png", "out='{tmp}/bench.png': is the JSON of the measured rows"),  # once: the plot overwrote it
+    ("bench --nproc 2 --out {tmp}/b.SVG --no-plot", "give a .json name such as {tmp}/b.json"),
+    ("bench --nproc 2 --out {tmp}/dir/x.json", "out='{tmp}/dir/x.json': the busbw plot beside it"),  # dir/x.png below
+    ("tune --nproc 2 -b 1K -e 4K -n 1 -w 0 --out /proc/x.json", "out='/proc/x.json': cannot write into /proc"),  # once after the sweep, unnamed
+    ("tune --nproc 2 -b 1K -e 4K -n 1 -w 0 --out {tmp}/dir", "out='{tmp}/dir': is a directory"),  # once after the sweep: "Is a directory: run"
+    ("tune --show {tmp}/nope.json", "show='{tmp}/nope.json': no such file"),
+    ("tune --show {tmp}/dir", "show='{tmp}/dir': is a directory"),
+    ("calibrate --out /proc/x.toml", "out='/proc/x.toml': cannot write into /proc"),  # once after the calibration
+    ("calibrate --out {tmp}/dir.toml", "out='{tmp}/dir.toml': is a directory"),
     ("report", "give --out FILE.html"),
     # --- recordings are never appended to
     ("record --out {tmp}/run -- true", "already holds a recording"),
@@ -199,6 +210,8 @@ def bench_json(times_s: list[float], *, op: str = "all_reduce", noisy: bool = Fa
 def fixtures(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("bad-inputs")
     (tmp / "dir").mkdir()
+    (tmp / "dir.toml").mkdir()
+    (tmp / "dir" / "x.png").mkdir()
     (tmp / "file.txt").write_text("not a log\n")
     for name, text in _PARALLEL_FILES.items():
         (tmp / name).write_text(text)

@@ -47,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("nproc", args.nproc, "a collective needs at least 2 ranks")
     if args.out.suffix.lower() != ".toml":
         raise ConfigError("out", str(args.out), "must be a .toml file")
+    from commscope.cli.common import check_out_file
+
+    check_out_file(args.out, "out")  # before any rank starts
     if args.time_budget <= 0:
         raise ConfigError("time-budget", args.time_budget, "must be > 0")
     backend = args.backend or _default_backend(args.nproc)

@@ -34,8 +34,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from commscope.bench.fit import fit, format_fit, load_points, to_toml
-    from commscope.cli.common import warn
+    from commscope.cli.common import check_out_file, warn
 
+    check_out_file(args.out, "out")  # before the input is read and fitted
     if args.group_size is not None and args.group_size < 2:
         raise ConfigError("group_size", args.group_size, "must be >= 2")
     points, info = load_points(args.input, group_size=args.group_size, op=args.op)

@@ -85,6 +85,9 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
     if args.show is not None:
         return _show(args)
     cfg = config_from_args(args)
+    from commscope.cli.common import check_out_file
+
+    check_out_file(args.out, "out")  # before any rank starts: a sweep is never lost to an unwritable path
     command = command or "commscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if args.nproc is not None:
         try:
@@ -156,6 +159,9 @@ def _show(args: argparse.Namespace) -> int:
     from commscope.tune.files import read_table, table_document
     from commscope.tune.table import ensure_compatible, machine_here
 
+    if not args.show.is_file():
+        raise ConfigError("show", str(args.show), "is a directory; give a tuning table file" if args.show.is_dir()
+                          else "no such file; give a tuning table that `commscope tune --out` wrote")
     table = read_table(args.show)
     for diff in ensure_compatible(table, machine_here(), allow_mismatch=args.force, source=str(args.show)):
         print(f"commscope tune: warning: {args.show} was measured on another machine: {diff}", file=sys.stderr)
