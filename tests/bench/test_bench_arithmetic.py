@@ -171,3 +171,16 @@ def test_whole_table_blocks_and_footer():
     assert text.count("# all_gather: 1 group of 4 ranks") == 1 and text.count("# all_reduce: 1 group of 2 ranks") == 1
     assert "# Out of bounds values : 3 FAILED" in text and "# Noisy rows (cv > 0.2): 1 of 3" in text
     assert SweepResult(rows=rows).num_wrong == 3
+
+
+def test_sizes_that_hold_no_element_are_refused_up_front():
+    """-b 3 -e 3 of fp32 measured no row and exited 0; gathered ops need one element per rank."""
+    from commscope.bench.sweep import check_world, smallest_size_bytes
+
+    assert smallest_size_bytes("all_gather", 4, 4) == 16 and smallest_size_bytes("all_reduce", 4, 4) == 4
+    with pytest.raises(ConfigError, match=r"sizes='-b 3 -e 3': all_reduce of float over 2 ranks needs messages of "
+                                          r"at least 4 B \(one 4-byte element\)"):
+        check_world(SweepConfig(ops=("all_reduce",), min_bytes=3, max_bytes=3), 2, "gloo")
+    with pytest.raises(ConfigError, match=r"all_gather of float over 4 ranks needs .* at least 16 B .* per rank"):
+        check_world(SweepConfig(ops=("all_reduce", "all_gather"), min_bytes=4, max_bytes=12), 4, "gloo")
+    assert check_world(SweepConfig(ops=("all_gather",), min_bytes=4, max_bytes=16), 4, "gloo") == (4,)  # 16 B: one row

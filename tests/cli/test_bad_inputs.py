@@ -144,6 +144,9 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("bench --nproc 2 --backend mpi", "backend='mpi'"),
     ("bench --nproc 2 --backend carrier-pigeon", "not a torch.distributed backend"),
     ("bench --nproc 2 -b 1G -e 1K", "minbytes"),
+    ("bench --nproc 2 --ops all_reduce -n 1 -w 0 -b 3 -e 3", "sizes='-b 3 -e 3': all_reduce of float over 2 ranks needs"),  # once 0 rows, exit 0
+    ("bench --nproc 2 --ops all_gather -n 1 -w 0 -d double -b 8 -e 15", "at least 16 B (one 8-byte element per rank)"),
+    ("tune --nproc 2 --ops all_to_all -n 1 -w 0 -b 1 -e 7", "all_to_all of float over 2 ranks needs messages of at least 8 B"),
     ("bench --nproc 2 --ops nope", "ops='nope'"),
     ("bench", "give --nproc N"),
     ("tune --nproc 100000", "pass --oversubscribe"),

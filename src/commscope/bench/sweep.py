@@ -85,6 +85,7 @@ __all__ = [
     "SweepResult",
     "WrongResultsError",
     "backend_op",
+    "check_measurable",
     "check_world",
     "format_header",
     "format_row",
@@ -94,6 +95,7 @@ __all__ = [
     "parse_dtype",
     "row_stats",
     "run_sweep",
+    "smallest_size_bytes",
 ]
 
 #: The collectives a sweep can measure, with nccl-tests' meaning.
@@ -679,7 +681,31 @@ def check_world(cfg: SweepConfig, world: int, backend: str) -> tuple[int, ...]:
         raise ConfigError("root", cfg.root, f"-r must be < the smallest group size, {min(sizes_g)}")
     if cfg.redop == "avg" and "nccl" not in backend and any(op in _REDUCING for op in cfg.ops):
         raise ConfigError("redop", "avg", f"needs NCCL; backend {backend} supports sum, prod, min, max")
+    check_measurable(cfg, tuple(sizes_g))
     return tuple(sizes_g)
+
+
+def smallest_size_bytes(op: str, n: int, element_bytes: int) -> int:
+    """The smallest message ``op`` over ``n`` ranks can move: one element (per rank where the buffer is split
+    among the ranks: all_gather, reduce_scatter, all_to_all). ``smallest_size_bytes('all_gather', 4, 4) == 16``."""
+    return element_bytes * (n if op in ("all_gather", "reduce_scatter", "all_to_all") else 1)
+
+
+def check_measurable(cfg: SweepConfig, group_sizes: Sequence[int]) -> None:
+    """ConfigError when some op and group size of ``cfg`` has no size in -b..-e that holds one element (nccl-tests
+    prints such sizes as zero-byte rows; a sweep of only those measures nothing)."""
+    element_bytes = dtype_bytes(cfg.dtype)
+    sizes = cfg.sizes
+    for op in cfg.ops:
+        for n in group_sizes:
+            if all(op_count(op, size, n, element_bytes)[0] == 0 for size in sizes):
+                need = smallest_size_bytes(op, n, element_bytes)
+                per_rank = " per rank" if need > element_bytes else ""
+                span = f"{sizes[0]} B" if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]} B"
+                raise ConfigError("sizes", f"-b {cfg.min_bytes} -e {cfg.max_bytes}",
+                                  f"{op} of {DTYPES[cfg.dtype]} over {n} ranks needs messages of at least {need} B "
+                                  f"(one {element_bytes}-byte element{per_rank}); {span} holds none, so nothing would "
+                                  f"be measured: give -b and -e of at least {need}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -213,6 +213,10 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
 
 def _finish(args: argparse.Namespace, result, failed: bool) -> int:
     """Rank 0 / the launching parent: JSON, plot, and the exit status."""
+    if not result.rows:  # check_world refuses sizes that hold no element; nothing else may pass as a result
+        print("commscope bench: error: no row was measured (no size in -b..-e held an element of the op); "
+              "nothing written", file=sys.stderr)
+        return EXIT_FAILED
     data = result.to_dict()
     if args.json:
         json.dump(data, sys.stdout, indent=2)
