@@ -148,6 +148,14 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("bench --nproc 2 --ops all_gather -n 1 -w 0 -d double -b 8 -e 15", "at least 16 B (one 8-byte element per rank)"),
     ("tune --nproc 2 --ops all_to_all -n 1 -w 0 -b 1 -e 7", "all_to_all of float over 2 ranks needs messages of at least 8 B"),
     ("bench --nproc 2 --ops nope", "ops='nope'"),
+    ("bench --nproc 2 --noisy-cv -1", "noisy_cv=-1.0: --noisy-cv must be > 0"),  # once: "1 of 1 rows are noisy (cv > -1.0)"
+    ("bench --nproc 2 --noisy-cv nan", "noisy_cv=nan: --noisy-cv must be > 0"),
+    ("bench --nproc 2 -n 100000000000", "iters=100000000000: -n must be 1-100,000"),  # once: ran for ever
+    ("bench --nproc 2 -w 100000000000", "warmup_iters=100000000000: -w must be 0-100,000"),
+    ("bench --nproc 2 --time-budget nan", "time_budget_s=nan: must be > 0"),
+    ("bench --nproc 2 -n 1 -w 0 --ops all_reduce,all_to_all -b 1K -e 1000T", "maxbytes=1099511627776000: the sweep's largest size, 512.00 TiB: all_to_all over 2 ranks needs 1"),  # once SIGKILL
+    ("tune --nproc 2 --noisy-cv 0", "noisy_cv=0.0: --noisy-cv must be > 0"),
+    ("tune --nproc 2 -n 1 -w 0 -b 1K -e 1000T", "maxbytes=1099511627776000"),
     ("bench", "give --nproc N"),
     ("tune --nproc 100000", "pass --oversubscribe"),
     ("tune", "give --nproc N"),

@@ -154,7 +154,7 @@ def check_outputs(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace, command: str | None = None) -> int:
-    from commscope.bench.sweep import check_world
+    from commscope.bench.sweep import check_memory, check_world
     from commscope.launch import LaunchError, ranks_from_env
 
     cfg = config_from_args(args)
@@ -165,11 +165,12 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
     if args.nproc is not None:
         if args.nproc < 2:
             raise ConfigError("nproc", args.nproc, "a collective needs at least 2 ranks")
-        check_world(cfg, args.nproc, backend)
+        group_sizes = check_world(cfg, args.nproc, backend)
         from commscope.launch import check_backend, check_nproc
 
         check_nproc(args.nproc, oversubscribe=args.oversubscribe)
         check_backend(backend, args.nproc)
+        check_memory(cfg, group_sizes, args.nproc, backend)
         from commscope.launch import spawn
 
         try:
@@ -189,7 +190,7 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
 
     created = False
     if not dist.is_initialized():
-        check_world(cfg, env.world_size, backend)
+        check_memory(cfg, check_world(cfg, env.world_size, backend), env.local_world_size, backend)
         from commscope.launch import check_backend
 
         check_backend(backend)

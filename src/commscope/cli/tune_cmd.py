@@ -93,7 +93,7 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
         try:
             with Progress("tune", quiet=bool(args.json)) as progress:
                 table = run_tuning(cfg, args.nproc, timeout_s=args.timeout, quiet=bool(args.json), command=command,
-                                   progress=progress)
+                                   progress=progress, oversubscribe=args.oversubscribe)
         except LaunchError as exc:
             print(f"commscope tune: error: {exc.summary}", file=sys.stderr)
             return EXIT_FAILED
@@ -112,7 +112,7 @@ def _in_job(cfg, env, args: argparse.Namespace, command: str):
 
     import torch.distributed as dist
 
-    from commscope.bench.sweep import check_world
+    from commscope.bench.sweep import check_memory, check_world
     from commscope.cli.terminal import Progress
     from commscope.tune.suite import default_group_sizes, measure, num_gpus, plan_candidates, table_from_rows
     from commscope.tune.table import machine_here
@@ -120,6 +120,7 @@ def _in_job(cfg, env, args: argparse.Namespace, command: str):
     group_sizes = cfg.sweep.group_sizes or default_group_sizes(env.world_size)
     cfg = replace(cfg, sweep=replace(cfg.sweep, group_sizes=tuple(group_sizes)))
     check_world(cfg.sweep, env.world_size, "gloo")
+    check_memory(cfg.sweep, group_sizes, env.local_world_size, "gloo")
     machine = machine_here()
     gpus = num_gpus() if "nccl" in machine.backends else 0
     candidates, skipped = plan_candidates(cfg.sweep.ops, env.local_world_size, machine, only=cfg.candidates,
