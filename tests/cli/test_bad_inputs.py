@@ -130,6 +130,12 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("tune --show {tmp}/dir", "show='{tmp}/dir': is a directory"),
     ("calibrate --out /proc/x.toml", "out='/proc/x.toml': cannot write into /proc"),  # once after the calibration
     ("calibrate --out {tmp}/dir.toml", "out='{tmp}/dir.toml': is a directory"),
+    ("calibrate --out {tmp}/c.toml --name ''", "name='': must not be empty; leave --name out"),  # once: named 'c'
+    ("calibrate --out {tmp}/c.toml -e 100", "maxbytes='100': -e must be at least 1M"),  # once: sizes='-b 1024 -e 100'
+    ("calibrate --out {tmp}/c.toml -e 4K --time-budget 0.005", "maxbytes='4K': -e must be at least 1M"),  # 0.009 GB/s
+    ("calibrate --out {tmp}/c.toml -e 4Q", "maxbytes='4Q': -e expected a number with an optional K, M, G or T suffix"),
+    ("calibrate --out {tmp}/c.toml --time-budget nan", "time-budget=nan: must be > 0"),
+    ("calibrate --out {tmp}/c.toml -e 1000T", "maxbytes=1099511627776000"),
     ("report", "give --out FILE.html"),
     # --- recordings are never appended to
     ("record --out {tmp}/run -- true", "already holds a recording"),
