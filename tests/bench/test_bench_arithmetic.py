@@ -171,3 +171,41 @@ def test_whole_table_blocks_and_footer():
     assert text.count("# all_gather: 1 group of 4 ranks") == 1 and text.count("# all_reduce: 1 group of 2 ranks") == 1
     assert "# Out of bounds values : 3 FAILED" in text and "# Noisy rows (cv > 0.2): 1 of 3" in text
     assert SweepResult(rows=rows).num_wrong == 3
+
+
+def test_sizes_that_hold_no_element_are_refused_up_front():
+    """-b 3 -e 3 of fp32 measured no row and exited 0; gathered ops need one element per rank."""
+    from commscope.bench.sweep import check_world, smallest_size_bytes
+
+    assert smallest_size_bytes("all_gather", 4, 4) == 16 and smallest_size_bytes("all_reduce", 4, 4) == 4
+    with pytest.raises(ConfigError, match=r"sizes='-b 3 -e 3': all_reduce of float over 2 ranks needs messages of "
+                                          r"at least 4 B \(one 4-byte element\)"):
+        check_world(SweepConfig(ops=("all_reduce",), min_bytes=3, max_bytes=3), 2, "gloo")
+    with pytest.raises(ConfigError, match=r"all_gather of float over 4 ranks needs .* at least 16 B .* per rank"):
+        check_world(SweepConfig(ops=("all_reduce", "all_gather"), min_bytes=4, max_bytes=12), 4, "gloo")
+    assert check_world(SweepConfig(ops=("all_gather",), min_bytes=4, max_bytes=16), 4, "gloo") == (4,)  # 16 B: one row
+
+
+def test_buffers_are_counted_per_rank_and_ranks_on_the_host():
+    """-e 100G got a rank killed by the kernel (SIGKILL) mid-sweep; the buffers are counted before any rank starts."""
+    from commscope.bench.sweep import buffer_bytes, check_memory
+
+    assert buffer_bytes("all_reduce", 1024, 4, 4) == 1024  # in place
+    assert buffer_bytes("all_gather", 1024, 4, 4) == 1024 + 256  # input 1/n, gathered output
+    assert buffer_bytes("reduce_scatter", 1024, 4, 4) == 1024 + 256
+    assert buffer_bytes("all_to_all", 1024, 4, 4) == 2048 and buffer_bytes("sendrecv", 1024, 4, 4) == 2048
+    cfg = SweepConfig(ops=("all_reduce", "sendrecv"), min_bytes=1024, max_bytes=1 << 30)
+    check_memory(cfg, (2,), 2, "gloo", available_bytes=4 << 30)  # 2 x 2 GiB fits in 4 GiB
+    with pytest.raises(ConfigError, match=r"maxbytes=1073741824: the sweep.s largest size, 1.00 GiB: sendrecv over 2 ranks needs 2.00 GiB of "
+                                          r"buffers per rank .* x 3 ranks on this host = 6.00 GiB, but this machine "
+                                          r"has 4.00 GiB available"):
+        check_memory(cfg, (2,), 3, "gloo", available_bytes=4 << 30)
+    check_memory(cfg, (2,), 3, "nccl", available_bytes=4 << 30)  # NCCL's buffers are on the GPUs
+
+
+def test_iterations_and_the_noise_threshold_are_bounded():
+    for bad in ({"noisy_cv": -1.0}, {"noisy_cv": 0.0}, {"noisy_cv": float("nan")}, {"iters": 100_001},
+                {"warmup_iters": 10**11}, {"time_budget_s": float("nan")}):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            SweepConfig(**bad)
+    SweepConfig(iters=100_000, warmup_iters=100_000, noisy_cv=float("inf"))  # the bounds themselves are fine

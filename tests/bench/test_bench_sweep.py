@@ -197,3 +197,19 @@ def test_inside_an_existing_job_uses_its_process_group(tmp_path):
     data = json.loads(out.read_text())
     assert data["meta"]["world_size"] == 2 and data["meta"]["command"].startswith("python -m commscope.bench")
     assert [r["op"] for r in data["rows"]] == ["all_reduce", "broadcast"]
+
+
+def test_no_measured_row_is_never_a_success(tmp_path, capsys):
+    """A sweep that measured nothing writes no empty JSON or plot and does not exit 0 (check_world refuses the sizes
+    that lead there; this is the last line of defence)."""
+    from argparse import Namespace
+
+    from commscope.bench.sweep import SweepResult
+    from commscope.cli.bench_cmd import EXIT_FAILED, _finish
+
+    out = tmp_path / "b.json"
+    args = Namespace(json=False, out=out, no_plot=False)
+    assert _finish(args, SweepResult(rows=(), meta={"noisy_cv": 0.2}), False) == EXIT_FAILED
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no row was measured" in err[0]
+    assert not out.exists() and not out.with_suffix(".png").exists()

@@ -146,8 +146,9 @@ def test_refusals_are_clear(tmp_path, capsys):
         load_points(_write(tmp_path / "notime.json", [{"op": "all_reduce", "group_size": 2, "size_bytes": 8}]))
     with pytest.raises(ConfigError, match="wrong results"):
         load_points(_write(tmp_path / "wrong.json", [_row(), _row(size=2048, wrong=3)]))
-    with pytest.raises(ConfigError, match="finite time_s > 0"):
-        load_points(_write(tmp_path / "neg.json", [_row(t=-1.0), _row(size=2048)]))
+    points, info = load_points(_write(tmp_path / "neg.json", [_row(t=-1.0), _row(size=2048)]))  # skipped, named
+    assert info["problems"] == ["neg.json rows[1].time_s=-1.0: not a measured time (must be > 0): row skipped"]
+    assert [p.size_bytes for p in points] == [2048]
     with pytest.raises(ConfigError, match="no rows"):
         load_points(_write(tmp_path / "empty.json", []))
     (tmp_path / "broken.json").write_text("{not json")
@@ -207,3 +208,120 @@ def test_a_plausible_fitted_curve_is_kept(tmp_path):
            "{ size_min_bytes = 65536, size_max_bytes = 67108864, alpha_us = 9.0, busbw_GBps = 40.0 }")
     model = read_fitted(_fitted_file(tmp_path, seg))
     assert sorted(c.op for c in model.curves) == ["all_gather", "all_reduce"] and not model.notes
+
+
+# --- what the input says is not overridden, damaged rows are named the same way in both formats -------------------
+
+def _nccl_log(*, ranks: int | None = 8, test: str | None = "all_reduce_perf", times_us=None, sizes=None) -> str:
+    """A small nccl-tests all_reduce log as all_reduce_perf prints it: 1 KiB x 4^i, out-of-place and in-place."""
+    sizes = sizes or [1024 * 4**i for i in range(6)]
+    times_us = times_us or [20 + s / 2e3 for s in sizes]
+    n = ranks or 8
+    lines = ["# nccl-tests version 2.19.4 nccl-headers=21903 nccl-library=21903"]
+    if test:
+        lines.append(f"# Collective test starting: {test}")
+    lines.append(f"# nThread 1 nGpus {n} minBytes {sizes[0]} maxBytes {sizes[-1]} step: 4(factor) warmup iters: 1 "
+                 "iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0")
+    if ranks:
+        lines += ["#", "# Using devices"] + [f"#  Rank {r:2d} Group  0 Pid 584419 on        dkh device {r:2d} "
+                                             f"[0000:14:00] NVIDIA A100-SXM4-80GB" for r in range(ranks)]
+    lines += ["#", ("#                                                              out-of-place                       "
+              "in-place          "),
+              ("#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw "
+              "  busbw  #wrong "),
+              ("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  "
+              "(GB/s)         ")]
+    for size, t in zip(sizes, times_us):
+        alg = size / 1e3 / t if t > 0 else 0.0
+        half = f"{t:8.2f} {alg:7.2f} {alg * 2 * (n - 1) / n:7.2f}       0"
+        ip = f"{20 + size / 2e3:8.2f} {size / 1e3 / (20 + size / 2e3):7.2f} {size / 1e3 / (20 + size / 2e3) * 1.75:7.2f}       0"
+        lines.append(f"{size:12d}  {size // 4:12d}     float     sum      -1 {half} {ip}")
+    lines += ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 1.0 ", "#"]
+    return "\n".join(lines) + "\n"
+
+
+def _fit_cli(capsys, *argv):
+    code = main(["fit", *map(str, argv), "--json"])
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if code == 0 else None), err.strip().splitlines()
+
+
+def test_a_group_size_or_op_the_nccl_tests_log_contradicts_is_refused(tmp_path, capsys):
+    """`fit ar.log --group-size 4` on a log listing 8 ranks fitted n=4; a named test was overridden by --op."""
+    log = tmp_path / "ar.log"
+    log.write_text(_nccl_log())
+    with pytest.raises(ConfigError, match=r"group_size=4: ar.log says its rows ran on 8 ranks .*leave --group-size out"):
+        load_points(log, group_size=4)
+    with pytest.raises(ConfigError, match=r"op='broadcast': ar.log line 2 names the test all_reduce; leave --op out"):
+        load_points(log, op="broadcast")
+    points, _ = load_points(log, group_size=8, op="allreduce")  # agreeing with the file is fine
+    assert {(p.op, p.group_size) for p in points} == {("all_reduce", 8)}
+    code, _, err = _fit_cli(capsys, log, "--group-size", "4")
+    assert code == 2 and len(err) == 1 and err[0].startswith("commscope fit: error: group_size=4: ar.log says")
+    # where the log does not say, the flags say it
+    bare = tmp_path / "bare.log"
+    bare.write_text(_nccl_log(ranks=None, test=None))
+    points, _ = load_points(bare, group_size=4, op="all_reduce")
+    assert {(p.op, p.group_size) for p in points} == {("all_reduce", 4)}
+
+
+def test_a_group_size_or_op_the_bench_json_contradicts_is_refused(tmp_path, capsys):
+    """`fit b2.json --op broadcast --group-size 64` relabelled a 2-rank sweep as 64 ranks and ignored --op."""
+    path = _write(tmp_path / "b2.json", [_row(size=1024 * 4**i, t=1e-4 + 4**i * 1e-7) for i in range(4)])
+    code, _, err = _fit_cli(capsys, path, "--op", "broadcast", "--group-size", "64")
+    assert code == 2 and len(err) == 1 and "group_size=64: b2.json rows[1] ran on 2 ranks" in err[0]
+    code, _, err = _fit_cli(capsys, path, "--op", "broadcast")
+    assert code == 2 and len(err) == 1 and "op='broadcast': b2.json rows[1] measures all_reduce" in err[0]
+    code, data, err = _fit_cli(capsys, path, "--op", "all_reduce", "--group-size", "2")
+    assert code == 0 and err == [] and [(c["op"], c["group_size"]) for c in data["curves"]] == [("all_reduce", 2)]
+
+
+def test_an_unknown_op_is_named(tmp_path, capsys):
+    """'foo' gave "foo over 2 ranks ... need at least 2 message sizes", and two foo rows a ValueError traceback."""
+    code, _, err = _fit_cli(capsys, tmp_path / "any.json", "--op", "foo")
+    assert code == 2 and len(err) == 1 and "op='foo': expected one of all_reduce, all_gather" in err[0]
+    good = [_row(size=1024 * 4**i, t=1e-4 + 4**i * 1e-7) for i in range(4)]
+    path = _write(tmp_path / "foo.json", [_row(op="foo"), _row(op="foo", size=4096)])
+    code, _, err = _fit_cli(capsys, path)
+    assert code == 2 and len(err) == 1
+    assert "input='foo.json': has no usable rows: foo.json rows[1].op='foo': not a collective fit knows" in err[0]
+    path = _write(tmp_path / "mixed.json", [*good, _row(op="foo"), _row(op="foo", size=4096)])
+    code, data, err = _fit_cli(capsys, path)
+    assert code == 0 and [(c["op"], c["group_size"]) for c in data["curves"]] == [("all_reduce", 2)]
+    assert err == [("commscope fit: warning: mixed.json rows[5].op='foo': not a collective fit knows (all_reduce, "
+                   "all_gather, reduce_scatter, all_to_all, broadcast, reduce, gather, scatter, sendrecv): row skipped"),
+                   ("commscope fit: warning: mixed.json rows[6].op='foo': not a collective fit knows (all_reduce, "
+                   "all_gather, reduce_scatter, all_to_all, broadcast, reduce, gather, scatter, sendrecv): row skipped")]
+
+
+def test_damaged_rows_are_named_and_skipped_alike_in_both_formats(tmp_path, capsys):
+    """A negative out-of-place time was dropped silently from nccl-tests output (bench JSON refused it), a zero one
+    silently replaced by the in-place time, and a 1e15-byte bench row fitted."""
+    sizes = [1024 * 4**i for i in range(6)]
+    times = [20 + s / 2e3 for s in sizes]
+    log = tmp_path / "ar.log"
+    log.write_text(_nccl_log(times_us=[-30.0 if i == 1 else 0.0 if i == 3 else t for i, t in enumerate(times)]))
+    line = {s: n for n, text in enumerate(log.read_text().splitlines(), start=1) for s in sizes
+            if text.lstrip().startswith(f"{s} ")}
+    code, data, err = _fit_cli(capsys, log)
+    assert code == 0, err
+    assert err == [(f"commscope fit: warning: ar.log:{line[4096]}: cannot read data row '4096 1024 float sum -1 -30.00 "
+                   "0.00 0.00 0 22.05 0.19 0.33 0': time/algbw/busbw '-30.00 0.00 0.00' must be finite and >= 0: row "
+                   "skipped"),
+                   (f"commscope fit: warning: ar.log:{line[65536]}: all_reduce 65536 B out-of-place time=0.00 us is no "
+                   "measurement (must be > 0): row skipped")]
+    assert sorted(r["size_bytes"] for r in data["rows"]) == [s for s in sizes if s not in (4096, 65536)]
+    bench = _write(tmp_path / "b.json", [_row(size=s, t=t * US) for s, t in zip(sizes, times)]
+                   + [_row(size=10**15, t=1.0), _row(size=2048, t=-30e-6), _row(size=8192, t=0.0)])
+    code, data, err = _fit_cli(capsys, bench)
+    assert code == 0, err
+    assert err == [("commscope fit: warning: b.json rows[7].size_bytes=1000000000000000: larger than any real message "
+                   "(> 1 TiB): row skipped"),
+                   "commscope fit: warning: b.json rows[8].time_s=-3e-05: not a measured time (must be > 0): row skipped",
+                   "commscope fit: warning: b.json rows[9].time_s=0.0: not a measured time (must be > 0): row skipped"]
+    assert sorted(r["size_bytes"] for r in data["rows"]) == sizes
+    big = tmp_path / "big.log"
+    big.write_text(_nccl_log(sizes=[*sizes, 2**41], times_us=[*times, 1e7]))
+    code, data, err = _fit_cli(capsys, big)
+    assert code == 0 and len(err) == 1 and "size 2199023255552 B is larger than any real message (> 1 TiB): row skipped" in err[0]
+    assert sorted(r["size_bytes"] for r in data["rows"]) == sizes

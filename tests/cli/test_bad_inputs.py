@@ -129,9 +129,26 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("summarize {tmp}/saved-empty", "parallel='{tmp}/saved-empty/parallel.toml': is empty"),  # once: read as 1 rank
     ("summarize {tmp}/run --gpus-per-node 0", "gpus_per_node=0: must be a positive integer"),
     ("fit {tmp}/bench.json --out /dev/full", "the disk is full"),
-    ("fit {tmp}/bench.json --out {tmp}/file.txt/fit.toml", "a file is in the way of a directory"),
+    ("fit {tmp}/bench.json --out {tmp}/file.txt/fit.toml", "out='{tmp}/file.txt/fit.toml': {tmp}/file.txt is a file"),
+    ("fit {tmp}/bench.json --out /proc/x.toml", "out='/proc/x.toml': cannot write into /proc"),  # once after the fit
+    ("fit {tmp}/nope.json --out /proc/x.toml", "out='/proc/x.toml'"),  # the output first: checked before any work
     ("bench --nproc 2 --out {tmp}/dir", "out='{tmp}/dir': is a directory"),
     ("bench --nproc 2 --out {tmp}/file.txt/x.json", "is a file, not a directory"),
+    ("bench --nproc 2 --out {tmp}/bench.png", "out='{tmp}/bench.png': is the JSON of the measured rows"),  # once: the plot overwrote it
+    ("bench --nproc 2 --out {tmp}/b.SVG --no-plot", "give a .json name such as {tmp}/b.json"),
+    ("bench --nproc 2 --out {tmp}/dir/x.json", "out='{tmp}/dir/x.json': the busbw plot beside it"),  # dir/x.png below
+    ("tune --nproc 2 -b 1K -e 4K -n 1 -w 0 --out /proc/x.json", "out='/proc/x.json': cannot write into /proc"),  # once after the sweep, unnamed
+    ("tune --nproc 2 -b 1K -e 4K -n 1 -w 0 --out {tmp}/dir", "out='{tmp}/dir': is a directory"),  # once after the sweep: "Is a directory: run"
+    ("tune --show {tmp}/nope.json", "show='{tmp}/nope.json': no such file"),
+    ("tune --show {tmp}/dir", "show='{tmp}/dir': is a directory"),
+    ("calibrate --out /proc/x.toml", "out='/proc/x.toml': cannot write into /proc"),  # once after the calibration
+    ("calibrate --out {tmp}/dir.toml", "out='{tmp}/dir.toml': is a directory"),
+    ("calibrate --out {tmp}/c.toml --name ''", "name='': must not be empty; leave --name out"),  # once: named 'c'
+    ("calibrate --out {tmp}/c.toml -e 100", "maxbytes='100': -e must be at least 1M"),  # once: sizes='-b 1024 -e 100'
+    ("calibrate --out {tmp}/c.toml -e 4K --time-budget 0.005", "maxbytes='4K': -e must be at least 1M"),  # 0.009 GB/s
+    ("calibrate --out {tmp}/c.toml -e 4Q", "maxbytes='4Q': -e expected a number with an optional K, M, G or T suffix"),
+    ("calibrate --out {tmp}/c.toml --time-budget nan", "time-budget=nan: must be > 0"),
+    ("calibrate --out {tmp}/c.toml -e 1000T", "maxbytes=1099511627776000"),
     ("report", "give --out FILE.html"),
     # --- recordings are never appended to
     ("record --out {tmp}/run -- true", "already holds a recording"),
@@ -146,7 +163,18 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("bench --nproc 2 --backend mpi", "backend='mpi'"),
     ("bench --nproc 2 --backend carrier-pigeon", "not a torch.distributed backend"),
     ("bench --nproc 2 -b 1G -e 1K", "minbytes"),
+    ("bench --nproc 2 --ops all_reduce -n 1 -w 0 -b 3 -e 3", "sizes='-b 3 -e 3': all_reduce of float over 2 ranks needs"),  # once 0 rows, exit 0
+    ("bench --nproc 2 --ops all_gather -n 1 -w 0 -d double -b 8 -e 15", "at least 16 B (one 8-byte element per rank)"),
+    ("tune --nproc 2 --ops all_to_all -n 1 -w 0 -b 1 -e 7", "all_to_all of float over 2 ranks needs messages of at least 8 B"),
     ("bench --nproc 2 --ops nope", "ops='nope'"),
+    ("bench --nproc 2 --noisy-cv -1", "noisy_cv=-1.0: --noisy-cv must be > 0"),  # once: "1 of 1 rows are noisy (cv > -1.0)"
+    ("bench --nproc 2 --noisy-cv nan", "noisy_cv=nan: --noisy-cv must be > 0"),
+    ("bench --nproc 2 -n 100000000000", "iters=100000000000: -n must be 1-100,000"),  # once: ran for ever
+    ("bench --nproc 2 -w 100000000000", "warmup_iters=100000000000: -w must be 0-100,000"),
+    ("bench --nproc 2 --time-budget nan", "time_budget_s=nan: must be > 0"),
+    ("bench --nproc 2 -n 1 -w 0 --ops all_reduce,all_to_all -b 1K -e 1000T", "maxbytes=1099511627776000: the sweep's largest size, 512.00 TiB: all_to_all over 2 ranks needs 1"),  # once SIGKILL
+    ("tune --nproc 2 --noisy-cv 0", "noisy_cv=0.0: --noisy-cv must be > 0"),
+    ("tune --nproc 2 -n 1 -w 0 -b 1K -e 1000T", "maxbytes=1099511627776000"),
     ("bench", "give --nproc N"),
     ("tune --nproc 100000", "pass --oversubscribe"),
     ("tune", "give --nproc N"),
@@ -216,6 +244,8 @@ def bench_json(times_s: list[float], *, op: str = "all_reduce", noisy: bool = Fa
 def fixtures(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("bad-inputs")
     (tmp / "dir").mkdir()
+    (tmp / "dir.toml").mkdir()
+    (tmp / "dir" / "x.png").mkdir()
     (tmp / "file.txt").write_text("not a log\n")
     for name, text in _PARALLEL_FILES.items():
         (tmp / name).write_text(text)

@@ -9,7 +9,7 @@ rank at once (so each sees the share of the machine a rank of such a job gets):
 2. times a copy of a 32 MiB tensor (``dst.copy_(src)``: 2 x 32 MiB moved per call): the streaming memory
    bandwidth, the roofline of the memory-bound kernels of :mod:`commscope.compute`;
 3. runs a short :func:`commscope.bench.sweep.run_sweep` (all_reduce, all_gather, reduce_scatter, broadcast
-   and send/recv, 1 KiB to 4 MiB by 4x, on groups of 2, 4, ... up to N), fitted by
+   and send/recv, 1 KiB to 4 MiB by 4x, on groups of 2, 4, ... dividing N and of N), fitted by
    :func:`commscope.bench.fit.fit` into the bandwidth model ``estimate --bandwidth`` reads.
 
 The file is a cluster file (``--cluster``) whose GPU is the measured device: its ``peak_tflops`` and
@@ -93,9 +93,10 @@ def probe_compute(device: Any = None, *, matmul_n: int = 512, copy_bytes: int = 
 
 
 def default_sweep(nproc: int) -> SweepConfig:
-    """The short sweep: :data:`CALIBRATION_OPS`, 1 KiB to 4 MiB by 4x, groups of 2, 4, ... up to ``nproc``,
-    0.03 s per size (at least 10 iterations), 2 warm-up iterations."""
-    groups = tuple(g for g in (2**i for i in range(1, 12)) if g <= nproc)
+    """The short sweep: :data:`CALIBRATION_OPS`, 1 KiB to 4 MiB by 4x, groups of 2, 4, ... that divide ``nproc``
+    and of ``nproc`` itself (groups tile the ranks: 3 ranks make one group of 3, 6 groups of 2 and of 6), 0.03 s per
+    size (at least 10 iterations), 2 warm-up iterations."""
+    groups = tuple(sorted({g for g in (2**i for i in range(1, 12)) if g <= nproc and nproc % g == 0} | {nproc}))
     return SweepConfig(ops=CALIBRATION_OPS, min_bytes=1024, max_bytes=4 * MiB, step_factor=4.0, time_budget_s=0.03,
                        warmup_iters=2, group_sizes=groups)
 

@@ -33,10 +33,12 @@ import numpy as np
 
 from commscope.bench.fitted import FITTED_KIND, Curve, FittedModel, Segment, _factor, canonical_op
 from commscope.errors import ConfigError
+from commscope.record import MAX_MESSAGE_BYTES
 from commscope.spec.cluster import implausible_link
 from commscope.units import GB, US
 
-__all__ = ["FitPoint", "FitResult", "Residual", "fit", "fit_curve", "format_fit", "load_points", "to_toml"]
+__all__ = ["FIT_OPS", "FitPoint", "FitResult", "Residual", "check_op", "fit", "fit_curve", "format_fit", "load_points",
+           "problem_lines", "to_toml"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,13 +101,66 @@ class FitResult:
         return max(errs) if errs else 0.0
 
 
-# --- loading ----------------------------------------------------------------------------------------------
+# --- loading ---------------------------------------------------------------------------------------------
 
-def _points_from_bench(data: dict, source: str) -> tuple[list[FitPoint], dict[str, Any]]:
+#: Collectives with an nccl-tests bus-bandwidth factor [nccl-tests-perf]: the ops a row to fit may measure.
+FIT_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "gather", "scatter",
+           "sendrecv")
+
+#: Damaged rows are said one line each, up to this many (then a count): a whole broken file is one refusal.
+_MAX_PROBLEMS = 10
+
+
+def _known_op(name: Any) -> str | None:
+    """The canonical name of ``name`` if fit knows its bus-bandwidth factor, else None."""
+    op = canonical_op(str(name))
+    return op if op in FIT_OPS else None
+
+
+def check_op(op: str | None) -> str | None:
+    """``--op`` as a canonical collective; ConfigError naming the valid ones."""
+    if op is None:
+        return None
+    known = _known_op(op)
+    if known is None:
+        raise ConfigError("op", op, f"expected one of {', '.join(FIT_OPS)} (nccl-tests' names such as allreduce or "
+                                    "all_reduce_perf work too)")
+    return known
+
+
+def _damage(row: dict, i: int, source: str) -> str | None:
+    """Why bench-JSON row ``i`` is damaged (a value no measurement has), naming the row, field and value; else None."""
+    where = f"{source} rows[{i}]"
+    if _known_op(row["op"]) is None:
+        return f"{where}.op={row['op']!r}: not a collective fit knows ({', '.join(FIT_OPS)})"
+    for key, whole, low in (("size_bytes", True, 1), ("group_size", True, 2), ("time_s", False, 0)):
+        value = row[key]
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return f"{where}.{key}={value!r}: not a number"
+        if isinstance(value, bool) or not math.isfinite(number) or (whole and number != int(number)):
+            return f"{where}.{key}={value!r}: not a {'whole ' if whole else ''}finite number"
+        if key == "time_s" and not number > 0:
+            return f"{where}.time_s={value!r}: not a measured time (must be > 0)"
+        if number < low:
+            return f"{where}.{key}={value!r}: must be >= {low}" + (" (one rank moves nothing)" if key == "group_size" else "")
+        if key == "size_bytes" and number > MAX_MESSAGE_BYTES:
+            return f"{where}.size_bytes={value!r}: larger than any real message (> 1 TiB)"
+    return None
+
+
+def _points_from_bench(data: dict, source: str, *, group_size: int | None = None,
+                       op: str | None = None) -> tuple[list[FitPoint], dict[str, Any]]:
+    """FitPoints of bench JSON. Rows that failed the data check are refused (the run is not to be trusted);
+    damaged rows (an unknown op, a size, group size or time no measurement has) are skipped, each named in
+    ``info["problems"]``. ``group_size`` and ``op`` (the flags for nccl-tests output that does not say) must agree
+    with every row: bench JSON names each row's own."""
     rows = data.get("rows")
     if not isinstance(rows, list) or not rows:
         raise ConfigError("rows", source, "no rows: expected {\"meta\": ..., \"rows\": [...]} from `commscope bench`")
-    points = []
+    points: list[FitPoint] = []
+    problems: list[str] = []
     for i, row in enumerate(rows, start=1):
         if not isinstance(row, dict):
             raise ConfigError(f"rows[{i}]", row, "must be an object", source=source)
@@ -117,36 +172,61 @@ def _points_from_bench(data: dict, source: str) -> tuple[list[FitPoint], dict[st
             raise ConfigError(f"rows[{i}].wrong", row["wrong"],
                               f"{row['op']} at {row['size_bytes']} B had wrong results; refit from a clean run",
                               source=source)
-        try:
-            size, t, n = int(row["size_bytes"]), float(row["time_s"]), int(row["group_size"])
-        except (TypeError, ValueError):
-            raise ConfigError(f"rows[{i}]", {k: row[k] for k in ("size_bytes", "time_s", "group_size")},
-                              "must be numbers", source=source) from None
-        if size <= 0 or not t > 0 or not math.isfinite(t) or n < 2:
-            raise ConfigError(f"rows[{i}]", {"size_bytes": size, "time_s": t, "group_size": n},
-                              "need size_bytes > 0, a finite time_s > 0 and group_size >= 2", source=source)
+        why = _damage(row, i, source)
+        if why is not None:
+            problems.append(f"{why}: row skipped")
+            continue
+        size, t, n, row_op = int(row["size_bytes"]), float(row["time_s"]), int(row["group_size"]), canonical_op(row["op"])
+        if group_size is not None and n != group_size:
+            raise ConfigError("group_size", group_size, f"{source} rows[{i}] ran on {n} ranks: bench JSON names each "
+                                                        "row's group size (--group-size is for nccl-tests output that "
+                                                        "does not say); leave it out")
+        if op is not None and row_op != op:
+            raise ConfigError("op", op, f"{source} rows[{i}] measures {row_op}: bench JSON names each row's op (--op is "
+                                        "for nccl-tests output whose header does not); leave it out")
         intra = row.get("intra_node")
-        points.append(FitPoint(op=canonical_op(row["op"]), group_size=n, size_bytes=size, time_s=t,
+        points.append(FitPoint(op=row_op, group_size=n, size_bytes=size, time_s=t,
                                intra_node=intra if isinstance(intra, bool) else None, noisy=bool(row.get("noisy"))))
+    if not points:
+        raise ConfigError("input", source, f"has no usable rows: {'; '.join(problems[:3])}")
     meta = data.get("meta", {}) if isinstance(data.get("meta"), dict) else {}
-    return points, {"time_kind": "median", "backend": meta.get("backend")}
+    return points, {"time_kind": "median", "backend": meta.get("backend"), "problems": problems}
 
 
 def _points_from_nccl_tests(path: Path, group_size: int | None,
                             op: str | None = None) -> tuple[list[FitPoint], dict[str, Any]]:
+    """FitPoints of nccl-tests output, one per table line (its out-of-place half, as nccl-tests' summaries use).
+    Lines the reader could not read, and lines whose out-of-place time is no measurement (<= 0), are skipped and
+    named in ``info["problems"]``, with everything else the reader found wrong with the output. ``group_size`` and
+    ``op`` fill in what the output does not say; where it says otherwise, they are refused."""
     from commscope.io.nccl_tests import parse_nccl_tests
 
     try:
         result = parse_nccl_tests(path, op=op)
     except ValueError as exc:
         raise ConfigError("input", path.name, str(exc)) from None
+    for run in result.meta.get("runs", []):
+        named = run.get("op_named")
+        if op is not None and named is not None and named != op:
+            raise ConfigError("op", op, f"{path.name} line {run.get('op_named_line')} names the test {named}; leave "
+                                        "--op out (it is for output that does not name it)")
+    problems = list(getattr(result, "problems", []))
     by_key: dict[tuple[str, int, int, bool | None], Any] = {}
+    damaged: set[str] = set()
     for row in result.rows:
         if row.op == "unknown":  # no header names the test and the rows fit no collective's arithmetic
             raise ConfigError("input", path.name, f"{row.source}: the collective of these rows cannot be told (no "
                                                   "command line names the test binary and the rows fit none); give "
                                                   "it with --op all_reduce (or all_gather, ...)")
-        n = group_size or getattr(row, "group_size", None)
+        if canonical_op(row.op) not in FIT_OPS:
+            raise ConfigError("op", row.op, f"{path.name} measures {row.op}, which has no nccl-tests bus-bandwidth "
+                                            f"factor; fit knows {', '.join(FIT_OPS)}")
+        said = getattr(row, "group_size", None)
+        if group_size is not None and said is not None and said != group_size:
+            raise ConfigError("group_size", group_size, f"{path.name} says its rows ran on {said} ranks (its '# Using "
+                                                        "devices' or NCCL nranks lines); leave --group-size out (it is "
+                                                        "for output that does not say)")
+        n = said or group_size
         if not n:
             raise ConfigError("group_size", None, f"{path.name} does not say how many ranks ran; give --group-size N",
                               source=path.name)
@@ -156,26 +236,33 @@ def _points_from_nccl_tests(path: Path, group_size: int | None,
             raise ConfigError("data check", row.wrong if row.wrong is not None else row.max_error,
                               f"{row.op} at {row.size_bytes} B failed nccl-tests' data check ({row.source}); "
                               "refit from a clean run", source=path.name)
+        if row.size_bytes is None or row.size_bytes <= 0 or row.source in damaged:
+            continue  # zero-byte rows say nothing about alpha and beta
         t = row.time_s
-        if row.size_bytes is None or row.size_bytes <= 0 or t is None or not t > 0 or not math.isfinite(t):
-            continue  # zero-byte rows and N/A times say nothing about alpha and beta
+        if t is None or not t > 0 or not math.isfinite(t):
+            if not row.in_place:  # the line's measurement is damaged: the line is skipped, not its other half used
+                damaged.add(row.source)  # the out-of-place half comes first: the in-place half is not used
+                problems.append(f"{row.source}: {row.op} {row.size_bytes} B out-of-place time={t / US:.2f} us is no "
+                                "measurement (must be > 0): row skipped")
+            continue
         key = (canonical_op(row.op), int(n), int(row.size_bytes), row.intra_node)
         if key not in by_key or (by_key[key].in_place and not row.in_place):
             by_key[key] = row  # the out-of-place half where there is one, as nccl-tests' summaries use
     points = [FitPoint(op=k[0], group_size=k[1], size_bytes=k[2], time_s=float(r.time_s), intra_node=k[3])
               for k, r in by_key.items()]
     if not points:
-        problems = "; ".join(getattr(result, "problems", [])[:3])
         raise ConfigError("input", path.name, "has no usable nccl-tests rows (size > 0, a time, >= 2 ranks)"
-                          + (f": {problems}" if problems else ""))
-    return points, {"time_kind": "mean", "backend": "nccl-tests"}
+                          + (f": {'; '.join(problems[:3])}" if problems else ""))
+    return points, {"time_kind": "mean", "backend": "nccl-tests", "problems": problems}
 
 
 def load_points(path: Path, *, group_size: int | None = None,
                 op: str | None = None) -> tuple[list[FitPoint], dict[str, Any]]:
-    """Rows of ``path`` (bench JSON or nccl-tests stdout) as FitPoints, with ``time_kind`` and ``backend``;
-    ``op`` names the collective of nccl-tests output that does not say."""
+    """Rows of ``path`` (bench JSON or nccl-tests stdout) as FitPoints, with ``time_kind``, ``backend`` and
+    ``problems`` (one line per damaged row skipped, naming file, row or line, field and value). ``group_size`` and
+    ``op`` say what nccl-tests output does not (ranks, the collective); a value the file contradicts is refused."""
     path = Path(path)
+    op = check_op(op)
     if not path.is_file():
         raise ConfigError("input", str(path), "is a directory; give a file" if path.is_dir() else "no such file")
     text = path.read_text(errors="replace")
@@ -186,12 +273,15 @@ def load_points(path: Path, *, group_size: int | None = None,
             raise ConfigError("input", path.name, f"is not valid JSON: {exc}") from None
         if not isinstance(data, dict):
             raise ConfigError("input", path.name, "expected a JSON object with \"rows\" (commscope bench --out)")
-        points, info = _points_from_bench(data, path.name)
-        if group_size:
-            points = [FitPoint(op=p.op, group_size=group_size, size_bytes=p.size_bytes, time_s=p.time_s,
-                               intra_node=p.intra_node, noisy=p.noisy) for p in points]
-        return points, info
+        return _points_from_bench(data, path.name, group_size=group_size, op=op)
     return _points_from_nccl_tests(path, group_size, op)
+
+
+def problem_lines(problems: Sequence[str], limit: int = _MAX_PROBLEMS) -> list[str]:
+    """``problems`` as at most ``limit`` lines, the last saying how many more there are."""
+    if len(problems) <= limit:
+        return list(problems)
+    return [*problems[:limit - 1], f"... and {len(problems) - limit + 1} more problems"]
 
 
 # --- fitting ----------------------------------------------------------------------------------------------

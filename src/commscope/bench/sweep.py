@@ -72,11 +72,12 @@ import numpy as np
 
 from commscope.bandwidth import busbw_factor
 from commscope.errors import ConfigError
-from commscope.units import GB, MiB, US, canonical_dtype, dtype_bytes, parse_size_bytes
+from commscope.units import GB, MiB, US, canonical_dtype, dtype_bytes, format_bytes, parse_size_bytes
 
 __all__ = [
     "AVERAGE_MODES",
     "DTYPES",
+    "MAX_ITERS",
     "OPS",
     "REDOPS",
     "BenchRow",
@@ -84,7 +85,11 @@ __all__ = [
     "SweepConfig",
     "SweepResult",
     "WrongResultsError",
+    "available_memory_bytes",
     "backend_op",
+    "buffer_bytes",
+    "check_measurable",
+    "check_memory",
     "check_world",
     "format_header",
     "format_row",
@@ -94,6 +99,7 @@ __all__ = [
     "parse_dtype",
     "row_stats",
     "run_sweep",
+    "smallest_size_bytes",
 ]
 
 #: The collectives a sweep can measure, with nccl-tests' meaning.
@@ -109,6 +115,9 @@ DTYPES: dict[str, str] = {"fp32": "float", "fp16": "half", "bf16": "bfloat16", "
                           "int8": "int8", "uint8": "uint8", "int32": "int32", "int64": "int64"}
 _NCCL_TYPE_ALIASES = {"float": "fp32", "half": "fp16", "double": "fp64", "bfloat16": "bf16", "int": "int32",
                       "char": "int8"}
+#: Most timed (``-n``) or warm-up (``-w``) iterations per size: nccl-tests' default is 20, and 100,000 of the
+#: smallest gloo message (~30 us) already take 3 s per size; more is a typo that would run for hours.
+MAX_ITERS = 100_000
 #: Largest integer each dtype holds exactly (for check patterns whose reductions must be exact).
 _EXACT_MAX = {"fp32": 2 ** 24, "fp16": 2048, "bf16": 256, "fp64": 2 ** 53, "int8": 127, "uint8": 255,
               "int32": 2 ** 31 - 1, "int64": 2 ** 62}
@@ -211,14 +220,21 @@ class SweepConfig:
         if bad or not self.ops:
             raise ConfigError("ops", ",".join(self.ops), f"expected a comma-separated subset of {', '.join(OPS)}")
         message_sizes(self.min_bytes, self.max_bytes, self.step_factor, self.step_bytes)
-        if self.iters is not None and self.iters < 1:
-            raise ConfigError("iters", self.iters, "-n must be >= 1")
-        if self.warmup_iters < 0:
-            raise ConfigError("warmup_iters", self.warmup_iters, "-w must be >= 0")
-        if not 1 <= self.min_iters <= self.max_iters:
-            raise ConfigError("min_iters", (self.min_iters, self.max_iters), "need 1 <= min_iters <= max_iters")
-        if self.time_budget_s <= 0:
+        if self.iters is not None and not 1 <= self.iters <= MAX_ITERS:
+            raise ConfigError("iters", self.iters, f"-n must be 1-{MAX_ITERS:,} timed iterations per size (nccl-tests' "
+                                                   "default is 20; without -n, --time-budget picks 10-1000)")
+        if not 0 <= self.warmup_iters <= MAX_ITERS:
+            raise ConfigError("warmup_iters", self.warmup_iters, f"-w must be 0-{MAX_ITERS:,} warm-up iterations "
+                                                                 "per size (default 5)")
+        if not 1 <= self.min_iters <= self.max_iters <= MAX_ITERS:
+            raise ConfigError("min_iters", (self.min_iters, self.max_iters),
+                              f"need 1 <= min_iters <= max_iters <= {MAX_ITERS:,}")
+        if not self.time_budget_s > 0:
             raise ConfigError("time_budget_s", self.time_budget_s, "must be > 0")
+        if not self.noisy_cv > 0:
+            raise ConfigError("noisy_cv", self.noisy_cv, "--noisy-cv must be > 0: rows whose coefficient of variation "
+                                                         "(std / mean of the iteration times) exceeds it are flagged "
+                                                         "noisy (default 0.2)")
         if self.redop not in REDOPS:
             raise ConfigError("redop", self.redop, f"-o expects one of {', '.join(REDOPS)}")
         if self.average not in AVERAGE_MODES:
@@ -679,7 +695,84 @@ def check_world(cfg: SweepConfig, world: int, backend: str) -> tuple[int, ...]:
         raise ConfigError("root", cfg.root, f"-r must be < the smallest group size, {min(sizes_g)}")
     if cfg.redop == "avg" and "nccl" not in backend and any(op in _REDUCING for op in cfg.ops):
         raise ConfigError("redop", "avg", f"needs NCCL; backend {backend} supports sum, prod, min, max")
+    check_measurable(cfg, tuple(sizes_g))
     return tuple(sizes_g)
+
+
+def buffer_bytes(op: str, size_bytes: int, n: int, element_bytes: int) -> int:
+    """Bytes of the buffers one rank allocates to run ``op`` at nccl-tests' ``size_bytes`` over ``n`` ranks, as the
+    sweep allocates them: all_reduce, broadcast, reduce work in place (one buffer of the size); all_gather holds its
+    input (1/n) and the gathered output, reduce_scatter the input and its 1/n output, all_to_all and sendrecv a send
+    and a receive buffer. ``buffer_bytes('all_gather', 1024, 4, 4) == 1280``."""
+    count, size = op_count(op, size_bytes, n, element_bytes)
+    if op in ("all_gather", "reduce_scatter"):
+        return size + count * element_bytes
+    if op in ("all_to_all", "sendrecv"):
+        return 2 * size
+    return size
+
+
+def available_memory_bytes() -> int | None:
+    """Memory this machine can still give without swapping (Linux ``MemAvailable``), else its free pages; None
+    when neither can be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import os
+
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_memory(cfg: SweepConfig, group_sizes: Sequence[int], ranks_here: int, backend: str,
+                 available_bytes: int | None = None) -> None:
+    """ConfigError, before any rank starts, when the largest row's buffers on every rank of this host together
+    exceed the memory this machine has available (``available_bytes``, default :func:`available_memory_bytes`):
+    the kernel would kill a rank (SIGKILL) mid-sweep. Buffers in host memory only: NCCL's are on the GPUs."""
+    if "nccl" in backend:
+        return
+    available = available_memory_bytes() if available_bytes is None else available_bytes
+    if available is None:
+        return
+    element_bytes = dtype_bytes(cfg.dtype)
+    largest = cfg.sizes[-1]
+    per_rank, op, n = max((buffer_bytes(op, largest, n, element_bytes), op, n) for op in cfg.ops for n in group_sizes)
+    need = per_rank * ranks_here
+    if need > available:
+        raise ConfigError("maxbytes", cfg.max_bytes,
+                          f"the sweep's largest size, {format_bytes(largest)}: {op} over {n} ranks needs "
+                          f"{format_bytes(per_rank)} of buffers per rank (input and output) x {ranks_here} ranks on this "
+                          f"host = {format_bytes(need)}, but this machine has {format_bytes(available)} available; give "
+                          "a smaller -e")
+
+
+def smallest_size_bytes(op: str, n: int, element_bytes: int) -> int:
+    """The smallest message ``op`` over ``n`` ranks can move: one element (per rank where the buffer is split
+    among the ranks: all_gather, reduce_scatter, all_to_all). ``smallest_size_bytes('all_gather', 4, 4) == 16``."""
+    return element_bytes * (n if op in ("all_gather", "reduce_scatter", "all_to_all") else 1)
+
+
+def check_measurable(cfg: SweepConfig, group_sizes: Sequence[int]) -> None:
+    """ConfigError when some op and group size of ``cfg`` has no size in -b..-e that holds one element (nccl-tests
+    prints such sizes as zero-byte rows; a sweep of only those measures nothing)."""
+    element_bytes = dtype_bytes(cfg.dtype)
+    sizes = cfg.sizes
+    for op in cfg.ops:
+        for n in group_sizes:
+            if all(op_count(op, size, n, element_bytes)[0] == 0 for size in sizes):
+                need = smallest_size_bytes(op, n, element_bytes)
+                per_rank = " per rank" if need > element_bytes else ""
+                span = f"{sizes[0]} B" if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]} B"
+                raise ConfigError("sizes", f"-b {cfg.min_bytes} -e {cfg.max_bytes}",
+                                  f"{op} of {DTYPES[cfg.dtype]} over {n} ranks needs messages of at least {need} B "
+                                  f"(one {element_bytes}-byte element{per_rank}); {span} holds none, so nothing would "
+                                  f"be measured: give -b and -e of at least {need}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,6 +20,9 @@ from commscope.errors import ConfigError
 
 #: Exit status when the data check found wrong results or a rank failed.
 EXIT_FAILED = 1
+#: Suffixes of pictures: an --out with one would be the JSON of the rows under a picture's name, and the plot
+#: beside it (``.png``) would land on the same path and overwrite the measurements.
+IMAGE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".gif", ".webp")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -126,24 +129,48 @@ def _default_backend() -> str:
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
+def plot_path(out: Path) -> Path:
+    """Where the busbw plot of the rows written to ``out`` goes: beside it, as ``.png``."""
+    return out.with_suffix(".png")
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Refuse, before any rank starts, an --out the rows could not be written to or whose plot would overwrite
+    them (``--out bench.png``: the plot's own name)."""
+    from commscope.cli.common import check_out_file
+
+    if args.out is None:
+        return
+    out = Path(args.out)
+    if out.suffix.lower() in IMAGE_SUFFIXES:
+        raise ConfigError("out", str(out), f"is the JSON of the measured rows, not a picture; give a .json name such "
+                                           f"as {out.with_suffix('.json')} (the busbw plot is written beside it, as "
+                                           f"{plot_path(out.with_suffix('.json'))})")
+    check_out_file(out, "out")
+    plot = plot_path(out)
+    if not args.no_plot and plot.is_dir():
+        raise ConfigError("out", str(out), f"the busbw plot beside it, {plot}, is a directory; choose another --out "
+                                           "or give --no-plot")
+
+
 def run(args: argparse.Namespace, command: str | None = None) -> int:
-    from commscope.bench.sweep import check_world
+    from commscope.bench.sweep import check_memory, check_world
     from commscope.launch import LaunchError, ranks_from_env
 
     cfg = config_from_args(args)
+    check_outputs(args)
     command = command or "commscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     quiet = bool(args.json)
     backend = args.backend or _default_backend()
     if args.nproc is not None:
         if args.nproc < 2:
             raise ConfigError("nproc", args.nproc, "a collective needs at least 2 ranks")
-        check_world(cfg, args.nproc, backend)
-        from commscope.cli.common import check_out_file
+        group_sizes = check_world(cfg, args.nproc, backend)
         from commscope.launch import check_backend, check_nproc
 
         check_nproc(args.nproc, oversubscribe=args.oversubscribe)
         check_backend(backend, args.nproc)
-        check_out_file(args.out)
+        check_memory(cfg, group_sizes, args.nproc, backend)
         from commscope.launch import spawn
 
         try:
@@ -163,7 +190,7 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
 
     created = False
     if not dist.is_initialized():
-        check_world(cfg, env.world_size, backend)
+        check_memory(cfg, check_world(cfg, env.world_size, backend), env.local_world_size, backend)
         from commscope.launch import check_backend
 
         check_backend(backend)
@@ -187,6 +214,10 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
 
 def _finish(args: argparse.Namespace, result, failed: bool) -> int:
     """Rank 0 / the launching parent: JSON, plot, and the exit status."""
+    if not result.rows:  # check_world refuses sizes that hold no element; nothing else may pass as a result
+        print("commscope bench: error: no row was measured (no size in -b..-e held an element of the op); "
+              "nothing written", file=sys.stderr)
+        return EXIT_FAILED
     data = result.to_dict()
     if args.json:
         json.dump(data, sys.stdout, indent=2)
@@ -197,7 +228,7 @@ def _finish(args: argparse.Namespace, result, failed: bool) -> int:
         out.write_text(json.dumps(data, indent=2) + "\n")
         print(f"commscope bench: wrote {out}", file=sys.stderr)
         if not args.no_plot:
-            _plot(result, out.with_suffix(".png"))
+            _plot(result, plot_path(out))
     noisy = sum(r.noisy for r in result.rows)
     if noisy:
         print(f"commscope bench: {noisy} of {len(result.rows)} rows are noisy (cv > {result.meta.get('noisy_cv')}): "

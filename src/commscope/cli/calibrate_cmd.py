@@ -14,6 +14,14 @@ from pathlib import Path
 
 from commscope.errors import ConfigError
 
+#: Smallest -e calibrate accepts: the link bandwidth it writes is the busbw of the sweep's two largest all_reduce
+#: sizes, and below 1 MiB those time the latency, not the bandwidth (gloo on CPUs: ~50 us of alpha, 4 KiB gave
+#: 0.009 GB/s, under any real link). nccl-tests' PERFORMANCE.md reads busbw at large messages for the same reason.
+MIN_MAXBYTES = 1 << 20
+#: calibrate's own options, named where a value of one of them is refused (calibrate has no -b, -f, -n: the sweep's
+#: other sizes and iterations are fixed, see :func:`commscope.bench.calibrate.default_sweep`).
+OPTIONS = "--nproc, --out, --name, --backend, -e/--maxbytes, --time-budget, --timeout, --json"
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("calibrate", help="measure this machine (matmul rate, memory, collectives) into a cluster file",
@@ -40,18 +48,30 @@ def run(args: argparse.Namespace) -> int:
 
     from commscope.bench.calibrate import calibrate, cluster_toml, default_sweep
     from commscope.bench.fit import _points_from_bench, fit, format_fit
-    from commscope.bench.sweep import parse_sizes_arg
     from commscope.launch import LaunchError
 
     if args.nproc < 2:
         raise ConfigError("nproc", args.nproc, "a collective needs at least 2 ranks")
     if args.out.suffix.lower() != ".toml":
         raise ConfigError("out", str(args.out), "must be a .toml file")
-    if args.time_budget <= 0:
+    from commscope.cli.common import check_out_file
+
+    check_out_file(args.out, "out")  # before any rank starts
+    if args.name is not None and not args.name.strip():
+        raise ConfigError("name", args.name, "must not be empty; leave --name out to name the cluster after the file "
+                                             f"({args.out.stem!r})")
+    if not args.time_budget > 0:
         raise ConfigError("time-budget", args.time_budget, "must be > 0")
+    if not args.timeout > 0:
+        raise ConfigError("timeout", args.timeout, "must be > 0 seconds")
+    max_bytes = _maxbytes(args.maxbytes)
     backend = args.backend or _default_backend(args.nproc)
-    sweep = dataclasses.replace(default_sweep(args.nproc), max_bytes=parse_sizes_arg(args.maxbytes),
-                                time_budget_s=args.time_budget)
+    sweep = dataclasses.replace(default_sweep(args.nproc), max_bytes=max_bytes, time_budget_s=args.time_budget)
+    from commscope.bench.sweep import check_memory, check_world
+    from commscope.launch import check_nproc
+
+    check_nproc(args.nproc)
+    check_memory(sweep, check_world(sweep, args.nproc, backend), args.nproc, backend)
     from commscope.cli.terminal import Progress
 
     try:
@@ -63,8 +83,13 @@ def run(args: argparse.Namespace) -> int:
     command = shlex.join(["commscope", "calibrate", *sys.argv[2:]]) if "calibrate" in sys.argv[1:2] else None
     points, info = _points_from_bench(cal.sweep.to_dict(), "calibration sweep")
     fitted = fit(points, source="calibration sweep", time_kind=info["time_kind"], backend=backend)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(cluster_toml(cal, fitted, name=args.name or args.out.stem, command=command))
+    text = cluster_toml(cal, fitted, name=args.name if args.name is not None else args.out.stem, command=command)
+    why = _write_checked(text, args.out)
+    if why is not None:
+        print(f"commscope calibrate: error: the calibration measured {why}; nothing written to {args.out} (a cluster "
+              "file `estimate --cluster` refuses would be of no use: run it again on a quieter machine, or with larger "
+              f"messages, -e {max(4 * max_bytes, 4 << 20) >> 20}M)", file=sys.stderr)
+        return 1
     if args.json:
         json.dump({"out": str(args.out), "wall_s": cal.wall_s, "probes": [dataclasses.asdict(p) for p in cal.probes],
                    "rows": [r.to_dict() for r in cal.sweep.rows]}, sys.stdout, indent=2)
@@ -76,6 +101,49 @@ def run(args: argparse.Namespace) -> int:
     print(format_fit(fitted))
     print(f"wrote {args.out} (use: --cluster {args.out} --bandwidth {args.out})")
     return 0
+
+
+def _maxbytes(text: str) -> int:
+    """-e as bytes, at least :data:`MIN_MAXBYTES`; ConfigError naming -e and calibrate's own options."""
+    from commscope.bench.sweep import parse_sizes_arg
+
+    try:
+        value = parse_sizes_arg(text)
+    except ConfigError as exc:
+        raise ConfigError("maxbytes", text, f"-e {exc.expected} (calibrate's options: {OPTIONS})") from None
+    if value < MIN_MAXBYTES:
+        raise ConfigError("maxbytes", text, "-e must be at least 1M: the link bandwidth calibrate writes is the bus "
+                                            "bandwidth of its largest all_reduce messages, and below 1 MiB they time "
+                                            "the latency, not the bandwidth (the sweep runs from 1 KiB to -e by 4x; "
+                                            f"calibrate's options: {OPTIONS}); the default is 4M")
+    return value
+
+
+def _write_checked(text: str, out: Path) -> str | None:
+    """Write the cluster file ``text`` to ``out`` only if it reads back as a cluster (``--cluster``) and as a
+    bandwidth model (``--bandwidth``), as the file says to use it; else leave ``out`` as it was and return why
+    (the refused field, its measured value and the valid range)."""
+    import os
+    import tempfile
+
+    from commscope.io.bandwidth_file import read_bandwidth
+    from commscope.spec.files import load_cluster
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{out.stem}.", suffix=".toml", dir=out.parent)
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        try:
+            load_cluster(tmp)
+            read_bandwidth(tmp, fallback=None)
+        except ConfigError as exc:
+            return f"{exc.field}={exc.value!r}: {exc.expected}"
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return None
 
 
 def _default_backend(nproc: int) -> str:

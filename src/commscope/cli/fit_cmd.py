@@ -22,9 +22,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("input", type=Path, help="bench JSON (commscope bench --out) or nccl-tests/rccl-tests output")
     p.add_argument("--out", type=Path, default=None, help="write the fitted model (TOML)")
     p.add_argument("--group-size", type=int, default=None,
-                   help="ranks the measurements ran on, when the input does not say (nccl-tests output without device lines)")
+                   help="ranks the measurements ran on, when the input does not say (nccl-tests output without device "
+                        "lines); refused where the input says otherwise")
     p.add_argument("--op", default=None,
-                   help="the collective of nccl-tests output whose header does not name the test (all_reduce, ...)")
+                   help="the collective of nccl-tests output whose header does not name the test (all_reduce, ...); "
+                        "refused where the input names another")
     p.add_argument("--tolerance", type=float, default=0.1,
                    help="largest relative error one piece may leave before the sizes are split (default 0.1)")
     p.add_argument("--max-pieces", type=int, default=3, help="most size ranges per op and group size (default 3)")
@@ -33,12 +35,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from commscope.bench.fit import fit, format_fit, load_points, to_toml
-    from commscope.cli.common import warn
+    from commscope.bench.fit import fit, format_fit, load_points, problem_lines, to_toml
+    from commscope.cli.common import check_out_file, warn
 
+    check_out_file(args.out, "out")  # before the input is read and fitted
     if args.group_size is not None and args.group_size < 2:
         raise ConfigError("group_size", args.group_size, "must be >= 2")
     points, info = load_points(args.input, group_size=args.group_size, op=args.op)
+    for line in problem_lines(info.get("problems", [])):  # damaged rows skipped, and what else the input says wrong
+        warn(args, line)
     result = fit(points, source=Path(args.input).name, time_kind=info["time_kind"], backend=info.get("backend"),
                  tolerance=args.tolerance, max_pieces=args.max_pieces)
     for c in result.curves:

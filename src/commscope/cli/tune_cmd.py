@@ -85,12 +85,15 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
     if args.show is not None:
         return _show(args)
     cfg = config_from_args(args)
+    from commscope.cli.common import check_out_file
+
+    check_out_file(args.out, "out")  # before any rank starts: a sweep is never lost to an unwritable path
     command = command or "commscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if args.nproc is not None:
         try:
             with Progress("tune", quiet=bool(args.json)) as progress:
                 table = run_tuning(cfg, args.nproc, timeout_s=args.timeout, quiet=bool(args.json), command=command,
-                                   progress=progress)
+                                   progress=progress, oversubscribe=args.oversubscribe)
         except LaunchError as exc:
             print(f"commscope tune: error: {exc.summary}", file=sys.stderr)
             return EXIT_FAILED
@@ -109,7 +112,7 @@ def _in_job(cfg, env, args: argparse.Namespace, command: str):
 
     import torch.distributed as dist
 
-    from commscope.bench.sweep import check_world
+    from commscope.bench.sweep import check_memory, check_world
     from commscope.cli.terminal import Progress
     from commscope.tune.suite import default_group_sizes, measure, num_gpus, plan_candidates, table_from_rows
     from commscope.tune.table import machine_here
@@ -117,6 +120,7 @@ def _in_job(cfg, env, args: argparse.Namespace, command: str):
     group_sizes = cfg.sweep.group_sizes or default_group_sizes(env.world_size)
     cfg = replace(cfg, sweep=replace(cfg.sweep, group_sizes=tuple(group_sizes)))
     check_world(cfg.sweep, env.world_size, "gloo")
+    check_memory(cfg.sweep, group_sizes, env.local_world_size, "gloo")
     machine = machine_here()
     gpus = num_gpus() if "nccl" in machine.backends else 0
     candidates, skipped = plan_candidates(cfg.sweep.ops, env.local_world_size, machine, only=cfg.candidates,
@@ -156,6 +160,9 @@ def _show(args: argparse.Namespace) -> int:
     from commscope.tune.files import read_table, table_document
     from commscope.tune.table import ensure_compatible, machine_here
 
+    if not args.show.is_file():
+        raise ConfigError("show", str(args.show), "is a directory; give a tuning table file" if args.show.is_dir()
+                          else "no such file; give a tuning table that `commscope tune --out` wrote")
     table = read_table(args.show)
     for diff in ensure_compatible(table, machine_here(), allow_mismatch=args.force, source=str(args.show)):
         print(f"commscope tune: warning: {args.show} was measured on another machine: {diff}", file=sys.stderr)

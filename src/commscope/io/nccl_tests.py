@@ -256,7 +256,8 @@ class NcclTestsResult:
     ``rocm_version``, ``avg_busbw_GBps``, ``out_of_bounds``, ``algbw_convention``, ``params`` (the ``# nThread ...``
     line), ``command`` and
     ``args`` (``{"b": "8", "e": "8G", "f": "2", "g": "1"}``) where a command line was printed, and ``runs`` (one dict
-    per table with these keys). With several runs, a top-level key holds the value the runs share, else None
+    per table with these keys, and ``op_named``/``op_named_line``: the collective the table's header or command line
+    names and its line, None where none does, whatever ``op=`` said). With several runs, a top-level key holds the value the runs share, else None
     (``out_of_bounds``: their sum)."""
     problems: list[str]
     """``file:line: what`` for every unreadable row-like line, failed data check, failure message or inconsistency."""
@@ -717,7 +718,7 @@ class _Reader:
         try:
             row, note = _parse_row(toks, schema, ln, mpi_rank)
         except _RowError as exc:
-            self.problems.add(ln, f"cannot read data row {_clip(' '.join(toks))!r}: {exc}")
+            self.problems.add(ln, f"cannot read data row {_clip(' '.join(toks))!r}: {exc}: row skipped")
             return
         if joined_line is not None:
             self.problems.add(ln, f"data row split by other output; its numbers are on line {joined_line}")
@@ -974,7 +975,8 @@ def _fits(op: str, ev: dict[str, Any], run: _Run, n: int | None) -> list[str]:
             reasons.append(f"size = {mult:g} x count x element size ({op} over {n} ranks: {want})")
     if n is not None:
         f = busbw_factor(op, n)
-        bad = [(r.size, h) for r in run.rows for h in r.halves if not _derived_fits(h, r.size, f)]
+        # a time printed as 0.00 (damaged, or below the printed resolution) says nothing of the op's arithmetic
+        bad = [(r.size, h) for r in run.rows for h in r.halves if h.time_us > 0 and not _derived_fits(h, r.size, f)]
         if bad:
             size, h = max(bad, key=lambda x: x[0] / max(x[1].time_us, 1e-12))
             ratio = h.busbw_GBps / (size / GB / (h.time_us * US)) if size and h.time_us else float("nan")
@@ -1060,9 +1062,10 @@ def _finish_run(run: _Run, name: str, override: str | None, problems: _Problems)
                            "finish or its output was cut")
     _check_sizes(run, n, problems)
     algbw_convention = None
-    if all(_derived_fits(h, r.size, 1.0, which="algbw") for r in run.rows for h in r.halves):
+    timed = [(r.size, h) for r in run.rows for h in r.halves if h.time_us > 0]  # 0.00 us: no arithmetic to check
+    if all(_derived_fits(h, size, 1.0, which="algbw") for size, h in timed):
         algbw_convention = "size/time"
-    elif n and all(_derived_fits(h, r.size, (n - 1) / n, which="algbw") for r in run.rows for h in r.halves):
+    elif n and all(_derived_fits(h, size, (n - 1) / n, which="algbw") for size, h in timed):
         algbw_convention = "size*(n-1)/n/time"  # nccl-tests before 2019, all_gather and reduce_scatter
     meta = {
         "op": op,
@@ -1080,6 +1083,8 @@ def _finish_run(run: _Run, name: str, override: str | None, problems: _Problems)
         "last_line": last,
         "complete": bool(run.summary_line),
         "algbw_convention": algbw_convention,
+        "op_named": run.op_hint,
+        "op_named_line": run.op_hint_line or None,
     }
     return rows, meta
 

@@ -197,16 +197,20 @@ def _print_line(line: str) -> None:
 
 
 def run_tuning(cfg: TuneConfig, nproc: int, *, timeout_s: float = 1800.0, quiet: bool = True,
-               command: str = "", progress: Callable[[int, int], None] | None = None) -> TuningTable:
-    """Start ``nproc`` local ranks, measure every candidate, return the table (rank 0 prints rows unless ``quiet``)."""
-    from commscope.bench.sweep import check_world
-    from commscope.launch import spawn
+               command: str = "", progress: Callable[[int, int], None] | None = None,
+               oversubscribe: bool = False) -> TuningTable:
+    """Start ``nproc`` local ranks, measure every candidate, return the table (rank 0 prints rows unless ``quiet``);
+    ``oversubscribe``: start them even beyond :func:`commscope.launch.max_local_ranks`."""
+    from commscope.bench.sweep import check_memory, check_world
+    from commscope.launch import check_nproc, spawn
 
     if nproc < 2:
         raise ConfigError("nproc", nproc, "a collective needs at least 2 ranks")
     group_sizes = cfg.sweep.group_sizes or default_group_sizes(nproc)
     cfg = replace(cfg, sweep=replace(cfg.sweep, group_sizes=tuple(group_sizes)))
     check_world(cfg.sweep, nproc, "gloo")
+    check_nproc(nproc, oversubscribe=oversubscribe)
+    check_memory(cfg.sweep, group_sizes, nproc, "gloo")  # candidates run one after another, each in host memory
     machine = machine_here()
     gpus = num_gpus() if "nccl" in machine.backends else 0
     candidates, skipped = plan_candidates(cfg.sweep.ops, nproc, machine, only=cfg.candidates, num_gpus=gpus)
@@ -215,7 +219,7 @@ def run_tuning(cfg: TuneConfig, nproc: int, *, timeout_s: float = 1800.0, quiet:
     # a CUDA context does not survive fork (machine_here has made one where there is a GPU)
     start = "spawn" if machine.device != "cpu" else None
     out = spawn(_rank_main, nproc, args=(cfg, candidates, quiet, command, progress), backend="gloo", timeout_s=timeout_s,
-                start_method=start)
+                start_method=start, oversubscribe=oversubscribe)
     rows, hosts = out[0]
     return table_from_rows(rows, machine=machine, hosts=hosts or [socket.gethostname()] * nproc, world_size=nproc,
                            group_sizes=group_sizes, candidates=candidates, skipped=skipped, cfg=cfg, command=command)

@@ -1,0 +1,55 @@
+"""`commscope calibrate`: the cluster file it writes is one `estimate --cluster` and `--bandwidth` accept, or none."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from commscope.bench.calibrate import default_sweep
+from commscope.bench.sweep import check_world
+from commscope.cli.calibrate_cmd import _write_checked
+from commscope.cli.main import main
+from commscope.io.bandwidth_file import read_bandwidth
+from commscope.spec.files import load_cluster
+
+
+def _cluster_file(intra_gbps: float) -> str:
+    """A cluster file as calibrate writes it: cluster keys, link tiers, the fitted collectives."""
+    return (f'name = "local"\ngpu = "CPU rank (calibrated)"\ngpus_per_node = 8\n[peak_tflops]\nfp32 = 0.1\n'
+            f'[intra_node]\nname = "gloo"\nbandwidth_GBps = {intra_gbps}\nlatency_us = 20\n'
+            f'[inter_node]\nname = "gloo"\nbandwidth_GBps = {intra_gbps}\nlatency_us = 20\n'
+            '[collectives.model]\nkind = "commscope-fitted-bandwidth"\nversion = 1\n'
+            '[[collectives.curves]]\nop = "all_reduce"\ngroup_size = 2\n'
+            'segments = [{ size_min_bytes = 1024, size_max_bytes = 4194304, alpha_us = 50.0, busbw_GBps = 2.0 }]\n')
+
+
+def test_a_cluster_file_estimate_refuses_is_not_written(tmp_path: Path) -> None:
+    """calibrate -e 4K once wrote intra_node.bandwidth_GBps = 0.009, which `estimate --cluster` refuses."""
+    out = tmp_path / "w4k.toml"
+    out.write_text("# an earlier, good calibration\n")
+    why = _write_checked(_cluster_file(0.009), out)
+    assert why is not None and why.startswith("intra_node.bandwidth_GBps=0.009: 0.009 GB/s is outside any real link")
+    assert out.read_text() == "# an earlier, good calibration\n"  # left as it was
+    assert [p.name for p in tmp_path.iterdir()] == ["w4k.toml"]  # no temporary file left behind
+    assert _write_checked(_cluster_file(2.0), out) is None
+    assert load_cluster(out).intra_node.bandwidth_bytes_per_s == 2e9
+    assert [p.name for p in tmp_path.iterdir()] == ["w4k.toml"]
+
+
+def test_the_default_groups_tile_any_number_of_ranks() -> None:
+    """--nproc 3 asked for groups of 2 on 3 ranks: every rank died with a traceback."""
+    assert default_sweep(3).group_sizes == (3,) and default_sweep(6).group_sizes == (2, 6)
+    for nproc in range(2, 13):
+        check_world(default_sweep(nproc), nproc, "gloo")
+
+
+def test_calibrate_writes_a_file_that_reads_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    out = tmp_path / "local.toml"
+    assert main(["calibrate", "--nproc", "2", "-e", "1M", "--time-budget", "0.005", "--out", str(out)]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    cluster = load_cluster(out)
+    assert cluster.name == "local" and cluster.intra_node.bandwidth_bytes_per_s >= 1e7
+    read_bandwidth(out)
+    assert [p.name for p in tmp_path.iterdir()] == ["local.toml"]
