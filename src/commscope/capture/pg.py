@@ -91,7 +91,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
         rec = self._make_record(op, sink, size_bytes, dtype, bytes_in, bytes_out, peer, splits, backend_op, root)
         if _INFLIGHT:
             observe_completions()
-        if opts is not None and not opts.asyncOp and self._inner_name != "nccl":
+        if opts is not None and not getattr(opts, "asyncOp", True) and self._inner_name != "nccl":  # (torch < 2.7: none)
             # a blocking call (``dist.all_reduce(t)``: c10d waits on the Work as soon as it has it): waited here,
             # where the job's thread would wait a moment later, so no Work of ours stands between (a CUDA Work's
             # wait() only orders streams: those keep the wrapper, which looks at completion)
@@ -515,6 +515,9 @@ _RUN: dict[str, Any] = {}
 ``run_id``, which every rank of the run shares, and its ``world_size``; rank logs put both in their header."""
 
 
+os.register_at_fork(after_in_child=_RUN.clear)  # a forked rank is a process of its own run, not its parent's
+
+
 def run_info() -> dict[str, Any]:
     """``run_id`` and ``world_size`` of the run this process recorded in (empty before its first group)."""
     return dict(_RUN)
@@ -534,9 +537,10 @@ def _note_run(store: Any, rank: int, size: int) -> None:
             if rank == 0:
                 run_id = uuid.uuid4().hex
                 store.set(key, run_id)
-            else:
+            else:  # bounded: a job that records on some ranks only has no rank 0 to set it; never hang on it
+                store.wait([key], timedelta(seconds=10))
                 run_id = store.get(key).decode()
-        except Exception:  # noqa: BLE001 - a store that cannot: logs without an id (as before), never a failed job
+        except Exception:  # noqa: BLE001 - a store that cannot, or no rank 0 recording: logs without an id (as before)
             run_id = None
     _RUN.update(run_id=run_id, world_size=size)
 
