@@ -93,21 +93,12 @@ def _totals(results: Sequence[GemmResult]) -> tuple[float, float]:
     return flop, time
 
 
-def _num_moe_layers(model: ModelSpec) -> int:
-    """``model.num_moe_layers`` without a loop over the layers: Megatron's pattern puts experts in every
-    ``moe_layer_freq``-th layer from ``first_k_dense_layers`` on (e.g. 32 layers, k = 1, freq 2: layers 1, 3, ..., 31:
-    16)."""
-    if not model.is_moe or model.num_layers <= model.first_k_dense_layers:
-        return 0
-    return -(-(model.num_layers - model.first_k_dense_layers) // model.moe_layer_freq)
-
-
 def _num_parameters(model: ModelSpec) -> int:
     """``model.num_parameters()`` in O(1): every layer of one kind (dense, MoE) has the same parameters, so one of
     each is counted and multiplied. The search below counts thousands of candidates of up to ``num_layers`` layers."""
     from commscope.spec.params import embedding_params, layer_params
 
-    num_moe = _num_moe_layers(model)
+    num_moe = model.num_moe_layers
     num_dense = model.num_layers - num_moe
     total = 0
     if num_moe:
@@ -118,22 +109,6 @@ def _num_parameters(model: ModelSpec) -> int:
     emb = embedding_params(model, tp=1, padded_vocab=False)
     return (total + emb.input_embedding + emb.position_embedding + emb.final_norm
             + (0 if model.tied_embeddings else emb.output_layer))
-
-
-def _model_gemms(model: ModelSpec, parallel: ParallelSpec | None = None, *, dims: dict[str, int] | None = None,
-                 attention: str = "flash") -> tuple[tuple[Gemm, int], ...]:
-    """:func:`model_gemms` (one layer of each kind with its layer count, then the logits) with the MoE layers
-    counted in closed form rather than layer by layer."""
-    par = parallel or ParallelSpec()
-    num_moe = _num_moe_layers(model)
-    num_dense = model.num_layers - num_moe
-    out: list[tuple[Gemm, int]] = []
-    if num_dense:
-        out += [(g, num_dense) for g in layer_gemms(model, par, layer_kind="dense", dims=dims, attention=attention)]
-    if num_moe:
-        out += [(g, num_moe) for g in layer_gemms(model, par, layer_kind="moe", dims=dims, attention=attention)]
-    out += [(g, 1) for g in layer_gemms(model, par, logits=True, dims=dims, attention=attention)]
-    return tuple(out)
 
 
 def _gemm_times_s(models: Sequence[ModelSpec], parallel: ParallelSpec, gpu: GpuSpec, dtype: str,
@@ -169,7 +144,7 @@ def _gemm_times_s(models: Sequence[ModelSpec], parallel: ParallelSpec, gpu: GpuS
     out = []
     for m, key in zip(models, keys):
         t = per_shape[key]
-        num_moe = _num_moe_layers(m)
+        num_moe = m.num_moe_layers
         num_dense = m.num_layers - num_moe
         out.append((num_dense * t["dense"] if num_dense else 0.0) + (num_moe * t["moe"] if num_moe else 0.0)
                    + t["logits"])
@@ -317,7 +292,7 @@ def shape_rules(model: ModelSpec, parallel: ParallelSpec | None = None, gpu: Gpu
 
     # -- alignment rules, priced on the GPU --
     dims = layer_dims(model, tp=t, cp=c, ep=e, micro_batch_size=b) if valid else None
-    gemms = _model_gemms(model, par, dims=dims, attention=attention) if valid else ()
+    gemms = model_gemms(model, par, dims=dims, attention=attention) if valid else ()
     dtype = model.dtype
 
     def priced(fixed: dict[str, int], actual: dict[str, int] | None = None) -> dict[str, Any]:
@@ -474,7 +449,7 @@ def _shape_dict(model: ModelSpec) -> dict[str, Any]:
 
 def _gemm_efficiency(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
                      attention: str = "flash") -> tuple[tuple[GemmResult, ...], float, float]:
-    results = time_gemms(_model_gemms(model, parallel, attention=attention), gpu, model.dtype)
+    results = time_gemms(model_gemms(model, parallel, attention=attention), gpu, model.dtype)
     flop, time = _totals(results)
     return results, flop, time
 

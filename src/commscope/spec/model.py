@@ -148,7 +148,11 @@ class ModelSpec:
 
     @property
     def num_moe_layers(self) -> int:
-        return sum(self.is_moe_layer(i) for i in range(self.num_layers))
+        """Layers with routed experts: every ``moe_layer_freq``-th from ``first_k_dense_layers`` on (the layers
+        :meth:`is_moe_layer` names, counted in closed form: 32 layers, k = 1, freq 2 -> 1, 3, ..., 31: 16)."""
+        if not self.is_moe or self.num_layers <= self.first_k_dense_layers:
+            return 0
+        return -(-(self.num_layers - self.first_k_dense_layers) // self.moe_layer_freq)
 
     def padded_vocab_size(self, tp: int = 1) -> int:
         """V padded to a multiple of ``make_vocab_size_divisible_by * tp`` (Megatron's _vocab_size_with_padding)."""
