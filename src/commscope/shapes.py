@@ -93,24 +93,6 @@ def _totals(results: Sequence[GemmResult]) -> tuple[float, float]:
     return flop, time
 
 
-def _num_parameters(model: ModelSpec) -> int:
-    """``model.num_parameters()`` in O(1): every layer of one kind (dense, MoE) has the same parameters, so one of
-    each is counted and multiplied. The search below counts thousands of candidates of up to ``num_layers`` layers."""
-    from commscope.spec.params import embedding_params, layer_params
-
-    num_moe = model.num_moe_layers
-    num_dense = model.num_layers - num_moe
-    total = 0
-    if num_moe:
-        total += num_moe * layer_params(model, model.first_k_dense_layers, tp=1, ep=1).total
-    if num_dense:  # layer 0, or layer 1 when experts start at layer 0 (then moe_layer_freq > 1)
-        dense = 0 if not model.is_moe or model.first_k_dense_layers else 1
-        total += num_dense * layer_params(model, dense, tp=1, ep=1).total
-    emb = embedding_params(model, tp=1, padded_vocab=False)
-    return (total + emb.input_embedding + emb.position_embedding + emb.final_norm
-            + (0 if model.tied_embeddings else emb.output_layer))
-
-
 def _gemm_times_s(models: Sequence[ModelSpec], parallel: ParallelSpec, gpu: GpuSpec, dtype: str,
                   attention: str) -> list[float]:
     """GEMM time of one micro-batch of each model (``_totals(time_gemms(model_gemms(...)))[1]``), with the GEMMs of
@@ -444,7 +426,7 @@ def _shape_dict(model: ModelSpec) -> dict[str, Any]:
     return {"num_layers": model.num_layers, "hidden_size": model.hidden_size, "num_heads": model.num_heads,
             "num_query_groups": model.kv_heads, "head_size": model.head_size, "ffn_hidden_size": model.ffn,
             "vocab_size": model.vocab_size, "padded_vocab_size": model.padded_vocab_size(1), "seq_len": model.seq_len,
-            "num_experts": model.num_experts, "num_parameters": _num_parameters(model)}
+            "num_experts": model.num_experts, "num_parameters": model.num_parameters()}
 
 
 def _gemm_efficiency(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
@@ -607,7 +589,7 @@ def _shape_variants(model: ModelSpec, parallel: ParallelSpec, h: int, a: int, d:
     from commscope.workload.dense import check_job
 
     t, q = parallel.tp, ALIGN_ELEMENTS
-    h0, n0 = model.hidden_size, _num_parameters(model)
+    h0, n0 = model.hidden_size, model.num_parameters()
     ratio_f = model.ffn / h0
     ratio_moe = model.moe_ffn / h0 if model.is_moe else None
     stages = parallel.pp * parallel.virtual_pipeline_size
@@ -635,8 +617,8 @@ def _shape_variants(model: ModelSpec, parallel: ParallelSpec, h: int, a: int, d:
         two = _variant(model, num_layers=model.num_layers + step, **changes)
         if one is None or two is None:
             continue
-        n_ref = _num_parameters(one)
-        per_layer = (_num_parameters(two) - n_ref) / step
+        n_ref = one.num_parameters()
+        per_layer = (two.num_parameters() - n_ref) / step
         l_lo = max(model.first_k_dense_layers + 1, math.ceil(model.num_layers + (n0 * (1 - tolerance) - n_ref) / per_layer) - 1)
         l_hi = math.floor(model.num_layers + (n0 * (1 + tolerance) - n_ref) / per_layer) + 1
         for num_layers in range(l_lo, l_hi + 1):
@@ -677,8 +659,8 @@ def _suggestion(model: ModelSpec, original: ModelSpec, parallel: ParallelSpec, c
                        grad_reduce_dtype=p.grad_reduce_dtype)
     comm = {axis: int(v) for axis, v in vol.items()}
     total = sum(comm.values())
-    n = _num_parameters(model)
-    n0 = _num_parameters(original)
+    n = model.num_parameters()
+    n0 = original.num_parameters()
     if ref is None:
         return Suggestion(model=model, num_parameters=n, param_change=0.0, estimate=est, gemm_efficiency=eff, gpu_util=u,
                           iteration_speedup=1.0, compute_speedup=1.0, comm_time_change_s=0.0, comm_bytes=comm,
@@ -719,15 +701,15 @@ def suggest_shapes(model: ModelSpec, parallel: ParallelSpec, cluster: ClusterSpe
     g = gpu or gpu_for_cluster(cluster)
     original = _suggestion(model, model, parallel, cluster, g, None, bandwidth, attention)
     cands = _candidate_models(model, parallel, tolerance, hidden_range)
-    n0 = _num_parameters(model)
+    n0 = model.num_parameters()
     def shape_key(m: ModelSpec) -> tuple[int, ...]:
         return (m.num_layers, m.hidden_size, m.num_heads, m.head_size, m.kv_heads, m.ffn, m.moe_ffn if m.is_moe else 0)
 
     cands = [c for c in cands if shape_key(c) != shape_key(model)]
     num_candidates = len(cands)
-    within = [c for c in cands if abs(_num_parameters(c) / n0 - 1) <= tolerance]
+    within = [c for c in cands if abs(c.num_parameters() / n0 - 1) <= tolerance]
     # screen: GEMM time of a micro-batch (per parameter when ranking so), all candidates in one call
-    screen = [t / _num_parameters(c) if rank_by == "time_per_param" else t
+    screen = [t / c.num_parameters() if rank_by == "time_per_param" else t
               for c, t in zip(within, _gemm_times_s(within, parallel, g, model.dtype, attention))]
     order = np.argsort(np.asarray(screen), kind="stable")[:refine] if screen else np.zeros(0, dtype=np.int64)
     estimated = [_suggestion(within[i], model, parallel, cluster, g, original, bandwidth, attention) for i in order]
@@ -865,7 +847,7 @@ def sweep_shapes(model: ModelSpec, parallel: ParallelSpec, cluster: ClusterSpec,
         arrays["model"][i] = est.mfu * est.peak_flops / TFLOP
         arrays["iter"][i] = est.iteration_time_s
         arrays["tokens"][i] = est.tokens_per_s
-        arrays["params"][i] = _num_parameters(m)
+        arrays["params"][i] = m.num_parameters()
         broken.append(_broken(m, p))
     return SweepResult(key=key, values=np.asarray(values, dtype=np.int64), valid=valid, gemm_efficiency=arrays["eff"],
                        gemm_tflops_per_gpu=arrays["gemm"], model_tflops_per_gpu=arrays["model"],

@@ -124,13 +124,17 @@ def test_layer_counts_in_closed_form_are_the_layer_by_layer_ones(name, num_layer
     """The search counts parameters and GEMM time of thousands of candidates of up to num_layers layers; it counts
     one layer of each kind and multiplies (once layer by layer: gpt-1.5b with 2,400 layers took 8.8 s, 1.3 s now).
     The closed forms must give what the layer-by-layer counts give, for every MoE layer pattern."""
-    from commscope.shapes import _gemm_times_s, _num_parameters, _totals, model_gemms, time_gemms
+    from commscope.shapes import _gemm_times_s, _totals, model_gemms, time_gemms
+    from commscope.spec.params import embedding_params, layer_params
 
     model = dataclasses.replace(model_preset(name), num_layers=num_layers)
     if moe_layer_freq is not None:  # dense layers between the MoE ones (deepseek: after a first dense layer)
         model = dataclasses.replace(model, moe_layer_freq=moe_layer_freq)
     par, gpu = ParallelSpec(), gpu_preset("a100")
-    assert _num_parameters(model) == model.num_parameters()
+    emb = embedding_params(model, tp=1, padded_vocab=False)
+    by_layer = (sum(layer_params(model, i, tp=1, ep=1).total for i in range(num_layers)) + emb.input_embedding
+                + emb.position_embedding + emb.final_norm + (0 if model.tied_embeddings else emb.output_layer))
+    assert model.num_parameters() == by_layer  # ModelSpec counts one layer of each kind and multiplies
     assert model.num_moe_layers == sum(model.is_moe_layer(i) for i in range(num_layers))  # ModelSpec's closed form
     variants = [dataclasses.replace(model, num_layers=n) for n in (num_layers, num_layers + 1, num_layers + 5)]
     expected = [_totals(time_gemms(model_gemms(m, par), gpu, m.dtype))[1] for m in variants]

@@ -51,23 +51,23 @@ def check_fresh_logdir(logdir: str | os.PathLike, field: str = "out") -> None:
 
 def write_failure(logdir: Path, error: Any, *, world_size: int) -> None:
     """Leave ``logdir/failure.json`` naming the rank that failed first and how (from a
-    :class:`commscope.launch.LaunchError`), so a reader tells it from the ranks stopped because of it."""
-    marker = {"rank": error.rank, "how": error.how, "exitcode": error.exitcode, "timed_out": error.timed_out,
-              "stopped_after": list(error.failed_after), "world_size": world_size, "time_ns": time.time_ns()}
-    with contextlib.suppress(OSError):  # the failure itself is what the user must hear about
-        logdir.mkdir(parents=True, exist_ok=True)
-        (logdir / FAILURE_FILE).write_text(json.dumps(marker) + "\n")
+    :class:`commscope.launch.LaunchError`), so a reader tells it from the ranks stopped because of it. The launcher
+    saw every rank end: its marker replaces any a rank left."""
+    mark_failed(logdir, error.how, rank=error.rank, exitcode=error.exitcode, world_size=world_size,
+                timed_out=error.timed_out, stopped_after=list(error.failed_after), replace=True)
 
 
 def mark_failed(logdir: Path, how: str, *, rank: int | None, exitcode: int | None = None,
-                world_size: int | None = None) -> bool:
-    """Leave ``logdir/failure.json`` unless one is there already (the first failure is the one to name): ``rank``
-    (None when only the launched command's exit status is known) and how it failed. True when this call wrote it."""
-    marker: dict[str, Any] = {"rank": rank, "how": how, "exitcode": exitcode, "timed_out": False, "stopped_after": [],
-              "world_size": world_size, "time_ns": time.time_ns()}
+                world_size: int | None = None, timed_out: bool = False, stopped_after: list[int] | None = None,
+                replace: bool = False) -> bool:
+    """Leave ``logdir/failure.json``: ``rank`` (None when only the launched command's exit status is known), how
+    it failed, and the ranks stopped after it. Unless ``replace``, a marker there already stays (the first failure is
+    the one to name). True when this call wrote it."""
+    marker = {"rank": rank, "how": how, "exitcode": exitcode, "timed_out": timed_out,
+              "stopped_after": stopped_after or [], "world_size": world_size, "time_ns": time.time_ns()}
     try:
         logdir.mkdir(parents=True, exist_ok=True)
-        with (logdir / FAILURE_FILE).open("x") as f:  # exclusive: two ranks failing at once leave the first
+        with (logdir / FAILURE_FILE).open("w" if replace else "x") as f:  # "x": two ranks failing at once leave the first
             f.write(json.dumps(marker) + "\n")
         return True
     except OSError:  # there already, or not writable: the failure itself is what the user must hear about

@@ -57,10 +57,8 @@ def check_out_dir(path: Path | None, field: str = "out", shown: Path | None = No
             else:
                 os.rmdir(tempfile.mkdtemp(prefix=".commscope-check-", dir=p))
         except OSError as exc:
-            why = exc.strerror or str(exc)
-            raise ConfigError(field, given, (f"cannot write into {p}: {why}" if shown is not None else
-                                             f"cannot write into it: {why}") if p == path else
-                              f"cannot create it in {p}: {why}") from None
+            where = f"create it in {p}" if p != path else f"write into {p}" if shown is not None else "write into it"
+            raise ConfigError(field, given, f"cannot {where}: {exc.strerror or exc}") from None
         return
 
 

@@ -77,14 +77,14 @@ def run(args: argparse.Namespace) -> int:
             mark_failed(args.out, "was interrupted (Ctrl-C)", rank=None, exitcode=code)
             print(f"commscope record: interrupted; the logs written so far are in {args.out}", file=sys.stderr)
             return 130
-    logs = sorted(args.out.glob("rank*.jsonl"))
+    logs = list(args.out.glob("rank*.jsonl"))
     if code != 0:  # a rank that raised has said so itself (failure.json); else the command's status is all there is
         mark_failed(args.out, f"exited with status {code}", rank=None, exitcode=code)
     if not logs:
         print(f"commscope record: no op was recorded (exit status {code}): the command started no "
               "torch.distributed process group in a Python process", file=sys.stderr)
         return code if code else 1
-    saved = job[1] if job is not None and job[1] is not None else None
+    saved = job[1] if job is not None else None  # the parallelism saved beside the logs, if any
     if saved is not None and saved.world_size != len(logs):
         print(f"commscope record: warning: {len(logs)} rank log(s), but the saved parallel.toml says "
               f"tp x pp x dp x cp = {saved.world_size} ranks: fix {args.out / 'parallel.toml'} before comparing",

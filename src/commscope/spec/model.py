@@ -160,9 +160,18 @@ class ModelSpec:
         return -(-self.vocab_size // multiple) * multiple
 
     def num_parameters(self, *, padded_vocab: bool = False) -> int:
-        """Total parameters N (one copy of everything; the tied output layer counted once)."""
-        from commscope.spec.params import layer_params, embedding_params
+        """Total parameters N (one copy of everything; the tied output layer counted once). Every layer of one kind
+        (dense, MoE) has the same parameters: one of each is counted and multiplied (shape searches count thousands
+        of candidates, and a job check counts every model)."""
+        from commscope.spec.params import embedding_params, layer_params
 
-        total = sum(layer_params(self, layer, tp=1, ep=1).total for layer in range(self.num_layers))
+        num_moe = self.num_moe_layers
+        num_dense = self.num_layers - num_moe
+        total = 0
+        if num_moe:
+            total += num_moe * layer_params(self, self.first_k_dense_layers, tp=1, ep=1).total
+        if num_dense:  # layer 0, or layer 1 when experts start at layer 0 (then moe_layer_freq > 1)
+            dense = 0 if not self.is_moe or self.first_k_dense_layers else 1
+            total += num_dense * layer_params(self, dense, tp=1, ep=1).total
         emb = embedding_params(self, tp=1, padded_vocab=padded_vocab)
         return total + emb.input_embedding + emb.position_embedding + emb.final_norm + (0 if self.tied_embeddings else emb.output_layer)
