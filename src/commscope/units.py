@@ -60,6 +60,20 @@ def canonical_dtype(name: str) -> str:
     return _CANONICAL.get(key, key)
 
 
+def dtype_among(field: str, name: str, allowed: tuple[str, ...], what: str = "valid") -> str:
+    """The canonical name of ``name`` when it is one of ``allowed``; else a ConfigError naming ``field`` and
+    ``what`` the allowed ones are."""
+    from commscope.errors import ConfigError
+
+    try:
+        canonical = canonical_dtype(name)
+    except ValueError:
+        canonical = None
+    if canonical not in allowed:
+        raise ConfigError(field, name, f"{what}: {', '.join(allowed)}")
+    return canonical
+
+
 def dtype_bytes(name: str) -> int:
     """Bytes per element of ``name`` (``bf16`` -> 2)."""
     return DTYPE_BYTES[canonical_dtype(name)]

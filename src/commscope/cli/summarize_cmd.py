@@ -57,9 +57,9 @@ def run(args: argparse.Namespace) -> int:
     layout = run_layout(args, args.logdir)
     run_log = load_run(args.logdir, layout=layout, jobs=args.jobs)
     if layout is not None and run_log.world_size and layout.world_size != run_log.world_size:
-        given = _given(args, "parallel")
-        source = "" if not args.parallel else (f" (read from {args.parallel}" + (", under the flags given)" if given
-                                                                              else ")"))
+        source = ""
+        if args.parallel:
+            source = f" (read from {args.parallel}{', under the flags given' if _given(args, 'parallel') else ''})"
         raise ConfigError("tp x pp x dp x cp", layout.world_size,
                           f"must equal the {run_log.world_size} ranks in the logs{source}")
     s = summary(run_log, layout=layout, gpus_per_node=args.gpus_per_node)

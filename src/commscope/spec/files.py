@@ -383,7 +383,7 @@ def _link_from_mapping(tier: str, d: Any, source: str | None) -> LinkTier:
             raise ConfigError(f"{tier}.{name}", None, f"required key missing from the {tier} table{hint}", source=source)
     # the range first, named as the file spells it (0 and negatives too: LinkTier would name its SI field)
     for key, bw, lat in (("bandwidth", kwargs.get("bandwidth_bytes_per_s"), None), ("latency", None, kwargs.get("latency_s"))):
-        why = implausible_link(bw, lat) if isinstance(bw, float) or isinstance(lat, float) else None
+        why = implausible_link(bw, lat)
         if why is not None:
             given = next((k for k in d if k.startswith(key)), key)
             raise ConfigError(f"{tier}.{given}", d.get(given), why, source=source)
@@ -738,10 +738,17 @@ def hf_config_notes(name_or_path: str | os.PathLike[str], *, seq_len_given: bool
         notes.append(f"{path}: seq_length={d[key]} taken from {key} (the longest context the model supports); give "
                      f"--seq-length for the training sequence length")
     stored = d.get("torch_dtype", d.get("dtype"))
-    if not dtype_given and isinstance(stored, str) and stored.removeprefix("torch.") not in ("bfloat16", "bf16"):
+    if not dtype_given and isinstance(stored, str) and _canonical_or_none(stored) != dtype:
         notes.append(f"{path}: trained in {dtype}, not in its torch_dtype {stored!r} (the checkpoint's storage "
                      "dtype); give --dtype for another precision")
     return notes
+
+
+def _canonical_or_none(name: str) -> str | None:
+    try:
+        return canonical_dtype(name)
+    except ValueError:  # "float128", "int4": no training dtype
+        return None
 
 
 def load_cluster(name_or_path: str | os.PathLike[str] | ClusterSpec) -> ClusterSpec:

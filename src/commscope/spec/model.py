@@ -9,8 +9,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from commscope.errors import ConfigError, check
-from commscope.units import canonical_dtype, dtype_bytes
+from commscope.errors import check
+from commscope.units import dtype_among, dtype_bytes
 
 #: The dtypes a model's parameters and activations can train in (canonical names).
 TRAINING_DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8", "fp64")
@@ -96,13 +96,8 @@ class ModelSpec:
         check(self.position_embedding in ("learned", "rope", "none"), "position_embedding", self.position_embedding,
               "valid: learned, rope, none")
         check(self.normalization in ("layernorm", "rmsnorm"), "normalization", self.normalization, "valid: layernorm, rmsnorm")
-        try:
-            dtype = canonical_dtype(self.dtype)
-        except ValueError:
-            dtype = None
-        if dtype not in TRAINING_DTYPES:  # integer types are what ops may carry, never what a model trains in
-            raise ConfigError("dtype", self.dtype, f"valid training dtypes: {', '.join(TRAINING_DTYPES)}")
-        object.__setattr__(self, "dtype", dtype)
+        # integer types are what ops may carry, never what a model trains in
+        object.__setattr__(self, "dtype", dtype_among("dtype", self.dtype, TRAINING_DTYPES, "valid training dtypes"))
         check(self.num_experts >= 0, "num_experts", self.num_experts, "must be >= 0")
         if self.num_experts:
             check(1 <= self.top_k <= self.num_experts, "top_k", self.top_k, f"must be in 1..num_experts={self.num_experts}")

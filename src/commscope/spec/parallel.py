@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from commscope.errors import ConfigError, check
-from commscope.units import canonical_dtype
+from commscope.units import dtype_among
 
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "gpipe"]
@@ -157,13 +157,9 @@ class ParallelSpec:
                               f"must be divisible by micro_batch_size x dp = {self.micro_batch_size} x {self.dp} = "
                               f"{self.micro_batch_size * self.dp}")
         if self.grad_reduce_dtype is not None:
-            try:
-                reduce_dtype = canonical_dtype(self.grad_reduce_dtype)
-            except ValueError:
-                reduce_dtype = None
-            if reduce_dtype not in _GRAD_REDUCE_DTYPES:  # gradients are floating point: int8 would quarter DP bytes
-                raise ConfigError("grad_reduce_dtype", self.grad_reduce_dtype, f"valid: {', '.join(_GRAD_REDUCE_DTYPES)}")
-            object.__setattr__(self, "grad_reduce_dtype", reduce_dtype)
+            # gradients are floating point: int8 would quarter the DP bytes
+            object.__setattr__(self, "grad_reduce_dtype",
+                               dtype_among("grad_reduce_dtype", self.grad_reduce_dtype, _GRAD_REDUCE_DTYPES))
         check(self.grad_bucket_size is None or self.grad_bucket_size >= 1, "grad_bucket_size", self.grad_bucket_size,
               "must be a positive number of elements or unset")
         if self.pipeline_layers is not None:
