@@ -301,7 +301,8 @@ def _op_from_obj(obj: dict[str, Any]) -> CommOp:
     return CommOp(**obj)
 
 
-def _is_int(value: Any) -> TypeGuard[int]:
+def is_int(value: Any) -> TypeGuard[int]:
+    """An integer that is not a bool (JSON true/false read as 1/0 is no rank, size or count)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -311,16 +312,16 @@ def _raw_problem(obj: dict[str, Any]) -> str | None:
     a group or splits that is no list of integers (``int()`` would silently turn ``["1"]`` or ``[0.5]`` into
     ranks). The message names the field, the value and what would be valid, as :func:`check_op`'s do."""
     size = obj.get("size_bytes", 0)
-    if not (_is_int(size) and size >= 0):
+    if not (is_int(size) and size >= 0):
         return f"size_bytes={size!r}: expected a whole number of bytes >= 0"
     count = obj.get("count", 1)
-    if not (_is_int(count) and count >= 1):
+    if not (is_int(count) and count >= 1):
         return f"count={count!r}: expected an integer >= 1"
     group = obj.get("group", [])
-    if not (isinstance(group, list) and all(_is_int(r) and r >= 0 for r in group)):
+    if not (isinstance(group, list) and all(is_int(r) and r >= 0 for r in group)):
         return f"group={group!r}: expected a list of ranks (integers >= 0)"
     splits = obj.get("splits")
-    if splits is not None and not (isinstance(splits, list) and all(_is_int(b) and b >= 0 for b in splits)):
+    if splits is not None and not (isinstance(splits, list) and all(is_int(b) and b >= 0 for b in splits)):
         return f"splits={splits!r}: expected bytes per peer (integers >= 0)"
     return None
 
@@ -330,27 +331,27 @@ def check_op(op: CommOp) -> str | None:
     can hold what code would never build (a null group, a size of ``1e400`` read as infinity, a size over
     :data:`~commscope.record.MAX_MESSAGE_BYTES`, NaN times, an unknown dtype, a step that is no integer). The
     message names the field, the value and what would be valid."""
-    if not isinstance(op.group, tuple) or not all(_is_int(r) and r >= 0 for r in op.group):
+    if not isinstance(op.group, tuple) or not all(is_int(r) and r >= 0 for r in op.group):
         return f"group={op.group!r}: expected a list of ranks (integers >= 0)"
-    if not _is_int(op.size_bytes):
+    if not is_int(op.size_bytes):
         return f"size_bytes={op.size_bytes!r}: expected a whole number of bytes >= 0"
     if op.size_bytes > MAX_MESSAGE_BYTES:
         return (f"size_bytes={op.size_bytes} is larger than any real message (> 1 TiB, {MAX_MESSAGE_BYTES} B): "
                 f"a damaged record")
-    if not _is_int(op.count):
+    if not is_int(op.count):
         return f"count={op.count!r}: expected an integer >= 1"
     for name in ("rank", "peer", "micro_batch", "layer", "t_start_ns", "t_end_ns"):
         value = getattr(op, name)
-        if value is not None and not (_is_int(value) and value >= 0):
+        if value is not None and not (is_int(value) and value >= 0):
             return f"{name}={value!r}: expected an integer >= 0 or nothing"
     if op.t_start_ns is not None and op.t_end_ns is not None and op.t_end_ns < op.t_start_ns:
         return f"t_end_ns={op.t_end_ns} is before t_start_ns={op.t_start_ns}"
-    if op.splits is not None and not all(_is_int(b) and b >= 0 for b in op.splits):
+    if op.splits is not None and not all(is_int(b) and b >= 0 for b in op.splits):
         return f"splits={op.splits!r}: expected bytes per peer (integers >= 0)"
     if not isinstance(op.dtype, str) or op.dtype.lower() not in _KNOWN_DTYPES:
         return f"dtype={op.dtype!r}: unknown; valid: {', '.join(sorted(_KNOWN_DTYPES))}"
     for key, value in op.extra:
-        if key == "step" and value is not None and not (_is_int(value) and value >= 0):
+        if key == "step" and value is not None and not (is_int(value) and value >= 0):
             return f"step={value!r}: expected a training step (an integer >= 0) or nothing (setup)"
     return None
 
@@ -367,7 +368,7 @@ def _consistency_problem(op: CommOp, header: dict[str, Any] | None) -> str | Non
         twice = sorted({r for r in group if group.count(r) > 1})
         return f"group={list(group)}: rank {', '.join(map(str, twice))} more than once; expected distinct ranks"
     stated = (header or {}).get("rank")
-    stated = stated if _is_int(stated) and stated >= 0 else None
+    stated = stated if is_int(stated) and stated >= 0 else None
     if op.rank is not None and stated is not None and op.rank != stated:
         return f"rank={op.rank} in the log of rank {stated} (its header's): expected {stated}"
     rank = op.rank if op.rank is not None else stated
@@ -390,7 +391,7 @@ def _consistency_problem(op: CommOp, header: dict[str, Any] | None) -> str | Non
             return (f"splits={list(op.splits)} sum to {sum(op.splits)} B, size_bytes={op.size_bytes}: expected the "
                     f"whole send buffer split among the group")
     world = (header or {}).get("world_size")
-    if _is_int(world) and world > 0:
+    if is_int(world) and world > 0:
         if group and max(group) >= world:
             return (f"group={list(group)}: rank {max(group)} is not below the header's world_size={world}; "
                     f"expected ranks 0 to {world - 1}")
@@ -592,7 +593,7 @@ def scan_ops_jsonl(path: str | Path, add: Callable[[CommOp, dict[int | None, int
 def _step(op: CommOp) -> int | None:
     for key, value in op.extra:
         if key == "step":
-            return value if isinstance(value, int) and not isinstance(value, bool) else None
+            return value if is_int(value) else None
     return None
 
 

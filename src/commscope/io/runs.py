@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from commscope.io.import_base import ImportResult, missing_fields, missing_of, note_fields
-from commscope.io.oplog import FAILURE_FILE, read_failure
+from commscope.io.oplog import FAILURE_FILE, is_int, read_failure
 from commscope.record import COLLECTIVES, CommOp
 
 __all__ = ["AxisAttribution", "RunFindings", "RunLog", "RunTotals", "is_logical", "op_step", "read_run", "read_run_totals", "run_totals",
@@ -178,7 +178,7 @@ def op_step(op: CommOp) -> int | None:
     """The training step a measured op was tagged with (None: setup)."""
     for key, value in op.extra:
         if key == "step":
-            return value if isinstance(value, int) and not isinstance(value, bool) else None
+            return value if is_int(value) else None
     return None
 
 
@@ -502,7 +502,7 @@ class _Reader:
                 else:
                     ops_by_rank.setdefault(r, []).append(op if op.rank == r else op.with_(rank=r))
             meta_world = result.meta.get("world_size") or (result.meta.get("header") or {}).get("world_size")
-            if isinstance(meta_world, int) and not isinstance(meta_world, bool) and meta_world > 0:
+            if is_int(meta_world) and meta_world > 0:
                 world = max(world, meta_world)
         world = max([world, *(r + 1 for r in ops_by_rank),
                      *(max(op.group) + 1 for ops in ops_by_rank.values() for op in ops if op.group),
@@ -570,7 +570,7 @@ class _Reader:
             elif f.name in self.duplicates:
                 self.problems.append(self.duplicates[f.name])
             meta_world = (result.meta.get("header") or {}).get("world_size")
-            if isinstance(meta_world, int) and not isinstance(meta_world, bool) and meta_world > 0:
+            if is_int(meta_world) and meta_world > 0:
                 world = max(world, meta_world)
         world = max(world, fold.world, *(r + 1 for r in self.owner))
         self._check_headers(results, world)
@@ -608,7 +608,7 @@ class _Reader:
         for f, result, _ in results:
             header = result.meta.get("header") or {}
             w = header.get("world_size")
-            if isinstance(w, int) and not isinstance(w, bool) and w > 0:
+            if is_int(w) and w > 0:
                 worlds[w].append(f.name)
             elif w is not None:  # null: the job had no process group when the log began
                 self.problems.append(f"{f.name} line 1: header world_size={w!r}: expected the number of ranks (an "
@@ -620,7 +620,7 @@ class _Reader:
                 self.problems.append(f"{f.name} line 1: header run_id={run_id!r}: expected the run's id (a "
                                      f"non-empty string); not compared")
             s = header.get("started_ns")
-            if isinstance(s, int) and not isinstance(s, bool):
+            if is_int(s):
                 starts.append((s, f.name))
         if len(worlds) > 1:
             self.problems.append("headers disagree on the world size (" + "; ".join(
@@ -752,7 +752,7 @@ def _rank_of(f: Path, header: dict[str, Any], meta: dict[str, Any], fmt: str) ->
     if stated is not None and named is not None and stated != named:
         problems.append(f"{f.name}: the header says rank {stated}, the file name rank {named}; using the header's")
     world = header.get("world_size")
-    if stated is not None and isinstance(world, int) and not isinstance(world, bool) and 0 < world <= stated:
+    if stated is not None and is_int(world) and 0 < world <= stated:
         problems.append(f"{f.name} line 1: header rank={stated} is not below its world_size={world}: a rank of "
                         f"another run, or a damaged header?")
     if fmt in ("jsonl", "kineto", "flight_recorder"):
