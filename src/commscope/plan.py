@@ -15,7 +15,6 @@ Two passes:
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from commscope.memory import USABLE_MEMORY_FRACTION
 from commscope.spec.cluster import ClusterSpec
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec, Recompute
-from commscope.units import dtype_bytes
+from commscope.units import divisors, dtype_bytes
 
 RECOMPUTE_CODES: tuple[Recompute, ...] = ("none", "selective", "full")
 #: ZeRO choices: (zero_stage, distributed_optimizer)
@@ -113,22 +112,16 @@ class Plan:
                 "notes": list(self.notes), "top": [e.to_dict() for e in self.entries]}
 
 
-def _divisors(n: int) -> list[int]:
-    """Divisors of ``n`` in increasing order, in O(sqrt(n)) steps (``--gpus 100000000`` must not loop 10^8 times)."""
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return small + [n // d for d in reversed(small) if d * d != n]
-
-
 def candidates(model: ModelSpec, num_gpus: int, cluster: ClusterSpec, global_batch_size: int,
                space: PlanSpace = PlanSpace()) -> dict[str, np.ndarray]:
     """Every combination of the knobs as flat arrays (before validity checks)."""
     max_tp = space.max_tp or cluster.gpus_per_node
-    tps = [d for d in _divisors(num_gpus) if d <= max_tp]
-    pps = [d for d in _divisors(num_gpus) if d <= model.num_layers]
+    tps = [d for d in divisors(num_gpus) if d <= max_tp]
+    pps = [d for d in divisors(num_gpus) if d <= model.num_layers]
     if space.ep_sizes is not None:
         eps = list(space.ep_sizes)
     elif model.is_moe:
-        eps = [d for d in _divisors(model.num_experts) if d <= num_gpus]
+        eps = [d for d in divisors(model.num_experts) if d <= num_gpus]
     else:
         eps = [1]
     grids = np.meshgrid(tps, pps, list(space.cp_sizes), eps, list(space.micro_batch_sizes),
@@ -207,7 +200,7 @@ def _why_none_valid(model: ModelSpec, num_gpus: int, global_batch_size: int, max
             if not model.is_moe:
                 return ConfigError("ep-sizes", eps, f"{model.name} is dense (no experts): expert parallelism needs an "
                                                     "MoE model; leave --ep-sizes out (ep=1)")
-            fits = [d for d in _divisors(model.num_experts) if d <= num_gpus]
+            fits = [d for d in divisors(model.num_experts) if d <= num_gpus]
             return ConfigError("ep-sizes", eps, f"ep must divide num_experts={model.num_experts} of {model.name}: "
                                                 f"valid {_values(fits)}")
         if name == "split":

@@ -54,7 +54,7 @@ from commscope.gpus import GpuSpec, gpu_for_cluster
 from commscope.spec.cluster import ClusterSpec
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import Attention, ParallelSpec
-from commscope.units import TFLOP
+from commscope.units import TFLOP, divisors
 
 __all__ = [
     "ALIGN_ELEMENTS",
@@ -254,7 +254,7 @@ def shape_rules(model: ModelSpec, parallel: ParallelSpec | None = None, gpu: Gpu
          model.num_heads % t == 0 and (model.kv_heads % t == 0 or t % model.kv_heads == 0),
          (f"each TP rank computes a/t = {model.num_heads}/{t} whole heads (and its share of the {model.kv_heads} "
          "key/value groups); the attention GEMMs are batched over b a/t, which must be an integer [megatron-lm-2019]"),
-         [f"tp in {', '.join(str(x) for x in _divisors(model.num_heads) if x <= 8)}"]),
+         [f"tp in {', '.join(str(x) for x in divisors(model.num_heads) if x <= 8)}"]),
         ("ffn_tp", "FFN width divisible by tp", model.ffn, f"multiple of tp={t}", model.ffn % t == 0,
          "the MLP's column- and row-parallel GEMMs split f over tp ranks", []),
         ("layers_pp", "layers divisible by the pipeline", model.num_layers,
@@ -357,10 +357,6 @@ def shape_rules(model: ModelSpec, parallel: ParallelSpec | None = None, gpu: Gpu
                            requirement=f"V'/t multiple of {q}", status=status, explanation=why,
                            source=f"{_SRC_CODESIGN}; Megatron-LM _vocab_size_with_padding", fix=vocab_fix, **extra))
     return tuple(rules)
-
-
-def _divisors(n: int) -> list[int]:
-    return [x for x in range(1, n + 1) if n % x == 0]
 
 
 # ---------------------------------------------------------------------------------------------------------

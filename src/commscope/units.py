@@ -105,3 +105,12 @@ def format_bytes(size_bytes: float) -> str:
         if abs(value) >= scale:
             return f"{value / scale:.2f} {unit}"
     return f"{value:.0f} B"
+
+
+def divisors(n: int) -> list[int]:
+    """Divisors of ``n`` in increasing order, in O(sqrt(n)) steps (``plan --gpus 100000000`` must not loop 10^8
+    times). ``divisors(12) == [1, 2, 3, 4, 6, 12]``."""
+    import math
+
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
