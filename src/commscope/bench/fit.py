@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from commscope.bench.fitted import FITTED_KIND, Curve, FittedModel, Segment, _factor, canonical_op
+from commscope.bench.fitted import BUSBW_OPS, FITTED_KIND, Curve, FittedModel, Segment, _factor, canonical_op
 from commscope.errors import ConfigError
 from commscope.record import MAX_MESSAGE_BYTES
 from commscope.spec.cluster import implausible_link
@@ -103,9 +103,8 @@ class FitResult:
 
 # --- loading ---------------------------------------------------------------------------------------------
 
-#: Collectives with an nccl-tests bus-bandwidth factor [nccl-tests-perf]: the ops a row to fit may measure.
-FIT_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "gather", "scatter",
-           "sendrecv")
+#: The ops a row to fit may measure: those with an nccl-tests bus-bandwidth factor.
+FIT_OPS = BUSBW_OPS
 
 #: Damaged rows are said one line each, up to this many (then a count): a whole broken file is one refusal.
 _MAX_PROBLEMS = 10

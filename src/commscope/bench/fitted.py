@@ -44,6 +44,12 @@ _OP_ALIASES = {
 }
 
 
+#: Collectives with an nccl-tests bus-bandwidth factor [nccl-tests-perf] (canonical names, see canonical_op): what a
+#: measured row (bench JSON, nccl-tests output, a --bandwidth table) may time.
+BUSBW_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "gather", "scatter",
+             "sendrecv")
+
+
 def canonical_op(name: str) -> str:
     """``all_reduce_perf``, ``allreduce``, ``AllReduce`` -> ``all_reduce``; send/recv -> ``sendrecv``."""
     key = str(name).strip().lower().removesuffix("_perf")

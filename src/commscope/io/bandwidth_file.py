@@ -17,6 +17,7 @@ import math
 import tomllib
 from pathlib import Path
 
+from commscope.bench.fitted import BUSBW_OPS
 from commscope.bandwidth import AlphaBeta, BandwidthModel, MeasuredTable, TableRow, table_from_bench_rows
 from commscope.errors import ConfigError
 from commscope.spec.cluster import LINK_BANDWIDTH_RANGE_BYTES_PER_S, implausible_link
@@ -25,8 +26,7 @@ from commscope.units import GB
 _REQUIRED = ("op", "group_size", "size_bytes")
 #: Ops a table row may measure (after canonical_op: nccl-tests' ``allreduce`` and ``all_reduce_perf`` are
 #: ``all_reduce``, send/recv ``sendrecv``).
-TABLE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "gather", "scatter",
-             "sendrecv")
+TABLE_OPS = BUSBW_OPS
 _INTRA_NODE = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False, "": None}
 
 
