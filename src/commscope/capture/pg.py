@@ -88,7 +88,11 @@ class RecordingProcessGroup(dist.ProcessGroup):
         sink = self._sink if self._sink is not _current_sink else _SINK
         if sink is None:  # recording stopped: the op runs as it would without commscope
             return work
-        rec = self._make_record(op, sink, size_bytes, dtype, bytes_in, bytes_out, peer, splits, backend_op, root)
+        return self._issued(work, self._make_record(op, sink, size_bytes, dtype, bytes_in, bytes_out, peer, splits,
+                                                     backend_op, root), sink, opts)
+
+    def _issued(self, work, rec: dict, sink, opts):
+        """Follow the op of ``rec``, issued as ``work``, to its completion; the Work to hand back to the job."""
         if _INFLIGHT:
             observe_completions()
         if opts is not None and not getattr(opts, "asyncOp", True) and self._inner_name != "nccl":  # (torch < 2.7: none)
@@ -105,7 +109,9 @@ class RecordingProcessGroup(dist.ProcessGroup):
             return work
         key = id(rec)
         _INFLIGHT[key] = (work, rec, sink, self._inner_name)
-        return _TimedWork(work, [key])
+        tw = _TimedWork()  # (attributes set here, not in a Python __init__: one frame less per op)
+        tw._inner, tw._key, tw._keys = work, key, None
+        return tw
 
     def _record_batch(self, op: str, work, members: list[dict]):
         """One record per member of a coalesced batch, all completing with the batch's one Work."""
@@ -161,12 +167,27 @@ class RecordingProcessGroup(dist.ProcessGroup):
 
     # ----- collectives (names as c10d's Python process-group trampoline calls them) -----
     def allreduce(self, tensors, opts=None):
-        self._t0 = time.time_ns()
+        t0 = time.time_ns()
         work = self._inner.allreduce(tensors) if opts is None else self._inner.allreduce(tensors, opts)
-        t = tensors[0]  # (DDP's buckets, TP: the most frequent op; _nbytes and _dtype inline)
+        sink = self._sink if self._sink is not _current_sink else _SINK
+        if sink is None:
+            return work
+        # the most frequent op (DDP's buckets, TP): its record made here, in one frame (as _make_record would)
+        t = tensors[0]
         n = t.numel() * t.element_size() if len(tensors) == 1 else sum(_nbytes(x) for x in tensors)
         dtype = _DTYPE_NAMES.get(t.dtype)
-        return self._record("all_reduce", work, n, dtype if dtype is not None else _dtype(t), n, n, opts=opts)
+        if dtype is None:
+            dtype = _dtype(t)
+        form = self._forms.get(("all_reduce", dtype, None))
+        self._seq = seq = self._seq + 1
+        rec = {"op": "all_reduce", "group": self._ranks, "rank": self._me, "size_bytes": n, "dtype": dtype,
+               "t_start_ns": t0, "backend": self._inner_name, "group_name": self._group_name, "seq": seq,
+               "bytes_in": n, "bytes_out": n,
+               "_form": form if form is not None else self._form("all_reduce", dtype, None)}
+        step = getattr(sink, "_step", _NO_STEP)
+        if step is not _NO_STEP:
+            rec["step"] = step
+        return self._issued(work, rec, sink, opts)
 
     def allreduce_coalesced(self, tensors, opts=None):
         self._start()
@@ -343,6 +364,7 @@ _SINK = None  # set by commscope.capture.recorder when recording starts; one per
 # (benchmarks/bench_capture.py).
 
 _INFLIGHT: dict[int, tuple[Any, dict, Any, str]] = {}
+_NO_TIMEOUT = timedelta(0)
 """Recorded ops not yet seen complete: key -> (inner work, record, sink, inner backend name)."""
 
 
@@ -352,7 +374,9 @@ def _track(work, recs: list[dict], sink, backend: str) -> _TimedWork:
     keys = [id(rec) for rec in recs]
     for key, rec in zip(keys, recs):
         _INFLIGHT[key] = (work, rec, sink, backend)
-    return _TimedWork(work, keys)
+    tw = _TimedWork()
+    tw._inner, tw._key, tw._keys = work, keys[0], keys
+    return tw
 
 
 def _finish(key: int, completed: bool) -> None:
@@ -402,30 +426,31 @@ def finish_inflight(sink=None) -> int:
 class _TimedWork(dist.Work):
     """The Work returned to the job: the backend's own, seen through, so that wait() stamps completion."""
 
-    __slots__ = ("_inner", "_keys")  # one per op: no instance dict
-
-    def __init__(self, inner, keys: list[int]) -> None:
-        super().__init__()
-        self._inner = inner
-        self._keys = keys  # one record, or the members of a coalesced batch
+    __slots__ = ("_inner", "_key", "_keys")  # one per op: no instance dict; set by who makes it (see _issued)
+    _inner: Any
+    """The backend's Work."""
+    _key: int
+    """The record's key in _INFLIGHT (the first member's for a coalesced batch)."""
+    _keys: list[int] | None
+    """Every member's key of a coalesced batch; None for one op."""
 
     def _seen_complete(self) -> None:
-        for key in self._keys:
+        for key in self._keys or (self._key,):
             _finish(key, True)
 
-    def wait(self, timeout: timedelta = timedelta(0)):
+    def wait(self, timeout: timedelta = _NO_TIMEOUT):
         ok = self._inner.wait(timeout) if timeout else self._inner.wait()
-        keys = self._keys
-        entry = _INFLIGHT.get(keys[0])
-        if entry is not None and (entry[3] != "nccl" or _is_completed(self._inner)):
-            if len(keys) == 1:  # _finish(key, True), inline: this runs once per op the job waits on
-                entry = _INFLIGHT.pop(keys[0], None)
-                if entry is not None:
+        if self._keys is None:  # one op: _finish(key, True), inline (this runs once per op the job waits on)
+            entry = _INFLIGHT.pop(self._key, None)
+            if entry is not None:
+                if entry[3] == "nccl" and not _is_completed(self._inner):  # wait() only ordered the streams
+                    _INFLIGHT[self._key] = entry
+                else:
                     rec = entry[1]
                     rec["t_end_ns"] = time.time_ns()
                     entry[2](rec)
-            else:
-                self._seen_complete()
+        elif self._key in _INFLIGHT and (_INFLIGHT[self._key][3] != "nccl" or _is_completed(self._inner)):
+            self._seen_complete()
         return ok
 
     def is_completed(self) -> bool:
@@ -469,7 +494,7 @@ class _TimedWork(dist.Work):
         # it is seen complete later. Without one, nothing will ever show it complete (gloo's reduce-scatter
         # works never say so), so its record goes out now, with an end only if it has one
         try:
-            entry = _INFLIGHT.get(self._keys[0])
+            entry = _INFLIGHT.get(self._key)
             if entry is None:
                 return
             try:
@@ -478,7 +503,7 @@ class _TimedWork(dist.Work):
             except Exception:  # noqa: BLE001, S110 - a work without a future: it is finished below
                 pass
             completed = _is_completed(entry[0])
-            for key in self._keys:
+            for key in self._keys or (self._key,):
                 _finish(key, completed)
         except Exception:  # noqa: BLE001, S110 - interpreter shutdown: the log's close() writes what is left
             pass
