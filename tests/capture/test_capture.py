@@ -349,6 +349,71 @@ def test_a_blocking_op_is_waited_inside_and_its_record_kept_when_it_fails(tmp_pa
     assert ops[0].t_end_ns >= ops[0].t_start_ns
 
 
+def test_an_issued_op_whose_wait_fails_goes_out_without_an_end(tmp_path):
+    """work = dist.all_reduce(t, async_op=True); work.wait() raises (a peer gone): the job sees the backend's error,
+    and the record is written at once without an end, not stamped complete later (gloo marks a failed Work
+    completed, and the next look at the ops in flight would have given it the time of that look)."""
+    log = RankLog(tmp_path, batch=1)
+    group = _late_group(log)
+    try:
+        log.step = 0
+        failing = _FailingWork()
+        failing.done = True  # what gloo says of a failed Work
+        handle = _issue(group, failing)
+        with pytest.raises(RuntimeError, match="closed by peer"):
+            handle.wait()
+        assert not cpg._INFLIGHT and log.num_records == 1
+        log.close()
+    finally:
+        cpg.set_sink(None)
+    (op,) = _ops(tmp_path, 0, timed=False).ops
+    assert op.t_end_ns is None
+
+
+def test_all_reduce_records_as_every_op_does(tmp_path):
+    """allreduce (the most frequent op) makes its record in its own frame, for speed: it must be the record the
+    shared path makes of the same op, field for field, and its line the same."""
+    from commscope.capture.recorder import _line
+
+    class Inner:
+        def allreduce(self, tensors, opts=None):
+            work = _LateWork()
+            work.done = True
+            return work
+
+    seen: list[dict] = []
+
+    class Keeping(RankLog):
+        def __call__(self, rec: dict) -> None:
+            seen.append(dict(rec))
+            super().__call__(rec)
+
+    log = Keeping(tmp_path, batch=1)
+    cpg.set_sink(log)
+    group = cpg.RecordingProcessGroup(Inner(), 1, 2, [3, 5], "g", "gloo", log)
+    blocking = dist.AllreduceOptions()
+    blocking.asyncOp = False
+    try:
+        for step in (None, 4):
+            log.step = step
+            for dtype, opts in ((torch.bfloat16, None), (torch.complex64, blocking)):
+                x = torch.ones(3, dtype=dtype)
+                handle = group.allreduce([x], opts)
+                if opts is None:
+                    handle.wait()
+                group._start()
+                group._record("all_reduce", _LateWork(), x.numel() * x.element_size(), cpg._dtype(x),
+                              x.numel() * x.element_size(), x.numel() * x.element_size()).wait()
+        log.close()
+    finally:
+        cpg.set_sink(None)
+    assert len(seen) == 8
+    for fast, shared in zip(seen[::2], seen[1::2]):
+        assert fast["seq"] + 1 == shared["seq"]
+        fast = {**fast, "seq": shared["seq"], "t_start_ns": shared["t_start_ns"], "t_end_ns": shared["t_end_ns"]}
+        assert fast == shared and _line(fast) == _line(shared)
+
+
 def test_log_lines_are_the_commop_json(tmp_path):
     """The recorder writes its lines by hand (speed): they must be exactly json.dumps of the CommOp dict."""
     from commscope.capture.recorder import _line, _to_commop_dict

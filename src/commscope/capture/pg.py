@@ -439,7 +439,12 @@ class _TimedWork(dist.Work):
             _finish(key, True)
 
     def wait(self, timeout: timedelta = _NO_TIMEOUT):
-        ok = self._inner.wait(timeout) if timeout else self._inner.wait()
+        try:
+            ok = self._inner.wait(timeout) if timeout else self._inner.wait()
+        except BaseException:  # the backend's error (a peer gone, a timeout): the job sees it as it would, and the
+            for key in self._keys or (self._key,):  # record goes out without an end (gloo marks a failed Work
+                _finish(key, False)  # completed: a later look would stamp it as if it had succeeded)
+            raise
         if self._keys is None:  # one op: _finish(key, True), inline (this runs once per op the job waits on)
             entry = _INFLIGHT.pop(self._key, None)
             if entry is not None:
