@@ -278,18 +278,18 @@ def _layer_computes(model: ModelSpec, pars: Sequence[ParallelSpec], gpu: Any) ->
     """The compute model's per-layer and per-stage-end quantities of every distinct :func:`_compute_key`, their
     GEMMs timed together (:class:`~commscope.compute.gemm.GemmTimer`)."""
     from commscope.compute.gemm import GemmTimer, layer_gemms
-    from commscope.compute.model import _by_pass, _kind
+    from commscope.compute.model import _by_pass, _kind, timed_attention
 
     specs: dict[tuple[Any, ...], ParallelSpec] = {}
+    attention_notes: dict[tuple[Any, ...], tuple[str, ...]] = {}
     for par in pars:
         key = _compute_key(par)
         if key not in specs:
-            # as stage_compute: a GPU without fused attention kernels runs attention unfused
-            attention = "unfused" if par.attention == "flash" and not gpu.flash_attention else par.attention
-            specs[key] = ParallelSpec(tp=par.tp, cp=par.cp, ep=par.ep, dp=par.ep, micro_batch_size=par.micro_batch_size,
-                                      global_batch_size=par.micro_batch_size * par.ep,
-                                      sequence_parallel=par.sequence_parallel, recompute=par.recompute,
-                                      attention=attention, fp8_format=par.fp8_format)
+            # as stage_compute: attention as the GPU runs it
+            specs[key], attention_notes[key] = timed_attention(model, ParallelSpec(
+                tp=par.tp, cp=par.cp, ep=par.ep, dp=par.ep, micro_batch_size=par.micro_batch_size,
+                global_batch_size=par.micro_batch_size * par.ep, sequence_parallel=par.sequence_parallel,
+                recompute=par.recompute, attention=par.attention, fp8_format=par.fp8_format), gpu)
     kinds = [k for k, present in (("dense", model.num_layers > model.num_moe_layers), ("moe", model.is_moe)) if present]
     timer = GemmTimer(gpu)
     for spec in specs.values():
@@ -308,8 +308,7 @@ def _layer_computes(model: ModelSpec, pars: Sequence[ParallelSpec], gpu: Any) ->
             "kinds": per_kind, "logits": _by_pass(timer(tuple((g, 1) for g in logits_gemms), gpu, model.dtype)),
             "logits_flop": sum(g.flop for g in logits_gemms), "lin_dtype": linear_gemm_dtype(model, spec),
             "extra": {(f, la): stage_extra_bytes(model, spec, first=f, last=la) for f in (False, True) for la in (False, True)},
-            "notes": [f"{gpu.name} has no fused (flash) attention kernels: attention is timed unfused"]
-            if spec.attention != key[6] else []}
+            "notes": list(attention_notes[key]), "attention": spec.attention}
     return out
 
 
@@ -358,9 +357,8 @@ def _gpu_compute(model: ModelSpec, pars: Sequence[ParallelSpec], st: _Structure,
     for j, (par, c) in enumerate(zip(pars, per)):
         peak = gpu.peak_flops_for(c["lin_dtype"])
         eff = float(lin_flop[j] / (lin_time[j] * peak)) if lin_time[j] else 0.0
-        attention = "unfused" if c["notes"] else par.attention
         line = (f"compute: per-GEMM tile/wave model on {gpu.name} ({c['lin_dtype']} linear GEMMs at {eff:.0%} of peak), "
-                f"{attention} attention, memory-bound kernels at {gpu.memory_efficiency:.0%} of "
+                f"{c['attention']} attention, memory-bound kernels at {gpu.memory_efficiency:.0%} of "
                 f"{gpu.memory_bandwidth_bytes_per_s / 1e9:.0f} GB/s, Adam step")
         notes.append((*c["notes"], line))
     return a, notes

@@ -85,6 +85,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from commscope.compute.kernels import fused_softmax_available, softmax_fallback_saved_bytes
 from commscope.errors import check
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
@@ -207,6 +208,9 @@ def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, layer: int)
     per_token = ta.replicated / sp_div + ta.split / t + ta.unsplit
     if parallel.recompute == "none":
         per_token += ta.scores / t
+        if parallel.attention == "unfused" and not fused_softmax_available(
+                model, micro_batch_size=parallel.micro_batch_size, tp=t, cp=parallel.cp):
+            per_token += model.num_heads * seq * softmax_fallback_saved_bytes(model) / t  # PyTorch's fp32 softmax
     return tokens * per_token
 
 
@@ -457,8 +461,12 @@ def total_memory_bytes(
         ta = _token_activations(model, moe=moe, tp=1, seq=1.0, flash=flash)
         # K/V heads are copied when tp > g: the split term counts max(g, t) of them
         kv_extra = 2 * (np.maximum(model.kv_heads, t) - model.kv_heads) * model.head_size * B
+        scores = ta.scores * (1.0 if flash else seq) / tf
+        if not flash:  # where Megatron's fused softmax does not run, PyTorch's keeps its output in fp32
+            fallback = ~fused_softmax_available(model, micro_batch_size=b, tp=t, cp=c)
+            scores = scores + np.where(fallback, model.num_heads * seq * softmax_fallback_saved_bytes(model) / tf, 0.0)
         kept = (ta.replicated / sp_div + (ta.split + kv_extra) / tf + ta.unsplit
-                + np.where(rc == RECOMPUTE_CODES["none"], ta.scores * (1.0 if flash else seq) / tf, 0.0))
+                + np.where(rc == RECOMPUTE_CODES["none"], scores, 0.0))
         return tokens * np.where(rc == RECOMPUTE_CODES["full"], ta.layer_input / sp_div, kept)
 
     act_dense = layer_act(False)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from commscope.api import predict
-from commscope.compute.kernels import layer_kernels, optimizer_step_time_s
+from commscope.compute.kernels import fused_softmax_available, layer_kernels, optimizer_step_time_s
 from commscope.compute.model import stage_compute
 from commscope.errors import ConfigError
 from commscope.estimate import _late_gathers, _overlapped_buckets, estimate
@@ -172,6 +173,43 @@ def test_flash_attention_beats_unfused_on_long_sequences():
     unfused = layer_kernels(model, ParallelSpec(global_batch_size=8, attention="unfused"), gpu)
     assert flash.attention_flop > 0 and unfused.attention_flop == 0
     assert unfused.attention_fwd_s > 0 and flash.attention_fwd_s > 0
+
+
+GPT_18B = ModelSpec(name="GPT 18.4B", num_layers=40, hidden_size=6144, num_heads=48, seq_len=2048, vocab_size=50257,
+                    dtype="fp16")
+
+
+def test_megatrons_fused_softmax_runs_only_where_its_kernel_can():
+    """FusedScaleMaskSoftmax.is_kernel_available: fp16/bf16, 16 < s <= 4096, b x heads/t a multiple of 4 and of the
+    kernel's rows per block (8 at s <= 128). vTrain's GPT 18.4B on t 16 at micro-batch 2: 6 rows, PyTorch's softmax."""
+    def available(model, b, t, c=1):
+        return fused_softmax_available(model, micro_batch_size=b, tp=t, cp=c)
+
+    assert not available(GPT_18B, 2, 16)
+    assert available(GPT_18B, 4, 16) and available(GPT_18B, 4, 4) and available(GPT_18B, 2, 8)
+    assert not available(replace(GPT_18B, seq_len=8192), 4, 4)
+    assert not available(replace(GPT_18B, dtype="fp32"), 4, 4) and available(replace(GPT_18B, dtype="bf16"), 4, 4)
+    short = replace(GPT_18B, seq_len=128)  # 4 heads per rank on t 12: 4 rows at b 1, 8 at b 2
+    assert not available(short, 1, 12) and available(short, 2, 12)
+    assert available(GPT_18B, np.array([1, 2, 4]), np.array([16, 16, 16])).tolist() == [False, False, True]
+    assert available(replace(GPT_18B, seq_len=8192), np.array([4]), 4).tolist() == [False]
+
+
+def test_unfused_attention_pays_pytorchs_softmax_where_the_kernel_does_not_run():
+    """Its bytes per score element: fp32 upcast, scale, masked_fill, softmax, downcast (36 against the kernel's 4
+    forward, 40 against 6 backward, fp16); the estimate says why in a note."""
+    gpu = gpu_for_cluster(A100)
+    bw = gpu.streaming_bandwidth_bytes_per_s
+    for b, fused in ((2, False), (4, True)):
+        par = ParallelSpec(tp=16, dp=1, global_batch_size=b, micro_batch_size=b, attention="unfused")
+        k = layer_kernels(GPT_18B, par, gpu)
+        scores = b * 3 * 2048 * 2048
+        assert k.attention_fwd_s * bw == pytest.approx((9 + (0 if fused else 32)) * scores, rel=1e-12)
+        assert k.attention_bwd_s * bw == pytest.approx((11.5 + (0 if fused else 34)) * scores, rel=1e-12)
+        notes = " ".join(stage_compute(GPT_18B, par, gpu).notes)
+        assert ("fused softmax kernel does not run (micro-batch 2 x 3 heads per rank = 6" in notes) is not fused
+    flash = ParallelSpec(tp=16, dp=1, global_batch_size=2, micro_batch_size=2)  # no softmax kernel to fall back from
+    assert "softmax" not in " ".join(stage_compute(GPT_18B, flash, gpu).notes)
 
 
 def test_optimizer_step_worked_example_and_sharding():

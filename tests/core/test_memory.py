@@ -197,6 +197,21 @@ def test_per_layer_activations_are_the_papers_table_2(t):
             sbh * (34 + 5 * a * s / h), rel=1e-12)
 
 
+def test_pytorchs_softmax_keeps_its_output_in_fp32():
+    """Where Megatron's fused softmax kernel does not run (b x heads/t = 6 here), PyTorch's fp32 softmax saves its
+    output in fp32: 2 more bytes per score element than the kernel's fp16 (without recomputation only)."""
+    model = ModelSpec(name="GPT 18.4B", num_layers=40, hidden_size=6144, num_heads=48, seq_len=2048,
+                      vocab_size=50257, dtype="fp16")
+    s, h, a, t = model.seq_len, model.hidden_size, model.num_heads, 16
+    for b, extra in ((2, 2 * a * s / t), (4, 0.0)):
+        par = _parallel(tp=t, micro_batch_size=b, attention="unfused")
+        assert layer_activation_bytes(model, par, 0) == pytest.approx(
+            s * b * h * (10 + 24 / t + 5 * a * s / (h * t)) + s * b * extra, rel=1e-12)
+        assert _vectorised(model, par) == pytest.approx(memory_per_gpu(model, par).total_bytes, rel=1e-12)
+        full = _parallel(tp=t, micro_batch_size=b, attention="unfused", recompute="full")
+        assert layer_activation_bytes(model, full, 0) == s * b * h * 2
+
+
 def test_flash_attention_run_fits_where_unfused_does_not():
     """llama3-405b, t8 p16 with SP and no recomputation, s = 8192: the unfused score matrices alone would take
     a s^2 (2B + 1) / t per layer and micro-batch; with flash attention (Megatron-core's default) they are gone, so

@@ -12,7 +12,9 @@ Three kinds of kernels, each timed by the roofline that bounds it on a :class:`~
    - ``unfused``: the two batched GEMMs of :mod:`commscope.compute.gemm` over the whole s x s matrix (cuBLAS
      does not skip the masked half), and between them the scale-mask-softmax and dropout kernels that write and
      read the b (a/t) (s/c) s scores in the model dtype (dropout also a 1-byte mask): 4.5 element passes forward,
-     5.5 backward (Megatron-LM 2021-22's fused scale-mask-softmax [megatron-sc21]).
+     5.5 backward (Megatron-LM 2021-22's fused scale-mask-softmax [megatron-sc21]). Where that kernel does not run
+     (:func:`fused_softmax_available`: b x a/t not a multiple of 4, s > 4096, fp32), Megatron falls back to PyTorch's
+     scale, masked_fill and softmax in fp32, which move 32 more bytes per score forward and 34 backward (fp16).
 
 2. **Memory-bound kernels** per layer and micro-batch, as bytes moved through HBM at
    ``memory_efficiency x`` the GPU's memory bandwidth. Per token, in elements of the activation dtype
@@ -59,9 +61,12 @@ from commscope.gpus import GpuSpec
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 
-__all__ = ["LayerKernels", "adam_bytes_per_param", "adam_step_time_s", "attention_time_s", "layer_kernels", "linear_gemm_dtype",
-           "optimizer_step_time_s", "stage_extra_bytes"]
+__all__ = ["LayerKernels", "adam_bytes_per_param", "adam_step_time_s", "attention_time_s", "fused_softmax_available",
+           "layer_kernels", "linear_gemm_dtype", "optimizer_step_time_s", "softmax_fallback_saved_bytes", "softmax_rows_per_block", "stage_extra_bytes",
+           "torch_softmax_extra_bytes"]
 
+#: Score dtypes Megatron's fused softmax kernels take (``input_in_float16``).
+HALF_DTYPES = ("fp16", "bf16")
 #: Fraction of a causal s x s score matrix a fused kernel computes (it skips blocks above the diagonal).
 CAUSAL_FRACTION = 0.5
 #: FLOP of the fused attention backward over its forward: five GEMMs (recomputed scores, dV, dP, dQ, dK) to two.
@@ -86,6 +91,45 @@ class LayerKernels:
     memory_bwd_s: float
     attention_flop: float
     """Forward FLOP of the attention core as the fused kernel computes it (causal half); 0 when unfused."""
+
+
+def fused_softmax_available(model: ModelSpec, *, micro_batch_size: Any, tp: Any, cp: Any = 1) -> Any:
+    """Whether Megatron's fused causal scale-mask-softmax kernel runs in unfused attention (else PyTorch's ops do):
+    fp16/bf16 scores, 16 < s <= 4096, s and s/c multiples of 4, and b x heads/t a multiple of 4 and of the kernel's
+    batches per 128-thread block (4 for s > 128: a warp per row; 8 below) [megatron-core fusions/fused_softmax.py
+    FusedScaleMaskSoftmax.is_kernel_available, get_batch_per_block]. GPT 18.4B (48 heads) on t 16 at micro-batch 2
+    has 6 such batches: its softmax runs in PyTorch. The sizes may be arrays (memory of many configurations)."""
+    sk = model.seq_len
+    if model.dtype not in HALF_DTYPES or not 16 < sk <= 4096 or sk % 4:
+        return micro_batch_size < 0  # False (elementwise for arrays)
+    batches = micro_batch_size * (model.num_heads // tp)
+    per_block = softmax_rows_per_block(sk)
+    return ((sk // cp) % 4 == 0) & (batches % 4 == 0) & (batches % per_block == 0)
+
+
+def softmax_rows_per_block(seq_len: int) -> int:
+    """Score rows (batches x heads) one 128-thread block of Megatron's fused softmax takes at ``seq_len`` keys: a
+    warp per row, two rows per warp up to 128 keys [megatron-core get_batch_per_block]."""
+    next_pow2 = 1 << (seq_len - 1).bit_length()
+    return (128 // min(next_pow2, 32)) * (2 if next_pow2 <= 128 else 1)
+
+
+def softmax_fallback_saved_bytes(model: ModelSpec) -> float:
+    """Bytes per score element that PyTorch's softmax saves for backward beyond the fused kernel: its output in
+    fp32 (4) where the kernel keeps the model dtype (B); nothing more for fp32 scores."""
+    return float(max(0, 4 - model.dtype_bytes)) if model.dtype in HALF_DTYPES else 0.0
+
+
+def torch_softmax_extra_bytes(model: ModelSpec) -> tuple[float, float]:
+    """(forward, backward) HBM bytes per score element that PyTorch's scale, mask and softmax move beyond the fused
+    kernel's (its read and write forward, 3 tensors backward). fp16/bf16 scores: softmax in fp32 with query-key layer
+    scaling (Megatron 2021-22's default): cast up B+4, scale 8, masked_fill 8, softmax 8, cast down 4+B (2B + 32
+    against 2B); backward the five adjoints, 2B + 36 against 3B. Other dtypes: no casts, 6B against 2B forward, 7B
+    against 3B backward."""
+    B = model.dtype_bytes
+    if model.dtype in HALF_DTYPES:
+        return 32.0, 36.0 - B
+    return 4.0 * B, 4.0 * B
 
 
 def _tokens(model: ModelSpec, parallel: ParallelSpec) -> tuple[int, int]:
@@ -137,6 +181,10 @@ def layer_kernels(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, moe
         scores = parallel.micro_batch_size * (model.num_heads // t) * (model.seq_len // parallel.cp) * model.seq_len
         att_fwd = (4 * B + 1) * scores / bw
         att_bwd = (5 * B + 1.5) * scores / bw
+        if not fused_softmax_available(model, micro_batch_size=parallel.micro_batch_size, tp=t, cp=parallel.cp):
+            extra_fwd, extra_bwd = torch_softmax_extra_bytes(model)
+            att_fwd += extra_fwd * scores / bw
+            att_bwd += extra_bwd * scores / bw
         flop = 0.0
     return LayerKernels(attention_fwd_s=att_fwd, attention_bwd_s=att_bwd, memory_fwd_s=mem_fwd, memory_bwd_s=mem_bwd,
                         attention_flop=flop)

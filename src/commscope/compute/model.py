@@ -28,11 +28,15 @@ import numpy as np
 
 from commscope.compute.gemm import GemmResult, layer_gemms, time_gemms
 from commscope.compute.kernels import (
+    HALF_DTYPES,
     LayerKernels,
+    fused_softmax_available,
+    softmax_rows_per_block,
     layer_kernels,
     linear_gemm_dtype,
     optimizer_step_time_s,
     stage_extra_bytes,
+    torch_softmax_extra_bytes,
 )
 from commscope.errors import ConfigError
 from commscope.gpus import GpuSpec
@@ -41,7 +45,7 @@ from commscope.spec.parallel import ParallelSpec
 from commscope.spec.params import stage_params
 from commscope.workload.stages import stage_layers
 
-__all__ = ["StageCompute", "stage_compute"]
+__all__ = ["StageCompute", "stage_compute", "timed_attention"]
 
 _CORE = frozenset({"attn_scores", "attn_values"})
 
@@ -161,12 +165,40 @@ def first_max(x: Any, rel: float = 1e-9) -> Any:
     return np.argmax(x >= top - rel * np.abs(top), axis=-1)
 
 
-def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> StageCompute:
-    """Per-stage compute of ``model`` under ``parallel`` on ``gpu`` (see the module docstring)."""
-    notes: list[str] = []
+def _softmax_fallback_note(model: ModelSpec, parallel: ParallelSpec) -> str:
+    """Why Megatron's fused softmax kernel does not run in this unfused attention, and what the fallback costs."""
+    batches = parallel.micro_batch_size * (model.num_heads // parallel.tp)
+    if model.dtype not in HALF_DTYPES:
+        why = f"{model.dtype} scores (the kernel takes fp16/bf16)"
+    elif not 16 < model.seq_len <= 4096 or model.seq_len % 4 or (model.seq_len // parallel.cp) % 4:
+        why = f"sequence {model.seq_len} (the kernel takes 16 < s <= 4096, a multiple of 4)"
+    else:
+        rows = max(4, softmax_rows_per_block(model.seq_len))
+        why = (f"micro-batch {parallel.micro_batch_size} x {model.num_heads // parallel.tp} heads per rank = {batches}, "
+               f"not a multiple of the kernel's {rows} rows per block: a micro-batch that makes it one avoids this")
+    fwd, _ = torch_softmax_extra_bytes(model)
+    kernel = 2 * model.dtype_bytes
+    return (f"unfused attention: Megatron's fused softmax kernel does not run ({why}); PyTorch's scale, mask and "
+            f"softmax are timed instead ({(kernel + fwd) / kernel:.0f}x the kernel's bytes forward)")
+
+
+def timed_attention(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> tuple[ParallelSpec, tuple[str, ...]]:
+    """``parallel`` with its attention as ``gpu`` runs it (unfused where the GPU has no fused kernels), and notes
+    that say where that, or Megatron's softmax kernel, differs from what was asked."""
+    notes = []
     if parallel.attention == "flash" and not gpu.flash_attention:
         notes.append(f"{gpu.name} has no fused (flash) attention kernels: attention is timed unfused")
         parallel = replace(parallel, attention="unfused")
+    if parallel.attention == "unfused" and not fused_softmax_available(
+            model, micro_batch_size=parallel.micro_batch_size, tp=parallel.tp, cp=parallel.cp):
+        notes.append(_softmax_fallback_note(model, parallel))
+    return parallel, tuple(notes)
+
+
+def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> StageCompute:
+    """Per-stage compute of ``model`` under ``parallel`` on ``gpu`` (see the module docstring)."""
+    parallel, attention_notes = timed_attention(model, parallel, gpu)
+    notes = list(attention_notes)
     p = parallel.pp
     kinds = {"dense": _kind(model, parallel, gpu, "dense")} if model.num_layers > model.num_moe_layers else {}
     if model.is_moe:
