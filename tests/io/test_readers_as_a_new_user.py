@@ -1,0 +1,46 @@
+"""Other tools' records read as a new user brings them: the real logs in ``../shared`` as they are, and copies
+changed the way files get changed on their way to a user (cut, re-encoded, concatenated, ...).
+
+Each test failed before the fix named in its docstring.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import SHARED, requires_shared
+
+from commscope.cli.main import main
+
+REAL_LOGS = SHARED / "data" / "real-logs"
+ALLTOALL = "nccl-tests_alltoall_a100x16_2node_in-place-NA_pasted-artifacts.txt"
+DS_HEADER = ("Comm. Op            Message Size        Count               Total Latency(ms)   Avg Latency(ms)     "
+             "tput_avg (Gbps)     busbw_avg (Gbps)")
+
+
+def _ds_row(*cells: object) -> str:
+    return " " * 20 + "".join(f"{c!s:<20}" for c in cells)
+
+
+def _last_err_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    return err[-1] if err else ""
+
+
+@requires_shared("data", "real-logs", ALLTOALL)
+def test_summarize_nccl_tests_alltoall_omits_the_matrix_instead_of_a_traceback(capsys):
+    """all_to_all rows of nccl-tests name no sending rank; summarize decomposed them as if they did (ValueError:
+    tuple.index(x): x not in tuple)."""
+    assert main(["summarize", str(REAL_LOGS / ALLTOALL)]) == 0
+    out = capsys.readouterr().out
+    assert "all_to_all" in out
+    assert "traffic matrix omitted: 18 all_to_all records (nccl_tests) name no sending rank" in out
+
+
+@pytest.mark.parametrize("jobs", [None, "1"])
+def test_summarize_deepspeed_all_to_all_rows_omit_the_matrix(tmp_path, capsys, jobs):
+    """A DeepSpeed summary table with all_to_all_single rows: the same traceback as nccl-tests'."""
+    path = tmp_path / "ds.log"
+    path.write_text("\n".join([DS_HEADER, "all_to_all_single", _ds_row("1.0 MB", 3, 3.0, 1.0, 100.0, 87.5)]) + "\n")
+    args = ["summarize", str(path)] + (["--jobs", jobs] if jobs else [])
+    assert main(args) == 0
+    assert "traffic matrix omitted: 1 all_to_all records (deepspeed) name no sending rank" in capsys.readouterr().out
