@@ -44,3 +44,29 @@ def test_summarize_deepspeed_all_to_all_rows_omit_the_matrix(tmp_path, capsys, j
     args = ["summarize", str(path)] + (["--jobs", jobs] if jobs else [])
     assert main(args) == 0
     assert "traffic matrix omitted: 1 all_to_all records (deepspeed) name no sending rank" in capsys.readouterr().out
+
+
+A100 = "nccl-tests_allreduce_a100x8_single-node_v2.19.4.txt"
+MI300 = "rccl-tests_allreduce_mi300x8_single-node_rccl-version-block.txt"
+
+
+@requires_shared("data", "real-logs", A100)
+@requires_shared("data", "real-logs", MI300)
+def test_fit_says_when_two_pasted_outputs_of_other_gpus_are_pooled(tmp_path, capsys):
+    """An A100 and an MI300X all_reduce output in one file (8 ranks each) were fitted as one curve, silently."""
+    path = tmp_path / "both.txt"
+    path.write_text((REAL_LOGS / A100).read_text() + (REAL_LOGS / MI300).read_text())
+    assert main(["fit", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "both time all_reduce over 8 ranks but on other hardware (NVIDIA A100-SXM4-80GB x 8 on dkh; then " \
+           "AMD Instinct MI300X x 8 on host): their rows are pooled as one measurement" in err
+
+
+@requires_shared("data", "real-logs", A100)
+def test_one_output_pasted_twice_is_said(tmp_path, capsys):
+    """The same output twice in one file doubled every count of summarize and every row of fit, silently."""
+    path = tmp_path / "twice.txt"
+    path.write_text((REAL_LOGS / A100).read_text() * 2)
+    assert main(["summarize", str(path)]) == 0
+    assert "their rows are pooled as one measurement (a run repeated, or one output pasted twice?)" in \
+        capsys.readouterr().out

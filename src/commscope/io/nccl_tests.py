@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1102,6 +1103,33 @@ def _check_sizes(run: _Run, n: int | None, problems: _Problems) -> None:
                                       f"{p['min_bytes']} maxBytes {max_bytes}: it may belong to another run")
 
 
+def _hardware(run: dict) -> str:
+    """The GPUs and hosts of a run, as a problem line names them ('' when the run lists no devices)."""
+    names = Counter(str(d.get("name")) for d in run["devices"])
+    gpus = ", ".join(f"{k} x {v}" if v > 1 else k for k, v in sorted(names.items()))
+    return f"{gpus} on {', '.join(run['hosts'])}" if gpus else ""
+
+
+def _check_repeats(runs: list[dict], problems: _Problems) -> None:
+    """Runs of one op over one group size are pooled by whatever reads the rows (a fit, a bandwidth table, a
+    summary): say so, and above all when their device lists name other GPUs or hosts (two logs pasted together)."""
+    first: dict[tuple[str, int | None], dict] = {}
+    for run in runs:
+        key = (run["op"], run["nranks"])
+        if key not in first:
+            first[key] = run
+            continue
+        a, b = _hardware(first[key]), _hardware(run)
+        what = (f"the tables from line {first[key]['first_line']} and from line {run['first_line']} both time "
+                f"{run['op']} over {run['nranks'] or '?'} ranks")
+        if a and b and a != b:
+            problems.add(run["first_line"], f"{what} but on other hardware ({a}; then {b}): their rows are pooled "
+                                            f"as one measurement; split the file to keep them apart")
+        else:
+            problems.add(run["first_line"], f"{what}: their rows are pooled as one measurement (a run repeated, or "
+                                            f"one output pasted twice?)")
+
+
 def _merge_meta(runs: list[dict], versions: dict[str, str], json_output: str | None) -> dict[str, Any]:
     keys = ("op", "nranks", "num_nodes", "hosts", "params", "command", "args", "avg_busbw_GBps", "algbw_convention")
     meta: dict[str, Any] = {}
@@ -1166,5 +1194,6 @@ def parse_nccl_tests(source: str | Path, *, op: str | None = None) -> NcclTestsR
         r, m = _finish_run(run, name, override, reader.problems)
         rows.extend(r)
         run_meta.append(m)
+    _check_repeats(run_meta, reader.problems)
     meta = _merge_meta(run_meta, reader.versions, reader.json_output)
     return NcclTestsResult(rows=rows, meta=meta, problems=reader.problems.render())
