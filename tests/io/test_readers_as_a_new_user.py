@@ -70,3 +70,19 @@ def test_one_output_pasted_twice_is_said(tmp_path, capsys):
     assert main(["summarize", str(path)]) == 0
     assert "their rows are pooled as one measurement (a run repeated, or one output pasted twice?)" in \
         capsys.readouterr().out
+
+
+EFA = "nccl-tests_allreduce_t4x2_2node_efa_nccl-info.txt"
+
+
+@requires_shared("data", "real-logs", EFA)
+def test_an_mpirun_prefixed_output_cut_before_its_summary_is_still_nccl_tests(tmp_path, capsys):
+    """Every line of this output starts with '[1,0]<stdout>:'; cut before '# Avg bus bandwidth', summarize said
+    'cannot tell the format from the content' while fit read the same file."""
+    lines = (REAL_LOGS / EFA).read_text().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if "  8388608 " in line)
+    path = tmp_path / "cut.txt"
+    path.write_text("".join(lines[:cut]) + lines[cut][:30])
+    assert main(["summarize", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "(nccl_tests)" in out and "the table stops without nccl-tests' summary" in out
