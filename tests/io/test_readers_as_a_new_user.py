@@ -86,3 +86,48 @@ def test_an_mpirun_prefixed_output_cut_before_its_summary_is_still_nccl_tests(tm
     assert main(["summarize", str(path)]) == 0
     out = capsys.readouterr().out
     assert "(nccl_tests)" in out and "the table stops without nccl-tests' summary" in out
+
+
+DS_VERBOSE = "deepspeed_comms_verbose_1_megatron-zero3.txt"
+
+
+@pytest.mark.parametrize(("cells", "said"), [
+    (("1.0 MB", 3, -3.0, -1.0, 100.0, 175.0), "Total Latency(ms)=-3.0: not a duration"),
+    (("1.0 MB", 3, "nan", "nan", "nan", "nan"), "Total Latency(ms)=nan: not a duration"),
+    (("1.0 MB", 3, 3.0, 1.0, 1e9, 1.75e9), "tput_avg (Gbps)=1000000000.0: above any real link (80,000 Gbps)"),
+])
+def test_deepspeed_summary_rows_with_times_no_hardware_has_are_said(tmp_path, cells, said):
+    """Negative, NaN or faster-than-any-link latencies and bandwidths of a summary row were taken silently."""
+    from commscope.io.deepspeed import import_deepspeed_comms
+
+    path = tmp_path / "ds.log"
+    path.write_text("\n".join([DS_HEADER, "all_reduce", _ds_row(*cells)]) + "\n")
+    result = import_deepspeed_comms(path)
+    assert [(op.op, op.count) for op in result.ops] == [("all_reduce", 3)]  # what was logged stays
+    assert any(f"ds.log line 3: {said}" in p for p in result.problems), result.problems
+
+
+@requires_shared("data", "real-logs", DS_VERBOSE)
+@pytest.mark.parametrize(("field", "value", "said"), [
+    ("time (ms)", "-9.46", "time (ms)=-9.46: not a duration"),
+    ("time (ms)", "0.00001", "algbw (Gbps)"),  # the line's bandwidths stay: only its time is damaged here
+    ("algbw (Gbps)", "9000000.00", "algbw (Gbps)=9000000.00: above any real link"),
+])
+def test_deepspeed_verbose_line_with_an_impossible_time_loses_only_its_duration(tmp_path, field, value, said):
+    """A verbose line whose time was negative kept no start time without a word; one whose bandwidth no link has
+    gave a duration that `compare --time` would use."""
+    import re
+
+    from commscope.io.deepspeed import import_deepspeed_comms
+
+    lines = (REAL_LOGS / DS_VERBOSE).read_text().splitlines()
+    first = re.sub(re.escape(field) + r":\s*[-0-9.]+", f"{field}: {value}", lines[0], count=1)
+    if field == "time (ms)" and value == "0.00001":  # 678.86 MB in 10 ns: the printed bandwidths are the damage
+        first = re.sub(r"algbw \(Gbps\):\s*[-0-9.]+", "algbw (Gbps): 543088000.00", first, count=1)
+    path = tmp_path / "v.log"
+    path.write_text("\n".join([first, *lines[1:]]) + "\n")
+    result = import_deepspeed_comms(path)
+    assert len(result.ops) == 3
+    assert result.ops[0].t_start_ns is None and result.ops[0].t_end_ns is not None
+    assert all(op.t_start_ns is not None for op in result.ops[1:])
+    assert any(said in p and "the op kept without its duration" in p for p in result.problems), result.problems
