@@ -131,3 +131,20 @@ def test_deepspeed_verbose_line_with_an_impossible_time_loses_only_its_duration(
     assert result.ops[0].t_start_ns is None and result.ops[0].t_end_ns is not None
     assert all(op.t_start_ns is not None for op in result.ops[1:])
     assert any(said in p and "the op kept without its duration" in p for p in result.problems), result.problems
+
+
+A100_ROW = "    33554432       8388608     float     sum      -1   431.40   77.78  136.11       0"
+
+
+@requires_shared("data", "real-logs", A100)
+def test_an_nccl_tests_row_faster_than_any_link_is_named(tmp_path, capsys):
+    """A row timed at 0.01 us (5.9 PB/s) was only visible as a whole curve flagged unreliable by fit, and not at
+    all in summarize: the row itself is now named."""
+    text = (REAL_LOGS / A100).read_text()
+    assert A100_ROW in text
+    path = tmp_path / "fast.txt"
+    path.write_text(text.replace(A100_ROW, "    33554432       8388608     float     sum      -1     0.01  3355443.20  "
+                                          "5872025.60       0"))
+    assert main(["summarize", str(path)]) == 0
+    assert "fast.txt:40: all_reduce 33554432 B out-of-place: time 0.01 us gives 5,872,025.60 GB/s, above any real " \
+           "link (10,000 GB/s)" in capsys.readouterr().out

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from commscope.record import MAX_MESSAGE_BYTES
+from commscope.spec.cluster import LINK_BANDWIDTH_RANGE_BYTES_PER_S
 from commscope.units import GB, US
 
 __all__ = [
@@ -1055,6 +1056,11 @@ def _finish_run(run: _Run, name: str, override: str | None, problems: _Problems)
                                      f"{_error_bound(dtype, n):.2g} for {dtype} over {n or '?'} ranks")
             elif h.starred:
                 problems.add(r.line, f"{where}: the error is marked '*' (above rccl-tests' threshold)")
+            fastest = max(row.algbw_bytes_per_s, row.busbw_bytes_per_s)
+            if fastest > LINK_BANDWIDTH_RANGE_BYTES_PER_S[1]:
+                problems.add(r.line, f"{where}: time {h.time_us:g} us gives {fastest / GB:,.2f} GB/s, above any real "
+                                     f"link ({LINK_BANDWIDTH_RANGE_BYTES_PER_S[1] / GB:,.0f} GB/s): a time too short "
+                                     f"to have moved the data, not a measurement")
     for t in sorted(unknown_types):
         problems.add(run.rows[0].line, f"unknown element type {t!r}; kept as is")
     last = run.rows[-1].line
