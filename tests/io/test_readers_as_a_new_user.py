@@ -148,3 +148,42 @@ def test_an_nccl_tests_row_faster_than_any_link_is_named(tmp_path, capsys):
     assert main(["summarize", str(path)]) == 0
     assert "fast.txt:40: all_reduce 33554432 B out-of-place: time 0.01 us gives 5,872,025.60 GB/s, above any real " \
            "link (10,000 GB/s)" in capsys.readouterr().out
+
+
+RTX1 = "nccl-tests_allreduce_rtx3090x1_single-gpu_column-overflow.txt"
+RTX2_FAILED = "nccl-tests_allreduce_rtx3090x2_2node_wrong-nonzero_FAILED.txt"
+
+
+@requires_shared("data", "real-logs", RTX2_FAILED)
+def test_bandwidth_from_nccl_tests_that_failed_its_data_check_is_refused():
+    """`--bandwidth` dropped the rows that failed nccl-tests' data check without a word and interpolated the rest,
+    where `fit` (and bench JSON under --bandwidth) refuse a failed check."""
+    from commscope.errors import ConfigError
+    from commscope.io.bandwidth_file import read_bandwidth
+
+    with pytest.raises(ConfigError, match=r"data check=4: all_reduce at 8 B failed nccl-tests' data check "
+                                          r"\(nccl-tests_allreduce_rtx3090x2_2node_wrong-nonzero_FAILED.txt:11\)"):
+        read_bandwidth(REAL_LOGS / RTX2_FAILED)
+
+
+@requires_shared("data", "real-logs", RTX1)
+def test_bandwidth_from_a_one_gpu_nccl_tests_run_says_why_it_has_no_rows():
+    """54 rows of a 1-GPU run: the error said the file 'has no rows (expected op, group size, size and busbw)'."""
+    from commscope.errors import ConfigError
+    from commscope.io.bandwidth_file import read_bandwidth
+
+    with pytest.raises(ConfigError, match=r"no row measured a link: the rows ran on 1 rank \(busbw 0 by definition\)"):
+        read_bandwidth(REAL_LOGS / RTX1)
+
+
+@requires_shared("data", "real-logs", A100)
+@requires_shared("data", "real-logs", MI300)
+def test_bandwidth_from_pasted_outputs_carries_the_readers_problems(tmp_path):
+    """What the nccl-tests reader found wrong (here: two GPUs' runs pooled) never reached `estimate/compare
+    --bandwidth`; it is now among the model's notes."""
+    from commscope.io.bandwidth_file import read_bandwidth
+
+    path = tmp_path / "both.txt"
+    path.write_text((REAL_LOGS / A100).read_text() + (REAL_LOGS / MI300).read_text())
+    notes = read_bandwidth(path).notes
+    assert any("but on other hardware (NVIDIA A100-SXM4-80GB x 8 on dkh" in n for n in notes), notes
