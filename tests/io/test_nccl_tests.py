@@ -571,8 +571,8 @@ def test_missing_file_and_bad_input(tmp_path: Path) -> None:
         parse_nccl_tests(tmp_path / "missing.txt")
     with pytest.raises(ValueError, match="no such file"):
         parse_nccl_tests("missing.txt")
-    with pytest.raises(ValueError, match="no such file"):
-        parse_nccl_tests(tmp_path)  # a directory
+    with pytest.raises(ValueError, match="is a directory, expected a file"):  # not 'no such file'
+        parse_nccl_tests(tmp_path)
     with pytest.raises(ValueError, match="unknown nccl-tests collective"):
         parse_nccl_tests("8 2 float sum -1 1 1 1 0\n", op="warp")
 

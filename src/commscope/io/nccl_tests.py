@@ -1167,7 +1167,7 @@ def _read_source(source: str | Path) -> tuple[str, str]:
     if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and "\r" not in source):
         from commscope.io.import_base import read_input
 
-        if not Path(source).is_file():
+        if not Path(source).exists():
             raise ValueError(f"{source}: no such file (pass a path to nccl-tests output, or the output itself)")
         name, data = read_input(source)
         return name, data.decode("utf-8", errors="replace")

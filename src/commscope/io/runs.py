@@ -422,6 +422,8 @@ def _is_oplog(f: Path) -> bool:
     :func:`commscope.io.importers.detect_format` reads the whole file."""
     import gzip
 
+    if not f.is_file():  # a pipe would block here, or lose its first line to this look (detect_format says why)
+        return False
     try:
         with (gzip.open(f, "rb") if f.suffix == ".gz" else f.open("rb")) as fh:
             first = fh.readline(1 << 16)
