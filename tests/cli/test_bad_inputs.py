@@ -424,3 +424,17 @@ def test_a_pipeline_with_fewer_micro_batches_than_stages_says_what_it_costs(caps
     assert "micro-batches for pp=8" in err
     code, out, err = _run(capsys, job.replace("--micro-batch-size 4", "--micro-batch-size 1"))
     assert code == 0 and "micro-batches for pp" not in out + err
+
+
+@pytest.mark.parametrize("command", ["fit", "summarize"])
+def test_a_pipe_is_named_as_such_not_as_a_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                       command: str) -> None:
+    """`commscope fit <(zcat log.gz)` said 'no such file' of a file that exists (a pipe, which the readers would
+    read twice: format detection consumed it)."""
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # never opened: the check looks at the file's type only
+    assert main([command, str(fifo)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not a regular file (a pipe or a device?)" in err and str(fifo) in err

@@ -41,7 +41,11 @@ def run(args: argparse.Namespace) -> int:
     check_out_file(args.out, "out")  # before the input is read and fitted
     if args.group_size is not None and args.group_size < 2:
         raise ConfigError("group_size", args.group_size, "must be >= 2")
-    points, info = load_points(args.input, group_size=args.group_size, op=args.op)
+    path = Path(args.input)
+    if path.exists() and not path.is_dir() and not path.is_file():
+        raise ConfigError("input", str(path), "is not a regular file (a pipe or a device?); save the output to a "
+                                              "file and give that")
+    points, info = load_points(path, group_size=args.group_size, op=args.op)
     for line in problem_lines(info.get("problems", [])):  # damaged rows skipped, and what else the input says wrong
         warn(args, line)
     result = fit(points, source=Path(args.input).name, time_kind=info["time_kind"], backend=info.get("backend"),

@@ -147,8 +147,20 @@ def _read_bandwidth(path: Path, fallback: AlphaBeta | None) -> BandwidthModel:
         result = parse_nccl_tests(path)
     except ValueError as exc:
         raise ConfigError("bandwidth", source, str(exc)) from None
-    # out-of-place rows that passed nccl-tests' own check and moved data; the smallest sizes print a busbw that
-    # rounds to 0.00 GB/s, which says nothing to interpolate (sizes under the table take its smallest busbw)
-    rows = [r for r in result.rows
-            if not r.in_place and r.size_bytes > 0 and r.busbw_bytes_per_s > 0 and not r.failed_check]
-    return table_from_bench_rows(rows, source=source, fallback=fallback)
+    # a failed data check refuses the file, as `commscope fit` and bench JSON rows with ``wrong`` do
+    failed = next((r for r in result.rows if r.failed_check), None)
+    if failed is not None:
+        raise ConfigError("data check", failed.wrong if failed.wrong else failed.max_error,
+                          f"{failed.op} at {failed.size_bytes} B failed nccl-tests' data check ({failed.source}); "
+                          "measure again", source=source)
+    # out-of-place rows that moved data; the smallest sizes print a busbw that rounds to 0.00 GB/s, which says
+    # nothing to interpolate (sizes under the table take its smallest busbw)
+    rows = [r for r in result.rows if not r.in_place and r.size_bytes > 0 and r.busbw_bytes_per_s > 0]
+    if not rows:
+        ranks = sorted({r.group_size for r in result.rows if r.group_size})
+        raise ConfigError("bandwidth", source, "no row measured a link: " + (
+            f"the rows ran on {ranks[0]} rank (busbw 0 by definition); measure over 2 ranks or more"
+            if ranks and max(ranks) < 2 else "every row has size 0 or a bus bandwidth of 0.00 GB/s"))
+    table = table_from_bench_rows(rows, source=source, fallback=fallback)
+    table.notes.extend(result.problems)  # what the reader found wrong (runs pooled, times no link has, ...)
+    return table

@@ -53,6 +53,7 @@ from typing import Any, Literal
 
 from commscope.io.import_base import UNKNOWN_DTYPE, ImportResult, Problems, freeze_extra, missing_fields, read_input
 from commscope.record import MAX_MESSAGE_BYTES, CommOp
+from commscope.spec.cluster import LINK_BANDWIDTH_RANGE_BYTES_PER_S
 from commscope.units import GBIT, KiB
 
 __all__ = ["OP_NAMES", "import_deepspeed_comms", "parse_deepspeed_size"]
@@ -138,6 +139,22 @@ def parse_deepspeed_size(text: str) -> int:
 def _float(text: str) -> float:
     value = float(text)
     return value if math.isfinite(value) else math.nan
+
+
+def _impossible(times: dict[str, str], rates: dict[str, str]) -> str | None:
+    """Why a row's printed times (ms) or bandwidths (Gbps) are no measurement of real hardware: negative, not a
+    number, or a bandwidth above any link's (:data:`~commscope.spec.cluster.LINK_BANDWIDTH_RANGE_BYTES_PER_S`)."""
+    for label, text in times.items():
+        if not _float(text) >= 0:
+            return f"{label}={text}: not a duration (must be a finite number >= 0)"
+    hi = LINK_BANDWIDTH_RANGE_BYTES_PER_S[1]
+    for label, text in rates.items():
+        value = _float(text)
+        if not value >= 0:
+            return f"{label}={text}: not a bandwidth (must be a finite number >= 0)"
+        if value * GBIT > hi:
+            return f"{label}={text}: above any real link ({hi / GBIT:,.0f} Gbps)"
+    return None
 
 
 def import_deepspeed_comms(path: str | Path, *, world_size: int | None = None,
@@ -283,6 +300,10 @@ def _read_tables(lines: list[str], problems: Problems) -> list[dict[str, Any]]:
                 problems.add(f"line {ln}", f"Count={count}: a logged op has count >= 1, row skipped")
                 continue
             tput, busbw = _float(m.group("tput")), _float(m.group("busbw"))
+            why = _impossible({"Total Latency(ms)": m.group("total"), "Avg Latency(ms)": m.group("avg")},
+                              {"tput_avg (Gbps)": m.group("tput"), "busbw_avg (Gbps)": m.group("busbw")})
+            if why is not None:  # the op was logged: its count and size stay; its times and rates are not used
+                problems.add(f"line {ln}", f"{why}; the row's count and size kept, its times not to be trusted")
             table["rows"].append({
                 "op": op, "msg_size_bytes": msg, "count": count, "caller": caller, "line": ln,
                 "tput": tput, "busbw": busbw,
@@ -341,8 +362,12 @@ def _read_verbose(lines: list[str], problems: Problems) -> list[dict[str, Any]]:
             else:
                 frac = ts.group(2) or ""
                 t_end = int(when.timestamp()) * 1_000_000_000 + (int(frac.ljust(9, "0")) if frac else 0)
-                if math.isfinite(latency_s) and latency_s >= 0:
+                why = _impossible({"time (ms)": m.group("time")},
+                                  {"algbw (Gbps)": m.group("algbw"), "busbw (Gbps)": m.group("busbw")})
+                if why is None:
                     t_start = t_end - round(latency_s * 1e9)
+                else:  # the op was logged; a duration no hardware has must not reach the timing comparison
+                    problems.add(f"line {ln}", f"{why}; the op kept without its duration")
         caller = m.group("caller").strip() if m.group("caller") else None
         algbw, busbw = _float(m.group("algbw")), _float(m.group("busbw"))
         out.append({

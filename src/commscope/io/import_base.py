@@ -112,6 +112,9 @@ def read_input(path: str | Path) -> tuple[str, bytes]:
             raise ValueError(f"{path}: no such file")
         if p.is_dir():
             raise ValueError(f"{path}: is a directory, expected a file")
+        if not p.is_file():  # a pipe (`<(zcat log.gz)`) is read more than once: by format detection, then its reader
+            raise ValueError(f"{path}: not a regular file (a pipe or a device?); save the output to a file and give "
+                             f"that (.gz is read as it is)")
         data = p.read_bytes()
     except OSError as exc:
         raise ValueError(f"{path}: cannot read ({exc.strerror or exc})") from None

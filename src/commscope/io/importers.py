@@ -145,8 +145,10 @@ def _import_jsonl(path: str | Path) -> ImportResult:
 # ----------------------------------------------------------------------------------------------- detection
 
 _DEEPSPEED_RE = re.compile(r"Comm\. Op\s+Message Size\s+Count|comm op:\s*\S.*\|\s*time \(ms\):")
+# (not anchored at the line's start: mpirun's ``[1,0]<stdout>:``, ``srun -l``'s ``0:`` or a timestamp come before the
+# '#' on every line, and an output cut before its '# Avg bus bandwidth' has only its header lines to go by)
 _NCCL_TESTS_RE = re.compile(
-    r"^\s*#\s*nThread\s+\d|#\s*Avg bus bandwidth|[A-Za-z0-9_]_perf(?:_mpi)?\b|^\s*#\s+size\s+count\s+type"
+    r"#\s*nThread\s+\d+\s+nGpus\s+\d|#\s*Avg bus bandwidth|[A-Za-z0-9_]_perf(?:_mpi)?\b|#\s+size\s+count\s+type"
     r"|#\s*Collective test starting|rccl-tests:|# [nr]ccl-tests version",
     re.MULTILINE,
 )

@@ -39,11 +39,13 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from commscope.record import MAX_MESSAGE_BYTES
+from commscope.spec.cluster import LINK_BANDWIDTH_RANGE_BYTES_PER_S
 from commscope.units import GB, US
 
 __all__ = [
@@ -1054,6 +1056,11 @@ def _finish_run(run: _Run, name: str, override: str | None, problems: _Problems)
                                      f"{_error_bound(dtype, n):.2g} for {dtype} over {n or '?'} ranks")
             elif h.starred:
                 problems.add(r.line, f"{where}: the error is marked '*' (above rccl-tests' threshold)")
+            fastest = max(row.algbw_bytes_per_s, row.busbw_bytes_per_s)
+            if fastest > LINK_BANDWIDTH_RANGE_BYTES_PER_S[1]:
+                problems.add(r.line, f"{where}: time {h.time_us:g} us gives {fastest / GB:,.2f} GB/s, above any real "
+                                     f"link ({LINK_BANDWIDTH_RANGE_BYTES_PER_S[1] / GB:,.0f} GB/s): a time too short "
+                                     f"to have moved the data, not a measurement")
     for t in sorted(unknown_types):
         problems.add(run.rows[0].line, f"unknown element type {t!r}; kept as is")
     last = run.rows[-1].line
@@ -1102,6 +1109,33 @@ def _check_sizes(run: _Run, n: int | None, problems: _Problems) -> None:
                                       f"{p['min_bytes']} maxBytes {max_bytes}: it may belong to another run")
 
 
+def _hardware(run: dict) -> str:
+    """The GPUs and hosts of a run, as a problem line names them ('' when the run lists no devices)."""
+    names = Counter(str(d.get("name")) for d in run["devices"])
+    gpus = ", ".join(f"{k} x {v}" if v > 1 else k for k, v in sorted(names.items()))
+    return f"{gpus} on {', '.join(run['hosts'])}" if gpus else ""
+
+
+def _check_repeats(runs: list[dict], problems: _Problems) -> None:
+    """Runs of one op over one group size are pooled by whatever reads the rows (a fit, a bandwidth table, a
+    summary): say so, and above all when their device lists name other GPUs or hosts (two logs pasted together)."""
+    first: dict[tuple[str, int | None], dict] = {}
+    for run in runs:
+        key = (run["op"], run["nranks"])
+        if key not in first:
+            first[key] = run
+            continue
+        a, b = _hardware(first[key]), _hardware(run)
+        what = (f"the tables from line {first[key]['first_line']} and from line {run['first_line']} both time "
+                f"{run['op']} over {run['nranks'] or '?'} ranks")
+        if a and b and a != b:
+            problems.add(run["first_line"], f"{what} but on other hardware ({a}; then {b}): their rows are pooled "
+                                            f"as one measurement; split the file to keep them apart")
+        else:
+            problems.add(run["first_line"], f"{what}: their rows are pooled as one measurement (a run repeated, or "
+                                            f"one output pasted twice?)")
+
+
 def _merge_meta(runs: list[dict], versions: dict[str, str], json_output: str | None) -> dict[str, Any]:
     keys = ("op", "nranks", "num_nodes", "hosts", "params", "command", "args", "avg_busbw_GBps", "algbw_convention")
     meta: dict[str, Any] = {}
@@ -1133,7 +1167,7 @@ def _read_source(source: str | Path) -> tuple[str, str]:
     if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and "\r" not in source):
         from commscope.io.import_base import read_input
 
-        if not Path(source).is_file():
+        if not Path(source).exists():
             raise ValueError(f"{source}: no such file (pass a path to nccl-tests output, or the output itself)")
         name, data = read_input(source)
         return name, data.decode("utf-8", errors="replace")
@@ -1166,5 +1200,6 @@ def parse_nccl_tests(source: str | Path, *, op: str | None = None) -> NcclTestsR
         r, m = _finish_run(run, name, override, reader.problems)
         rows.extend(r)
         run_meta.append(m)
+    _check_repeats(run_meta, reader.problems)
     meta = _merge_meta(run_meta, reader.versions, reader.json_output)
     return NcclTestsResult(rows=rows, meta=meta, problems=reader.problems.render())

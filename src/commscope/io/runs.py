@@ -285,6 +285,7 @@ class _Fold:
         self.world = 0
         self.groupless = 0
         self.p2p_groupless = 0
+        self.a2a_unranked = 0  # all_to_all records without the rank that sent them (no row of the matrix)
         self.relevant: set[str] = set()
         self.known: set[str] = set()
         self.own_rank_known = False  # whether some record names its rank itself (the file's missing fields)
@@ -310,6 +311,8 @@ class _Fold:
                 self.groupless += n
             if op.op in ("send", "recv", "all_to_all"):
                 self.p2p_groupless += n
+        if op.op == "all_to_all" and r is None:
+            self.a2a_unranked += n
         self.own_rank_known = self.own_rank_known or op.rank is not None
         note_fields(op, self.relevant, self.known, rank=r)
         self.add_logical(op, by_step, r)
@@ -360,6 +363,7 @@ class _RunFold(_Fold):
         self.world = max(self.world, other.world)
         self.groupless += other.groupless
         self.p2p_groupless += other.p2p_groupless
+        self.a2a_unranked += other.a2a_unranked
         self.relevant |= other.relevant
         self.known |= other.known
 
@@ -418,6 +422,8 @@ def _is_oplog(f: Path) -> bool:
     :func:`commscope.io.importers.detect_format` reads the whole file."""
     import gzip
 
+    if not f.is_file():  # a pipe would block here, or lose its first line to this look (detect_format says why)
+        return False
     try:
         with (gzip.open(f, "rb") if f.suffix == ".gz" else f.open("rb")) as fh:
             first = fh.readline(1 << 16)
@@ -574,7 +580,8 @@ class _Reader:
                 world = max(world, meta_world)
         world = max(world, fold.world, *(r + 1 for r in self.owner))
         self._check_headers(results, world)
-        omitted = _why_no_matrix(fold.groupless, fold.p2p_groupless, "jsonl", layout, world)
+        omitted = _why_no_matrix(fold.groupless, fold.p2p_groupless, "jsonl", layout, world,
+                                 a2a_unranked=fold.a2a_unranked)
         always = tuple(sorted({name for _, r, _ in results for name in r.missing_fields}))
         return RunTotals(world_size=world, problems=tuple(self.problems), unfinished_ranks=tuple(sorted(self.unfinished)),
                          headers=self.headers, files=tuple(str(f) for f, _, _ in results), formats=("jsonl",),
@@ -654,7 +661,8 @@ class _Reader:
         num_p2p = sum(1 for op in [*unranked, *(o for ops in ops_by_rank.values() for o in ops)]
                       if op.op in ("send", "recv", "all_to_all") and not op.group)
         formats = ", ".join(sorted({r.format for _, r, _ in results}))
-        why = _why_no_matrix(num, num_p2p, formats, layout, world)
+        a2a_unranked = sum(1 for op in unranked if op.op == "all_to_all")
+        why = _why_no_matrix(num, num_p2p, formats, layout, world, a2a_unranked=a2a_unranked)
         if why is not None or not num:
             return ops_by_rank, unranked, why
         everyone = tuple(range(world))
@@ -669,12 +677,16 @@ class _Reader:
                 None)
 
 
-def _why_no_matrix(num: int, num_p2p: int, formats: str, layout: Any, world: int) -> str | None:
-    """Why records without a group (``num`` collectives, ``num_p2p`` send/recv/all_to_all) leave the run without a
-    traffic matrix; None when there are none, or when they can take the whole world as their group."""
+def _why_no_matrix(num: int, num_p2p: int, formats: str, layout: Any, world: int, *,
+                   a2a_unranked: int = 0) -> str | None:
+    """Why records without a group (``num`` collectives, ``num_p2p`` send/recv/all_to_all) or all_to_alls without
+    the rank that sent them (``a2a_unranked``: a matrix row is one rank's sends) leave the run without a traffic
+    matrix; None when there are none, or when they can take the whole world as their group."""
     if not num:
-        return (f"{num_p2p} send/recv/all_to_all records name no peer or group ({formats}): the traffic matrix is "
-                f"omitted" if num_p2p else None)
+        if num_p2p:
+            return (f"{num_p2p} send/recv/all_to_all records name no peer or group ({formats}): the traffic matrix "
+                    f"is omitted")
+        return _why_no_a2a_rows(a2a_unranked, formats)
     if formats not in _WORLD_GROUP_FORMATS:
         return (f"{num} collective records name no process group ({formats} does not say it), so their traffic "
                 f"cannot be placed; the traffic matrix is omitted")
@@ -686,7 +698,16 @@ def _why_no_matrix(num: int, num_p2p: int, formats: str, layout: Any, world: int
     if world < 2:
         return (f"{num} collective records name no process group ({formats} logs none) and the world size is "
                 f"unknown; the traffic matrix is omitted")
-    return None
+    return _why_no_a2a_rows(a2a_unranked, formats)
+
+
+def _why_no_a2a_rows(a2a_unranked: int, formats: str) -> str | None:
+    """Why all_to_all records that name no sending rank (a row for the whole group, as nccl-tests and DeepSpeed's
+    summary table give) leave the run without a traffic matrix, whose rows are each rank's sends."""
+    if not a2a_unranked:
+        return None
+    return (f"{a2a_unranked} all_to_all records ({formats}) name no sending rank (one row for the whole group), so "
+            f"their sends cannot be placed rank by rank; the traffic matrix is omitted")
 
 
 def _file_names(names: list[str], limit: int = 6) -> str:
