@@ -187,3 +187,24 @@ def test_bandwidth_from_pasted_outputs_carries_the_readers_problems(tmp_path):
     path.write_text((REAL_LOGS / A100).read_text() + (REAL_LOGS / MI300).read_text())
     notes = read_bandwidth(path).notes
     assert any("but on other hardware (NVIDIA A100-SXM4-80GB x 8 on dkh" in n for n in notes), notes
+
+
+KINETO = "kineto_trace_a100x2_nccl-allreduce-broadcast_rank0.json.gz"
+DS_SUMMARY = "deepspeed_comms_summary_1_megatron-zero3.txt"
+
+
+@requires_shared("data", "real-logs", KINETO)
+def test_a_kineto_trace_saved_with_a_utf8_bom_is_read(tmp_path):
+    """A trace saved by an editor that writes a UTF-8 byte-order mark was detected as Kineto, then refused by its
+    reader: 'invalid JSON (Unexpected UTF-8 BOM (decode using utf-8-sig))'."""
+    import gzip
+
+    from commscope.io.importers import import_records
+
+    path = tmp_path / "trace.json"
+    path.write_bytes(b"\xef\xbb\xbf" + gzip.decompress((REAL_LOGS / KINETO).read_bytes()))
+    plain = import_records(REAL_LOGS / KINETO)
+    with_bom = import_records(path)
+    assert with_bom.format == "kineto"
+    assert len(with_bom.ops) == len(plain.ops) > 0
+
