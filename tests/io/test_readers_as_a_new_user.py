@@ -208,3 +208,61 @@ def test_a_kineto_trace_saved_with_a_utf8_bom_is_read(tmp_path):
     assert with_bom.format == "kineto"
     assert len(with_bom.ops) == len(plain.ops) > 0
 
+
+def _stray_bytes(tmp_path, header: bool, op_line: str, before: bool = False) -> tuple:
+    """The real DeepSpeed table with a byte that is no UTF-8 (0xff, or Latin-1's no-break space 0xa0 or e-acute
+    0xe9, as a copy through a Windows terminal leaves them) after 'Comm. Op' in the header and after (or before)
+    the op name ``op_line``."""
+    data = (REAL_LOGS / DS_SUMMARY).read_bytes()
+    lines = data.split(b"\n")
+    for i, line in enumerate(lines):
+        if header and line.startswith(b"Comm. Op"):
+            lines[i] = line.replace(b"Comm. Op", b"Comm. Op\xff", 1)
+        if line.strip() == op_line.encode():
+            lines[i] = b"\xe9" + line.rstrip() if before else line.rstrip() + b"\xa0"
+    path = tmp_path / "ds.txt"
+    path.write_bytes(b"\n".join(lines))
+    return path, data
+
+
+@requires_shared("data", "real-logs", DS_SUMMARY)
+@pytest.mark.parametrize(("header", "before"), [(True, False), (False, False), (False, True)])
+def test_deepspeed_table_with_stray_non_utf8_bytes_is_read(tmp_path, header, before):
+    """Stray non-UTF-8 bytes in the header made the file 'of no format'; in an op-name line they ended the table
+    there, and with the first op line: 'nothing importable ... (no row under the header)', though rows followed."""
+    from commscope.io.importers import import_records
+
+    path, data = _stray_bytes(tmp_path, header, "broadcast", before)
+    clean = tmp_path / "clean.txt"
+    clean.write_bytes(data)
+    got, want = import_records(path), import_records(clean)
+    assert got.format == "deepspeed"
+    assert [(o.op, o.size_bytes, o.count) for o in got.ops] == [(o.op, o.size_bytes, o.count) for o in want.ops]
+    said = [p for p in got.problems if "not UTF-8" in p]
+    assert len(said) == (2 if header else 1), got.problems
+    assert any("line 2" in p and "'broadcast'" in p for p in said), said
+
+
+def test_deepspeed_table_ended_by_an_unreadable_line_says_which(tmp_path):
+    """When the line after the header is neither an op name nor a row, the error named 'no row under the header'
+    although rows followed it: it now names the line that ended the table."""
+    from commscope.io.deepspeed import import_deepspeed_comms
+
+    path = tmp_path / "ds.txt"
+    path.write_text("\n".join([DS_HEADER, "all-gather (stage 3)", _ds_row("1.0 MB", 3, 3.0, 1.0, 100.0, 87.5)]) + "\n")
+    with pytest.raises(ValueError, match=r"line 2 \('all-gather \(stage 3\)'\) is neither an op name nor a row and "
+                                         r"ended the table; 1 row-like line follows it"):
+        import_deepspeed_comms(path)
+
+
+@requires_shared("data", "real-logs", DS_SUMMARY)
+def test_deepspeed_rows_cut_off_by_a_line_inside_the_table_are_counted(tmp_path):
+    """A line inside the table that is neither an op name nor a row (here an op name someone edited) ended the
+    table there: the rows after it were dropped without a word."""
+    from commscope.io.deepspeed import import_deepspeed_comms
+
+    path = tmp_path / "ds.txt"
+    path.write_text((REAL_LOGS / DS_SUMMARY).read_text().replace("\nall_reduce\n", "\nall-reduce!\n", 1))
+    got = import_deepspeed_comms(path)
+    assert any("line 42 ('all-reduce!') is neither an op name nor a row and ended the table; 3 row-like lines "
+               "follow it: those rows are not read" in p for p in got.problems), got.problems
