@@ -266,3 +266,37 @@ def test_deepspeed_rows_cut_off_by_a_line_inside_the_table_are_counted(tmp_path)
     got = import_deepspeed_comms(path)
     assert any("line 42 ('all-reduce!') is neither an op name nor a row and ended the table; 3 row-like lines "
                "follow it: those rows are not read" in p for p in got.problems), got.problems
+
+
+@requires_shared("data", "real-logs", ALLTOALL)
+@pytest.mark.parametrize("jobs", [None, 1])
+def test_all_to_all_is_counted_per_sending_rank_in_nccl_tests_rows_as_in_commscope_logs(tmp_path, jobs):
+    """An nccl-tests all_to_all row is one collective of the whole group; commscope's own logs hold one record per
+    sending rank, and summarize/compare count all_to_all per sending rank. The nccl-tests rows were counted once
+    each, with one rank's bytes: 16 x fewer ops and bytes than the same collectives recorded by commscope. Now both
+    count one op per sending rank, and the output says so."""
+    from commscope.capture.analysis import summary
+    from commscope.io.nccl_tests import parse_nccl_tests
+    from commscope.io.oplog import write_ops_jsonl
+    from commscope.io.runs import read_run, read_run_totals
+    from commscope.record import CommOp
+
+    def read(path):
+        return read_run(path) if jobs is None else read_run_totals(path, jobs=jobs)
+
+    rows = parse_nccl_tests(REAL_LOGS / ALLTOALL).rows  # 9 sizes x 2 halves, 20 iterations each, 16 ranks
+    s = summary(read(REAL_LOGS / ALLTOALL))
+    assert s["logical_ops"] == 18 * 20 * 16
+    assert s["ops"][0]["bytes"] == sum(r.size_bytes for r in rows) * 20 * 16
+    assert any("18 all_to_all records (nccl_tests) each time one collective of its whole group: counted once per "
+               "sending rank, as commscope's own logs count all_to_all, so their 360 collectives are 5,760 ops" in n
+               for n in s["notes"]), s["notes"]
+    # the same convention as commscope's own logs: one all_to_all of 1 MiB over 4 ranks, recorded by each rank
+    logs = tmp_path / "run"
+    logs.mkdir()
+    for r in range(4):
+        write_ops_jsonl(logs / f"rank{r:05d}.jsonl",
+                        [CommOp(op="all_to_all", axis="ep", group=(0, 1, 2, 3), size_bytes=1 << 20, dtype="bf16", rank=r,
+                                splits=(1 << 18,) * 4)], header={"kind": "measured", "rank": r, "world_size": 4})
+    s = summary(read(logs))
+    assert (s["logical_ops"], s["ops"][0]["bytes"]) == (4, 4 << 20)  # per collective: n ops, n x one rank's buffer
