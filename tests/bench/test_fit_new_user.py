@@ -177,3 +177,16 @@ def test_bench_json_of_two_sweeps_in_other_types_asks_which(tmp_path):
     assert not [p for p in points if p.op == "all_gather"]  # fp32 only
     points, _ = load_points(path, dtype="fp32", redop="sum")
     assert len([p for p in points if p.op == "all_gather"]) == 4
+
+
+@requires_shared(*LOGS, A100)
+def test_bandwidth_table_from_o_all_output_is_refused_with_the_fit_that_picks_one(tmp_path):
+    """`estimate --bandwidth` on `-o all` output interpolated sum's and max's rows of each size together."""
+    from commscope.io.bandwidth_file import read_bandwidth
+
+    path = _all_table(tmp_path, [{"redop": "max", "slower": 2.0}])
+    with pytest.raises(ConfigError, match=r"times all_reduce over 8 ranks in 2 reduction ops \(sum, max\) \(nccl-tests "
+                                          r"-d all / -o all\), which one table cannot hold apart; fit one: commscope "
+                                          r"fit all_reduce_perf_all.txt --redop sum --out model.toml"):
+        read_bandwidth(path)
+    assert len(read_bandwidth(REAL_LOGS / A100).rows) > 0  # one type, one op: as before
