@@ -187,3 +187,116 @@ def test_bandwidth_from_pasted_outputs_carries_the_readers_problems(tmp_path):
     path.write_text((REAL_LOGS / A100).read_text() + (REAL_LOGS / MI300).read_text())
     notes = read_bandwidth(path).notes
     assert any("but on other hardware (NVIDIA A100-SXM4-80GB x 8 on dkh" in n for n in notes), notes
+
+
+KINETO = "kineto_trace_a100x2_nccl-allreduce-broadcast_rank0.json.gz"
+DS_SUMMARY = "deepspeed_comms_summary_1_megatron-zero3.txt"
+
+
+@requires_shared("data", "real-logs", KINETO)
+def test_a_kineto_trace_saved_with_a_utf8_bom_is_read(tmp_path):
+    """A trace saved by an editor that writes a UTF-8 byte-order mark was detected as Kineto, then refused by its
+    reader: 'invalid JSON (Unexpected UTF-8 BOM (decode using utf-8-sig))'."""
+    import gzip
+
+    from commscope.io.importers import import_records
+
+    path = tmp_path / "trace.json"
+    path.write_bytes(b"\xef\xbb\xbf" + gzip.decompress((REAL_LOGS / KINETO).read_bytes()))
+    plain = import_records(REAL_LOGS / KINETO)
+    with_bom = import_records(path)
+    assert with_bom.format == "kineto"
+    assert len(with_bom.ops) == len(plain.ops) > 0
+
+
+def _stray_bytes(tmp_path, header: bool, op_line: str, before: bool = False) -> tuple:
+    """The real DeepSpeed table with a byte that is no UTF-8 (0xff, or Latin-1's no-break space 0xa0 or e-acute
+    0xe9, as a copy through a Windows terminal leaves them) after 'Comm. Op' in the header and after (or before)
+    the op name ``op_line``."""
+    data = (REAL_LOGS / DS_SUMMARY).read_bytes()
+    lines = data.split(b"\n")
+    for i, line in enumerate(lines):
+        if header and line.startswith(b"Comm. Op"):
+            lines[i] = line.replace(b"Comm. Op", b"Comm. Op\xff", 1)
+        if line.strip() == op_line.encode():
+            lines[i] = b"\xe9" + line.rstrip() if before else line.rstrip() + b"\xa0"
+    path = tmp_path / "ds.txt"
+    path.write_bytes(b"\n".join(lines))
+    return path, data
+
+
+@requires_shared("data", "real-logs", DS_SUMMARY)
+@pytest.mark.parametrize(("header", "before"), [(True, False), (False, False), (False, True)])
+def test_deepspeed_table_with_stray_non_utf8_bytes_is_read(tmp_path, header, before):
+    """Stray non-UTF-8 bytes in the header made the file 'of no format'; in an op-name line they ended the table
+    there, and with the first op line: 'nothing importable ... (no row under the header)', though rows followed."""
+    from commscope.io.importers import import_records
+
+    path, data = _stray_bytes(tmp_path, header, "broadcast", before)
+    clean = tmp_path / "clean.txt"
+    clean.write_bytes(data)
+    got, want = import_records(path), import_records(clean)
+    assert got.format == "deepspeed"
+    assert [(o.op, o.size_bytes, o.count) for o in got.ops] == [(o.op, o.size_bytes, o.count) for o in want.ops]
+    said = [p for p in got.problems if "not UTF-8" in p]
+    assert len(said) == (2 if header else 1), got.problems
+    assert any("line 2" in p and "'broadcast'" in p for p in said), said
+
+
+def test_deepspeed_table_ended_by_an_unreadable_line_says_which(tmp_path):
+    """When the line after the header is neither an op name nor a row, the error named 'no row under the header'
+    although rows followed it: it now names the line that ended the table."""
+    from commscope.io.deepspeed import import_deepspeed_comms
+
+    path = tmp_path / "ds.txt"
+    path.write_text("\n".join([DS_HEADER, "all-gather (stage 3)", _ds_row("1.0 MB", 3, 3.0, 1.0, 100.0, 87.5)]) + "\n")
+    with pytest.raises(ValueError, match=r"line 2 \('all-gather \(stage 3\)'\) is neither an op name nor a row and "
+                                         r"ended the table; 1 row-like line follows it"):
+        import_deepspeed_comms(path)
+
+
+@requires_shared("data", "real-logs", DS_SUMMARY)
+def test_deepspeed_rows_cut_off_by_a_line_inside_the_table_are_counted(tmp_path):
+    """A line inside the table that is neither an op name nor a row (here an op name someone edited) ended the
+    table there: the rows after it were dropped without a word."""
+    from commscope.io.deepspeed import import_deepspeed_comms
+
+    path = tmp_path / "ds.txt"
+    path.write_text((REAL_LOGS / DS_SUMMARY).read_text().replace("\nall_reduce\n", "\nall-reduce!\n", 1))
+    got = import_deepspeed_comms(path)
+    assert any("line 42 ('all-reduce!') is neither an op name nor a row and ended the table; 3 row-like lines "
+               "follow it: those rows are not read" in p for p in got.problems), got.problems
+
+
+@requires_shared("data", "real-logs", ALLTOALL)
+@pytest.mark.parametrize("jobs", [None, 1])
+def test_all_to_all_is_counted_per_sending_rank_in_nccl_tests_rows_as_in_commscope_logs(tmp_path, jobs):
+    """An nccl-tests all_to_all row is one collective of the whole group; commscope's own logs hold one record per
+    sending rank, and summarize/compare count all_to_all per sending rank. The nccl-tests rows were counted once
+    each, with one rank's bytes: 16 x fewer ops and bytes than the same collectives recorded by commscope. Now both
+    count one op per sending rank, and the output says so."""
+    from commscope.capture.analysis import summary
+    from commscope.io.nccl_tests import parse_nccl_tests
+    from commscope.io.oplog import write_ops_jsonl
+    from commscope.io.runs import read_run, read_run_totals
+    from commscope.record import CommOp
+
+    def read(path):
+        return read_run(path) if jobs is None else read_run_totals(path, jobs=jobs)
+
+    rows = parse_nccl_tests(REAL_LOGS / ALLTOALL).rows  # 9 sizes x 2 halves, 20 iterations each, 16 ranks
+    s = summary(read(REAL_LOGS / ALLTOALL))
+    assert s["logical_ops"] == 18 * 20 * 16
+    assert s["ops"][0]["bytes"] == sum(r.size_bytes for r in rows) * 20 * 16
+    assert any("18 all_to_all records (nccl_tests) each time one collective of its whole group: counted once per "
+               "sending rank, as commscope's own logs count all_to_all, so their 360 collectives are 5,760 ops" in n
+               for n in s["notes"]), s["notes"]
+    # the same convention as commscope's own logs: one all_to_all of 1 MiB over 4 ranks, recorded by each rank
+    logs = tmp_path / "run"
+    logs.mkdir()
+    for r in range(4):
+        write_ops_jsonl(logs / f"rank{r:05d}.jsonl",
+                        [CommOp(op="all_to_all", axis="ep", group=(0, 1, 2, 3), size_bytes=1 << 20, dtype="bf16", rank=r,
+                                splits=(1 << 18,) * 4)], header={"kind": "measured", "rank": r, "world_size": 4})
+    s = summary(read(logs))
+    assert (s["logical_ops"], s["ops"][0]["bytes"]) == (4, 4 << 20)  # per collective: n ops, n x one rank's buffer

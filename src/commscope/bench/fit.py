@@ -149,16 +149,17 @@ def _damage(row: dict, i: int, source: str) -> str | None:
     return None
 
 
-def _points_from_bench(data: dict, source: str, *, group_size: int | None = None,
-                       op: str | None = None) -> tuple[list[FitPoint], dict[str, Any]]:
+def _points_from_bench(data: dict, source: str, *, group_size: int | None = None, op: str | None = None,
+                       dtype: str | None = None, redop: str | None = None) -> tuple[list[FitPoint], dict[str, Any]]:
     """FitPoints of bench JSON. Rows that failed the data check are refused (the run is not to be trusted);
     damaged rows (an unknown op, a size, group size or time no measurement has) are skipped, each named in
     ``info["problems"]``. ``group_size`` and ``op`` (the flags for nccl-tests output that does not say) must agree
-    with every row: bench JSON names each row's own."""
+    with every row: bench JSON names each row's own. Rows of several types or reduction ops (sweeps merged) must be
+    picked from with ``dtype`` / ``redop``."""
     rows = data.get("rows")
     if not isinstance(rows, list) or not rows:
         raise ConfigError("rows", source, "no rows: expected {\"meta\": ..., \"rows\": [...]} from `commscope bench`")
-    points: list[FitPoint] = []
+    items: list[tuple[FitPoint, str | None, str | None]] = []
     problems: list[str] = []
     for i, row in enumerate(rows, start=1):
         if not isinstance(row, dict):
@@ -184,35 +185,134 @@ def _points_from_bench(data: dict, source: str, *, group_size: int | None = None
             raise ConfigError("op", op, f"{source} rows[{i}] measures {row_op}: bench JSON names each row's op (--op is "
                                         "for nccl-tests output whose header does not); leave it out")
         intra = row.get("intra_node")
-        points.append(FitPoint(op=row_op, group_size=n, size_bytes=size, time_s=t,
-                               intra_node=intra if isinstance(intra, bool) else None, noisy=bool(row.get("noisy"))))
-    if not points:
+        row_dtype, row_redop = row.get("dtype"), row.get("redop")
+        items.append((FitPoint(op=row_op, group_size=n, size_bytes=size, time_s=t,
+                               intra_node=intra if isinstance(intra, bool) else None, noisy=bool(row.get("noisy"))),
+                      _canonical_dtype(row_dtype) if isinstance(row_dtype, str) and row_dtype else None,
+                      row_redop.lower() if isinstance(row_redop, str) and row_redop.lower() not in ("", "none")
+                      else None))
+    if not items:
         raise ConfigError("input", source, f"has no usable rows: {'; '.join(problems[:3])}")
+    points, chosen = _select_variants(items, source, dtype=dtype, redop=redop)
     meta = data.get("meta", {}) if isinstance(data.get("meta"), dict) else {}
-    return points, {"time_kind": "median", "backend": meta.get("backend"), "problems": problems}
+    return points, {"time_kind": "median", "backend": meta.get("backend"), "problems": problems, "notes": [],
+                    "chosen": chosen}
 
 
-def _points_from_nccl_tests(path: Path, group_size: int | None,
-                            op: str | None = None) -> tuple[list[FitPoint], dict[str, Any]]:
+#: What one fitted curve cannot hold two of: nccl-tests' ``-d all`` times every type and ``-o all`` every reduction op
+#: in one table (the same sizes again and again); each has its flag. (label, plural, flag, nccl-tests' option)
+_VARIANTS = (("type", "types", "--dtype", "-d all"), ("reduction op", "reduction ops", "--redop", "-o all"))
+
+
+def _canonical_dtype(name: str) -> str:
+    from commscope.io.nccl_tests import _canonical_dtype as canon
+
+    return canon(str(name).strip())
+
+
+def _select_variants(items: Sequence[tuple[FitPoint, str | None, str | None]], source: str, *, dtype: str | None,
+                     redop: str | None) -> tuple[list[FitPoint], str | None]:
+    """The points of ``items`` (point, dtype, redop) of the type ``dtype`` and reduction op ``redop`` (a row that has
+    none, such as all_gather's redop, passes), and what was chosen. A curve (op, group size) timed in several types
+    or reduction ops with no flag to pick one is refused, naming them: pooled, the fit would mix what
+    the measurement kept apart; one of them taken, the others would vanish."""
+    chosen = []
+    for i, (given, (label, plural, flag, _)) in enumerate(zip((dtype, redop), _VARIANTS, strict=True)):
+        if given is None:
+            continue
+        want = _canonical_dtype(given) if i == 0 else str(given).strip().lower()
+        have = [v for v in dict.fromkeys(it[1 + i] for it in items) if isinstance(v, str)]
+        if not have:
+            raise ConfigError(flag.lstrip("-"), given, f"{source} names no {label} of its rows; leave {flag} out")
+        if want not in have:
+            raise ConfigError(flag.lstrip("-"), given, f"{source} has no rows of that {label}; its rows are "
+                                                       f"{', '.join(have)}")
+        items = [it for it in items if it[1 + i] in (None, want)]
+        chosen.append(f"{label} {want}")
+    curves: dict[tuple[str, int, bool | None], list[list[str]]] = {}
+    for point, *variants in items:
+        seen = curves.setdefault((point.op, point.group_size, point.intra_node), [[], []])
+        for i, v in enumerate(variants):
+            if v is not None and v not in seen[i]:
+                seen[i].append(v)
+    for (op, n, _), seen in curves.items():
+        several = [(values, v) for values, v in zip(seen, _VARIANTS, strict=True) if len(values) > 1]
+        if several:
+            what = " and ".join(f"{len(values)} {plural} ({', '.join(values)})" for values, (_, plural, _, _) in several)
+            pick = " ".join(f"{flag} {values[0] if flag != '--redop' or 'sum' not in values else 'sum'}"
+                            for values, (_, _, flag, _) in several)
+            opts = " / ".join(opt for _, (_, _, _, opt) in several)
+            raise ConfigError("input", source, f"times {op} over {n} ranks in {what}, as nccl-tests {opts} does; one "
+                                               f"fitted curve holds one of each: pick with {pick} (or another of "
+                                               "those)")
+    return [it[0] for it in items], ", ".join(chosen) or None
+
+
+def _line_of(problem: str, name: str) -> int | None:
+    """The line number of a reader's problem ``name:LINE: ...``; None for one about the whole file."""
+    head = f"{name}:"
+    if not problem.startswith(head):
+        return None
+    number = problem[len(head):].split(":", 1)[0]
+    return int(number) if number.isdigit() else None
+
+
+def _one_collective(result: Any, op: str, name: str) -> tuple[list[Any], list[str], str]:
+    """The rows of ``op``'s tables in a log of several collectives, the reader's problems about those tables (and
+    about the file), and what was left out: each other collective, with ``failed its data check`` where it did."""
+    runs = result.meta.get("runs", [])
+    starts = [min(x for x in (r.get("op_named_line"), r.get("first_line")) if x) for r in runs]
+    spans = [(lo, (starts[i + 1] - 1) if i + 1 < len(runs) else math.inf) for i, lo in enumerate(starts)]
+    keep_spans = [span for span, r in zip(spans, runs, strict=True) if r["op"] == op]
+    drop_spans = [span for span, r in zip(spans, runs, strict=True) if r["op"] != op]
+
+    def kept(problem: str) -> bool:
+        ln = _line_of(problem, name)
+        return ln is None or any(lo <= ln <= hi for lo, hi in keep_spans) or not any(
+            lo <= ln <= hi for lo, hi in drop_spans)
+
+    rows = [r for r in result.rows if r.op == op]
+    failed = {r.op for r in result.rows if r.op != op and r.failed_check}
+    others = [o for o in dict.fromkeys(r["op"] for r in runs) if o != op]
+    left = ", ".join(f"{o} (failed its data check)" if o in failed else o for o in others)
+    return rows, [p for p in result.problems if kept(p)], left
+
+
+def _points_from_nccl_tests(path: Path, group_size: int | None, op: str | None = None, *, dtype: str | None = None,
+                            redop: str | None = None) -> tuple[list[FitPoint], dict[str, Any]]:
     """FitPoints of nccl-tests output, one per table line (its out-of-place half, as nccl-tests' summaries use).
     Lines the reader could not read, and lines whose out-of-place time is no measurement (<= 0), are skipped and
     named in ``info["problems"]``, with everything else the reader found wrong with the output. ``group_size`` and
-    ``op`` fill in what the output does not say; where it says otherwise, they are refused."""
+    ``op`` fill in what the output does not say; where it says otherwise, they are refused. In a log of several
+    collectives (nccl-tests run once per test binary, the outputs pasted together), ``op`` picks one of them.
+    ``dtype`` and ``redop`` pick one type and reduction op of a table that times several (``-d all``, ``-o all``)."""
     from commscope.io.nccl_tests import parse_nccl_tests
 
     try:
-        result = parse_nccl_tests(path, op=op)
+        result = parse_nccl_tests(path)
     except ValueError as exc:
         raise ConfigError("input", path.name, str(exc)) from None
-    for run in result.meta.get("runs", []):
-        named = run.get("op_named")
-        if op is not None and named is not None and named != op:
-            raise ConfigError("op", op, f"{path.name} line {run.get('op_named_line')} names the test {named}; leave "
-                                        "--op out (it is for output that does not name it)")
-    problems = list(getattr(result, "problems", []))
-    by_key: dict[tuple[str, int, int, bool | None], Any] = {}
+    runs = result.meta.get("runs", [])
+    file_ops = list(dict.fromkeys(run["op"] for run in runs))
+    rows, problems, notes = result.rows, list(result.problems), []
+    if op is not None and len(file_ops) > 1:  # --op picks one collective of several
+        if op not in file_ops:
+            raise ConfigError("op", op, f"{path.name} holds the tables of {', '.join(file_ops)}; --op picks one of "
+                                        "them")
+        rows, problems, left = _one_collective(result, op, path.name)
+        notes.append(f"fitted {op} only (--op): left out the file's other collectives, {left}")
+    elif op is not None:
+        for run in runs:
+            named = run.get("op_named")
+            if named is not None and named != op:
+                raise ConfigError("op", op, f"{path.name} line {run.get('op_named_line')} names the test {named}; "
+                                            "leave --op out (it is for output that does not name it)")
+        result = parse_nccl_tests(path, op=op)  # read again, the rows taken as op's
+        rows, problems = result.rows, list(result.problems)
+    by_key: dict[tuple[str, int, int, bool | None, str, str | None], Any] = {}
     damaged: set[str] = set()
-    for row in result.rows:
+    one_rank = 0
+    for row in rows:
         if row.op == "unknown":  # no header names the test and the rows fit no collective's arithmetic
             raise ConfigError("input", path.name, f"{row.source}: the collective of these rows cannot be told (no "
                                                   "command line names the test binary and the rows fit none); give "
@@ -230,11 +330,15 @@ def _points_from_nccl_tests(path: Path, group_size: int | None,
             raise ConfigError("group_size", None, f"{path.name} does not say how many ranks ran; give --group-size N",
                               source=path.name)
         if n < 2:
+            one_rank += 1
             continue  # one rank: busbw is 0 by definition, nothing crosses a link
         if row.failed_check:
+            others = [o for o in file_ops if o != row.op]
+            hint = (f", or give --op to fit one of the file's other collectives ({', '.join(others)})"
+                    if others and op is None else "")
             raise ConfigError("data check", row.wrong if row.wrong is not None else row.max_error,
                               f"{row.op} at {row.size_bytes} B failed nccl-tests' data check ({row.source}); "
-                              "refit from a clean run", source=path.name)
+                              f"refit from a clean run{hint}", source=path.name)
         if row.size_bytes is None or row.size_bytes <= 0 or row.source in damaged:
             continue  # zero-byte rows say nothing about alpha and beta
         t = row.time_s
@@ -244,36 +348,82 @@ def _points_from_nccl_tests(path: Path, group_size: int | None,
                 problems.append(f"{row.source}: {row.op} {row.size_bytes} B out-of-place time={t / US:.2f} us is no "
                                 "measurement (must be > 0): row skipped")
             continue
-        key = (canonical_op(row.op), int(n), int(row.size_bytes), row.intra_node)
+        key = (canonical_op(row.op), int(n), int(row.size_bytes), row.intra_node, row.dtype, row.redop)
         if key not in by_key or (by_key[key].in_place and not row.in_place):
             by_key[key] = row  # the out-of-place half where there is one, as nccl-tests' summaries use
-    points = [FitPoint(op=k[0], group_size=k[1], size_bytes=k[2], time_s=float(r.time_s), intra_node=k[3])
-              for k, r in by_key.items()]
+    if not by_key and one_rank == len(rows):
+        raise ConfigError("input", path.name, "the rows ran on 1 rank: nothing crossed a link (busbw is 0 by "
+                                              "definition), so there is no bandwidth to fit; measure over 2 ranks or "
+                                              "more")
+    if one_rank:
+        notes.append(f"{one_rank} rows ran on 1 rank (nothing crossed a link, busbw 0 by definition): skipped")
+    items = [(FitPoint(op=k[0], group_size=k[1], size_bytes=k[2], time_s=float(r.time_s), intra_node=k[3]), k[4], k[5])
+             for k, r in by_key.items()]
+    points, chosen = _select_variants(items, path.name, dtype=dtype, redop=redop)
     if not points:
         raise ConfigError("input", path.name, "has no usable nccl-tests rows (size > 0, a time, >= 2 ranks)"
                           + (f": {'; '.join(problems[:3])}" if problems else ""))
-    return points, {"time_kind": "mean", "backend": "nccl-tests", "problems": problems}
+    return points, {"time_kind": "mean", "backend": "nccl-tests", "problems": problems, "notes": notes,
+                    "chosen": chosen}
 
 
-def load_points(path: Path, *, group_size: int | None = None,
-                op: str | None = None) -> tuple[list[FitPoint], dict[str, Any]]:
-    """Rows of ``path`` (bench JSON or nccl-tests stdout) as FitPoints, with ``time_kind``, ``backend`` and
-    ``problems`` (one line per damaged row skipped, naming file, row or line, field and value). ``group_size`` and
-    ``op`` say what nccl-tests output does not (ranks, the collective); a value the file contradicts is refused."""
+#: What other tools' records are, for an input of theirs given to fit: (what it is, the commands that read it).
+_OTHER_FORMATS = {
+    "kineto": "a PyTorch profiler (Kineto) trace",
+    "deepspeed": "DeepSpeed comms-logger output",
+    "jsonl": "a commscope op log (`commscope record`)",
+    "flight_recorder": "a PyTorch Flight Recorder dump",
+    "nccl_debug": "an NCCL_DEBUG=INFO log",
+}
+
+
+def _refuse_other_format(name: str, data: bytes) -> None:
+    """A ConfigError naming what ``data`` is when it is another tool's records, which fit does not take."""
+    from commscope.io.importers import _detect
+
+    try:
+        fmt = _detect(name, data)
+    except ValueError:
+        return
+    what = _OTHER_FORMATS.get(fmt)
+    if what is not None:
+        raise ConfigError("input", name, f"is {what}; fit takes `commscope bench --out` JSON "
+                                         f"or nccl-tests / rccl-tests output; `commscope summarize {name}` (and "
+                                         "compare, report) read this format")
+
+
+def load_points(path: Path, *, group_size: int | None = None, op: str | None = None, dtype: str | None = None,
+                redop: str | None = None) -> tuple[list[FitPoint], dict[str, Any]]:
+    """Rows of ``path`` (bench JSON or nccl-tests stdout) as FitPoints, with ``time_kind``, ``backend``,
+    ``problems`` (one line per damaged row skipped, naming file, row or line, field and value), ``notes`` (what was
+    left out on purpose, and why) and ``chosen`` (the type and reduction op ``dtype``/``redop`` picked, or None).
+    ``group_size`` and ``op`` say what nccl-tests output does not (ranks, the collective), or ``op`` picks one
+    collective of a log of several; a value the file contradicts is refused. ``dtype`` and ``redop`` pick one type
+    and reduction op where the rows time several (nccl-tests ``-d all`` / ``-o all``), which must be picked."""
+    from commscope.io.import_base import read_input
+
     path = Path(path)
     op = check_op(op)
     if not path.is_file():
         raise ConfigError("input", str(path), "is a directory; give a file" if path.is_dir() else "no such file")
-    text = path.read_text(errors="replace")
-    if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):
+    try:
+        name, data = read_input(path)  # .gz too
+    except ValueError as exc:
+        raise ConfigError("input", path.name, str(exc).removeprefix(f"{path.name}: ")) from None
+    text = data.decode("utf-8-sig", errors="replace")
+    if path.suffix.lower() == ".json" or text.lstrip().startswith(("{", "[")):
         try:
-            data = json.loads(text)
+            parsed = json.loads(text)
         except json.JSONDecodeError as exc:
+            _refuse_other_format(name, data)
             raise ConfigError("input", path.name, f"is not valid JSON: {exc}") from None
-        if not isinstance(data, dict):
+        if not (isinstance(parsed, dict) and "rows" in parsed):
+            _refuse_other_format(name, data)
+        if not isinstance(parsed, dict):
             raise ConfigError("input", path.name, "expected a JSON object with \"rows\" (commscope bench --out)")
-        return _points_from_bench(data, path.name, group_size=group_size, op=op)
-    return _points_from_nccl_tests(path, group_size, op)
+        return _points_from_bench(parsed, path.name, group_size=group_size, op=op, dtype=dtype, redop=redop)
+    _refuse_other_format(name, data)
+    return _points_from_nccl_tests(path, group_size, op, dtype=dtype, redop=redop)
 
 
 def problem_lines(problems: Sequence[str], limit: int = _MAX_PROBLEMS) -> list[str]:

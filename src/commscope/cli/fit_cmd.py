@@ -25,8 +25,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="ranks the measurements ran on, when the input does not say (nccl-tests output without device "
                         "lines); refused where the input says otherwise")
     p.add_argument("--op", default=None,
-                   help="the collective of nccl-tests output whose header does not name the test (all_reduce, ...); "
-                        "refused where the input names another")
+                   help="the collective of nccl-tests output whose header does not name the test (all_reduce, ...), "
+                        "or the one to fit of a log of several collectives; refused where the input names another")
+    p.add_argument("--dtype", default=None,
+                   help="the element type to fit where the rows time several (nccl-tests -d all): float, half, ...")
+    p.add_argument("--redop", default=None,
+                   help="the reduction op to fit where the rows time several (nccl-tests -o all): sum, max, ...")
     p.add_argument("--tolerance", type=float, default=0.1,
                    help="largest relative error one piece may leave before the sizes are split (default 0.1)")
     p.add_argument("--max-pieces", type=int, default=3, help="most size ranges per op and group size (default 3)")
@@ -45,10 +49,13 @@ def run(args: argparse.Namespace) -> int:
     if path.exists() and not path.is_dir() and not path.is_file():
         raise ConfigError("input", str(path), "is not a regular file (a pipe or a device?); save the output to a "
                                               "file and give that")
-    points, info = load_points(path, group_size=args.group_size, op=args.op)
+    points, info = load_points(path, group_size=args.group_size, op=args.op, dtype=args.dtype, redop=args.redop)
+    for line in info.get("notes", []):  # what was left out on purpose (other collectives, 1-rank rows)
+        print(f"commscope fit: note: {line}", file=sys.stderr)
     for line in problem_lines(info.get("problems", [])):  # damaged rows skipped, and what else the input says wrong
         warn(args, line)
-    result = fit(points, source=Path(args.input).name, time_kind=info["time_kind"], backend=info.get("backend"),
+    source = Path(args.input).name + (f" ({info['chosen']})" if info.get("chosen") else "")
+    result = fit(points, source=source, time_kind=info["time_kind"], backend=info.get("backend"),
                  tolerance=args.tolerance, max_pieces=args.max_pieces)
     for c in result.curves:
         why = result.why_unreliable(c)

@@ -106,6 +106,28 @@ def _plausible(table: MeasuredTable) -> MeasuredTable:
     return table
 
 
+def _one_type_and_redop(rows, source: str) -> None:
+    """Refuse nccl-tests rows that time one op and group size in several types or reduction ops (``-d all``,
+    ``-o all``: every size again per type / op): interpolated together they would be mixed, one taken the others
+    lost; ``commscope fit --dtype --redop`` picks one."""
+    seen: dict[tuple, tuple[dict[str, None], dict[str, None]]] = {}
+    for r in rows:
+        types, redops = seen.setdefault((r.op, r.group_size, r.intra_node), ({}, {}))
+        types[r.dtype] = None
+        if r.redop is not None:
+            redops[r.redop] = None
+    for (op, n, _), (types, redops) in seen.items():
+        several = [(f"{len(v)} {what} ({', '.join(v)})", flag, next(iter(v)))
+                   for v, what, flag in ((types, "types", "--dtype"), (redops, "reduction ops", "--redop")) if len(v) > 1]
+        if several:
+            pick = " ".join(f"{flag} {'sum' if flag == '--redop' and 'sum' in redops else first}"
+                            for _, flag, first in several)
+            raise ConfigError("bandwidth", source, f"times {op} over {n} ranks in {' and '.join(w for w, _, _ in several)} "
+                                                   f"(nccl-tests -d all / -o all), which one table cannot hold apart; "
+                                                   f"fit one: commscope fit {source} {pick} --out model.toml, and give "
+                                                   f"--bandwidth model.toml")
+
+
 def read_bandwidth(path: Path, *, fallback: AlphaBeta | None = None) -> BandwidthModel:
     """A MeasuredTable (or a FittedModel, for ``commscope fit`` output) from ``path``; ConfigError for anything
     malformed or physically impossible."""
@@ -161,6 +183,7 @@ def _read_bandwidth(path: Path, fallback: AlphaBeta | None) -> BandwidthModel:
         raise ConfigError("bandwidth", source, "no row measured a link: " + (
             f"the rows ran on {ranks[0]} rank (busbw 0 by definition); measure over 2 ranks or more"
             if ranks and max(ranks) < 2 else "every row has size 0 or a bus bandwidth of 0.00 GB/s"))
+    _one_type_and_redop(rows, source)
     table = table_from_bench_rows(rows, source=source, fallback=fallback)
     table.notes.extend(result.problems)  # what the reader found wrong (runs pooled, times no link has, ...)
     return table

@@ -118,6 +118,8 @@ _VERBOSE_HINT_RE = re.compile(r"comm op:")
 _TIMESTAMP_RE = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[,.](\d{1,6}))?\]")
 #: A summary row with its leading whitespace lost (a log shipper or a copy that strips lines).
 _BARE_ROW_RE = re.compile(rf"^\s*{_SIZE}\s+\d+\s+{_NUM}\s+{_NUM}\s+{_NUM}\s+{_NUM}\s*$")
+#: What ``errors="replace"`` makes of a byte that is no UTF-8.
+_STRAY = "\ufffd"
 _RANK_RE = re.compile(r"\brank=(\d{1,9})\b|\[Rank (\d{1,9})\]")
 
 
@@ -198,6 +200,8 @@ def import_deepspeed_comms(path: str | Path, *, world_size: int | None = None,
     if not records:
         what = "verbose lines" if use_verbose else f"summary table at line {tables[-1]['line']}"
         found = problems.finish()
+        if not use_verbose and tables[-1].get("rows_after"):
+            found.insert(0, _ended(tables[-1]))
         raise ValueError(f"{name}: nothing importable: the {what} gave no op"
                          + (f" ({'; '.join(found[:3])})" if found else " (no row under the header)"))
 
@@ -252,7 +256,13 @@ def _read_tables(lines: list[str], problems: Problems) -> list[dict[str, Any]]:
             why = "the table stops there (cut short?)" if end_of_file else "no rows follow"
             problems.add(f"line {op_line}", f"op {op_raw!r} has no rows: {why}")
 
+    ended: dict[str, Any] | None = None  # the table a line that is neither op name nor row ended, while rows follow
+
     for ln, raw in enumerate(lines, start=1):
+        stray = _STRAY in raw  # a byte that is no UTF-8 (decoded as U+FFFD): read as a space between columns,
+        name_line = raw.replace(_STRAY, "") if stray else raw  # and as nothing in an op name ('\xe9broadcast')
+        if stray:
+            raw = raw.replace(_STRAY, " ")
         header = _HEADER_RE.search(raw)
         if header:
             close_op()
@@ -260,12 +270,19 @@ def _read_tables(lines: list[str], problems: Problems) -> list[dict[str, Any]]:
             table = {"line": ln, "rows": [], "bare_rows": 0}
             tables.append(table)
             op, op_raw, op_rows, caller = None, "", 0, None
+            ended = None
+            if stray:
+                problems.note(f"line {ln}", "bytes that are not UTF-8 in the table's header, read as spaces")
             continue
         if table is None:
+            if ended is not None and (_ROW_RE.match(raw[len(prefix):] if prefix else raw) or _BARE_ROW_RE.match(raw)):
+                ended["rows_after"] += 1
             continue
         line = raw[len(prefix):] if prefix and raw.startswith(prefix) else raw
         if not line.strip():
             continue
+        if stray and _OPNAME_RE.match(name_line[len(prefix):] if prefix else name_line):
+            line = name_line[len(prefix):] if prefix else name_line  # an op name, not a row behind a space
         if line[0] not in " \t" and _BARE_ROW_RE.match(line):
             if not table["bare_rows"]:
                 problems.note(f"line {ln}", "summary rows without their leading whitespace (stripped by a log "
@@ -318,14 +335,30 @@ def _read_tables(lines: list[str], problems: Problems) -> list[dict[str, Any]]:
         m = _OPNAME_RE.match(line)
         if m is None:
             close_op()  # anything else ends the table (other log lines follow it)
+            table["ended_by"] = (ln, line.strip()[:80], stray)
+            ended, table["rows_after"] = table, 0
             table, op, op_raw, op_rows = None, None, "", 0
             continue
         close_op()
         op_raw, op_line, op_rows = m.group("op"), ln, 0
         caller = m.group("caller").strip() if m.group("caller") else None
         op = OP_NAMES.get(op_raw.lower())  # an unknown name is reported with its first row
+        if stray:
+            problems.note(f"line {ln}", f"bytes that are not UTF-8 beside the op name, read as {op_raw!r}")
     close_op(end_of_file=True)
+    for t in tables:  # rows that a line no table has cut off from their table: said, not lost silently
+        if t.get("rows_after") and t["rows"]:
+            problems.add(None, f"{_ended(t)}: those rows are not read")
     return tables
+
+
+def _ended(table: dict[str, Any]) -> str:
+    """What ended ``table`` early (a line neither op name nor row), and how many row-like lines follow it."""
+    ln, text, stray = table["ended_by"]
+    num = table["rows_after"]
+    return (f"line {ln} ({text!r}) is neither an op name nor a row and ended the table"
+            + (" (it holds bytes that are not UTF-8)" if stray else "")
+            + f"; {num} row-like line{'s' if num != 1 else ''} follow{'s' if num == 1 else ''} it")
 
 
 def _read_verbose(lines: list[str], problems: Problems) -> list[dict[str, Any]]:
@@ -334,6 +367,11 @@ def _read_verbose(lines: list[str], problems: Problems) -> list[dict[str, Any]]:
         if not _VERBOSE_HINT_RE.search(raw):
             continue
         m = _VERBOSE_RE.search(raw)
+        if m is None and _STRAY in raw:  # a byte that is no UTF-8: read as a space, or inside a name as nothing
+            m = _VERBOSE_RE.search(raw.replace(_STRAY, " ")) or _VERBOSE_RE.search(raw.replace(_STRAY, ""))
+            if m is not None:
+                raw = m.string
+                problems.note(f"line {ln}", "bytes that are not UTF-8 in a 'comm op:' line, read without them")
         if m is None:
             problems.add(f"line {ln}", f"a 'comm op:' line that cannot be read ({raw.strip()[:100]!r}), skipped")
             continue

@@ -83,7 +83,7 @@ def load_dump(name: str, data: bytes) -> dict[str, Any]:
             raise ValueError(f"{name}: not a readable Flight Recorder pickle ({exc})") from None
     else:
         try:
-            obj = json.loads(data.decode("utf-8", errors="replace"))
+            obj = json.loads(data.decode("utf-8-sig", errors="replace"))  # a byte-order mark skipped
         except (ValueError, RecursionError) as exc:
             raise ValueError(f"{name}: neither a pickle nor JSON ({exc}); expected a Flight Recorder dump") from None
     if not is_flight_recorder(obj):

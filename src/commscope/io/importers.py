@@ -144,7 +144,8 @@ def _import_jsonl(path: str | Path) -> ImportResult:
 
 # ----------------------------------------------------------------------------------------------- detection
 
-_DEEPSPEED_RE = re.compile(r"Comm\. Op\s+Message Size\s+Count|comm op:\s*\S.*\|\s*time \(ms\):")
+# (\ufffd: a byte that is no UTF-8 between the columns, as the DeepSpeed reader reads it)
+_DEEPSPEED_RE = re.compile(r"Comm\. Op[\s\ufffd]+Message Size[\s\ufffd]+Count|comm op:\s*\S.*\|\s*time \(ms\):")
 # (not anchored at the line's start: mpirun's ``[1,0]<stdout>:``, ``srun -l``'s ``0:`` or a timestamp come before the
 # '#' on every line, and an output cut before its '# Avg bus bandwidth' has only its header lines to go by)
 _NCCL_TESTS_RE = re.compile(

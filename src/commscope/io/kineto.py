@@ -261,7 +261,8 @@ def import_kineto(path: str | Path, *, strict: bool = False) -> ImportResult:
     name, data = read_input(path)
     problems = Problems(name, strict=strict)
     try:
-        top = json.loads(data.decode("utf-8", errors="replace"))
+        # utf-8-sig: a byte-order mark (an editor's, PowerShell's) is skipped, as format detection skips it
+        top = json.loads(data.decode("utf-8-sig", errors="replace"))
     except json.JSONDecodeError as exc:
         raise ValueError(f"{name} line {exc.lineno} column {exc.colno}: invalid JSON ({exc.msg}); "
                          f"expected a PyTorch profiler (Kineto) trace") from None

@@ -164,8 +164,19 @@ class AxisAttribution:
 
 def is_logical(op: CommOp) -> bool:
     """Whether a measured record counts as one logical op: a collective once (the record of its group's lowest
-    rank, or a record without a rank), an all_to_all and a send on every issuing rank, never a recv."""
+    rank, or a record without a rank), an all_to_all and a send on every issuing rank, never a recv. (An all_to_all
+    record without a rank but with a group, an nccl-tests row, stands for every member's send: the totals count it
+    :func:`senders` times.)"""
     return _is_logical(op.op, op.rank, op.group)
+
+
+def senders(op: CommOp, rank: int | None) -> int:
+    """How many per-rank all_to_all calls record ``op`` (of ``rank``, None: no rank known) stands for: all_to_all
+    is counted once per sending rank, as commscope's own logs and its predictions count it; a record with a group
+    but no rank (nccl-tests prints one row per collective, each of its n ranks sending ``size_bytes``) stands for
+    n of them. 1 for everything else, and for an all_to_all without a group (DeepSpeed's summary table: one rank's
+    own calls)."""
+    return len(op.group) if op.op == "all_to_all" and rank is None and op.group else 1
 
 
 def _is_logical(name: str, rank: int | None, group: tuple[int, ...]) -> bool:
@@ -319,9 +330,10 @@ class _Fold:
 
     def add_logical(self, op: CommOp, by_step: dict[int | None, int], r: int | None) -> None:
         if _is_logical(op.op, r, op.group):
+            each = op.count * senders(op, r)
             for step, k in by_step.items():
                 key = (op.op, op.axis, op.group, op.size_bytes, op.dtype, r, op.peer, op.splits, op.backend_op, step)
-                self.logical[key] = self.logical.get(key, 0) + op.count * k
+                self.logical[key] = self.logical.get(key, 0) + each * k
 
     def file_missing(self) -> tuple[str, ...]:
         """The missing fields of the file's own records (before records without a rank took the file's)."""
@@ -517,6 +529,7 @@ class _Reader:
                                                                                                 "nccl_tests"}:
             world = layout.world_size  # the records of one rank, or a log without ranks, see part of the world
         self._check_headers(results, world)
+        self._note_whole_group_a2a(unranked, results)
         ops_by_rank, unranked, omitted = self._groups(ops_by_rank, unranked, world, results, layout)
         all_ops = [op for ops in ops_by_rank.values() for op in ops] + unranked
         always = tuple(sorted({name for _, r, _ in results for name in r.missing_fields}))
@@ -528,6 +541,19 @@ class _Reader:
                       notes=tuple(self.notes), matrix_omitted=omitted,
                       partial_steps=_partial_steps(ops_by_rank), steps_by_rank=self.steps_by_rank,
                       failure=read_failure(self.root) if self.root.is_dir() else None)
+
+    def _note_whole_group_a2a(self, unranked: list[CommOp], results: list[tuple[Path, ImportResult, int | None]]) -> None:
+        """Say that all_to_all rows for a whole group (nccl-tests') are counted per sending rank, and what that is."""
+        rows = [op for op in unranked if senders(op, None) > 1]
+        if not rows:
+            return
+        calls = sum(op.count for op in rows)
+        sends = sum(op.count * senders(op, None) for op in rows)
+        formats = ", ".join(sorted({r.format for _, r, _ in results}))
+        self.notes.append(f"{len(rows)} all_to_all records ({formats}) each time one collective of its whole group: "
+                          f"counted once per sending rank, as commscope's own logs count all_to_all, so their "
+                          f"{calls:,} collectives are {sends:,} ops, and their bytes each rank's send buffer x the "
+                          f"group size")
 
     def _rank_file(self, f: Path, result: ImportResult, rank: int) -> None:
         self.headers[rank] = dict(result.meta.get("header") or {})

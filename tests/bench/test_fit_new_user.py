@@ -1,0 +1,192 @@
+"""``commscope fit`` as a new user runs it on real nccl-tests output (``../shared/data/real-logs``) and on copies of it
+changed the way nccl-tests' own options change it. Each test failed before the fix named in its docstring."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from conftest import SHARED, requires_shared
+
+from commscope.bench.fit import load_points
+from commscope.cli.main import main
+from commscope.errors import ConfigError
+
+LOGS = ("data", "real-logs")
+REAL_LOGS = SHARED.joinpath(*LOGS)
+A100 = "nccl-tests_allreduce_a100x8_single-node_v2.19.4.txt"
+DGX2 = "nccl-tests_allgather-allreduce-broadcast-reduce-reducescatter_v100x12_dgx2_old-format_errors.txt"
+RTX1 = "nccl-tests_allreduce_rtx3090x1_single-gpu_column-overflow.txt"
+KINETO = "kineto_trace_a100x2_nccl-allreduce-broadcast_rank0.json.gz"
+
+#: nccl-tests' element sizes of the types the crafted tables use.
+_TYPE_BYTES = {"float": 4, "half": 2, "double": 8}
+
+
+def _variant(rows: list[str], *, redop: str = "sum", dtype: str = "float", slower: float = 1.0) -> list[str]:
+    """The A100 log's rows as nccl-tests prints them for another reduction op (``-o all``) or type (``-d all``):
+    ``redop`` and ``type`` replaced, ``count`` = size / element size, both halves' times x ``slower`` and their
+    algbw = size / time and busbw = algbw x 2(n-1)/n (n = 8) printed anew with nccl-tests' 2 decimals, so that the
+    reader's arithmetic check passes as on a real table."""
+    out = []
+    for row in rows:
+        size, _count, _type, _redop, root, *halves = row.split()
+        size_b = int(size)
+        cells = [size, str(max(1, size_b // _TYPE_BYTES[dtype])), dtype, redop, root]
+        for h in (halves[:4], halves[4:]):
+            t_us = float(h[0]) * slower
+            algbw = size_b / (t_us * 1e-6) / 1e9
+            cells += [f"{t_us:.2f}", f"{algbw:.2f}", f"{algbw * 1.75:.2f}", h[3]]
+        out.append("".join(f"{c:>12}" if i < 2 else f"{c:>9}" for i, c in enumerate(cells)))
+    return out
+
+
+def _all_table(tmp_path, variants: list[dict]) -> object:
+    """The A100 log (all_reduce over 8 GPUs) with its table as ``-o all`` / ``-d all`` prints it: the block of
+    every size once per reduction op / type, one after the other under the one header, as nccl-tests' TimeTest
+    loops over types, then ops, then sizes. The first block is the real one, kept as it is."""
+    lines = (REAL_LOGS / A100).read_text().splitlines()
+    first = next(i for i, ln in enumerate(lines) if ln.strip().startswith("8 "))
+    last = next(i for i, ln in enumerate(lines) if ln.startswith("# Out of bounds"))
+    rows = lines[first:last]
+    extra = [line for v in variants for line in _variant(rows, **v)]
+    path = tmp_path / "all_reduce_perf_all.txt"
+    path.write_text("\n".join(lines[:last] + extra + lines[last:]) + "\n")
+    return path
+
+
+def _fit(capsys, *args) -> tuple[int, dict | None, list[str]]:
+    code = main(["fit", *map(str, args), "--json"])
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if code == 0 else None), err.strip().splitlines()
+
+
+@requires_shared(*LOGS, A100)
+def test_fit_of_o_all_output_asks_which_reduction_op_instead_of_keeping_the_first(tmp_path, capsys):
+    """`-o all` prints every size once per reduction op; fit kept the first row of each size (sum) and dropped
+    the prod/max/min/avg rows without a word. Now it names them and asks for --redop, which fits that op's rows."""
+    path = _all_table(tmp_path, [{"redop": op, "slower": k} for op, k in (("prod", 1.5), ("max", 2.0), ("min", 2.5),
+                                                                           ("avg", 3.0))])
+    code, _, err = _fit(capsys, path)
+    assert code == 2 and len(err) == 1, err
+    assert err[0] == ("commscope fit: error: input='all_reduce_perf_all.txt': times all_reduce over 8 ranks in 5 "
+                      "reduction ops (sum, prod, max, min, avg), as nccl-tests -o all does; one fitted curve holds one "
+                      "of each: pick with --redop sum (or another of those)")
+    code, data_sum, _ = _fit(capsys, path, "--redop", "sum")
+    assert code == 0
+    code, data_max, err = _fit(capsys, path, "--redop", "max")
+    assert code == 0
+    assert data_max["source"] == "all_reduce_perf_all.txt (reduction op max)"
+    by_size = {r["size_bytes"]: r["measured_time_s"] for r in data_max["rows"]}
+    assert math.isclose(by_size[134217728], 2 * 1295.41e-6, rel_tol=1e-6)  # max's rows, not sum's
+    assert len(data_max["rows"]) == len(data_sum["rows"]) == 25
+    with pytest.raises(ConfigError, match=r"redop='prdo': all_reduce_perf_all.txt has no rows of that reduction op; "
+                                          r"its rows are sum, prod, max, min, avg"):
+        load_points(path, redop="prdo")
+
+
+@requires_shared(*LOGS, A100)
+def test_fit_of_d_all_and_o_all_output_needs_a_type_and_an_op(tmp_path, capsys):
+    """`-d all` (here float, half, double) repeats the sizes per type, with counts of that type; fit mixed them as
+    `-o all`'s. Both flags pick one curve; --dtype takes nccl-tests' names or commscope's."""
+    path = _all_table(tmp_path, [{"dtype": "half", "slower": 1.2}, {"dtype": "double", "slower": 1.4},
+                                 {"redop": "max", "slower": 2.0}])
+    code, _, err = _fit(capsys, path)
+    assert code == 2 and len(err) == 1
+    assert ("times all_reduce over 8 ranks in 3 types (fp32, fp16, fp64) and 2 reduction ops (sum, max), as "
+            "nccl-tests -d all / -o all does; one fitted curve holds one of each: pick with --dtype fp32 --redop sum"
+            in err[0]), err
+    code, data, _ = _fit(capsys, path, "--dtype", "half")  # only float has two reduction ops: half is one curve
+    assert code == 0 and data["source"] == "all_reduce_perf_all.txt (type fp16)"
+    assert math.isclose({r["size_bytes"]: r["measured_time_s"] for r in data["rows"]}[8], 1.2 * 34.84e-6, rel_tol=1e-3)
+    code, data, _ = _fit(capsys, path, "--dtype", "fp32", "--redop", "max")
+    assert code == 0 and data["source"] == "all_reduce_perf_all.txt (type fp32, reduction op max)"
+    code, _, err = _fit(capsys, path, "--dtype", "bf16")
+    assert code == 2 and err == [("commscope fit: error: dtype='bf16': all_reduce_perf_all.txt has no rows of that type; "
+                                 "its rows are fp32, fp16, fp64")]
+
+
+@requires_shared(*LOGS, DGX2)
+def test_op_picks_one_sound_collective_of_a_log_of_five(capsys):
+    """The DGX-2 log times five collectives; all_gather failed its data check, so the whole file was refused, and
+    `--op all_reduce` was refused too ('line 1 names the test all_gather'): nothing could be fitted."""
+    code, _, err = _fit(capsys, REAL_LOGS / DGX2)
+    assert code == 2 and len(err) == 1
+    assert err[0].endswith("all_gather at 4294967280 B failed nccl-tests' data check (" + DGX2 + ":50); refit from a "
+                           "clean run, or give --op to fit one of the file's other collectives (all_reduce, broadcast, "
+                           "reduce, reduce_scatter)")
+    for op in ("all_reduce", "broadcast", "reduce", "reduce_scatter"):
+        code, data, err = _fit(capsys, REAL_LOGS / DGX2, "--op", op)
+        assert code == 0, err
+        assert [(c["op"], c["group_size"]) for c in data["curves"]] == [(op, 12)]
+        assert {r["op"] for r in data["rows"]} == {op}
+        others = ", ".join(o if o != "all_gather" else "all_gather (failed its data check)"
+                           for o in ("all_gather", "all_reduce", "broadcast", "reduce", "reduce_scatter") if o != op)
+        assert err == [f"commscope fit: note: fitted {op} only (--op): left out the file's other collectives, {others}"]
+    code, _, err = _fit(capsys, REAL_LOGS / DGX2, "--op", "all_gather")  # the failed one: refused, with the reason
+    assert code == 2 and len(err) == 1 and "all_gather at 4294967280 B failed nccl-tests' data check" in err[0]
+    code, _, err = _fit(capsys, REAL_LOGS / DGX2, "--op", "all_to_all")
+    assert code == 2 and err == [(f"commscope fit: error: op='all_to_all': {DGX2} holds the tables of all_gather, "
+                                 "all_reduce, broadcast, reduce, reduce_scatter; --op picks one of them")]
+
+
+@requires_shared(*LOGS, RTX1)
+def test_a_one_gpu_log_is_refused_for_its_one_rank(capsys):
+    """The error quoted the reader's unrelated 'could be all_reduce or reduce_scatter' and the bogus in-place times,
+    not the reason: one rank moves nothing over a link."""
+    code, _, err = _fit(capsys, REAL_LOGS / RTX1)
+    assert code == 2 and err == [(f"commscope fit: error: input='{RTX1}': the rows ran on 1 rank: nothing crossed a link "
+                                 "(busbw is 0 by definition), so there is no bandwidth to fit; measure over 2 ranks or "
+                                 "more")]
+
+
+@requires_shared(*LOGS, KINETO)
+@pytest.mark.parametrize("how", ["gz", "json", "bom"])
+def test_a_kineto_trace_is_named_as_one(tmp_path, capsys, how):
+    """A Kineto trace was read as nccl-tests text ('no nccl-tests data rows found') when gzipped, and as bench JSON
+    ('no rows: expected {"meta": ..., "rows": [...]}') when not."""
+    import gzip
+
+    path = REAL_LOGS / KINETO
+    if how != "gz":
+        path = tmp_path / "trace.json"
+        path.write_bytes((b"\xef\xbb\xbf" if how == "bom" else b"") + gzip.decompress((REAL_LOGS / KINETO).read_bytes()))
+    code, _, err = _fit(capsys, path)
+    assert code == 2 and err == [(f"commscope fit: error: input='{path.name}': is a PyTorch profiler (Kineto) trace; fit "
+                                 "takes `commscope bench --out` JSON or nccl-tests / rccl-tests output; `commscope "
+                                 f"summarize {path.name}` (and compare, report) read this format")]
+
+
+def test_bench_json_of_two_sweeps_in_other_types_asks_which(tmp_path):
+    """Two `commscope bench` sweeps (fp32 and bf16) merged into one JSON were pooled per size (their median): one
+    curve of two measurements. A row without a reduction op (all_gather: redop none) passes --redop."""
+    rows = [{"op": "all_reduce", "group_size": 2, "size_bytes": 1024 * 4**i, "time_s": k * (1e-4 + 4**i * 1e-7),
+             "wrong": 0, "dtype": dtype, "redop": "sum"} for dtype, k in (("fp32", 1.0), ("bf16", 1.5)) for i in range(4)]
+    rows += [{"op": "all_gather", "group_size": 2, "size_bytes": 1024 * 4**i, "time_s": 1e-4 + 4**i * 1e-7,
+              "wrong": 0, "dtype": "fp32", "redop": "none"} for i in range(4)]
+    path = tmp_path / "merged.json"
+    path.write_text(json.dumps({"meta": {"backend": "gloo"}, "rows": rows}))
+    with pytest.raises(ConfigError, match=r"times all_reduce over 2 ranks in 2 types \(fp32, bf16\), as nccl-tests -d all"
+                                          r" does; .* pick with --dtype fp32"):
+        load_points(path)
+    points, info = load_points(path, dtype="bfloat16", redop="sum")
+    assert info["chosen"] == "type bf16, reduction op sum"
+    assert {(p.op, p.size_bytes, p.time_s) for p in points if p.op == "all_reduce"} == {
+        ("all_reduce", r["size_bytes"], r["time_s"]) for r in rows if r["dtype"] == "bf16" and r["op"] == "all_reduce"}
+    assert not [p for p in points if p.op == "all_gather"]  # fp32 only
+    points, _ = load_points(path, dtype="fp32", redop="sum")
+    assert len([p for p in points if p.op == "all_gather"]) == 4
+
+
+@requires_shared(*LOGS, A100)
+def test_bandwidth_table_from_o_all_output_is_refused_with_the_fit_that_picks_one(tmp_path):
+    """`estimate --bandwidth` on `-o all` output interpolated sum's and max's rows of each size together."""
+    from commscope.io.bandwidth_file import read_bandwidth
+
+    path = _all_table(tmp_path, [{"redop": "max", "slower": 2.0}])
+    with pytest.raises(ConfigError, match=r"times all_reduce over 8 ranks in 2 reduction ops \(sum, max\) \(nccl-tests "
+                                          r"-d all / -o all\), which one table cannot hold apart; fit one: commscope "
+                                          r"fit all_reduce_perf_all.txt --redop sum --out model.toml"):
+        read_bandwidth(path)
+    assert len(read_bandwidth(REAL_LOGS / A100).rows) > 0  # one type, one op: as before
