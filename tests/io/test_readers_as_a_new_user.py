@@ -300,3 +300,18 @@ def test_all_to_all_is_counted_per_sending_rank_in_nccl_tests_rows_as_in_commsco
                                 splits=(1 << 18,) * 4)], header={"kind": "measured", "rank": r, "world_size": 4})
     s = summary(read(logs))
     assert (s["logical_ops"], s["ops"][0]["bytes"]) == (4, 4 << 20)  # per collective: n ops, n x one rank's buffer
+
+
+@requires_shared("data", "real-logs", ALLTOALL)
+def test_the_reports_measured_bytes_count_nccl_tests_all_to_all_as_summarize_does():
+    """report --measured counted the nccl-tests all_to_all rows once each (one rank's bytes, 1/16 of what summarize
+    shows for the same file): both now count one op per sending rank."""
+    from commscope.capture.analysis import summary
+    from commscope.io.runs import read_run
+    from commscope.report.html import measured_bytes_by_axis
+
+    run = read_run(REAL_LOGS / ALLTOALL)
+    s = summary(run)
+    by_axis = measured_bytes_by_axis(run.all_ops)
+    assert sum(a["ops"] for a in by_axis.values()) == s["logical_ops"] == 18 * 20 * 16
+    assert sum(a["bytes"] for a in by_axis.values()) == s["ops"][0]["bytes"]

@@ -584,11 +584,16 @@ def with_axes(measured: MeasuredLogs, prediction) -> MeasuredLogs:
 
 
 def measured_bytes_by_axis(ops: Iterable[CommOp]) -> dict[str, dict[str, int]]:
-    """Bytes (``size_bytes x count``) and ops per axis of measured records, counted by :func:`logical_measured_ops`."""
+    """Bytes (``size_bytes x count``) and ops per axis of measured records, counted by :func:`logical_measured_ops`
+    and, as ``summarize`` counts them, an all_to_all row of a whole group (nccl-tests) once per sending rank
+    (:func:`commscope.io.runs.senders`)."""
+    from commscope.io.runs import senders
+
     out = {a: {"bytes": 0, "ops": 0} for a in AXES}
     for op in logical_measured_ops(ops):
-        out[op.axis]["bytes"] += op.size_bytes * op.count
-        out[op.axis]["ops"] += op.count
+        n = op.count * senders(op, op.rank)
+        out[op.axis]["bytes"] += op.size_bytes * n
+        out[op.axis]["ops"] += n
     return out
 
 
