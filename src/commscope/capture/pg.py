@@ -364,8 +364,8 @@ _SINK = None  # set by commscope.capture.recorder when recording starts; one per
 # (benchmarks/bench_capture.py).
 
 _INFLIGHT: dict[int, tuple[Any, dict, Any, str]] = {}
-_NO_TIMEOUT = timedelta(0)
 """Recorded ops not yet seen complete: key -> (inner work, record, sink, inner backend name)."""
+_NO_TIMEOUT = timedelta(0)  # Work.wait's default: no timeout
 
 
 def _track(work, recs: list[dict], sink, backend: str) -> _TimedWork:

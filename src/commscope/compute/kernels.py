@@ -61,9 +61,9 @@ from commscope.gpus import GpuSpec
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 
-__all__ = ["LayerKernels", "adam_bytes_per_param", "adam_step_time_s", "attention_time_s", "fused_softmax_available",
-           "layer_kernels", "linear_gemm_dtype", "optimizer_step_time_s", "softmax_fallback_saved_bytes", "softmax_rows_per_block", "stage_extra_bytes",
-           "torch_softmax_extra_bytes"]
+__all__ = ["HALF_DTYPES", "LayerKernels", "adam_bytes_per_param", "adam_step_time_s", "attention_time_s",
+           "fused_softmax_available", "layer_kernels", "linear_gemm_dtype", "optimizer_step_time_s",
+           "softmax_fallback_saved_bytes", "softmax_rows_per_block", "stage_extra_bytes", "torch_softmax_extra_bytes"]
 
 #: Score dtypes Megatron's fused softmax kernels take (``input_in_float16``).
 HALF_DTYPES = ("fp16", "bf16")
