@@ -31,7 +31,17 @@ from typing import Any
 
 import numpy as np
 
-from commscope.bench.fitted import BUSBW_OPS, FITTED_KIND, Curve, FittedModel, Segment, _factor, canonical_op
+from commscope.bench.fitted import (
+    BUSBW_OPS,
+    FITTED_KIND,
+    VARIANTS,
+    Curve,
+    FittedModel,
+    Segment,
+    _factor,
+    canonical_op,
+    mixed_variants,
+)
 from commscope.errors import ConfigError
 from commscope.record import MAX_MESSAGE_BYTES
 from commscope.spec.cluster import implausible_link
@@ -199,11 +209,6 @@ def _points_from_bench(data: dict, source: str, *, group_size: int | None = None
                     "chosen": chosen}
 
 
-#: What one fitted curve cannot hold two of: nccl-tests' ``-d all`` times every type and ``-o all`` every reduction op
-#: in one table (the same sizes again and again); each has its flag. (label, plural, flag, nccl-tests' option)
-_VARIANTS = (("type", "types", "--dtype", "-d all"), ("reduction op", "reduction ops", "--redop", "-o all"))
-
-
 def _canonical_dtype(name: str) -> str:
     from commscope.io.nccl_tests import _canonical_dtype as canon
 
@@ -217,7 +222,7 @@ def _select_variants(items: Sequence[tuple[FitPoint, str | None, str | None]], s
     or reduction ops with no flag to pick one is refused, naming them: pooled, the fit would mix what
     the measurement kept apart; one of them taken, the others would vanish."""
     chosen = []
-    for i, (given, (label, plural, flag, _)) in enumerate(zip((dtype, redop), _VARIANTS, strict=True)):
+    for i, (given, (label, _, flag, _)) in enumerate(zip((dtype, redop), VARIANTS, strict=True)):
         if given is None:
             continue
         want = _canonical_dtype(given) if i == 0 else str(given).strip().lower()
@@ -229,22 +234,11 @@ def _select_variants(items: Sequence[tuple[FitPoint, str | None, str | None]], s
                                                        f"{', '.join(have)}")
         items = [it for it in items if it[1 + i] in (None, want)]
         chosen.append(f"{label} {want}")
-    curves: dict[tuple[str, int, bool | None], list[list[str]]] = {}
-    for point, *variants in items:
-        seen = curves.setdefault((point.op, point.group_size, point.intra_node), [[], []])
-        for i, v in enumerate(variants):
-            if v is not None and v not in seen[i]:
-                seen[i].append(v)
-    for (op, n, _), seen in curves.items():
-        several = [(values, v) for values, v in zip(seen, _VARIANTS, strict=True) if len(values) > 1]
-        if several:
-            what = " and ".join(f"{len(values)} {plural} ({', '.join(values)})" for values, (_, plural, _, _) in several)
-            pick = " ".join(f"{flag} {values[0] if flag != '--redop' or 'sum' not in values else 'sum'}"
-                            for values, (_, _, flag, _) in several)
-            opts = " / ".join(opt for _, (_, _, _, opt) in several)
-            raise ConfigError("input", source, f"times {op} over {n} ranks in {what}, as nccl-tests {opts} does; one "
-                                               f"fitted curve holds one of each: pick with {pick} (or another of "
-                                               "those)")
+    mixed = mixed_variants((point.op, point.group_size, point.intra_node, d, r) for point, d, r in items)
+    if mixed is not None:
+        op, n, what, pick, opts = mixed
+        raise ConfigError("input", source, f"times {op} over {n} ranks in {what}, as nccl-tests {opts} does; one "
+                                           f"fitted curve holds one of each: pick with {pick} (or another of those)")
     return [it[0] for it in items], ", ".join(chosen) or None
 
 
@@ -404,12 +398,13 @@ def load_points(path: Path, *, group_size: int | None = None, op: str | None = N
 
     path = Path(path)
     op = check_op(op)
-    if not path.is_file():
+    if path.is_dir() or not path.exists():
         raise ConfigError("input", str(path), "is a directory; give a file" if path.is_dir() else "no such file")
     try:
-        name, data = read_input(path)  # .gz too
+        name, data = read_input(path)  # .gz too; a pipe or a device refused (it would be read twice)
     except ValueError as exc:
-        raise ConfigError("input", path.name, str(exc).removeprefix(f"{path.name}: ")) from None
+        raise ConfigError("input", str(path), str(exc).removeprefix(f"{path}: ").removeprefix(f"{path.name}: ")) \
+            from None
     text = data.decode("utf-8-sig", errors="replace")
     if path.suffix.lower() == ".json" or text.lstrip().startswith(("{", "[")):
         try:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +33,8 @@ from commscope.errors import ConfigError
 from commscope.spec.cluster import LINK_BANDWIDTH_RANGE_BYTES_PER_S
 from commscope.units import GB, US
 
-__all__ = ["FITTED_KIND", "Curve", "FittedModel", "Segment", "canonical_op", "read_fitted"]
+__all__ = ["FITTED_KIND", "VARIANTS", "Curve", "FittedModel", "Segment", "canonical_op", "mixed_variants",
+           "read_fitted"]
 
 #: ``[model] kind`` of a fitted-model TOML file.
 FITTED_KIND = "commscope-fitted-bandwidth"
@@ -48,6 +50,34 @@ _OP_ALIASES = {
 #: measured row (bench JSON, nccl-tests output, a --bandwidth table) may time.
 BUSBW_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "gather", "scatter",
              "sendrecv")
+
+
+#: What one fitted curve or table cannot hold two of: nccl-tests' ``-d all`` times every type and ``-o all`` every
+#: reduction op in one table (the same sizes again and again); each has its flag. (label, plural, flag, nccl-tests'
+#: option)
+VARIANTS = (("type", "types", "--dtype", "-d all"), ("reduction op", "reduction ops", "--redop", "-o all"))
+
+
+def mixed_variants(rows: Iterable[tuple[str, int, bool | None, str | None, str | None]],
+                   ) -> tuple[str, int, str, str, str] | None:
+    """The first curve of ``rows`` (op, group size, intra-node, dtype, redop; None where a row has none) timed in
+    several types or reduction ops: (op, group size, what it holds, the flags that pick one, the nccl-tests options
+    that make such output); None when every curve has one of each. Pooled, such rows would mix what the
+    measurement kept apart; one taken, the others would vanish."""
+    curves: dict[tuple[str, int, bool | None], tuple[list[str], list[str]]] = {}
+    for op, n, intra, *variants in rows:
+        seen = curves.setdefault((op, n, intra), ([], []))
+        for values, v in zip(seen, variants, strict=True):
+            if v is not None and v not in values:
+                values.append(v)
+    for (op, n, _), seen in curves.items():
+        several = [(values, v) for values, v in zip(seen, VARIANTS, strict=True) if len(values) > 1]
+        if several:
+            what = " and ".join(f"{len(values)} {plural} ({', '.join(values)})" for values, (_, plural, _, _) in several)
+            pick = " ".join(f"{flag} {values[0] if flag != '--redop' or 'sum' not in values else 'sum'}"
+                            for values, (_, _, flag, _) in several)
+            return op, n, what, pick, " / ".join(opt for _, (_, _, _, opt) in several)
+    return None
 
 
 def canonical_op(name: str) -> str:

@@ -45,11 +45,7 @@ def run(args: argparse.Namespace) -> int:
     check_out_file(args.out, "out")  # before the input is read and fitted
     if args.group_size is not None and args.group_size < 2:
         raise ConfigError("group_size", args.group_size, "must be >= 2")
-    path = Path(args.input)
-    if path.exists() and not path.is_dir() and not path.is_file():
-        raise ConfigError("input", str(path), "is not a regular file (a pipe or a device?); save the output to a "
-                                              "file and give that")
-    points, info = load_points(path, group_size=args.group_size, op=args.op, dtype=args.dtype, redop=args.redop)
+    points, info = load_points(Path(args.input), group_size=args.group_size, op=args.op, dtype=args.dtype, redop=args.redop)
     for line in info.get("notes", []):  # what was left out on purpose (other collectives, 1-rank rows)
         print(f"commscope fit: note: {line}", file=sys.stderr)
     for line in problem_lines(info.get("problems", [])):  # damaged rows skipped, and what else the input says wrong

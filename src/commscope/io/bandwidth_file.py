@@ -17,7 +17,7 @@ import math
 import tomllib
 from pathlib import Path
 
-from commscope.bench.fitted import BUSBW_OPS
+from commscope.bench.fitted import BUSBW_OPS, mixed_variants
 from commscope.bandwidth import AlphaBeta, BandwidthModel, MeasuredTable, TableRow, table_from_bench_rows
 from commscope.errors import ConfigError
 from commscope.spec.cluster import LINK_BANDWIDTH_RANGE_BYTES_PER_S, implausible_link
@@ -110,22 +110,12 @@ def _one_type_and_redop(rows, source: str) -> None:
     """Refuse nccl-tests rows that time one op and group size in several types or reduction ops (``-d all``,
     ``-o all``: every size again per type / op): interpolated together they would be mixed, one taken the others
     lost; ``commscope fit --dtype --redop`` picks one."""
-    seen: dict[tuple, tuple[dict[str, None], dict[str, None]]] = {}
-    for r in rows:
-        types, redops = seen.setdefault((r.op, r.group_size, r.intra_node), ({}, {}))
-        types[r.dtype] = None
-        if r.redop is not None:
-            redops[r.redop] = None
-    for (op, n, _), (types, redops) in seen.items():
-        several = [(f"{len(v)} {what} ({', '.join(v)})", flag, next(iter(v)))
-                   for v, what, flag in ((types, "types", "--dtype"), (redops, "reduction ops", "--redop")) if len(v) > 1]
-        if several:
-            pick = " ".join(f"{flag} {'sum' if flag == '--redop' and 'sum' in redops else first}"
-                            for _, flag, first in several)
-            raise ConfigError("bandwidth", source, f"times {op} over {n} ranks in {' and '.join(w for w, _, _ in several)} "
-                                                   f"(nccl-tests -d all / -o all), which one table cannot hold apart; "
-                                                   f"fit one: commscope fit {source} {pick} --out model.toml, and give "
-                                                   f"--bandwidth model.toml")
+    mixed = mixed_variants((r.op, r.group_size, r.intra_node, r.dtype, r.redop) for r in rows)
+    if mixed is not None:
+        op, n, what, pick, _ = mixed
+        raise ConfigError("bandwidth", source, f"times {op} over {n} ranks in {what} (nccl-tests -d all / -o all), "
+                                               f"which one table cannot hold apart; fit one: commscope fit {source} "
+                                               f"{pick} --out model.toml, and give --bandwidth model.toml")
 
 
 def read_bandwidth(path: Path, *, fallback: AlphaBeta | None = None) -> BandwidthModel:
