@@ -168,12 +168,13 @@ def first_max(x: Any, rel: float = 1e-9) -> Any:
 def _softmax_fallback_note(model: ModelSpec, parallel: ParallelSpec) -> str:
     """Why Megatron's fused softmax kernel does not run in this unfused attention, and what the fallback costs."""
     batches = parallel.micro_batch_size * (model.num_heads // parallel.tp)
+    rows = max(4, softmax_rows_per_block(model.seq_len))
     if model.dtype not in HALF_DTYPES:
         why = f"{model.dtype} scores (the kernel takes fp16/bf16)"
-    elif not 16 < model.seq_len <= 4096 or model.seq_len % 4 or (model.seq_len // parallel.cp) % 4:
+    elif not fused_softmax_available(model, micro_batch_size=rows, tp=model.num_heads, cp=parallel.cp):
+        # (refused even with a whole block of rows: the sequence is what the kernel does not take)
         why = f"sequence {model.seq_len} (the kernel takes 16 < s <= 4096, a multiple of 4)"
     else:
-        rows = max(4, softmax_rows_per_block(model.seq_len))
         why = (f"micro-batch {parallel.micro_batch_size} x {model.num_heads // parallel.tp} heads per rank = {batches}, "
                f"not a multiple of the kernel's {rows} rows per block: a micro-batch that makes it one avoids this")
     fwd, _ = torch_softmax_extra_bytes(model)
