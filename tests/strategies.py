@@ -120,7 +120,8 @@ def damaged_log(draw, text: str, *, focus: str | None = None):
 
 @st.composite
 def estimate_jobs(draw, *, max_world: int = 64, moe: bool | None = None):
-    """A random valid job of :func:`jobs` with the estimate's overlap, attention and precision flags drawn too,
+    """A random valid job of :func:`jobs` with the estimate's overlap, attention, precision and gradient accumulation
+    flags drawn too,
     and a few variants of its parallelism (micro-batch size, SP, recomputation, ZeRO) on the same layout."""
     from dataclasses import replace
 
@@ -129,7 +130,8 @@ def estimate_jobs(draw, *, max_world: int = 64, moe: bool | None = None):
     par = replace(par, tp_comm_overlap=sp and draw(st.booleans()), overlap_grad_reduce=draw(st.booleans()),
                   overlap_param_gather=par.shards_optimizer and draw(st.booleans()),
                   attention=draw(st.sampled_from(["flash", "unfused"])),
-                  fp8_format=draw(st.sampled_from([None, None, "hybrid"])))
+                  fp8_format=draw(st.sampled_from([None, None, "hybrid"])),
+                  gradient_accumulation_fusion=draw(st.booleans()))
     variants = [par]
     for _ in range(draw(st.integers(0, 3))):
         mb = draw(st.sampled_from([1, 2]))
@@ -137,5 +139,6 @@ def estimate_jobs(draw, *, max_world: int = 64, moe: bool | None = None):
         variants.append(replace(par, micro_batch_size=mb, global_batch_size=par.num_micro_batches * mb * par.dp,
                                 sequence_parallel=sp, tp_comm_overlap=False,
                                 recompute=draw(st.sampled_from(["none", "selective", "full"])),
-                                zero_stage=draw(st.sampled_from([0, 1, 3])), overlap_param_gather=False))
+                                zero_stage=draw(st.sampled_from([0, 1, 3])), overlap_param_gather=False,
+                                gradient_accumulation_fusion=draw(st.booleans())))
     return model, variants

@@ -31,6 +31,8 @@ from commscope.bandwidth import GroupSpan, alpha_beta_busbw_bytes_per_s, alpha_b
 from commscope.compute.model import first_max
 from commscope.compute.kernels import (
     adam_step_time_s,
+    grad_accumulation_bytes_per_param,
+    grad_accumulation_note,
     linear_gemm_dtype,
     stage_extra_bytes,
 )
@@ -346,6 +348,12 @@ def _gpu_compute(model: ModelSpec, pars: Sequence[ParallelSpec], st: _Structure,
     a["flop"] = layer("flop") + last * np.array([c["logits_flop"] for c in per])[:, None]
     a["lin_flop"] = layer("lin_flop")
     a["lin_time"] = layer("lin_time")
+    # without gradient accumulation fusion, each micro-batch's backward adds its weight gradients into the
+    # accumulated ones (compute.kernels.grad_accumulation_bytes_per_param)
+    accumulate = ((st.dense_params + st.expert_params)[None, :]
+                  * np.array([grad_accumulation_bytes_per_param(model, par) for par in pars])[:, None] / bw)
+    a["bwd"] = a["bwd"] + accumulate
+    a["mem"] = a["mem"] + accumulate
     shards = np.array([par.shards_optimizer for par in pars])[:, None]
     a["opt"] = adam_step_time_s(model, gpu, dense_params=st.dense_params[None, :], expert_params=st.expert_params[None, :],
                                 dense_shard=np.where(shards, st.dp_size, 1), expert_shard=np.where(shards, st.edp_size, 1))
@@ -360,7 +368,8 @@ def _gpu_compute(model: ModelSpec, pars: Sequence[ParallelSpec], st: _Structure,
         line = (f"compute: per-GEMM tile/wave model on {gpu.name} ({c['lin_dtype']} linear GEMMs at {eff:.0%} of peak), "
                 f"{c['attention']} attention, memory-bound kernels at {gpu.memory_efficiency:.0%} of "
                 f"{gpu.memory_bandwidth_bytes_per_s / 1e9:.0f} GB/s, Adam step")
-        notes.append((*c["notes"], line))
+        accumulation = grad_accumulation_note(model, par)
+        notes.append((*c["notes"], *((accumulation,) if accumulation else ()), line))
     return a, notes
 
 

@@ -18,7 +18,7 @@ as ``_``)::
     recompute                 yes.../full -> full, selective, no/none/blank -> none
     seq_parallel|sequence_parallel, dist_optimizer|distributed_optimizer, tp_comm_overlap,
     overlap_grad_reduce, overlap_param_gather, overlap_p2p_comm, scatter_gather_tensors_in_pipeline,
-    tied_embeddings, gated_mlp                                                  yes/no/true/false/1/0
+    gradient_accumulation_fusion, tied_embeddings, gated_mlp                                                  yes/no/true/false/1/0
     gpu|gpu_type              GPU model text, matched to a cluster preset (a100 -> dgx-a100, h100 -> dgx-h100,
                               v100 -> dgx1-v100, rtx3090 -> rtx3090-pcie) by the aliases of commscope.gpus
     cluster                   a cluster preset or cluster file (wins over gpu); gpus_per_node overrides it
@@ -197,6 +197,7 @@ COLUMNS: dict[str, tuple[tuple[str, ...], Callable[[str], Any]]] = {
     "overlap_param_gather": (("overlap_param_gather",), _bool),
     "overlap_p2p_comm": (("overlap_p2p_comm", "overlap_p2p_communication"), _bool),
     "scatter_gather_tensors_in_pipeline": (("scatter_gather_tensors_in_pipeline", "scatter_gather"), _bool),
+    "gradient_accumulation_fusion": (("gradient_accumulation_fusion",), _bool),
     "framework": (("framework",), _choice(FRAMEWORKS)),
     "gpu": (("gpu", "gpu_type"), _text),
     "cluster": (("cluster",), _text),
@@ -213,7 +214,7 @@ _MODEL_FIELDS = ("ffn_hidden_size", "num_query_groups", "vocab_size", "seq_len",
 _PARALLEL_FIELDS = ("tp", "pp", "dp", "cp", "ep", "global_batch_size", "micro_batch_size", "virtual_pipeline_size",
                     "recompute", "sequence_parallel", "distributed_optimizer", "attention", "fp8_format",
                     "tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p_comm",
-                    "scatter_gather_tensors_in_pipeline", "framework")
+                    "scatter_gather_tensors_in_pipeline", "gradient_accumulation_fusion", "framework")
 _NOT_DEFAULTS = ("case_id", "measured_iter_time_s", "measured_tflops_per_gpu")
 
 

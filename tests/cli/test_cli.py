@@ -218,6 +218,19 @@ def test_p2p_overlap_flag_without_interleaving_says_it_changes_nothing(capsys):
     assert code == 0 and "changes nothing" not in err
 
 
+def test_no_gradient_accumulation_fusion_reaches_the_estimate(capsys):
+    code, out, err = run(capsys, "estimate", "--json")
+    assert code == 0, err
+    fused = json.loads(out)
+    code, out, err = run(capsys, "estimate", "--no-gradient-accumulation-fusion", "--json")
+    assert code == 0, err
+    unfused = json.loads(out)
+    assert unfused["parallel"]["gradient_accumulation_fusion"] is False and fused["parallel"]["gradient_accumulation_fusion"]
+    assert unfused["iteration_time_s"] > fused["iteration_time_s"]
+    assert unfused["compute_breakdown_s"]["memory_bound_s"] > fused["compute_breakdown_s"]["memory_bound_s"]
+    assert any("(--no-gradient-accumulation-fusion)" in n for n in unfused["notes"])
+
+
 def test_report_carries_the_estimates_warnings(capsys, tmp_path):
     """A report of a job that does not fit in memory says so, as `estimate` does (it showed the times alone)."""
     out = tmp_path / "r.html"

@@ -90,6 +90,28 @@ def test_flags_are_defaults_and_cells_win(capsys, tmp_path):
     assert runs[0].parallel.attention == "unfused"
 
 
+def test_gradient_accumulation_fusion_flag_and_column(capsys, tmp_path):
+    """--no-gradient-accumulation-fusion is the default of blank cells; a cell of the column wins; each row so
+    predicted says so in a note and takes longer."""
+    header = [*HEADER, "gradient_accumulation_fusion"]
+    path = write_runs(tmp_path / "runs.csv", [[*ROWS[0], "yes"], [*ROWS[1], ""]], header)
+    fused = write_runs(tmp_path / "fused.csv")
+    code, out, err = run(capsys, "validate", path, "--no-gradient-accumulation-fusion", "--json")
+    assert code == 0, err
+    a, b = json.loads(out)["rows"]
+    code, out, err = run(capsys, "validate", fused, "--json")
+    assert code == 0, err
+    a0, b0 = json.loads(out)["rows"]
+    assert not any("--no-gradient-accumulation-fusion" in n for n in a["notes"])
+    assert any("separate kernel each micro-batch (--no-gradient-accumulation-fusion)" in n for n in b["notes"])
+    assert a["predicted_s"] == a0["predicted_s"] and b["predicted_s"] > b0["predicted_s"]
+    runs = read_runs(path, {"gradient_accumulation_fusion": False})
+    assert runs[0].parallel.gradient_accumulation_fusion and not runs[1].parallel.gradient_accumulation_fusion
+    code, _, err = run(capsys, "validate", write_runs(tmp_path / "bad.csv", [[*ROWS[0], "perhaps"], [*ROWS[1], ""]],
+                                                      header))
+    assert code == 2 and "gradient_accumulation_fusion='perhaps'" in err and "row 1" in err
+
+
 @requires_shared("data", "measured_iteration_times_h100.csv")
 def test_h100_file_with_megatron_overlap_flags(capsys):
     code, out, err = run(capsys, "validate", H100_CSV, "--overlap-grad-reduce", "--overlap-param-gather",

@@ -205,6 +205,11 @@ def add_parallel_args(parser: argparse.ArgumentParser, defaults: dict[str, str] 
                         "other chunks' compute (Megatron's default; --no-overlap-p2p-communication turns it off)")
     o.add_argument("--tp-comm-overlap", dest="parallel.tp_comm_overlap", action=argparse.BooleanOptionalAction,
                    default=None, help="TP all-gather/reduce-scatter overlapped with the GEMMs (needs --sequence-parallel)")
+    o.add_argument("--gradient-accumulation-fusion", dest="parallel.gradient_accumulation_fusion",
+                   action=argparse.BooleanOptionalAction, default=None,
+                   help="weight-gradient GEMMs add into the accumulated gradients (Megatron's default); "
+                        "--no-gradient-accumulation-fusion: a separate add per micro-batch (Megatron-LM with fp16 "
+                        "gradients, Megatron-DeepSpeed)")
     o.add_argument("--attention-backend", dest="parallel.attention", type=_attention_backend, default=None,
                    metavar="{auto,flash,fused,unfused,local}",
                    help="attention kernels: flash/fused/auto = one fused kernel (default), unfused/local = GEMMs + softmax")

@@ -24,7 +24,7 @@ from commscope.cli.parser import _Formatter
 #: flag dest -> the column it gives the default of
 _DEFAULT_FLAGS = ("cluster", "gpus_per_node", "intra_node_GBps", "inter_node_GBps", "dtype", "recompute", "attention",
                   "micro_batch_size", "sequence_parallel", "distributed_optimizer", "overlap_grad_reduce",
-                  "overlap_param_gather", "tp_comm_overlap", "fp8_format", "position_embedding", "tied_embeddings",
+                  "overlap_param_gather", "tp_comm_overlap", "gradient_accumulation_fusion", "fp8_format", "position_embedding", "tied_embeddings",
                   "gated_mlp", "normalization", "vocab_size", "seq_len")
 
 
@@ -97,6 +97,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                "TP communication overlapped with the GEMMs (needs --sequence-parallel where tp > 1)")):
         d.add_argument(*flags, dest=dest, action=argparse.BooleanOptionalAction, default=None,
                        help=f"{text} (default no)")
+    d.add_argument("--gradient-accumulation-fusion", dest="gradient_accumulation_fusion",
+                   action=argparse.BooleanOptionalAction, default=None,
+                   help="weight-gradient GEMMs add into the accumulated gradients (default yes); "
+                        "--no-gradient-accumulation-fusion: a separate add per micro-batch (fp16 Megatron-LM, "
+                        "Megatron-DeepSpeed)")
     d.add_argument("--fp8-format", dest="fp8_format", default=None,
                    help="hybrid or e4m3: linear layers in FP8 (default none)")
     g = p.add_argument_group("estimate and output")

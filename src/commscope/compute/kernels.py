@@ -38,6 +38,15 @@ Three kinds of kernels, each timed by the roofline that bounds it on a :class:`~
    per logit forward, B + 12 backward; the first stage the embedding lookup (2 h T forward and backward). FP8 adds the casts of every linear layer's inputs and
    output gradients (B + 1 bytes per element, forward and backward) [transformer-engine].
 
+   Without gradient accumulation fusion (``gradient_accumulation_fusion=False``) the backward of every micro-batch
+   also adds each weight gradient into the accumulated gradient with a separate kernel: B bytes read (the new
+   gradient) and the accumulated gradient read and written, in fp32 where Megatron accumulates in fp32 (bf16
+   models), else in the model dtype: B + 2 x 4 or 3 B bytes per parameter of the rank. Megatron's DDP hook
+   (``main_grad.add_(grad)``) runs it for every micro-batch; autograd's own accumulation (PyTorch, DeepSpeed) skips
+   the first, one add in m fewer, which the model does not tell apart. Worked example: GPT 18.4B (fp16) on t = 4,
+   p = 2: 2.36 G parameters on a rank of the first stage x 6 bytes = 14.1 GB per micro-batch, 10.3 ms at the A100
+   preset's 0.675 x 2039 GB/s, 0.082 s over 8 micro-batches.
+
 3. **Optimizer step** (Adam with fp32 master weights, Megatron's mixed precision [megatron-core]): per
    parameter it reads the fp32 gradient, master weight and two moments and writes the weight and moments back
    (28 bytes), copies the master weight into the model dtype (4 + B) and reads the gradient once more for the
@@ -45,7 +54,7 @@ Three kinds of kernels, each timed by the roofline that bounds it on a :class:`~
    gradient buffer is zeroed (4 bytes per parameter). The distributed optimizer and ZeRO update 1/d of the
    parameters on each rank (the buffer is still zeroed whole). Worked example: GPT-3 175B (bf16) on t = 8,
    p = 16, d = 8 with the distributed optimizer: 1.37 G parameters per rank, 1.37e9/8 x 38 + 1.37e9 x 4 bytes
-   = 12.0 GB, 9.0 ms at the A100 preset's 0.65 x 2039 GB/s.
+   = 12.0 GB, 8.7 ms at the A100 preset's 0.675 x 2039 GB/s.
 
 Sources (keys in docs/references.md): [flashattention-2022] FlashAttention; [dao-2023] FlashAttention-2; [shah-2024]
 FlashAttention-3; [megatron-sc21]; [korthikanti-2022]; [megatron-core]; [transformer-engine]; [isaev-2023].
@@ -60,10 +69,12 @@ from typing import Any
 from commscope.gpus import GpuSpec
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
+from commscope.units import dtype_bytes
+from commscope.workload.framework import grad_dtype
 
 __all__ = ["HALF_DTYPES", "LayerKernels", "adam_bytes_per_param", "adam_step_time_s", "attention_time_s",
-           "fused_softmax_available", "layer_kernels", "linear_gemm_dtype", "optimizer_step_time_s",
-           "softmax_fallback_saved_bytes", "softmax_rows_per_block", "stage_extra_bytes", "torch_softmax_extra_bytes"]
+           "fused_softmax_available", "grad_accumulation_bytes_per_param", "grad_accumulation_note", "layer_kernels",
+           "linear_gemm_dtype", "optimizer_step_time_s", "softmax_fallback_saved_bytes", "softmax_rows_per_block", "stage_extra_bytes", "torch_softmax_extra_bytes"]
 
 #: Score dtypes Megatron's fused softmax kernels take (``input_in_float16``).
 HALF_DTYPES = ("fp16", "bf16")
@@ -207,6 +218,25 @@ def stage_extra_bytes(model: ModelSpec, parallel: ParallelSpec, *, first: bool, 
         fwd += 2 * h * Tn * B + logits * (B + 36)
         bwd += 2 * 2 * h * Tn * B + logits * (B + 12)
     return fwd, bwd
+
+
+def grad_accumulation_bytes_per_param(model: ModelSpec, parallel: ParallelSpec) -> int:
+    """HBM bytes per parameter of the rank that adding one micro-batch's weight gradients into the accumulated
+    gradient moves (see the module docstring); 0 with gradient accumulation fusion."""
+    if parallel.gradient_accumulation_fusion:
+        return 0
+    accumulated = grad_dtype(model, parallel)
+    return model.dtype_bytes + 2 * (4 if accumulated in ("fp32", "fp8") else dtype_bytes(accumulated))
+
+
+def grad_accumulation_note(model: ModelSpec, parallel: ParallelSpec) -> str | None:
+    """What the compute model assumed of gradient accumulation, when it costs time (None with fusion)."""
+    per_param = grad_accumulation_bytes_per_param(model, parallel)
+    if not per_param or parallel.num_micro_batches < 1:
+        return None
+    return (f"weight gradients added into the accumulated gradients by a separate kernel each micro-batch "
+            f"(--no-gradient-accumulation-fusion): {per_param} bytes per parameter of the rank, "
+            f"{parallel.num_micro_batches} times per iteration")
 
 
 def optimizer_step_time_s(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, dense_params: int,

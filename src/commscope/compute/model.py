@@ -5,6 +5,7 @@ For each layer kind of the model (dense, MoE) on one GPU and one micro-batch:
 - the linear GEMMs (QKV, attention output, MLP or experts, router) forward, dgrad and wgrad, each timed by
   the tile/wave model of :mod:`commscope.compute.gemm` (in FP8 under ``fp8_format``);
 - the attention core, fused or unfused, and the memory-bound kernels of :mod:`commscope.compute.kernels`;
+- without gradient accumulation fusion, the add of each micro-batch's weight gradients into the accumulated ones;
 - recomputation: ``full`` repeats the layer's whole forward in backward; ``selective`` repeats the attention
   core [korthikanti-2022]: the two batched GEMMs, softmax and dropout when unfused, the fused kernel's forward
   when flash (Megatron-core checkpoints its core attention either way, so with flash attention selective costs a
@@ -31,6 +32,8 @@ from commscope.compute.kernels import (
     HALF_DTYPES,
     LayerKernels,
     fused_softmax_available,
+    grad_accumulation_bytes_per_param,
+    grad_accumulation_note,
     softmax_rows_per_block,
     layer_kernels,
     linear_gemm_dtype,
@@ -208,6 +211,10 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> Sta
     logits = _by_pass(time_gemms(tuple((g, 1) for g in logits_gemms), gpu, model.dtype))
     logits_flop = sum(g.flop for g in logits_gemms)
     bandwidth = gpu.streaming_bandwidth_bytes_per_s
+    accumulation_bytes = grad_accumulation_bytes_per_param(model, parallel)
+    accumulation_note = grad_accumulation_note(model, parallel)
+    if accumulation_note:
+        notes.append(accumulation_note)
     arrays = {key: np.zeros(p) for key in ("fwd", "bwd", "rec", "gemm", "att", "mem", "lin_f", "lin_b", "opt", "flop",
                                            "lin_flop", "lin_time")}
     for stage in range(p):
@@ -232,8 +239,12 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> Sta
             arrays["flop"][stage] += logits_flop
         params = [stage_params(model, chunk, tp=parallel.tp, ep=parallel.ep, first=first and i == 0,
                                last=last and i == len(chunks) - 1) for i, chunk in enumerate(chunks)]
-        arrays["opt"][stage] = optimizer_step_time_s(model, parallel, gpu, dense_params=sum(s.dense for s in params),
-                                                     expert_params=sum(s.expert for s in params))
+        dense_params, expert_params = sum(s.dense for s in params), sum(s.expert for s in params)
+        arrays["opt"][stage] = optimizer_step_time_s(model, parallel, gpu, dense_params=dense_params,
+                                                     expert_params=expert_params)
+        accumulate = (dense_params + expert_params) * accumulation_bytes / bandwidth
+        arrays["bwd"][stage] += accumulate
+        arrays["mem"][stage] += accumulate
     crit = int(first_max(arrays["fwd"] + arrays["bwd"]))
     lin_dtype = linear_gemm_dtype(model, parallel)
     peak = gpu.peak_flops_for(lin_dtype)

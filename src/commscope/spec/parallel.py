@@ -105,6 +105,12 @@ class ParallelSpec:
     Megatron-LM until megatron-core's p2p code, 2023, which dropped it): without sequence parallelism each
     TP rank sends only its 1/t of the activation to the next stage, which all-gathers it over its TP group.
     With sequence parallelism the activation is already split and the flag changes nothing, as in Megatron."""
+    gradient_accumulation_fusion: bool = True
+    """Megatron's gradient accumulation fusion (on by default; ``--no-gradient-accumulation-fusion`` turns it off):
+    each weight-gradient GEMM adds its result straight into the accumulated gradient. Off, a separate kernel adds
+    every micro-batch's weight gradients into it (read the new gradient, read and write the accumulated one).
+    Megatron-LM of 2021-23 turned it off for fp16 training without fp32 gradient accumulation, and DeepSpeed's
+    engine (Megatron-DeepSpeed) never has it: there autograd accumulates ``.grad`` itself."""
     attention: Attention = "flash"
     """Attention kernels: ``flash`` (fused, the default of Megatron-core and PyTorch) or ``unfused``
     (Megatron-LM 2021-22, Megatron-DeepSpeed); see :data:`ATTENTION_KINDS`."""
