@@ -229,6 +229,11 @@ def test_no_gradient_accumulation_fusion_reaches_the_estimate(capsys):
     assert unfused["iteration_time_s"] > fused["iteration_time_s"]
     assert unfused["compute_breakdown_s"]["memory_bound_s"] > fused["compute_breakdown_s"]["memory_bound_s"]
     assert any("(--no-gradient-accumulation-fusion)" in n for n in unfused["notes"])
+    assert "changes nothing" not in err
+    # where FLOP / (u x peak) replaces the compute model, the flag has nothing to act on: said, not ignored silently
+    for extra, why in ((("--gpu-util", "0.5"), "--gpu-util replaces"), (("--method", "seed"), "the seed method")):
+        code, out, err = run(capsys, "estimate", "--no-gradient-accumulation-fusion", *extra, "--json")
+        assert code == 0 and f"--no-gradient-accumulation-fusion changes nothing here: {why}" in err, err
 
 
 def test_report_carries_the_estimates_warnings(capsys, tmp_path):

@@ -427,6 +427,14 @@ def check_gpu_util(args: argparse.Namespace) -> None:
                    "(0.3-0.6 is typical); it is a fraction of the peak FLOP/s (leave it out for the GPU's compute model)")
 
 
+#: Flags only the GPU's compute model reads (the attention backend also sizes the memory): (dest, the flag as the
+#: user gave it).
+_COMPUTE_MODEL_FLAGS: tuple[tuple[str, Callable[[Any], str]], ...] = (
+    ("gradient_accumulation_fusion",
+     lambda on: "--gradient-accumulation-fusion" if on else "--no-gradient-accumulation-fusion"),
+)
+
+
 def estimate_job(prediction, args: argparse.Namespace):
     """``estimate`` of a prediction with the command's --method, --gpu-util and --bandwidth (a measured table
     or fit; ops it lacks fall back to the cluster preset's alpha-beta model, with a note)."""
@@ -439,6 +447,12 @@ def estimate_job(prediction, args: argparse.Namespace):
         flag = "--overlap-p2p-communication" if parallel.overlap_p2p_comm else "--no-overlap-p2p-communication"
         warn(args, f"{flag} changes nothing here: Megatron overlaps pipeline sends/receives with compute only in the "
                    f"interleaved schedule (--virtual-pipeline-size > 1; it is {parallel.virtual_pipeline_size})")
+    replaced = ("--gpu-util replaces the GPU's compute model by FLOP / (u x peak)" if args.gpu_util is not None
+                else "the seed method times compute as FLOP / (u x peak)" if args.method == "seed" else None)
+    given = _given(args, "parallel")
+    for dest, flag in _COMPUTE_MODEL_FLAGS:
+        if replaced and dest in given:
+            warn(args, f"{flag(given[dest])} changes nothing here: {replaced}, which it does not enter")
     bw = None
     if args.bandwidth is not None:
         from commscope.io.bandwidth_file import read_bandwidth
