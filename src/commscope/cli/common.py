@@ -450,9 +450,9 @@ def estimate_job(prediction, args: argparse.Namespace):
     replaced = ("--gpu-util replaces the GPU's compute model by FLOP / (u x peak)" if args.gpu_util is not None
                 else "the seed method times compute as FLOP / (u x peak)" if args.method == "seed" else None)
     given = _given(args, "parallel")
-    for dest, flag in _COMPUTE_MODEL_FLAGS:
+    for dest, spelled in _COMPUTE_MODEL_FLAGS:
         if replaced and dest in given:
-            warn(args, f"{flag(given[dest])} changes nothing here: {replaced}, which it does not enter")
+            warn(args, f"{spelled(given[dest])} changes nothing here: {replaced}, which it does not enter")
     bw = None
     if args.bandwidth is not None:
         from commscope.io.bandwidth_file import read_bandwidth
