@@ -578,6 +578,80 @@ def test_missing_file_and_bad_input(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# A rooted collective over every root (-r -1): one table, every size once per root
+# ---------------------------------------------------------------------------------------------------------------------
+
+#: broadcast_perf -b 1M -e 32M -f 2 -g 4 -r -1 as nccl-tests 2.19.4 prints it (tests/io/data/SOURCES.md): roots 2 and 3
+#: slower than 0 and 1.
+ALL_ROOTS = Path(__file__).parent / "data" / "nccl-tests_broadcast_4gpu_all-roots_constructed.txt"
+
+
+def _root_blocks(roots: list[int], *, repeat: bool = False) -> str:
+    """ALL_ROOTS cut into one run per root of ``roots`` (``broadcast_perf -r R`` run once per root, the outputs pasted
+    together), or the whole file twice with ``repeat``."""
+    lines = ALL_ROOTS.read_text().splitlines()
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("     1048576"))
+    end = next(i for i, ln in enumerate(lines) if ln.startswith("# Out of bounds"))
+    if repeat:
+        return "\n".join(lines * 2) + "\n"
+    out: list[str] = []
+    for root in roots:
+        out += lines[:first] + [ln for ln in lines[first:end] if int(ln.split()[4]) == root] + lines[end:]
+    return "\n".join(out) + "\n"
+
+
+def test_a_table_over_every_root_keeps_each_rows_root() -> None:
+    """nccl-tests' -r -1 loops over every root of one table (broadcast.cu: ``for j in begin_root..end_root``), so the
+    same sizes come once per root, the root column holding the root's rank. The reader kept each row's root but said
+    nowhere which roots a run timed; ``meta["runs"][i]["roots"]`` now does."""
+    result = parse_nccl_tests(ALL_ROOTS)
+    assert result.problems == []
+    assert result.meta["op"] == "broadcast" and result.meta["nranks"] == 4 and len(result.meta["runs"]) == 1
+    assert result.meta["runs"][0]["roots"] == result.meta["roots"] == [0, 1, 2, 3]
+    assert len(result.rows) == 4 * 6 * 2
+    lines = ALL_ROOTS.read_text().splitlines()
+    for row in result.rows:
+        assert row.root == int(lines[int(row.source.rsplit(":", 1)[1]) - 1].split()[4])
+    big = {r.root: r.time_s for r in result.rows if r.size_bytes == 1 << 25 and not r.in_place}
+    assert big == pytest.approx({0: 1617.45 * US, 1: 1633.33 * US, 2: 1943.34 * US, 3: 1966.03 * US})
+    mean = sum(r.busbw_GBps for r in result.rows) / len(result.rows)
+    assert mean == pytest.approx(result.meta["avg_busbw_GBps"], abs=0.005)  # every root's rows, as nccl-tests averages
+    assert parse_nccl_tests(_output(_allreduce_rows(8))).meta["roots"] == []  # all_reduce prints root -1
+
+
+def test_runs_from_other_roots_are_no_repeat_but_the_same_root_twice_is() -> None:
+    """``broadcast_perf -r 0`` and ``-r 1`` pasted into one file were said to be 'pooled as one measurement (a run
+    repeated ...)', though every row keeps its root and fit and --bandwidth take one root at a time."""
+    result = parse_nccl_tests(_root_blocks([0, 1]))
+    assert [r["roots"] for r in result.meta["runs"]] == [[0], [1]]
+    assert result.meta["roots"] is None  # the runs do not share one
+    assert result.problems == []
+    twice = parse_nccl_tests(_root_blocks([], repeat=True))
+    assert len(twice.problems) == 1
+    overlap = parse_nccl_tests(_root_blocks([0, 1]) + _root_blocks([1]))
+    assert [p.split(": ", 1)[1] for p in overlap.problems] == [
+        ("the tables from line 38 and from line 62 both time broadcast over 4 ranks from root 1: their rows are pooled "
+         "as one measurement (a run repeated, or one output pasted twice?)")]
+    assert twice.problems[0].endswith(":56: the tables from line 14 and from line 56 both time broadcast over 4 ranks "
+                                      "from roots 0, 1, 2, 3: their rows are pooled as one measurement (a run repeated, "
+                                      "or one output pasted twice?)")
+
+
+def test_summarize_counts_every_roots_rows(capsys) -> None:
+    """summarize adds up ops and bytes, which do not depend on the root: all 4 roots' rows are counted (48 halves x
+    20 iterations), each op keeping its root. This held before the fix too; it guards that summarize, which times
+    nothing, keeps every root while fit and --bandwidth take one."""
+    from commscope.cli.main import main
+    from commscope.io.importers import import_nccl_tests
+
+    ops = import_nccl_tests(ALL_ROOTS).ops
+    assert sorted({dict(op.extra)["root"] for op in ops}) == [0, 1, 2, 3] and len(ops) == 48
+    assert main(["summarize", str(ALL_ROOTS)]) == 0
+    out = capsys.readouterr().out
+    assert "48 records, 960 ops" in out and "problem" not in out
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # Fuzzing: odd input only ever gives a result or a ValueError
 # ---------------------------------------------------------------------------------------------------------------------
 

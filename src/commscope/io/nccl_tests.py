@@ -21,7 +21,10 @@ Real outputs are messier than that, and the parser reads them as they are:
   per-iteration (``i_min ... i_cv%``) and ``timestamp`` columns, ``%g`` counts such as ``1.04858e+06``;
 - numbers wider than their column, which shift everything after them (rows are split on whitespace, never by
   column position);
-- several runs in one file (each with its own parameter line, device list, table and summary).
+- several runs in one file (each with its own parameter line, device list, table and summary);
+- a rooted collective (broadcast, reduce, gather, scatter) run with ``-r -1``: one table that times every size once
+  per root, root 0 first, the ``root`` column holding each row's root rank. Each row keeps its root
+  (:attr:`BusbwRow.root`, ``meta["runs"][i]["roots"]``): a fit or a bandwidth table takes one root at a time.
 
 Nothing odd is dropped silently: every line that looks like a data row but cannot be read, every row whose data
 check failed (``#wrong`` > 0, an old ``error`` above nccl-tests' bound, an rccl ``*``), every failure or abort
@@ -212,7 +215,8 @@ class BusbwRow:
     redop: str | None
     """Reduction op (``sum``, ``max``, ...); None for collectives that do not reduce or tables without the column."""
     root: int | None
-    """Root rank of broadcast / reduce; None where nccl-tests prints -1 or has no ``root`` column."""
+    """Root rank of broadcast / reduce (gather, scatter): the row's own under ``-r -1``, which times every root; None
+    where nccl-tests prints -1 (collectives without a root) or has no ``root`` column."""
     group_size: int | None
     """Number of ranks in the communicator, from the ``# Using devices`` lines (or NCCL's ``nranks``)."""
     time_s: float
@@ -259,7 +263,9 @@ class NcclTestsResult:
     line), ``command`` and
     ``args`` (``{"b": "8", "e": "8G", "f": "2", "g": "1"}``) where a command line was printed, and ``runs`` (one dict
     per table with these keys, and ``op_named``/``op_named_line``: the collective the table's header or command line
-    names and its line, None where none does, whatever ``op=`` said). With several runs, a top-level key holds the value the runs share, else None
+    names and its line, None where none does, whatever ``op=`` said; ``roots``: the root ranks its rows time, sorted,
+    empty for collectives without a root, several for a broadcast / reduce run with ``-r -1``, which times every size
+    once per root). With several runs, a top-level key holds the value the runs share, else None
     (``out_of_bounds``: their sum)."""
     problems: list[str]
     """``file:line: what`` for every unreadable row-like line, failed data check, failure message or inconsistency."""
@@ -1092,6 +1098,7 @@ def _finish_run(run: _Run, name: str, override: str | None, problems: _Problems)
         "algbw_convention": algbw_convention,
         "op_named": run.op_hint,
         "op_named_line": run.op_hint_line or None,
+        "roots": sorted({r.root for r in rows if r.root is not None}),
     }
     return rows, meta
 
@@ -1118,16 +1125,22 @@ def _hardware(run: dict) -> str:
 
 def _check_repeats(runs: list[dict], problems: _Problems) -> None:
     """Runs of one op over one group size are pooled by whatever reads the rows (a fit, a bandwidth table, a
-    summary): say so, and above all when their device lists name other GPUs or hosts (two logs pasted together)."""
-    first: dict[tuple[str, int | None], dict] = {}
+    summary): say so, and above all when their device lists name other GPUs or hosts (two logs pasted together).
+    Runs of a rooted op from other roots (``-r 0``, then ``-r 1``) are no repeat: each row keeps its root, and fit
+    and ``--bandwidth`` take one root at a time."""
+    earlier: dict[tuple[str, int | None], list[dict]] = {}
     for run in runs:
         key = (run["op"], run["nranks"])
-        if key not in first:
-            first[key] = run
+        roots = set(run["roots"])
+        same = [r for r in earlier.get(key, []) if set(r["roots"]) & roots or not (r["roots"] or roots)]
+        earlier.setdefault(key, []).append(run)
+        if not same:
             continue
-        a, b = _hardware(first[key]), _hardware(run)
-        what = (f"the tables from line {first[key]['first_line']} and from line {run['first_line']} both time "
-                f"{run['op']} over {run['nranks'] or '?'} ranks")
+        a, b = _hardware(same[0]), _hardware(run)
+        both = sorted(set(same[0]["roots"]) & roots)
+        at = f" from root{'s' if len(both) > 1 else ''} {', '.join(map(str, both))}" if both else ""
+        what = (f"the tables from line {same[0]['first_line']} and from line {run['first_line']} both time "
+                f"{run['op']} over {run['nranks'] or '?'} ranks{at}")
         if a and b and a != b:
             problems.add(run["first_line"], f"{what} but on other hardware ({a}; then {b}): their rows are pooled "
                                             f"as one measurement; split the file to keep them apart")
@@ -1137,7 +1150,8 @@ def _check_repeats(runs: list[dict], problems: _Problems) -> None:
 
 
 def _merge_meta(runs: list[dict], versions: dict[str, str], json_output: str | None) -> dict[str, Any]:
-    keys = ("op", "nranks", "num_nodes", "hosts", "params", "command", "args", "avg_busbw_GBps", "algbw_convention")
+    keys = ("op", "nranks", "num_nodes", "hosts", "params", "command", "args", "avg_busbw_GBps", "algbw_convention",
+            "roots")
     meta: dict[str, Any] = {}
     for key in keys:
         vals = [r[key] for r in runs]
