@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from conftest import SHARED, requires_shared
@@ -19,6 +20,8 @@ A100 = "nccl-tests_allreduce_a100x8_single-node_v2.19.4.txt"
 DGX2 = "nccl-tests_allgather-allreduce-broadcast-reduce-reducescatter_v100x12_dgx2_old-format_errors.txt"
 RTX1 = "nccl-tests_allreduce_rtx3090x1_single-gpu_column-overflow.txt"
 KINETO = "kineto_trace_a100x2_nccl-allreduce-broadcast_rank0.json.gz"
+#: broadcast_perf -r -1 over 4 GPUs: every size once per root (tests/io/data/SOURCES.md)
+ALL_ROOTS = Path(__file__).parents[1] / "io" / "data" / "nccl-tests_broadcast_4gpu_all-roots_constructed.txt"
 
 #: nccl-tests' element sizes of the types the crafted tables use.
 _TYPE_BYTES = {"float": 4, "half": 2, "double": 8}
@@ -186,7 +189,96 @@ def test_bandwidth_table_from_o_all_output_is_refused_with_the_fit_that_picks_on
 
     path = _all_table(tmp_path, [{"redop": "max", "slower": 2.0}])
     with pytest.raises(ConfigError, match=r"times all_reduce over 8 ranks in 2 reduction ops \(sum, max\) \(nccl-tests "
-                                          r"-d all / -o all\), which one table cannot hold apart; fit one: commscope "
+                                          r"-o all\), which one table cannot hold apart; fit one: commscope "
                                           r"fit all_reduce_perf_all.txt --redop sum --out model.toml"):
         read_bandwidth(path)
     assert len(read_bandwidth(REAL_LOGS / A100).rows) > 0  # one type, one op: as before
+
+
+def _root_times(root: int) -> dict[int, float]:
+    """Out-of-place time (s) per size of ``root``'s rows of ALL_ROOTS, read off the file's columns."""
+    rows = [ln.split() for ln in ALL_ROOTS.read_text().splitlines() if ln.strip()[:1].isdigit()]
+    return {int(r[0]): float(r[5]) * 1e-6 for r in rows if int(r[4]) == root}
+
+
+def test_fit_of_r_minus_1_output_asks_which_root_instead_of_keeping_root_0(capsys):
+    """`broadcast_perf -r -1` times every size once per root; fit kept the first row of each size (root 0's) and
+    dropped roots 1, 2 and 3 without a word: the fitted 21 GB/s was root 0's, while roots 2 and 3 reach 17.
+    Now it names the roots and asks for --root, which fits that root's rows."""
+    code, _, err = _fit(capsys, ALL_ROOTS)
+    assert code == 2 and err == [(f"commscope fit: error: input='{ALL_ROOTS.name}': times broadcast over 4 ranks from 4 "
+                                 "roots (0, 1, 2, 3), as nccl-tests -r -1 does; one fitted curve holds one of each: pick "
+                                 "with --root 0 (or another of those)")]
+    busbw = {}
+    for root in range(4):
+        code, data, err = _fit(capsys, ALL_ROOTS, "--root", root)
+        assert code == 0 and err == [], err
+        assert data["source"] == f"{ALL_ROOTS.name} (root {root})"
+        measured = {r["size_bytes"]: r["measured_time_s"] for r in data["rows"]}
+        assert measured == pytest.approx(_root_times(root), rel=1e-9)
+        [curve] = data["curves"]
+        busbw[root] = curve["segments"][-1]["busbw_bytes_per_s"] / 1e9
+    assert busbw[0] > 20.5 and busbw[3] < 17.5  # the roots behind the other socket are slower: kept apart
+    code, _, err = _fit(capsys, ALL_ROOTS, "--root", 4)
+    assert code == 2 and err == [(f"commscope fit: error: root=4: {ALL_ROOTS.name} has no rows of that root; its rows "
+                                 "are 0, 1, 2, 3")]
+
+
+def test_root_picks_from_reduce_tables_and_names_no_root_where_there_is_none(tmp_path):
+    """reduce_perf -r -1 (with -o all: every op, then every root) and a log without roots."""
+    text = ALL_ROOTS.read_text().replace("broadcast_perf", "reduce_perf")
+    path = tmp_path / "reduce_all_roots.txt"
+    path.write_text(text.replace("    none  ", "     sum  "))
+    with pytest.raises(ConfigError, match=r"times reduce over 4 ranks from 4 roots \(0, 1, 2, 3\), as nccl-tests -r -1 "
+                                          r"does; .* pick with --root 0 "):
+        load_points(path)
+    points, info = load_points(path, root=3)
+    assert info["chosen"] == "root 3" and {p.size_bytes: p.time_s for p in points} == pytest.approx(_root_times(3))
+    lines = text.splitlines(keepends=True)
+    end = next(i for i, ln in enumerate(lines) if ln.startswith("# Out of bounds"))
+    rows = [ln for ln in lines if ln.strip()[:1].isdigit()]
+    path.write_text("".join(lines[:end]).replace("    none  ", "     sum  ")
+                    + "".join(rows).replace("    none  ", "     max  ") + "".join(lines[end:]))
+    with pytest.raises(ConfigError, match=r"times reduce over 4 ranks in 2 reduction ops \(sum, max\) and from 4 roots "
+                                          r"\(0, 1, 2, 3\), as nccl-tests -o all / -r -1 does; one fitted curve holds "
+                                          r"one of each: pick with --redop sum --root 0 \(or another of those\)"):
+        load_points(path)
+    points, info = load_points(path, redop="max", root=1)
+    assert info["chosen"] == "reduction op max, root 1" and len(points) == 6
+
+
+def test_bench_json_of_two_roots_asks_which(tmp_path):
+    """Two `commscope bench -r` sweeps of broadcast (roots 0 and 1) merged into one JSON were fitted as one curve of
+    both; all_reduce's rows (root -1) pass --root."""
+    rows = [{"op": "broadcast", "group_size": 2, "size_bytes": 1024 * 4**i, "time_s": k * (1e-4 + 4**i * 1e-7),
+             "wrong": 0, "dtype": "fp32", "redop": "none", "root": root} for root, k in ((0, 1.0), (1, 1.3))
+            for i in range(4)]
+    rows += [{"op": "all_reduce", "group_size": 2, "size_bytes": 1024 * 4**i, "time_s": 1e-4 + 4**i * 1e-7,
+              "wrong": 0, "dtype": "fp32", "redop": "sum", "root": -1} for i in range(4)]
+    path = tmp_path / "merged.json"
+    path.write_text(json.dumps({"meta": {"backend": "gloo"}, "rows": rows}))
+    with pytest.raises(ConfigError, match=r"times broadcast over 2 ranks from 2 roots \(0, 1\), as nccl-tests -r -1"):
+        load_points(path)
+    points, info = load_points(path, root=1)
+    assert info["chosen"] == "root 1"
+    assert sorted((p.op, p.size_bytes, p.time_s) for p in points) == sorted(
+        (r["op"], r["size_bytes"], r["time_s"]) for r in rows if r["root"] in (1, -1))
+
+
+def test_bandwidth_table_of_r_minus_1_output_is_refused_with_the_fit_that_picks_one(tmp_path, capsys):
+    """`estimate --bandwidth` on `-r -1` output interpolated the median of the four roots' busbw at each size, without
+    a word. Now it is refused with the command that fits one root, and that command's model is read."""
+    from commscope.io.bandwidth_file import read_bandwidth
+
+    with pytest.raises(ConfigError, match=r"times broadcast over 4 ranks from 4 roots \(0, 1, 2, 3\) \(nccl-tests -r -1\), "
+                                          r"which one table cannot hold apart; fit one: commscope fit "
+                                          rf"{ALL_ROOTS.name} --root 0 --out model.toml, and give --bandwidth model.toml"):
+        read_bandwidth(ALL_ROOTS)
+    assert main(["estimate", "--bandwidth", str(ALL_ROOTS)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("commscope estimate: error: bandwidth=") and "--root 0" in err[0]
+    model = tmp_path / "model.toml"
+    assert main(["fit", str(ALL_ROOTS), "--root", "2", "--out", str(model)]) == 0
+    fitted = read_bandwidth(model)
+    assert fitted.ops() == {"broadcast"}
+    assert main(["estimate", "--bandwidth", str(model)]) == 0

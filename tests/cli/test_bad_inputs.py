@@ -100,6 +100,19 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("fit {tmp}/bench.json --tolerance 0", "tolerance=0.0"),
     ("fit {tmp}/bench.json --max-pieces 0", "max_pieces=0"),
     ("fit {tmp}/bench.json --group-size 1", "group_size=1"),
+    # nccl-tests -r -1: every size once per root; one root per fitted curve or table (once root 0's rows, silently)
+    ("fit {tmp}/bcast-all-roots.txt", ("input='bcast-all-roots.txt': times broadcast over 4 ranks from 4 roots "
+                                       "(0, 1, 2, 3), as nccl-tests -r -1 does; one fitted curve holds one of each: pick "
+                                       "with --root 0 (or another of those)")),
+    ("fit {tmp}/bcast-all-roots.txt --root 4", ("root=4: bcast-all-roots.txt has no rows of that root; its rows are 0, "
+                                                "1, 2, 3")),
+    ("fit {tmp}/bcast-all-roots.txt --root -1", "root=-1: bcast-all-roots.txt has no rows of that root"),
+    ("fit {tmp}/bcast-all-roots.txt --root all", "invalid int value: 'all'"),
+    ("fit {tmp}/bench.json --root 0", "root=0: bench.json names no root of its rows; leave --root out"),
+    ("estimate --bandwidth {tmp}/bcast-all-roots.txt", ("bandwidth='bcast-all-roots.txt': times broadcast over 4 ranks "
+                                                        "from 4 roots (0, 1, 2, 3) (nccl-tests -r -1), which one table "
+                                                        "cannot hold apart; fit one: commscope fit bcast-all-roots.txt "
+                                                        "--root 0 --out model.toml")),
     ("summarize {tmp}/nope", "logdir='{tmp}/nope'"),
     ("summarize {tmp}/file.txt", "logdir='{tmp}/file.txt'"),
     ("summarize {tmp}/dir", "no rank*.jsonl logs"),
@@ -264,6 +277,8 @@ def fixtures(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                               + ",".join(good.values()) + ",7\n")
     (tmp / "table-short-row.csv").write_text(",".join(good) + "\nall_reduce,8,1048576,20,true\nall_reduce,8,268435456\n")
     (tmp / "bench.json").write_text(bench_json([1e-4 + 4**i * 1e-7 for i in range(6)]))
+    (tmp / "bcast-all-roots.txt").write_text(
+        (Path(__file__).parents[1] / "io" / "data" / "nccl-tests_broadcast_4gpu_all-roots_constructed.txt").read_text())
     (tmp / "flat-fit.toml").write_text(
         '[model]\nkind = "commscope-fitted-bandwidth"\nversion = 1\n[[curves]]\nop = "all_reduce"\ngroup_size = 2\n'
         'unreliable = "infinite bus bandwidth"\nsegments = [{ size_min_bytes = 8, size_max_bytes = 1024, '

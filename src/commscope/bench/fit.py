@@ -160,16 +160,17 @@ def _damage(row: dict, i: int, source: str) -> str | None:
 
 
 def _points_from_bench(data: dict, source: str, *, group_size: int | None = None, op: str | None = None,
-                       dtype: str | None = None, redop: str | None = None) -> tuple[list[FitPoint], dict[str, Any]]:
+                       dtype: str | None = None, redop: str | None = None, root: int | None = None,
+                       ) -> tuple[list[FitPoint], dict[str, Any]]:
     """FitPoints of bench JSON. Rows that failed the data check are refused (the run is not to be trusted);
     damaged rows (an unknown op, a size, group size or time no measurement has) are skipped, each named in
     ``info["problems"]``. ``group_size`` and ``op`` (the flags for nccl-tests output that does not say) must agree
-    with every row: bench JSON names each row's own. Rows of several types or reduction ops (sweeps merged) must be
-    picked from with ``dtype`` / ``redop``."""
+    with every row: bench JSON names each row's own. Rows of several types, reduction ops or roots (sweeps merged)
+    must be picked from with ``dtype`` / ``redop`` / ``root``."""
     rows = data.get("rows")
     if not isinstance(rows, list) or not rows:
         raise ConfigError("rows", source, "no rows: expected {\"meta\": ..., \"rows\": [...]} from `commscope bench`")
-    items: list[tuple[FitPoint, str | None, str | None]] = []
+    items: list[tuple[FitPoint, str | None, str | None, str | None]] = []
     problems: list[str] = []
     for i, row in enumerate(rows, start=1):
         if not isinstance(row, dict):
@@ -200,13 +201,21 @@ def _points_from_bench(data: dict, source: str, *, group_size: int | None = None
                                intra_node=intra if isinstance(intra, bool) else None, noisy=bool(row.get("noisy"))),
                       _canonical_dtype(row_dtype) if isinstance(row_dtype, str) and row_dtype else None,
                       row_redop.lower() if isinstance(row_redop, str) and row_redop.lower() not in ("", "none")
-                      else None))
+                      else None, _root_of(row.get("root"))))
     if not items:
         raise ConfigError("input", source, f"has no usable rows: {'; '.join(problems[:3])}")
-    points, chosen = _select_variants(items, source, dtype=dtype, redop=redop)
+    points, chosen = _select_variants(items, source, dtype=dtype, redop=redop, root=root)
     meta = data.get("meta", {}) if isinstance(data.get("meta"), dict) else {}
     return points, {"time_kind": "median", "backend": meta.get("backend"), "problems": problems, "notes": [],
                     "chosen": chosen}
+
+
+def _root_of(value: Any) -> str | None:
+    """A row's root as :func:`mixed_variants` compares it: the rank as text; None for a row without one (bench JSON
+    and nccl-tests write -1 for collectives that have no root)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return str(value)
 
 
 def _canonical_dtype(name: str) -> str:
@@ -215,17 +224,18 @@ def _canonical_dtype(name: str) -> str:
     return canon(str(name).strip())
 
 
-def _select_variants(items: Sequence[tuple[FitPoint, str | None, str | None]], source: str, *, dtype: str | None,
-                     redop: str | None) -> tuple[list[FitPoint], str | None]:
-    """The points of ``items`` (point, dtype, redop) of the type ``dtype`` and reduction op ``redop`` (a row that has
-    none, such as all_gather's redop, passes), and what was chosen. A curve (op, group size) timed in several types
-    or reduction ops with no flag to pick one is refused, naming them: pooled, the fit would mix what
-    the measurement kept apart; one of them taken, the others would vanish."""
+def _select_variants(items: Sequence[tuple[FitPoint, str | None, str | None, str | None]], source: str, *,
+                     dtype: str | None, redop: str | None, root: int | None = None) -> tuple[list[FitPoint], str | None]:
+    """The points of ``items`` (point, dtype, redop, root) of the type ``dtype``, reduction op ``redop`` and root
+    ``root`` (a row that has none, such as all_gather's redop or all_reduce's root, passes), and what was chosen. A
+    curve (op, group size) timed in several types, reduction ops or roots (nccl-tests ``-r -1``) with no flag to pick
+    one is refused, naming them: pooled, the fit would mix what the measurement kept apart; one of them taken, the
+    others would vanish."""
     chosen = []
-    for i, (given, (label, _, flag, _)) in enumerate(zip((dtype, redop), VARIANTS, strict=True)):
+    for i, (given, (label, _, flag, _, _)) in enumerate(zip((dtype, redop, root), VARIANTS, strict=True)):
         if given is None:
             continue
-        want = _canonical_dtype(given) if i == 0 else str(given).strip().lower()
+        want = _canonical_dtype(str(given)) if i == 0 else str(given).strip().lower()
         have = [v for v in dict.fromkeys(it[1 + i] for it in items) if isinstance(v, str)]
         if not have:
             raise ConfigError(flag.lstrip("-"), given, f"{source} names no {label} of its rows; leave {flag} out")
@@ -234,10 +244,10 @@ def _select_variants(items: Sequence[tuple[FitPoint, str | None, str | None]], s
                                                        f"{', '.join(have)}")
         items = [it for it in items if it[1 + i] in (None, want)]
         chosen.append(f"{label} {want}")
-    mixed = mixed_variants((point.op, point.group_size, point.intra_node, d, r) for point, d, r in items)
+    mixed = mixed_variants((point.op, point.group_size, point.intra_node, d, r, rt) for point, d, r, rt in items)
     if mixed is not None:
         op, n, what, pick, opts = mixed
-        raise ConfigError("input", source, f"times {op} over {n} ranks in {what}, as nccl-tests {opts} does; one "
+        raise ConfigError("input", source, f"times {op} over {n} ranks {what}, as nccl-tests {opts} does; one "
                                            f"fitted curve holds one of each: pick with {pick} (or another of those)")
     return [it[0] for it in items], ", ".join(chosen) or None
 
@@ -273,13 +283,15 @@ def _one_collective(result: Any, op: str, name: str) -> tuple[list[Any], list[st
 
 
 def _points_from_nccl_tests(path: Path, group_size: int | None, op: str | None = None, *, dtype: str | None = None,
-                            redop: str | None = None) -> tuple[list[FitPoint], dict[str, Any]]:
+                            redop: str | None = None, root: int | None = None,
+                            ) -> tuple[list[FitPoint], dict[str, Any]]:
     """FitPoints of nccl-tests output, one per table line (its out-of-place half, as nccl-tests' summaries use).
     Lines the reader could not read, and lines whose out-of-place time is no measurement (<= 0), are skipped and
     named in ``info["problems"]``, with everything else the reader found wrong with the output. ``group_size`` and
     ``op`` fill in what the output does not say; where it says otherwise, they are refused. In a log of several
     collectives (nccl-tests run once per test binary, the outputs pasted together), ``op`` picks one of them.
-    ``dtype`` and ``redop`` pick one type and reduction op of a table that times several (``-d all``, ``-o all``)."""
+    ``dtype``, ``redop`` and ``root`` pick one type, reduction op and root of a table that times several (``-d all``,
+    ``-o all``, ``-r -1``)."""
     from commscope.io.nccl_tests import parse_nccl_tests
 
     try:
@@ -303,7 +315,7 @@ def _points_from_nccl_tests(path: Path, group_size: int | None, op: str | None =
                                             "leave --op out (it is for output that does not name it)")
         result = parse_nccl_tests(path, op=op)  # read again, the rows taken as op's
         rows, problems = result.rows, list(result.problems)
-    by_key: dict[tuple[str, int, int, bool | None, str, str | None], Any] = {}
+    by_key: dict[tuple[str, int, int, bool | None, str, str | None, int | None], Any] = {}
     damaged: set[str] = set()
     one_rank = 0
     for row in rows:
@@ -342,7 +354,7 @@ def _points_from_nccl_tests(path: Path, group_size: int | None, op: str | None =
                 problems.append(f"{row.source}: {row.op} {row.size_bytes} B out-of-place time={t / US:.2f} us is no "
                                 "measurement (must be > 0): row skipped")
             continue
-        key = (canonical_op(row.op), int(n), int(row.size_bytes), row.intra_node, row.dtype, row.redop)
+        key = (canonical_op(row.op), int(n), int(row.size_bytes), row.intra_node, row.dtype, row.redop, row.root)
         if key not in by_key or (by_key[key].in_place and not row.in_place):
             by_key[key] = row  # the out-of-place half where there is one, as nccl-tests' summaries use
     if not by_key and one_rank == len(rows):
@@ -351,9 +363,9 @@ def _points_from_nccl_tests(path: Path, group_size: int | None, op: str | None =
                                               "more")
     if one_rank:
         notes.append(f"{one_rank} rows ran on 1 rank (nothing crossed a link, busbw 0 by definition): skipped")
-    items = [(FitPoint(op=k[0], group_size=k[1], size_bytes=k[2], time_s=float(r.time_s), intra_node=k[3]), k[4], k[5])
-             for k, r in by_key.items()]
-    points, chosen = _select_variants(items, path.name, dtype=dtype, redop=redop)
+    items = [(FitPoint(op=k[0], group_size=k[1], size_bytes=k[2], time_s=float(r.time_s), intra_node=k[3]), k[4], k[5],
+              _root_of(k[6])) for k, r in by_key.items()]
+    points, chosen = _select_variants(items, path.name, dtype=dtype, redop=redop, root=root)
     if not points:
         raise ConfigError("input", path.name, "has no usable nccl-tests rows (size > 0, a time, >= 2 ranks)"
                           + (f": {'; '.join(problems[:3])}" if problems else ""))
@@ -387,13 +399,15 @@ def _refuse_other_format(name: str, data: bytes) -> None:
 
 
 def load_points(path: Path, *, group_size: int | None = None, op: str | None = None, dtype: str | None = None,
-                redop: str | None = None) -> tuple[list[FitPoint], dict[str, Any]]:
+                redop: str | None = None, root: int | None = None) -> tuple[list[FitPoint], dict[str, Any]]:
     """Rows of ``path`` (bench JSON or nccl-tests stdout) as FitPoints, with ``time_kind``, ``backend``,
     ``problems`` (one line per damaged row skipped, naming file, row or line, field and value), ``notes`` (what was
-    left out on purpose, and why) and ``chosen`` (the type and reduction op ``dtype``/``redop`` picked, or None).
+    left out on purpose, and why) and ``chosen`` (the type, reduction op and root ``dtype``/``redop``/``root``
+    picked, or None).
     ``group_size`` and ``op`` say what nccl-tests output does not (ranks, the collective), or ``op`` picks one
-    collective of a log of several; a value the file contradicts is refused. ``dtype`` and ``redop`` pick one type
-    and reduction op where the rows time several (nccl-tests ``-d all`` / ``-o all``), which must be picked."""
+    collective of a log of several; a value the file contradicts is refused. ``dtype``, ``redop`` and ``root`` pick
+    one type, reduction op and root where the rows time several (nccl-tests ``-d all`` / ``-o all`` / ``-r -1``),
+    which must be picked."""
     from commscope.io.import_base import read_input
 
     path = Path(path)
@@ -416,9 +430,10 @@ def load_points(path: Path, *, group_size: int | None = None, op: str | None = N
             _refuse_other_format(name, data)
         if not isinstance(parsed, dict):
             raise ConfigError("input", path.name, "expected a JSON object with \"rows\" (commscope bench --out)")
-        return _points_from_bench(parsed, path.name, group_size=group_size, op=op, dtype=dtype, redop=redop)
+        return _points_from_bench(parsed, path.name, group_size=group_size, op=op, dtype=dtype, redop=redop,
+                                  root=root)
     _refuse_other_format(name, data)
-    return _points_from_nccl_tests(path, group_size, op, dtype=dtype, redop=redop)
+    return _points_from_nccl_tests(path, group_size, op, dtype=dtype, redop=redop, root=root)
 
 
 def problem_lines(problems: Sequence[str], limit: int = _MAX_PROBLEMS) -> list[str]:

@@ -52,31 +52,36 @@ BUSBW_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadc
              "sendrecv")
 
 
-#: What one fitted curve or table cannot hold two of: nccl-tests' ``-d all`` times every type and ``-o all`` every
-#: reduction op in one table (the same sizes again and again); each has its flag. (label, plural, flag, nccl-tests'
-#: option)
-VARIANTS = (("type", "types", "--dtype", "-d all"), ("reduction op", "reduction ops", "--redop", "-o all"))
+#: What one fitted curve or table cannot hold two of: nccl-tests' ``-d all`` times every type, ``-o all`` every
+#: reduction op and ``-r -1`` every root (of broadcast, reduce, gather, scatter: the root column then holds each
+#: root's rank) in one table (the same sizes again and again); each has its flag. (label, plural, flag, nccl-tests'
+#: option, the word before the count in a message)
+VARIANTS = (("type", "types", "--dtype", "-d all", "in"), ("reduction op", "reduction ops", "--redop", "-o all", "in"),
+            ("root", "roots", "--root", "-r -1", "from"))
 
 
-def mixed_variants(rows: Iterable[tuple[str, int, bool | None, str | None, str | None]],
+def mixed_variants(rows: Iterable[tuple[str, int, bool | None, str | None, str | None, str | None]],
                    ) -> tuple[str, int, str, str, str] | None:
-    """The first curve of ``rows`` (op, group size, intra-node, dtype, redop; None where a row has none) timed in
-    several types or reduction ops: (op, group size, what it holds, the flags that pick one, the nccl-tests options
-    that make such output); None when every curve has one of each. Pooled, such rows would mix what the
-    measurement kept apart; one taken, the others would vanish."""
-    curves: dict[tuple[str, int, bool | None], tuple[list[str], list[str]]] = {}
+    """The first curve of ``rows`` (op, group size, intra-node, dtype, redop, root; None where a row has none) timed
+    in several types, reduction ops or roots: (op, group size, what it holds, the flags that pick one, the nccl-tests
+    options that make such output); None when every curve has one of each. Pooled, such rows would mix what the
+    measurement kept apart; one taken, the others would vanish. ``what`` reads ``in 2 types (fp32, fp16)``,
+    ``from 4 roots (0, 1, 2, 3)``, ``in 3 types (...) and 2 reduction ops (...)``."""
+    curves: dict[tuple[str, int, bool | None], tuple[list[str], ...]] = {}
     for op, n, intra, *variants in rows:
-        seen = curves.setdefault((op, n, intra), ([], []))
+        seen = curves.setdefault((op, n, intra), tuple([] for _ in VARIANTS))
         for values, v in zip(seen, variants, strict=True):
             if v is not None and v not in values:
                 values.append(v)
     for (op, n, _), seen in curves.items():
         several = [(values, v) for values, v in zip(seen, VARIANTS, strict=True) if len(values) > 1]
         if several:
-            what = " and ".join(f"{len(values)} {plural} ({', '.join(values)})" for values, (_, plural, _, _) in several)
+            words = [word for _, (*_, word) in several]
+            what = " and ".join(f"{word + ' ' if i == 0 or word != words[i - 1] else ''}{len(values)} {plural} "
+                                f"({', '.join(values)})" for i, (values, (_, plural, _, _, word)) in enumerate(several))
             pick = " ".join(f"{flag} {values[0] if flag != '--redop' or 'sum' not in values else 'sum'}"
-                            for values, (_, _, flag, _) in several)
-            return op, n, what, pick, " / ".join(opt for _, (_, _, _, opt) in several)
+                            for values, (_, _, flag, _, _) in several)
+            return op, n, what, pick, " / ".join(opt for _, (_, _, _, opt, _) in several)
     return None
 
 

@@ -31,6 +31,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the element type to fit where the rows time several (nccl-tests -d all): float, half, ...")
     p.add_argument("--redop", default=None,
                    help="the reduction op to fit where the rows time several (nccl-tests -o all): sum, max, ...")
+    p.add_argument("--root", type=int, default=None,
+                   help="the root rank to fit where the rows of broadcast, reduce, gather or scatter time several "
+                        "(nccl-tests -r -1, whose root column holds each root's rank): 0, 1, ...")
     p.add_argument("--tolerance", type=float, default=0.1,
                    help="largest relative error one piece may leave before the sizes are split (default 0.1)")
     p.add_argument("--max-pieces", type=int, default=3, help="most size ranges per op and group size (default 3)")
@@ -45,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     check_out_file(args.out, "out")  # before the input is read and fitted
     if args.group_size is not None and args.group_size < 2:
         raise ConfigError("group_size", args.group_size, "must be >= 2")
-    points, info = load_points(Path(args.input), group_size=args.group_size, op=args.op, dtype=args.dtype, redop=args.redop)
+    points, info = load_points(Path(args.input), group_size=args.group_size, op=args.op, dtype=args.dtype,
+                               redop=args.redop, root=args.root)
     for line in info.get("notes", []):  # what was left out on purpose (other collectives, 1-rank rows)
         print(f"commscope fit: note: {line}", file=sys.stderr)
     for line in problem_lines(info.get("problems", [])):  # damaged rows skipped, and what else the input says wrong

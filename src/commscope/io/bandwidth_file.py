@@ -107,15 +107,16 @@ def _plausible(table: MeasuredTable) -> MeasuredTable:
 
 
 def _one_type_and_redop(rows, source: str) -> None:
-    """Refuse nccl-tests rows that time one op and group size in several types or reduction ops (``-d all``,
-    ``-o all``: every size again per type / op): interpolated together they would be mixed, one taken the others
-    lost; ``commscope fit --dtype --redop`` picks one."""
-    mixed = mixed_variants((r.op, r.group_size, r.intra_node, r.dtype, r.redop) for r in rows)
+    """Refuse nccl-tests rows that time one op and group size in several types, reduction ops or roots (``-d all``,
+    ``-o all``, ``-r -1``: every size again per type / op / root): interpolated together they would be mixed, one
+    taken the others lost; ``commscope fit --dtype --redop --root`` picks one."""
+    mixed = mixed_variants((r.op, r.group_size, r.intra_node, r.dtype, r.redop,
+                            None if r.root is None else str(r.root)) for r in rows)
     if mixed is not None:
-        op, n, what, pick, _ = mixed
-        raise ConfigError("bandwidth", source, f"times {op} over {n} ranks in {what} (nccl-tests -d all / -o all), "
-                                               f"which one table cannot hold apart; fit one: commscope fit {source} "
-                                               f"{pick} --out model.toml, and give --bandwidth model.toml")
+        op, n, what, pick, opts = mixed
+        raise ConfigError("bandwidth", source, f"times {op} over {n} ranks {what} (nccl-tests {opts}), which one table "
+                                               f"cannot hold apart; fit one: commscope fit {source} {pick} --out "
+                                               "model.toml, and give --bandwidth model.toml")
 
 
 def read_bandwidth(path: Path, *, fallback: AlphaBeta | None = None) -> BandwidthModel:
