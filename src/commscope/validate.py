@@ -18,7 +18,7 @@ as ``_``)::
     recompute                 yes.../full -> full, selective, no/none/blank -> none
     seq_parallel|sequence_parallel, dist_optimizer|distributed_optimizer, tp_comm_overlap,
     overlap_grad_reduce, overlap_param_gather, overlap_p2p_comm, scatter_gather_tensors_in_pipeline,
-    gradient_accumulation_fusion, tied_embeddings, gated_mlp                                                  yes/no/true/false/1/0
+    gradient_accumulation_fusion, tied_embeddings, gated_mlp                    yes/no/true/false/1/0
     gpu|gpu_type              GPU model text, matched to a cluster preset (a100 -> dgx-a100, h100 -> dgx-h100,
                               v100 -> dgx1-v100, rtx3090 -> rtx3090-pcie) by the aliases of commscope.gpus
     cluster                   a cluster preset or cluster file (wins over gpu); gpus_per_node overrides it

@@ -139,6 +139,16 @@ def test_h100_file_with_megatron_overlap_flags(capsys):
     assert "mean absolute error" in out
 
 
+def test_the_columns_table_fits_a_terminal():
+    """`validate --help` prints the column table of commscope.validate as it is written: one line of it ran to 131
+    characters (gradient_accumulation_fusion added before padding meant for a shorter line), wrapping the table."""
+    from commscope import validate
+
+    doc = validate.__doc__ or ""
+    table = doc[doc.find("The file, one run per row"):doc.find("Other columns")]
+    assert max(len(line) for line in table.splitlines()) <= 120
+
+
 def test_help_lists_validate():
     proc = subprocess.run([sys.executable, "-m", "commscope.cli.main", "--help"], capture_output=True, text=True,
                           check=False)
