@@ -84,7 +84,7 @@ class PlanEntry:
         return {"tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "ep": p.ep, "micro_batch_size": p.micro_batch_size,
                 "virtual_pipeline_size": p.virtual_pipeline_size, "sequence_parallel": p.sequence_parallel,
                 "recompute": p.recompute, "zero_stage": p.zero_stage, "distributed_optimizer": p.distributed_optimizer,
-                "num_micro_batches": p.num_micro_batches, "memory_GiB": self.memory_bytes / 2**30,
+                "gradient_accumulation_fusion": p.gradient_accumulation_fusion, "num_micro_batches": p.num_micro_batches, "memory_GiB": self.memory_bytes / 2**30,
                 "screen_time_s": self.screen_time_s, "reason": self.reason, **self.estimate.to_dict()}
 
 
@@ -313,9 +313,15 @@ def screen_time_s(model: ModelSpec, cluster: ClusterSpec, c: dict[str, np.ndarra
 
 def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_size: int, *, top: int = 10,
          space: PlanSpace = PlanSpace(), refine: int | None = None, gpu_util: float | None = None,
-         memory_fraction: float = USABLE_MEMORY_FRACTION, progress: Callable[[int, int], None] | None = None) -> Plan:
+         memory_fraction: float = USABLE_MEMORY_FRACTION, progress: Callable[[int, int], None] | None = None,
+         gradient_accumulation_fusion: bool = True) -> Plan:
     """The ``top`` fastest configurations of ``model`` on ``num_gpus`` GPUs that fit in memory (``refine``: estimate
-    only the best of the screen op by op instead of all of them)."""
+    only the best of the screen op by op instead of all of them).
+
+    ``gradient_accumulation_fusion`` is not searched but taken from the job (what its framework does, see
+    :attr:`~commscope.spec.parallel.ParallelSpec.gradient_accumulation_fusion`): every configuration is estimated
+    with it, so that a plan compared with a job without fusion times the same kernels (the closed-form screen
+    leaves the separate gradient adds out, as it leaves out every memory-bound kernel)."""
     from commscope.estimate_many import estimate_many
     from commscope.memory import total_memory_bytes
 
@@ -343,6 +349,10 @@ def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_siz
     mem = mem[fits]
     n_fit = c["tp"].size
     notes: list[str] = []
+    if not gradient_accumulation_fusion and gpu_util is None:  # FLOP / (u x peak) has no kernels to add it to
+        notes.append("every configuration without gradient accumulation fusion (--no-gradient-accumulation-fusion): "
+                     "each micro-batch's weight gradients added by a separate kernel, more of them the more "
+                     "micro-batches")
     if n_fit == 0:
         reason = f"none of the {n_valid:,} valid configurations fits in {memory_fraction:.0%} of {cluster.memory_bytes / 2**30:.0f} GiB"
         raise ConfigError("gpus", num_gpus, f"{reason} for {model.name} with global_batch_size={global_batch_size}")
@@ -357,7 +367,8 @@ def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_siz
                      ep=int(c["ep"][idx]), micro_batch_size=int(c["mb"][idx]), global_batch_size=global_batch_size,
                      virtual_pipeline_size=int(c["v"][idx]), sequence_parallel=bool(c["sp"][idx]),
                      recompute=RECOMPUTE_CODES[int(c["recompute"][idx])], zero_stage=int(c["zero"][idx]),
-                     distributed_optimizer=bool(c["dist_opt"][idx]))
+                     distributed_optimizer=bool(c["dist_opt"][idx]),
+                     gradient_accumulation_fusion=gradient_accumulation_fusion)
         for idx in order]
     entries = []
     chunk = 1024  # configurations per estimate_many call (and per progress step)

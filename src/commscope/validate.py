@@ -18,7 +18,7 @@ as ``_``)::
     recompute                 yes.../full -> full, selective, no/none/blank -> none
     seq_parallel|sequence_parallel, dist_optimizer|distributed_optimizer, tp_comm_overlap,
     overlap_grad_reduce, overlap_param_gather, overlap_p2p_comm, scatter_gather_tensors_in_pipeline,
-    gradient_accumulation_fusion, tied_embeddings, gated_mlp                                                  yes/no/true/false/1/0
+    gradient_accumulation_fusion, tied_embeddings, gated_mlp                    yes/no/true/false/1/0
     gpu|gpu_type              GPU model text, matched to a cluster preset (a100 -> dgx-a100, h100 -> dgx-h100,
                               v100 -> dgx1-v100, rtx3090 -> rtx3090-pcie) by the aliases of commscope.gpus
     cluster                   a cluster preset or cluster file (wins over gpu); gpus_per_node overrides it
@@ -251,6 +251,9 @@ class Run:
     """Columns :func:`read_runs` does not know (source, notes, status, ...), by their header, as text."""
     where: str = ""
     """Where the run comes from, for messages: ``runs.csv row 3 (line 4, case 'b')``."""
+    defaults_used: frozenset[str] = frozenset()
+    """The columns whose blank cell took a value from :func:`read_runs`' ``defaults`` (a default no run took
+    changed nothing: every row's cell gave its own value)."""
 
 
 def _at(exc: ConfigError, where: str, headers: Mapping[str, str] | None = None) -> ConfigError:
@@ -662,7 +665,7 @@ def read_runs(path: str | os.PathLike[str], defaults: Mapping[str, Any] | None =
         extra = {header: cells[i] if i < len(cells) else "" for i, header in other}
         runs.append(Run(case_id=case_id, model=model, parallel=parallel, cluster=cluster,
                         measured_iteration_time_s=time_s, measured_tflops_per_gpu=tflops, notes=tuple(notes),
-                        extra=extra, where=where))
+                        extra=extra, where=where, defaults_used=frozenset(row.defaulted)))
     return tuple(runs)
 
 

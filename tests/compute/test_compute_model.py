@@ -13,6 +13,7 @@ from commscope.api import predict
 from commscope.compute.kernels import (
     fused_softmax_available,
     grad_accumulation_bytes_per_param,
+    grad_accumulation_note,
     layer_kernels,
     optimizer_step_time_s,
 )
@@ -255,6 +256,10 @@ def test_without_gradient_accumulation_fusion_each_micro_batch_adds_its_weight_g
     assert added[0] * 1e3 == pytest.approx(10.3, abs=0.05)
     note = "separate kernel each micro-batch (--no-gradient-accumulation-fusion): 6 bytes per parameter of the rank, 8 times"
     assert note in " ".join(b.notes) and "gradient" not in " ".join(a.notes)
+    one = replace(unfused, global_batch_size=128)  # one micro-batch: said "once", not "1 times"
+    assert grad_accumulation_note(GPT_18B, one) == (
+        "weight gradients added into the accumulated gradients by a separate kernel each micro-batch "
+        "(--no-gradient-accumulation-fusion): 6 bytes per parameter of the rank, once per iteration")
     cluster = replace(A100, inter_node=replace(A100.inter_node, bandwidth_bytes_per_s=12.5e9))
     grew = iteration(GPT_18B, unfused, cluster) - iteration(GPT_18B, fused, cluster)
     # the critical stage's 8 micro-batches, and at most one of the other stage's in the pipeline's fill and drain

@@ -112,6 +112,24 @@ def test_gradient_accumulation_fusion_flag_and_column(capsys, tmp_path):
     assert code == 2 and "gradient_accumulation_fusion='perhaps'" in err and "row 1" in err
 
 
+def test_a_default_no_row_takes_says_it_changes_nothing(capsys, tmp_path):
+    """A flag is the default of blank cells; where every row's cell gives its own value, the flag changes nothing,
+    and says so in one line (--gradient-accumulation-fusion beside a full column was ignored silently)."""
+    header = [*HEADER, "gradient_accumulation_fusion", "attention"]
+    path = write_runs(tmp_path / "runs.csv", [[*ROWS[0], "no", "unfused"], [*ROWS[1], "false", "flash"]], header)
+    code, _out, err = run(capsys, "validate", path, "--gradient-accumulation-fusion", "--attention-backend", "unfused",
+                          "--fp16", "--json")
+    assert code == 0, err
+    said = "commscope validate: warning: {} changes nothing here: every row of {} gives its own {}"
+    assert err.splitlines() == [said.format("--attention-backend unfused", path, "attention"),
+                                said.format("--gradient-accumulation-fusion", path, "gradient_accumulation_fusion")]
+    assert all(not r.parallel.gradient_accumulation_fusion for r in read_runs(path, {"gradient_accumulation_fusion": True}))
+    # a default one row takes is no warning (--fp16 above: the rows leave dtype blank)
+    half = write_runs(tmp_path / "half.csv", [[*ROWS[0], "no", ""], [*ROWS[1], "", ""]], header)
+    code, _out, err = run(capsys, "validate", half, "--no-gradient-accumulation-fusion", "--fp16", "--json")
+    assert code == 0 and "changes nothing" not in err, err
+
+
 @requires_shared("data", "measured_iteration_times_h100.csv")
 def test_h100_file_with_megatron_overlap_flags(capsys):
     code, out, err = run(capsys, "validate", H100_CSV, "--overlap-grad-reduce", "--overlap-param-gather",
@@ -119,6 +137,16 @@ def test_h100_file_with_megatron_overlap_flags(capsys):
     assert code == 0, err
     assert sum(line.startswith("mlm_h100_weak_") for line in out.splitlines()) == 9
     assert "mean absolute error" in out
+
+
+def test_the_columns_table_fits_a_terminal():
+    """`validate --help` prints the column table of commscope.validate as it is written: one line of it ran to 131
+    characters (gradient_accumulation_fusion added before padding meant for a shorter line), wrapping the table."""
+    from commscope import validate
+
+    doc = validate.__doc__ or ""
+    table = doc[doc.find("The file, one run per row"):doc.find("Other columns")]
+    assert max(len(line) for line in table.splitlines()) <= 120
 
 
 def test_help_lists_validate():

@@ -8,7 +8,7 @@ import sys
 
 from commscope.cli.common import (
     add_cluster_args, add_model_args, check_gpu_dtype, check_gpu_util, check_nodes, int_list, resolve_cluster,
-    resolve_model,
+    resolve_model, warn,
 )
 
 
@@ -31,6 +31,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--refine", type=int, default=None,
                    help="estimate only the best N of the closed-form screen op by op (default: every one that fits)")
     g.add_argument("--gpu-util", type=float, default=None, help="achieved fraction of peak FLOP/s (default: the cluster's)")
+    g.add_argument("--gradient-accumulation-fusion", action=argparse.BooleanOptionalAction, default=None,
+                   help="not searched, the job's: weight-gradient GEMMs add into the accumulated gradients (Megatron's "
+                        "default); --no-gradient-accumulation-fusion: a separate add per micro-batch (Megatron-LM with "
+                        "fp16 gradients, Megatron-DeepSpeed), which favours fewer, larger micro-batches")
     g.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
@@ -47,6 +51,11 @@ def run(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise ConfigError("top", args.top, "must be >= 1")
     check_gpu_util(args)
+    fusion = args.gradient_accumulation_fusion
+    if fusion is not None and args.gpu_util is not None:
+        flag = "--gradient-accumulation-fusion" if fusion else "--no-gradient-accumulation-fusion"
+        warn(args, f"{flag} changes nothing here: --gpu-util replaces the GPU's compute model by FLOP / (u x peak), "
+                   "which it does not enter")
     if args.refine is not None and args.refine < 1:
         raise ConfigError("refine", args.refine, "must be >= 1 (leave it out to estimate every configuration that fits)")
     batch = 512 if args.global_batch_size is None else args.global_batch_size
@@ -54,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
                       cp_sizes=args.cp_sizes, ep_sizes=args.ep_sizes, max_tp=args.max_tp)
     with Progress("estimating", quiet=args.json) as progress:
         result = plan(model, cluster, args.gpus, batch, top=args.top, space=space,
-                      refine=args.refine, gpu_util=args.gpu_util, progress=progress)
+                      refine=args.refine, gpu_util=args.gpu_util, progress=progress,
+                      gradient_accumulation_fusion=fusion is not False)
     check_nodes(args, args.gpus, cluster)  # after the plan: when no configuration is valid, its error is the one line
     if args.json:
         json.dump(result.to_dict(), sys.stdout, indent=2)
@@ -81,4 +91,6 @@ def run(args: argparse.Namespace) -> int:
         label = pipeline_split_label(model, e.parallel)
         if label is not None:
             print(f"#{i}: {label}")
+    for note in result.notes:
+        print(f"note: {note}")
     return 0

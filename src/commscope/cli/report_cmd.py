@@ -86,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
             from commscope.plan import plan
 
             plan_result = plan(model, cluster, args.plan_gpus, parallel.global_batch_size, top=args.plan_top,
-                               gpu_util=args.gpu_util)
+                               gpu_util=args.gpu_util,
+                               gradient_accumulation_fusion=parallel.gradient_accumulation_fusion)
     measured = bench = moe = None
     files: dict[str, object] = {}
     time_result = None

@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from commscope.cli.common import out_path
+from commscope.cli.common import out_path, warn
 from typing import Any
 
 from commscope.cli.parser import _Formatter
@@ -26,6 +26,19 @@ _DEFAULT_FLAGS = ("cluster", "gpus_per_node", "intra_node_GBps", "inter_node_GBp
                   "micro_batch_size", "sequence_parallel", "distributed_optimizer", "overlap_grad_reduce",
                   "overlap_param_gather", "tp_comm_overlap", "gradient_accumulation_fusion", "fp8_format", "position_embedding", "tied_embeddings",
                   "gated_mlp", "normalization", "vocab_size", "seq_len")
+
+
+def _spelled(dest: str, value: Any) -> str:
+    """The flag that set the default ``dest`` to ``value``, as the user wrote it (its first spelling)."""
+    if isinstance(value, bool):
+        flag = "--" + dest.replace("_", "-")
+        return {"tied_embeddings": "--untie-embeddings-and-output-weights", "gated_mlp": "--swiglu",
+                "distributed_optimizer": "--use-distributed-optimizer" if value else "--no-use-distributed-optimizer",
+                }.get(dest, flag if value else f"--no-{flag[2:]}")
+    flags = {"attention": "--attention-backend", "position_embedding": "--position-embedding-type",
+             "seq_len": "--seq-length"}
+    return f"{flags.get(dest, '--' + dest.replace('_', '-'))} {value:g}" if isinstance(value, float) else \
+        f"{flags.get(dest, '--' + dest.replace('_', '-'))} {value}"
 
 
 def _columns_help() -> str:
@@ -127,6 +140,10 @@ def run(args: argparse.Namespace) -> int:
             return 2
     defaults = {name: getattr(args, name) for name in _DEFAULT_FLAGS if getattr(args, name) is not None}
     runs = read_runs(args.runs, defaults)
+    used = frozenset().union(*(run.defaults_used for run in runs))
+    for name, value in defaults.items():
+        if name not in used:
+            warn(args, f"{_spelled(name, value)} changes nothing here: every row of {args.runs} gives its own {name}")
     result = validate(runs, bandwidth=args.bandwidth)
     if args.json:
         json.dump(result.to_dict(), sys.stdout, indent=2)

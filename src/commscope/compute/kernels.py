@@ -234,9 +234,10 @@ def grad_accumulation_note(model: ModelSpec, parallel: ParallelSpec) -> str | No
     per_param = grad_accumulation_bytes_per_param(model, parallel)
     if not per_param or parallel.num_micro_batches < 1:
         return None
+    m = parallel.num_micro_batches
     return (f"weight gradients added into the accumulated gradients by a separate kernel each micro-batch "
             f"(--no-gradient-accumulation-fusion): {per_param} bytes per parameter of the rank, "
-            f"{parallel.num_micro_batches} times per iteration")
+            f"{'once' if m == 1 else f'{m} times'} per iteration")
 
 
 def optimizer_step_time_s(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, dense_params: int,
