@@ -631,10 +631,10 @@ def test_runs_from_other_roots_are_no_repeat_but_the_same_root_twice_is() -> Non
     overlap = parse_nccl_tests(_root_blocks([0, 1]) + _root_blocks([1]))
     assert [p.split(": ", 1)[1] for p in overlap.problems] == [
         ("the tables from line 38 and from line 62 both time broadcast over 4 ranks from root 1: their rows are pooled "
-         "as one measurement (a run repeated, or one output pasted twice?)")]
+         "as one measurement, each size's median (a run repeated, or one output pasted twice?)")]
     assert twice.problems[0].endswith(":56: the tables from line 14 and from line 56 both time broadcast over 4 ranks "
-                                      "from roots 0, 1, 2, 3: their rows are pooled as one measurement (a run repeated, "
-                                      "or one output pasted twice?)")
+                                      "from roots 0, 1, 2, 3: their rows are pooled as one measurement, each size's "
+                                      "median (a run repeated, or one output pasted twice?)")
 
 
 def test_summarize_counts_every_roots_rows(capsys) -> None:
