@@ -1077,6 +1077,10 @@ def _finish_run(run: _Run, name: str, override: str | None, problems: _Problems,
                                      f"to have moved the data, not a measurement")
     for t in sorted(unknown_types):
         problems.add(run.rows[0].line, f"unknown element type {t!r}; kept as is")
+    outside = next((r for r in run.rows if r.root is not None and r.root >= (n or math.inf)), None)
+    if outside is not None and n:  # a traffic matrix could not place it: it starts a rooted op at the group's rank 0
+        problems.add(outside.line, f"root {outside.root} is not a rank of the {n}-rank group (0 to {n - 1}): a "
+                                   f"traffic matrix takes rank 0 for it")
     last = run.rows[-1].line
     if not run.summary_line:
         problems.add(last, "the table stops without nccl-tests' summary ('# Avg bus bandwidth'): the run did not "
