@@ -344,7 +344,8 @@ def _points_from_nccl_tests(path: Path, group_size: int | None, op: str | None =
         other = [t for t in tables if t not in keep]
         if other:
             raise ConfigError("run", run, f"table {other[0]} of {path.name} times {runs[other[0] - 1]['op']}; --op "
-                                          f"{op} picks the tables of {op} (tables {', '.join(map(str, sorted(keep)))})")
+                                          f"{op} picks the tables of {op} (table{'s' if len(keep) > 1 else ''} "
+                                          f"{', '.join(map(str, sorted(keep)))})")
         left_out = [r for r in runs if r["table"] in keep and r["table"] not in tables]
         keep = set(tables)
         if left_out:
