@@ -44,6 +44,10 @@ AXES: tuple[str, ...] = get_args(Axis)
 REPORT_AXES: tuple[str, ...] = ("tp", "pp", "dp", "emb", "cp", "ep")
 PHASES: tuple[str, ...] = get_args(Phase)
 COLLECTIVES: frozenset[str] = frozenset(OP_NAMES) - {"send", "recv"}
+#: Collectives with a root, whose data starts (broadcast, scatter) or ends (reduce, gather) there. A measured op
+#: keeps its root as ``extra["root"]``: a global rank, a member of its group (nccl-tests' and NCCL's logs number the
+#: ranks of their group 0..n-1, so their root is its rank there too).
+ROOTED_OPS: frozenset[str] = frozenset({"broadcast", "reduce", "gather", "scatter"})
 
 
 #: Larger than any one message a training job can send: 1 TiB, several times the memory of the largest GPU
@@ -154,14 +158,27 @@ class CommOp:
         return replace(self, **changes)
 
 
+def op_root(op: CommOp) -> int | None:
+    """The root a measured rooted collective recorded (``extra["root"]``, a global rank); None for an op without a
+    root or whose record does not say (a predicted op, a Kineto trace, a DeepSpeed log)."""
+    if op.op not in ROOTED_OPS:
+        return None
+    for key, value in op.extra:
+        if key == "root":
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return None
+
+
 __all__ = [
     "AXES",
     "COLLECTIVES",
     "OP_NAMES",
     "PHASES",
     "REPORT_AXES",
+    "ROOTED_OPS",
     "Axis",
     "CommOp",
     "OpName",
     "Phase",
+    "op_root",
 ]

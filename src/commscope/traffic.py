@@ -29,6 +29,12 @@ ring); ``hierarchical`` runs an all_reduce as intra-node reduce-scatter, inter-n
 chunk among ranks with the same local index, intra-node all-gather (falls back to ring when the group
 does not have the same number of ranks on each of its nodes). Worked example: a ring all_reduce of
 100 MB over 4 ranks sends 150 MB per rank, 600 MB in all = 2 (n-1) S.
+
+Rooted collectives (broadcast, reduce, gather, scatter) are decomposed with their root at position 0. A measured
+op's group is first turned, ring order kept, to start at the root its record names (:func:`root_first`):
+nccl-tests, NCCL's own log and commscope's recorder keep the group as called and the root apart. A broadcast
+from rank 2 of ``(0, 1, 2, 3)`` then runs 2 -> 3 -> 0 -> 1. An op that names no root starts at its group's first
+rank, as predicted ops do.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from commscope.record import AXES, CommOp
+from commscope.record import AXES, ROOTED_OPS, CommOp, op_root
 from commscope.units import dtype_bytes
 
 if TYPE_CHECKING:  # the workload imports nothing of this module, but flows_of_op makes op sets at run time
@@ -401,13 +407,25 @@ def traffic_of(workload: Workload, gpus_per_node: int, *, algorithm: str = "ring
     return build_traffic(workload.opsets, workload.world_size, gpus_per_node, algorithm=algorithm)
 
 
+def root_first(op: str, group: tuple[int, ...], root: int | None) -> tuple[int, ...]:
+    """``group`` turned to start at ``root`` (a global rank), its ring order kept: the order in which
+    :func:`build_traffic` decomposes a rooted collective ``op``, whose root it takes to be position 0.
+    ``root_first("broadcast", (0, 1, 2, 3), 2) == (2, 3, 0, 1)``. ``group`` as it is for an op without a root, and
+    where ``root`` is None (not recorded) or no member of the group."""
+    if op not in ROOTED_OPS or root is None or not group or group[0] == root or root not in group:
+        return group
+    i = group.index(root)
+    return group[i:] + group[:i]
+
+
 def flows_of_op(op: CommOp, *, algorithm: str = "ring", gpus_per_node: int = 8) -> list[tuple[int, int, int]]:
-    """(src, dst, bytes) flows of a single CommOp (x its count), for inspection and tests."""
+    """(src, dst, bytes) flows of a single CommOp (x its count), for inspection and tests; a rooted collective's
+    from (or to) the root it recorded (:func:`root_first`)."""
     from commscope.workload.base import OpSet
 
     if op.op in _NO_FLOW_OPS:
         return []
-    groups = np.array([op.group], dtype=np.int64)
+    groups = np.array([root_first(op.op, op.group, op_root(op))], dtype=np.int64)
     opset = OpSet(op=op.op, axis=op.axis, name=op.name, size_bytes=op.size_bytes, dtype=op.dtype,
                   phase=op.phase or "fwd", groups=groups, repeat=op.count)
     tm = build_traffic([opset], max(op.group) + 1, gpus_per_node, algorithm=algorithm)

@@ -282,3 +282,104 @@ def test_bandwidth_table_of_r_minus_1_output_is_refused_with_the_fit_that_picks_
     fitted = read_bandwidth(model)
     assert fitted.ops() == {"broadcast"}
     assert main(["estimate", "--bandwidth", str(model)]) == 0
+
+
+MI300 = "rccl-tests_allreduce_mi300x8_single-node_rccl-version-block.txt"
+
+
+def _repeated(slower: float, **variant: str) -> str:
+    """The A100 log as the same machine prints it when the run is repeated: its own header and device lines, every
+    time x ``slower`` (rows printed anew by :func:`_variant`, so the reader's arithmetic check passes), in another
+    ``dtype`` or ``redop`` where given."""
+    lines = (REAL_LOGS / A100).read_text().splitlines()
+    first = next(i for i, ln in enumerate(lines) if ln.strip().startswith("8 "))
+    last = next(i for i, ln in enumerate(lines) if ln.startswith("# Out of bounds"))
+    return "\n".join(lines[:first] + _variant(lines[first:last], slower=slower, **variant) + lines[last:]) + "\n"
+
+
+@requires_shared(*LOGS, A100)
+def test_runs_of_other_types_are_no_repeat(tmp_path, capsys):
+    """`all_reduce_perf -d float`, then `-d half`, pasted together: the reader called the half table a repeat whose
+    rows 'are pooled as one measurement', while fit refused them together asking for --dtype. Tables of other types
+    (or reduction ops) are no repeat: nothing is said of pooling, and fit asks which type, as it did."""
+    from commscope.io.nccl_tests import parse_nccl_tests
+
+    path = tmp_path / "float_then_half.txt"
+    path.write_text((REAL_LOGS / A100).read_text() + _repeated(1.2, dtype="half"))
+    assert parse_nccl_tests(path).problems == []
+    code, _, err = _fit(capsys, path)
+    assert code == 2 and "in 2 types (fp32, fp16)" in err[0] and "pick with --dtype fp32" in err[0]
+
+
+@requires_shared(*LOGS, A100)
+def test_a_run_repeated_on_one_machine_is_pooled_by_each_sizes_median(tmp_path, capsys):
+    """The reader said two tables of one machine are 'pooled as one measurement', but fit kept the first table's row
+    of each size and dropped the repeat's without a word. Now every row is a point and fit takes each size's median,
+    as the warning says once; `--bandwidth` pools them alike (the median busbw)."""
+    from commscope.io.bandwidth_file import read_bandwidth
+
+    path = tmp_path / "twice.txt"
+    path.write_text((REAL_LOGS / A100).read_text() + _repeated(1.04))
+    points, _ = load_points(path)
+    assert sorted(p.time_s for p in points if p.size_bytes == 1 << 20) == pytest.approx([67.31e-6, 70.00e-6])
+    assert len(points) == 2 * 25
+    code, data, err = _fit(capsys, path)
+    assert code == 0
+    assert {r["size_bytes"]: r["measured_time_s"] for r in data["rows"]}[1 << 20] == pytest.approx(68.655e-6)
+    assert err == [("commscope fit: warning: twice.txt:65: the tables from line 18 and from line 65 both time all_reduce "
+                   "over 8 ranks: their rows are pooled as one measurement, each size's median (a run repeated, or one "
+                   "output pasted twice?)")]
+    table = read_bandwidth(path)
+    assert sum(1 for r in table.rows if r.size_bytes == 1 << 20) == 2  # both rows, the table's median between them
+    assert any("pooled as one measurement, each size's median" in n for n in table.notes)
+
+
+@requires_shared(*LOGS, A100)
+@requires_shared(*LOGS, MI300)
+def test_two_machines_pasted_together_are_refused_until_run_picks_one(tmp_path, capsys):
+    """An A100 and an MI300X all_reduce output in one file: fit kept the A100's row of each size (1 MiB: 67.31 us)
+    and dropped the MI300X's (27.42 us), while the reader's warning said their rows were pooled and `--bandwidth`
+    took the median of both machines. One curve of two machines is no measurement: both refuse, naming the tables
+    and their hardware, until `fit --run` picks one machine's tables; the other is left out with a note."""
+    from commscope.io.bandwidth_file import read_bandwidth
+
+    path = tmp_path / "both.txt"
+    path.write_text((REAL_LOGS / A100).read_text() + (REAL_LOGS / MI300).read_text())
+    code, _, err = _fit(capsys, path)
+    assert code == 2 and err == [
+        ("commscope fit: error: input='both.txt': times all_reduce over 8 ranks on other hardware, outputs pasted "
+        "together: table 1 (from line 18: NVIDIA A100-SXM4-80GB x 8 on dkh) and table 2 (from line 69: AMD Instinct "
+        "MI300X x 8 on host); one fitted curve holds one machine's tables: pick with --run 1 or --run 2")]
+    for run, at_1mib in (("2", 27.42e-6), ("1", 67.31e-6)):
+        code, data, err = _fit(capsys, path, "--run", run)
+        assert code == 0
+        assert {r["size_bytes"]: r["measured_time_s"] for r in data["rows"]}[1 << 20] == pytest.approx(at_1mib)
+        other = "table 1 (from line 18: NVIDIA A100-SXM4-80GB x 8 on dkh)" if run == "2" else \
+            "table 2 (from line 69: AMD Instinct MI300X x 8 on host)"
+        assert err == [f"commscope fit: note: fitted table {run} only (--run): left out {other}"]  # nothing pooled
+    code, _, err = _fit(capsys, path, "--run", "3")
+    assert code == 2 and err == [("commscope fit: error: run='3': both.txt has 2 tables: give table numbers from 1 to 2 "
+                                 "(file order), comma-separated: --run 1 or --run 1,2")]
+    with pytest.raises(ConfigError, match=r"bandwidth='both.txt': times all_reduce over 8 ranks on other hardware, "
+                                          r"outputs pasted together: table 1 \(from line 18: NVIDIA A100-SXM4-80GB x 8 on "
+                                          r"dkh\) and table 2 \(from line 69: AMD Instinct MI300X x 8 on host\), which "
+                                          r"one table must not pool; fit one machine's tables \(--run 1 or --run 2\): "
+                                          r"commscope fit both.txt --run 1 --out model.toml, and give --bandwidth "
+                                          r"model.toml"):
+        read_bandwidth(path)
+    # a third table, the A100's run repeated: --run names each machine's tables, and pools the A100's two
+    path.write_text(path.read_text() + _repeated(1.04))
+    code, _, err = _fit(capsys, path)
+    assert code == 2 and err[0].endswith("pick with --run 1,3 or --run 2")
+    code, data, err = _fit(capsys, path, "--run", "1,3")
+    assert code == 0 and {r["size_bytes"]: r["measured_time_s"] for r in data["rows"]}[1 << 20] == \
+        pytest.approx(68.655e-6)
+    assert err == [("commscope fit: note: fitted tables 1, 3 only (--run): left out table 2 (from line 69: AMD "
+                   "Instinct MI300X x 8 on host)"),
+                   ("commscope fit: warning: both.txt:121: the tables from line 18 and from line 121 both time "
+                   "all_reduce over 8 ranks: their rows are pooled as one measurement, each size's median (a run "
+                   "repeated, or one output pasted twice?)")]
+    with pytest.raises(ConfigError, match=r"run='1': both.json is bench JSON"):
+        bench = tmp_path / "both.json"
+        bench.write_text(json.dumps({"rows": [{"op": "all_reduce", "group_size": 2, "size_bytes": 8, "time_s": 1e-5}]}))
+        load_points(bench, run="1")

@@ -213,6 +213,48 @@ def test_pipelining_p2p(tmp_path, schedule):
         assert all(o.t_end_ns is not None for o in sends + recvs)
 
 
+def _rooted(rank, world, logdir):
+    """Every rooted collective from (or into) a rank other than the group's first, one on a subgroup."""
+    log = _with_log(logdir)
+    dist.broadcast(torch.ones(1024), src=2)  # 4096 B each
+    dist.reduce(torch.ones(1024), dst=1)
+    out = [torch.zeros(256) for _ in range(world)] if rank == 2 else None
+    dist.gather(torch.ones(256), out, dst=2)  # 1024 B from each rank
+    parts = [torch.ones(512) for _ in range(world)] if rank == 1 else None
+    dist.scatter(torch.zeros(512), parts, src=1)  # 2048 B to each rank
+    pair = dist.new_group([1, 2])
+    if rank in (1, 2):
+        dist.broadcast(torch.ones(64), src=2, group=pair)  # 256 B; c10d hands the group's rank 1 to the backend
+    log.close()
+
+
+def test_rooted_collectives_keep_their_root_and_the_matrix_follows_it(tmp_path):
+    """The recorder kept broadcast's and reduce's root, as a global rank, but not gather's and scatter's; the traffic
+    matrix ignored every root and started each rooted op at its group's first rank (broadcast 0 -> 1 -> 2, gather
+    into rank 0, ...). 3 gloo ranks: each record names its root's global rank, and `summarize` draws every op from
+    (or into) it, ring order kept (broadcast from 2 over (0, 1, 2) runs 2 -> 0 -> 1)."""
+    from commscope.cli.main import main
+
+    spawn(_rooted, 3, args=(str(tmp_path / "logs"),), backend="commscope", env=ENV, timeout_s=120)
+    for rank in range(3):
+        ops = _ops(tmp_path / "logs", rank).ops
+        roots = [(o.op, o.group, dict(o.extra).get("root")) for o in ops]
+        pair = [("broadcast", (1, 2), 2)] if rank in (1, 2) else []
+        assert roots == [("broadcast", (0, 1, 2), 2), ("reduce", (0, 1, 2), 1), ("gather", (0, 1, 2), 2),
+                         ("scatter", (0, 1, 2), 1), *pair]
+    out = tmp_path / "summary"
+    assert main(["summarize", str(tmp_path / "logs"), "--out", str(out)]) == 0
+    rows = [line.split(",") for line in (out / "measured_logical.csv").read_text().splitlines()[1:]]
+    assert {(int(r[0]), int(r[1])): int(r[3]) for r in rows} == {
+        (2, 0): 4096 + 4096,  # broadcast from 2, then reduce into 1: 2 -> 0 -> 1
+        (0, 1): 4096 + 4096,
+        (0, 2): 1024,  # gather into 2
+        (1, 2): 1024 + 2048,  # gather into 2, scatter from 1
+        (1, 0): 2048,  # scatter from 1
+        (2, 1): 256,  # broadcast from 2 over (1, 2)
+    }
+
+
 def _user_job(rank, world, logdir, store_path, crash):
     """A user's script: record() first, then its own init_process_group('gloo')."""
     import commscope.capture

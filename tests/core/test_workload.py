@@ -277,3 +277,25 @@ def test_closed_form_volumes_match_the_op_engine(job):
                        zero_stage=p.zero_stage, distributed_optimizer=p.distributed_optimizer)
     exact = tm.bytes_by_axis()
     assert {k: int(v) for k, v in vol.items()} == {k: exact[k] for k in vol}
+
+
+def test_rooted_ops_flow_from_the_root_their_record_names():
+    """A measured rooted collective keeps its group as called and its root apart (``extra["root"]``); its flows were
+    drawn from the group's first rank whatever the root. They now start (or end) at the root, ring order kept; an op
+    that names no root (a predicted one) starts at its group's first rank as before."""
+    from commscope.record import CommOp
+    from commscope.traffic import flows_of_op, root_first
+
+    def flows(op: str, root: int | None, size: int = 400) -> set[tuple[int, int, int]]:
+        extra = (("root", root),) if root is not None else ()
+        return set(flows_of_op(CommOp(op=op, axis="other", group=(0, 1, 2, 3), size_bytes=size, dtype="fp32",
+                                      extra=extra)))
+
+    assert root_first("broadcast", (0, 1, 2, 3), 2) == (2, 3, 0, 1)
+    assert root_first("all_reduce", (0, 1, 2, 3), 2) == (0, 1, 2, 3)
+    assert root_first("reduce", (4, 6), 9) == (4, 6)  # no member: as called
+    assert flows("broadcast", 2) == {(2, 3, 400), (3, 0, 400), (0, 1, 400)}
+    assert flows("reduce", 2) == {(3, 0, 400), (0, 1, 400), (1, 2, 400)}
+    assert flows("gather", 1) == {(2, 1, 100), (3, 1, 100), (0, 1, 100)}
+    assert flows("scatter", 3) == {(3, 0, 100), (3, 1, 100), (3, 2, 100)}
+    assert flows("broadcast", None) == flows("broadcast", 0) == {(0, 1, 400), (1, 2, 400), (2, 3, 400)}

@@ -631,10 +631,10 @@ def test_runs_from_other_roots_are_no_repeat_but_the_same_root_twice_is() -> Non
     overlap = parse_nccl_tests(_root_blocks([0, 1]) + _root_blocks([1]))
     assert [p.split(": ", 1)[1] for p in overlap.problems] == [
         ("the tables from line 38 and from line 62 both time broadcast over 4 ranks from root 1: their rows are pooled "
-         "as one measurement (a run repeated, or one output pasted twice?)")]
+         "as one measurement, each size's median (a run repeated, or one output pasted twice?)")]
     assert twice.problems[0].endswith(":56: the tables from line 14 and from line 56 both time broadcast over 4 ranks "
-                                      "from roots 0, 1, 2, 3: their rows are pooled as one measurement (a run repeated, "
-                                      "or one output pasted twice?)")
+                                      "from roots 0, 1, 2, 3: their rows are pooled as one measurement, each size's "
+                                      "median (a run repeated, or one output pasted twice?)")
 
 
 def test_summarize_counts_every_roots_rows(capsys) -> None:
@@ -649,6 +649,41 @@ def test_summarize_counts_every_roots_rows(capsys) -> None:
     assert main(["summarize", str(ALL_ROOTS)]) == 0
     out = capsys.readouterr().out
     assert "48 records, 960 ops" in out and "problem" not in out
+
+
+ROOT_2 = Path(__file__).parent / "data" / "nccl-tests_broadcast_4gpu_root-2_constructed.txt"
+
+
+def _measured_pairs(tmp_path: Path, path: Path, jobs: list[str]) -> dict[tuple[int, int], int]:
+    """(src, dst) -> bytes of the logical matrix `summarize --out` writes for ``path``."""
+    from commscope.cli.main import main
+
+    out = tmp_path / f"out{len(jobs)}"
+    assert main(["summarize", str(path), "--out", str(out), *jobs]) == 0
+    rows = [line.split(",") for line in (out / "measured_logical.csv").read_text().splitlines()[1:]]
+    return {(int(r[0]), int(r[1])): int(r[3]) for r in rows}
+
+
+@pytest.mark.parametrize("jobs", [[], ["--jobs", "1"]])
+def test_summarize_draws_a_broadcast_from_the_root_it_ran_from(tmp_path, capsys, jobs) -> None:
+    """nccl-tests keeps a broadcast's group as 0..n-1 and its root in the root column, but the traffic matrix started
+    every broadcast at the group's first rank: `broadcast_perf -r 2` was drawn 0 -> 1 -> 2 -> 3. The chain now
+    starts at the recorded root, ring order kept (2 -> 3 -> 0 -> 1), in the totals read rank by rank (--jobs) too;
+    and under -r -1 each root's rows start at their own root, so every ring link but the one into each root
+    carries them."""
+    sizes = 20 * 2 * sum(1 << k for k in range(20, 26))  # 20 iterations x both halves of 1-32 MiB
+    assert _measured_pairs(tmp_path, ROOT_2, jobs) == {(2, 3): sizes, (3, 0): sizes, (0, 1): sizes}
+    assert _measured_pairs(tmp_path, ALL_ROOTS, jobs) == {(0, 1): 3 * sizes, (1, 2): 3 * sizes, (2, 3): 3 * sizes,
+                                                          (3, 0): 3 * sizes}
+
+
+def test_a_root_outside_the_group_is_said(tmp_path) -> None:
+    """A root column naming no rank of the group (a damaged or hand-edited table) could not be placed by the traffic
+    matrix, which starts such an op at rank 0: the reader says so."""
+    path = tmp_path / "root7.txt"
+    path.write_text(ROOT_2.read_text().replace("    none       2  ", "    none       7  ", 1))
+    assert parse_nccl_tests(path).problems == [("root7.txt:14: root 7 is not a rank of the 4-rank group (0 to 3): a "
+                                                "traffic matrix takes rank 0 for it")]
 
 
 # ---------------------------------------------------------------------------------------------------------------------

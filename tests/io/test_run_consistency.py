@@ -107,6 +107,17 @@ def test_a_send_whose_peer_is_not_in_its_group_is_reported(logs: Path) -> None:
         f"{where}peer=1 is not in group=[0, 2]: expected a member of the group it sent or received on, skipped"]
 
 
+def test_a_broadcast_whose_root_is_not_in_its_group_is_reported(logs: Path) -> None:
+    """A broadcast's root is where its traffic starts; one outside its group could be drawn from nowhere (the matrix
+    would start it at the group's first rank, silently)."""
+    path = logs / "rank00000.jsonl"
+    extra = json.loads(_lines(path)[1])["extra"]
+    where = _edit_record(path, 2, op="broadcast", group=[0, 1], extra={**extra, "root": 3})
+    assert [p for p in _problems(logs) if p.startswith(where)] == [
+        (f"{where}root=3 is not in group=[0, 1]: expected the member of the group the broadcast starts at (a global rank), "
+        "skipped")]
+
+
 def test_a_record_of_another_rank_in_a_ranks_log_is_reported(logs: Path) -> None:
     where = _edit_record(logs / "rank00000.jsonl", 2, rank=1, group=[0, 1])
     run, totals = _read_both(logs)

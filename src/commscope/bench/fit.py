@@ -261,29 +261,48 @@ def _line_of(problem: str, name: str) -> int | None:
     return int(number) if number.isdigit() else None
 
 
-def _one_collective(result: Any, op: str, name: str) -> tuple[list[Any], list[str], str]:
-    """The rows of ``op``'s tables in a log of several collectives, the reader's problems about those tables (and
-    about the file), and what was left out: each other collective, with ``failed its data check`` where it did."""
+def _keep_tables(result: Any, keep: set[int], name: str) -> tuple[list[Any], list[str]]:
+    """The rows of the tables numbered ``keep`` (from 1, in file order) and the reader's problems about those tables
+    (and about the file), less what it said of a repeat between a kept table and one left out (nothing of theirs is
+    pooled now)."""
+    from commscope.io.nccl_tests import repeated_tables
+
     runs = result.meta.get("runs", [])
     starts = [min(x for x in (r.get("op_named_line"), r.get("first_line")) if x) for r in runs]
     spans = [(lo, (starts[i + 1] - 1) if i + 1 < len(runs) else math.inf) for i, lo in enumerate(starts)]
-    keep_spans = [span for span, r in zip(spans, runs, strict=True) if r["op"] == op]
-    drop_spans = [span for span, r in zip(spans, runs, strict=True) if r["op"] != op]
+    keep_spans = [span for i, span in enumerate(spans, start=1) if i in keep]
+    drop_spans = [span for i, span in enumerate(spans, start=1) if i not in keep]
 
     def kept(problem: str) -> bool:
+        pair = repeated_tables(problem, runs)
+        if pair is not None:
+            return all(t in keep for t in pair)
         ln = _line_of(problem, name)
         return ln is None or any(lo <= ln <= hi for lo, hi in keep_spans) or not any(
             lo <= ln <= hi for lo, hi in drop_spans)
 
-    rows = [r for r in result.rows if r.op == op]
-    failed = {r.op for r in result.rows if r.op != op and r.failed_check}
-    others = [o for o in dict.fromkeys(r["op"] for r in runs) if o != op]
-    left = ", ".join(f"{o} (failed its data check)" if o in failed else o for o in others)
-    return rows, [p for p in result.problems if kept(p)], left
+    return [r for r in result.rows if r.table in keep], [p for p in result.problems if kept(p)]
+
+
+def _tables_arg(run: str | Sequence[int] | None, runs: list[dict], name: str) -> list[int] | None:
+    """``--run 1,3`` as table numbers, each checked against the file's tables."""
+    if run is None:
+        return None
+    text = run if isinstance(run, str) else ",".join(map(str, run))
+    valid = (f"table numbers from 1 to {len(runs)} (file order), comma-separated: --run 1"
+             + (" or --run 1,2" if len(runs) > 1 else ""))
+    numbers = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or not 1 <= int(part) <= len(runs):
+            raise ConfigError("run", text, f"{name} has {len(runs)} table{'s' if len(runs) > 1 else ''}: give "
+                                           f"{valid}")
+        numbers.append(int(part))
+    return sorted(set(numbers))
 
 
 def _points_from_nccl_tests(path: Path, group_size: int | None, op: str | None = None, *, dtype: str | None = None,
-                            redop: str | None = None, root: int | None = None,
+                            redop: str | None = None, root: int | None = None, run: str | Sequence[int] | None = None,
                             ) -> tuple[list[FitPoint], dict[str, Any]]:
     """FitPoints of nccl-tests output, one per table line (its out-of-place half, as nccl-tests' summaries use).
     Lines the reader could not read, and lines whose out-of-place time is no measurement (<= 0), are skipped and
@@ -291,31 +310,59 @@ def _points_from_nccl_tests(path: Path, group_size: int | None, op: str | None =
     ``op`` fill in what the output does not say; where it says otherwise, they are refused. In a log of several
     collectives (nccl-tests run once per test binary, the outputs pasted together), ``op`` picks one of them.
     ``dtype``, ``redop`` and ``root`` pick one type, reduction op and root of a table that times several (``-d all``,
-    ``-o all``, ``-r -1``)."""
-    from commscope.io.nccl_tests import parse_nccl_tests
+    ``-o all``, ``-r -1``). Tables that time one curve on one machine (a run repeated) are pooled, each size's
+    median; tables of other machines (outputs pasted together) are refused together until ``run`` picks one
+    machine's tables (their numbers from 1 in file order, ``"1,3"``)."""
+    from commscope.io.nccl_tests import describe_tables, mixed_hardware, parse_nccl_tests, pick_tables
 
     try:
         result = parse_nccl_tests(path)
     except ValueError as exc:
         raise ConfigError("input", path.name, str(exc)) from None
     runs = result.meta.get("runs", [])
-    file_ops = list(dict.fromkeys(run["op"] for run in runs))
-    rows, problems, notes = result.rows, list(result.problems), []
+    file_ops = list(dict.fromkeys(r["op"] for r in runs))
+    notes: list[str] = []
+    keep = set(range(1, len(runs) + 1))
     if op is not None and len(file_ops) > 1:  # --op picks one collective of several
         if op not in file_ops:
             raise ConfigError("op", op, f"{path.name} holds the tables of {', '.join(file_ops)}; --op picks one of "
                                         "them")
-        rows, problems, left = _one_collective(result, op, path.name)
+        keep = {i for i in keep if runs[i - 1]["op"] == op}
+        failed = {r.op for r in result.rows if r.op != op and r.failed_check}
+        left = ", ".join(f"{o} (failed its data check)" if o in failed else o for o in file_ops if o != op)
         notes.append(f"fitted {op} only (--op): left out the file's other collectives, {left}")
     elif op is not None:
-        for run in runs:
-            named = run.get("op_named")
+        for r in runs:
+            named = r.get("op_named")
             if named is not None and named != op:
-                raise ConfigError("op", op, f"{path.name} line {run.get('op_named_line')} names the test {named}; "
+                raise ConfigError("op", op, f"{path.name} line {r.get('op_named_line')} names the test {named}; "
                                             "leave --op out (it is for output that does not name it)")
         result = parse_nccl_tests(path, op=op)  # read again, the rows taken as op's
+        runs = result.meta.get("runs", [])
+    tables = _tables_arg(run, runs, path.name)
+    if tables is not None:  # --run picks tables
+        other = [t for t in tables if t not in keep]
+        if other:
+            raise ConfigError("run", run, f"table {other[0]} of {path.name} times {runs[other[0] - 1]['op']}; --op "
+                                          f"{op} picks the tables of {op} (table{'s' if len(keep) > 1 else ''} "
+                                          f"{', '.join(map(str, sorted(keep)))})")
+        left_out = [r for r in runs if r["table"] in keep and r["table"] not in tables]
+        keep = set(tables)
+        if left_out:
+            notes.append(f"fitted table{'s' if len(tables) > 1 else ''} {', '.join(map(str, tables))} only (--run): "
+                         f"left out {describe_tables(left_out)}")
+    if len(keep) < len(runs):
+        rows, problems = _keep_tables(result, keep, path.name)
+    else:
         rows, problems = result.rows, list(result.problems)
-    by_key: dict[tuple[str, int, int, bool | None, str, str | None, int | None], Any] = {}
+    mixed = mixed_hardware(rows, runs)
+    if mixed is not None:
+        mixed_op, n, where = mixed
+        raise ConfigError("input", path.name, f"times {mixed_op} over {n or '?'} ranks on other hardware, outputs "
+                                              f"pasted together: {describe_tables(where)}; one fitted curve holds one "
+                                              f"machine's tables: pick with {pick_tables(where)}")
+    # (op, n, size, intra-node, type, redop, root, line): every line one point, repeated tables' pooled by fit()
+    by_key: dict[tuple[str, int, int, bool | None, str, str | None, int | None, str], Any] = {}
     damaged: set[str] = set()
     one_rank = 0
     for row in rows:
@@ -354,7 +401,8 @@ def _points_from_nccl_tests(path: Path, group_size: int | None, op: str | None =
                 problems.append(f"{row.source}: {row.op} {row.size_bytes} B out-of-place time={t / US:.2f} us is no "
                                 "measurement (must be > 0): row skipped")
             continue
-        key = (canonical_op(row.op), int(n), int(row.size_bytes), row.intra_node, row.dtype, row.redop, row.root)
+        key = (canonical_op(row.op), int(n), int(row.size_bytes), row.intra_node, row.dtype, row.redop, row.root,
+               row.source)
         if key not in by_key or (by_key[key].in_place and not row.in_place):
             by_key[key] = row  # the out-of-place half where there is one, as nccl-tests' summaries use
     if not by_key and one_rank == len(rows):
@@ -399,7 +447,8 @@ def _refuse_other_format(name: str, data: bytes) -> None:
 
 
 def load_points(path: Path, *, group_size: int | None = None, op: str | None = None, dtype: str | None = None,
-                redop: str | None = None, root: int | None = None) -> tuple[list[FitPoint], dict[str, Any]]:
+                redop: str | None = None, root: int | None = None, run: str | Sequence[int] | None = None,
+                ) -> tuple[list[FitPoint], dict[str, Any]]:
     """Rows of ``path`` (bench JSON or nccl-tests stdout) as FitPoints, with ``time_kind``, ``backend``,
     ``problems`` (one line per damaged row skipped, naming file, row or line, field and value), ``notes`` (what was
     left out on purpose, and why) and ``chosen`` (the type, reduction op and root ``dtype``/``redop``/``root``
@@ -407,7 +456,8 @@ def load_points(path: Path, *, group_size: int | None = None, op: str | None = N
     ``group_size`` and ``op`` say what nccl-tests output does not (ranks, the collective), or ``op`` picks one
     collective of a log of several; a value the file contradicts is refused. ``dtype``, ``redop`` and ``root`` pick
     one type, reduction op and root where the rows time several (nccl-tests ``-d all`` / ``-o all`` / ``-r -1``),
-    which must be picked."""
+    which must be picked. ``run`` picks tables of nccl-tests output by number (from 1 in file order, ``"1,3"``): the
+    tables of one machine where the file holds several machines' outputs, which are never pooled."""
     from commscope.io.import_base import read_input
 
     path = Path(path)
@@ -430,10 +480,13 @@ def load_points(path: Path, *, group_size: int | None = None, op: str | None = N
             _refuse_other_format(name, data)
         if not isinstance(parsed, dict):
             raise ConfigError("input", path.name, "expected a JSON object with \"rows\" (commscope bench --out)")
+        if run is not None:
+            raise ConfigError("run", run, f"{path.name} is bench JSON, one sweep: --run picks tables of nccl-tests "
+                                          "output; leave it out")
         return _points_from_bench(parsed, path.name, group_size=group_size, op=op, dtype=dtype, redop=redop,
                                   root=root)
     _refuse_other_format(name, data)
-    return _points_from_nccl_tests(path, group_size, op, dtype=dtype, redop=redop, root=root)
+    return _points_from_nccl_tests(path, group_size, op, dtype=dtype, redop=redop, root=root, run=run)
 
 
 def problem_lines(problems: Sequence[str], limit: int = _MAX_PROBLEMS) -> list[str]:

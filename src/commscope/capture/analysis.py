@@ -68,8 +68,10 @@ def attribute_axes(ops: list[CommOp], layout) -> list[CommOp]:
 
 def measured_traffic(ops: list[CommOp], world_size: int, gpus_per_node: int, *, view: str = "logical",
                      algorithm: str = "ring"):
-    """Decompose logical measured ops into a TrafficMatrix (``view='wire'``: as the backend executed them)."""
-    from commscope.traffic import TrafficMatrix, build_traffic
+    """Decompose logical measured ops into a TrafficMatrix (``view='wire'``: as the backend executed them). A rooted
+    collective's flows start (or end) at the root its record names (:func:`commscope.traffic.root_first`)."""
+    from commscope.record import op_root
+    from commscope.traffic import TrafficMatrix, build_traffic, root_first
     from commscope.workload.base import OpSet
 
     def executed(op: CommOp) -> str:
@@ -92,7 +94,7 @@ def measured_traffic(ops: list[CommOp], world_size: int, gpus_per_node: int, *, 
             opsets.append(OpSet(op="all_to_all", axis=op.axis, name="measured", size_bytes=op.size_bytes, dtype=op.dtype,
                                 phase="fwd", groups=np.array([op.group], dtype=np.int64), repeat=op.count, splits=mat))
             continue
-        group = (op.rank, op.peer) if op.op == "send" else op.group
+        group = (op.rank, op.peer) if op.op == "send" else root_first(name, op.group, op_root(op))
         grouped[(name, op.axis, op.dtype, op.size_bytes, group)] += op.count
     for (name, axis, dtype, size, group), count in grouped.items():
         opsets.append(OpSet(op=name, axis=axis, name="measured", size_bytes=size, dtype=dtype, phase="fwd",

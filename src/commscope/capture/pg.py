@@ -307,15 +307,18 @@ class RecordingProcessGroup(dist.ProcessGroup):
         self._start()
         work = self._call("gather", output_lists, inputs, opts=opts)
         n_in = sum(_nbytes(t) for t in inputs)
+        root = getattr(opts, "rootRank", 0) if opts is not None else 0
         return self._record("gather", work, size_bytes=n_in * self.size(), dtype=_dtype(inputs[0]), bytes_in=n_in,
-                            bytes_out=sum(_nbytes(t) for lst in output_lists for t in lst), opts=opts)
+                            bytes_out=sum(_nbytes(t) for lst in output_lists for t in lst), root=root, opts=opts)
 
     def scatter(self, outputs, input_lists, opts=None):
         self._start()
         work = self._call("scatter", outputs, input_lists, opts=opts)
         n_out = sum(_nbytes(t) for t in outputs)
+        root = getattr(opts, "rootRank", 0) if opts is not None else 0
         return self._record("scatter", work, size_bytes=n_out * self.size(), dtype=_dtype(outputs[0]),
-                            bytes_in=sum(_nbytes(t) for lst in input_lists for t in lst), bytes_out=n_out, opts=opts)
+                            bytes_in=sum(_nbytes(t) for lst in input_lists for t in lst), bytes_out=n_out, root=root,
+                            opts=opts)
 
     def barrier(self, opts=None):
         self._start()

@@ -34,6 +34,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--root", type=int, default=None,
                    help="the root rank to fit where the rows of broadcast, reduce, gather or scatter time several "
                         "(nccl-tests -r -1, whose root column holds each root's rank): 0, 1, ...")
+    p.add_argument("--run", default=None, metavar="N[,N...]",
+                   help="the tables to fit of nccl-tests output that pastes several machines' outputs together (their "
+                        "rows are never pooled): table numbers from 1 in file order, 1 or 1,3")
     p.add_argument("--tolerance", type=float, default=0.1,
                    help="largest relative error one piece may leave before the sizes are split (default 0.1)")
     p.add_argument("--max-pieces", type=int, default=3, help="most size ranges per op and group size (default 3)")
@@ -49,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if args.group_size is not None and args.group_size < 2:
         raise ConfigError("group_size", args.group_size, "must be >= 2")
     points, info = load_points(Path(args.input), group_size=args.group_size, op=args.op, dtype=args.dtype,
-                               redop=args.redop, root=args.root)
+                               redop=args.redop, root=args.root, run=args.run)
     for line in info.get("notes", []):  # what was left out on purpose (other collectives, 1-rank rows)
         print(f"commscope fit: note: {line}", file=sys.stderr)
     for line in problem_lines(info.get("problems", [])):  # damaged rows skipped, and what else the input says wrong

@@ -119,6 +119,22 @@ def _one_type_and_redop(rows, source: str) -> None:
                                                "model.toml, and give --bandwidth model.toml")
 
 
+def _one_machine(rows, runs: list[dict], source: str) -> None:
+    """Refuse nccl-tests rows of one curve from tables of other hardware (two machines' outputs pasted into one
+    file): interpolated together they would be one machine's curve, which none measured. Tables of one machine (a
+    run repeated) are pooled, each size's median busbw, as ``commscope fit`` pools them."""
+    from commscope.io.nccl_tests import describe_tables, mixed_hardware, pick_tables
+
+    mixed = mixed_hardware(rows, runs)
+    if mixed is not None:
+        op, n, where = mixed
+        first = pick_tables(where).split(" or ")[0]
+        raise ConfigError("bandwidth", source, f"times {op} over {n or '?'} ranks on other hardware, outputs pasted "
+                                               f"together: {describe_tables(where)}, which one table must not pool; "
+                                               f"fit one machine's tables ({pick_tables(where)}): commscope fit "
+                                               f"{source} {first} --out model.toml, and give --bandwidth model.toml")
+
+
 def read_bandwidth(path: Path, *, fallback: AlphaBeta | None = None) -> BandwidthModel:
     """A MeasuredTable (or a FittedModel, for ``commscope fit`` output) from ``path``; ConfigError for anything
     malformed or physically impossible."""
@@ -175,6 +191,7 @@ def _read_bandwidth(path: Path, fallback: AlphaBeta | None) -> BandwidthModel:
             f"the rows ran on {ranks[0]} rank (busbw 0 by definition); measure over 2 ranks or more"
             if ranks and max(ranks) < 2 else "every row has size 0 or a bus bandwidth of 0.00 GB/s"))
     _one_type_and_redop(rows, source)
+    _one_machine(rows, result.meta.get("runs", []), source)
     table = table_from_bench_rows(rows, source=source, fallback=fallback)
     table.notes.extend(result.problems)  # what the reader found wrong (runs pooled, times no link has, ...)
     return table

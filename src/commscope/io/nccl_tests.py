@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -236,6 +237,9 @@ class BusbwRow:
     """Old formats (before 2022): the ``error`` column, the largest absolute error the data check found."""
     intra_node: bool | None = None
     """True when every rank ran on one host, False for several hosts, None when the log does not say."""
+    table: int = 1
+    """Which table of the file the row is in, counting from 1 in file order (``meta["runs"][table - 1]``): the
+    number ``commscope fit --run`` picks tables by."""
 
     @property
     def failed_check(self) -> bool:
@@ -265,7 +269,9 @@ class NcclTestsResult:
     per table with these keys, and ``op_named``/``op_named_line``: the collective the table's header or command line
     names and its line, None where none does, whatever ``op=`` said; ``roots``: the root ranks its rows time, sorted,
     empty for collectives without a root, several for a broadcast / reduce run with ``-r -1``, which times every size
-    once per root). With several runs, a top-level key holds the value the runs share, else None
+    once per root; ``table``: its number, from 1 in file order, as :attr:`BusbwRow.table` and ``fit --run`` give it;
+    ``hardware``: its GPUs and hosts, ``NVIDIA A100-SXM4-80GB x 8 on dkh``, None where it lists no devices). With
+    several runs, a top-level key holds the value the runs share, else None
     (``out_of_bounds``: their sum)."""
     problems: list[str]
     """``file:line: what`` for every unreadable row-like line, failed data check, failure message or inconsistency."""
@@ -1028,7 +1034,8 @@ def _resolve_op(run: _Run, n: int | None, override: str | None, problems: _Probl
     return candidates[0]
 
 
-def _finish_run(run: _Run, name: str, override: str | None, problems: _Problems) -> tuple[list[BusbwRow], dict]:
+def _finish_run(run: _Run, name: str, override: str | None, problems: _Problems, table: int = 1,
+                ) -> tuple[list[BusbwRow], dict]:
     n = _group_size(run, problems)
     if n is None:
         problems.add(run.rows[0].line, "no '# Using devices' rank lines and no NCCL 'nranks': group size unknown")
@@ -1052,6 +1059,7 @@ def _finish_run(run: _Run, name: str, override: str | None, problems: _Problems)
                 op=op, size_bytes=r.size, count=r.count, dtype=dtype, redop=redop, root=root, group_size=n,
                 time_s=h.time_us * US, algbw_bytes_per_s=h.algbw_GBps * GB, busbw_bytes_per_s=h.busbw_GBps * GB,
                 wrong=h.wrong, in_place=h.in_place, source=f"{name}:{r.line}", max_error=h.max_error, intra_node=intra,
+                table=table,
             )
             rows.append(row)
             where = f"{op} {r.size} B {'in-place' if h.in_place else 'out-of-place'}"
@@ -1069,6 +1077,10 @@ def _finish_run(run: _Run, name: str, override: str | None, problems: _Problems)
                                      f"to have moved the data, not a measurement")
     for t in sorted(unknown_types):
         problems.add(run.rows[0].line, f"unknown element type {t!r}; kept as is")
+    outside = next((r for r in run.rows if r.root is not None and r.root >= (n or math.inf)), None)
+    if outside is not None and n:  # a traffic matrix could not place it: it starts a rooted op at the group's rank 0
+        problems.add(outside.line, f"root {outside.root} is not a rank of the {n}-rank group (0 to {n - 1}): a "
+                                   f"traffic matrix takes rank 0 for it")
     last = run.rows[-1].line
     if not run.summary_line:
         problems.add(last, "the table stops without nccl-tests' summary ('# Avg bus bandwidth'): the run did not "
@@ -1099,7 +1111,9 @@ def _finish_run(run: _Run, name: str, override: str | None, problems: _Problems)
         "op_named": run.op_hint,
         "op_named_line": run.op_hint_line or None,
         "roots": sorted({r.root for r in rows if r.root is not None}),
+        "table": table,
     }
+    meta["hardware"] = _hardware(meta) or None
     return rows, meta
 
 
@@ -1120,33 +1134,97 @@ def _hardware(run: dict) -> str:
     """The GPUs and hosts of a run, as a problem line names them ('' when the run lists no devices)."""
     names = Counter(str(d.get("name")) for d in run["devices"])
     gpus = ", ".join(f"{k} x {v}" if v > 1 else k for k, v in sorted(names.items()))
-    return f"{gpus} on {', '.join(run['hosts'])}" if gpus else ""
+    return f"{gpus} on {', '.join(sorted(run['hosts']))}" if gpus else ""
 
 
-def _check_repeats(runs: list[dict], problems: _Problems) -> None:
-    """Runs of one op over one group size are pooled by whatever reads the rows (a fit, a bandwidth table, a
-    summary): say so, and above all when their device lists name other GPUs or hosts (two logs pasted together).
-    Runs of a rooted op from other roots (``-r 0``, then ``-r 1``) are no repeat: each row keeps its root, and fit
-    and ``--bandwidth`` take one root at a time."""
-    earlier: dict[tuple[str, int | None], list[dict]] = {}
+def _curve(row: BusbwRow) -> tuple:
+    """What one fitted curve or bandwidth table holds: one op over one group size and placement, in one type,
+    reduction op and root (rows that differ in any of these are never pooled: fit and --bandwidth keep them apart
+    or refuse them, see :func:`commscope.bench.fitted.mixed_variants`)."""
+    return row.op, row.group_size, row.intra_node, row.dtype, row.redop, row.root
+
+
+def mixed_hardware(rows: Iterable[BusbwRow], runs: list[dict]) -> tuple[str, int | None, list[dict]] | None:
+    """The first curve of ``rows`` (one op over one group size and placement, in one type, reduction op and root)
+    timed in tables of other hardware, their device lists naming other GPUs or hosts (two machines' outputs pasted
+    into one file): (op, group size, the meta of those tables in file order); None when each curve's tables ran on
+    one machine or do not say on which. ``runs`` is ``meta["runs"]`` of the result ``rows`` come from. Pooled, such
+    rows would make one curve of two machines; one taken, the other would vanish: fit and --bandwidth refuse them
+    until ``commscope fit --run`` picks tables (:func:`pick_tables` says how)."""
+    tables: dict[tuple, list[int]] = {}
+    for r in rows:
+        seen = tables.setdefault(_curve(r), [])
+        if r.table not in seen:
+            seen.append(r.table)
+    for (op, n, *_), numbers in tables.items():
+        if len({runs[t - 1].get("hardware") for t in numbers} - {None}) > 1:
+            return op, n, [runs[t - 1] for t in sorted(numbers)]
+    return None
+
+
+def describe_tables(runs: list[dict]) -> str:
+    """``table 1 (from line 18: NVIDIA A100-SXM4-80GB x 8 on dkh) and table 2 (from line 69: ...)``."""
+    parts = [f"table {r['table']} (from line {r['first_line']}: {r.get('hardware') or 'devices not listed'})"
+             for r in runs]
+    return ", ".join(parts[:-1]) + f" and {parts[-1]}" if len(parts) > 1 else parts[0]
+
+
+def pick_tables(runs: list[dict]) -> str:
+    """How ``commscope fit --run`` picks one machine's tables of ``runs``: ``--run 1,3 or --run 2``."""
+    by_hardware: dict[str | None, list[int]] = {}
+    for r in runs:
+        by_hardware.setdefault(r.get("hardware"), []).append(r["table"])
+    return " or ".join(f"--run {','.join(map(str, t))}" for t in by_hardware.values())
+
+
+_REPEAT_RE = re.compile(r":\d{1,12}: the tables from line (\d{1,12}) and from line (\d{1,12}) both time ")
+
+
+def repeated_tables(problem: str, runs: list[dict]) -> tuple[int, int] | None:
+    """The two tables (numbers from 1) a problem line of :func:`parse_nccl_tests` says time the same thing (a repeat,
+    or two machines' outputs); None for any other problem."""
+    m = _REPEAT_RE.search(problem)
+    if m is None:
+        return None
+    table = {r["first_line"]: r["table"] for r in runs}
+    a, b = table.get(int(m[1])), table.get(int(m[2]))
+    return (a, b) if a is not None and b is not None else None
+
+
+def _check_repeats(runs: list[dict], rows: list[BusbwRow], problems: _Problems) -> None:
+    """Tables that time what an earlier table of the file times (one op over one group size and placement, in one
+    type, reduction op and root) are said, once each. On one machine (or where a table lists no devices) they are
+    a repeat: a fit and a bandwidth table pool their rows, each size's median, and a summary counts them all. On
+    other hardware (their device lists name other GPUs or hosts: two logs pasted together) their rows are never
+    pooled: fit and --bandwidth refuse them together until ``fit --run`` picks one machine's tables. Tables of
+    other roots (``-r 0``, then ``-r 1``), types or reduction ops are no repeat: each row keeps its own, and fit
+    and ``--bandwidth`` take one at a time."""
+    curves: dict[int, set[tuple]] = {}
+    for row in rows:
+        curves.setdefault(row.table, set()).add(_curve(row))
+    earlier: list[dict] = []
     for run in runs:
-        key = (run["op"], run["nranks"])
-        roots = set(run["roots"])
-        same = [r for r in earlier.get(key, []) if set(r["roots"]) & roots or not (r["roots"] or roots)]
-        earlier.setdefault(key, []).append(run)
+        mine = curves.get(run["table"], set())
+        same = [r for r in earlier if curves.get(r["table"], set()) & mine]
+        earlier.append(run)
         if not same:
             continue
-        a, b = _hardware(same[0]), _hardware(run)
-        both = sorted(set(same[0]["roots"]) & roots)
-        at = f" from root{'s' if len(both) > 1 else ''} {', '.join(map(str, both))}" if both else ""
-        what = (f"the tables from line {same[0]['first_line']} and from line {run['first_line']} both time "
-                f"{run['op']} over {run['nranks'] or '?'} ranks{at}")
-        if a and b and a != b:
-            problems.add(run["first_line"], f"{what} but on other hardware ({a}; then {b}): their rows are pooled "
-                                            f"as one measurement; split the file to keep them apart")
-        else:
-            problems.add(run["first_line"], f"{what}: their rows are pooled as one measurement (a run repeated, or "
-                                            f"one output pasted twice?)")
+        b = _hardware(run)
+        other = [r for r in same if _hardware(r) and b and _hardware(r) != b]
+        alike = [r for r in same if r not in other]
+        for first in (alike[:1] + other[:1]):  # a repeat of this machine's, and another machine's table: each said
+            a = _hardware(first)
+            both = sorted({c[5] for c in curves[first["table"]] & mine if c[5] is not None})
+            at = f" from root{'s' if len(both) > 1 else ''} {', '.join(map(str, both))}" if both else ""
+            what = (f"the tables from line {first['first_line']} and from line {run['first_line']} both time "
+                    f"{run['op']} over {run['nranks'] or '?'} ranks{at}")
+            if first in other:
+                problems.add(run["first_line"], f"{what} but on other hardware ({a}; then {b}): their rows are not "
+                                                f"pooled (fit and --bandwidth refuse them together; fit --run "
+                                                f"{first['table']} or --run {run['table']} takes one machine's tables)")
+            else:
+                problems.add(run["first_line"], f"{what}: their rows are pooled as one measurement, each size's "
+                                                f"median (a run repeated, or one output pasted twice?)")
 
 
 def _merge_meta(runs: list[dict], versions: dict[str, str], json_output: str | None) -> dict[str, Any]:
@@ -1210,10 +1288,10 @@ def parse_nccl_tests(source: str | Path, *, op: str | None = None) -> NcclTestsR
         raise ValueError(f"{name}: no nccl-tests data rows found (expected lines like '{_EXAMPLE_ROW}'){hint}")
     rows: list[BusbwRow] = []
     run_meta: list[dict] = []
-    for run in runs:
-        r, m = _finish_run(run, name, override, reader.problems)
+    for table, run in enumerate(runs, start=1):
+        r, m = _finish_run(run, name, override, reader.problems, table)
         rows.extend(r)
         run_meta.append(m)
-    _check_repeats(run_meta, reader.problems)
+    _check_repeats(run_meta, rows, reader.problems)
     meta = _merge_meta(run_meta, reader.versions, reader.json_output)
     return NcclTestsResult(rows=rows, meta=meta, problems=reader.problems.render())

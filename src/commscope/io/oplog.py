@@ -36,7 +36,7 @@ from typing import IO, Any, TypeGuard
 import numpy as np
 
 from commscope.io.import_base import KNOWN_DTYPES
-from commscope.record import MAX_MESSAGE_BYTES, CommOp
+from commscope.record import MAX_MESSAGE_BYTES, ROOTED_OPS, CommOp
 
 #: Key of the optional first line of a JSONL op log.
 HEADER_KEY = "commscope_header"
@@ -383,6 +383,11 @@ def _consistency_problem(op: CommOp, header: dict[str, Any] | None) -> str | Non
             return f"peer={op.peer} is the record's own rank: a {op.op} goes to another rank"
     if group and op.peer is not None and op.peer not in group:
         return f"peer={op.peer} is not in group={list(group)}: expected a member of the group it sent or received on"
+    if group and op.op in ROOTED_OPS:
+        root = dict(op.extra).get("root")
+        if root is not None and not (is_int(root) and root in group):
+            return (f"root={root!r} is not in group={list(group)}: expected the member of the group the {op.op} "
+                    f"{'starts' if op.op in ('broadcast', 'scatter') else 'ends'} at (a global rank)")
     if group and op.op == "all_to_all" and op.splits is not None:
         if len(op.splits) != len(group):
             return (f"splits={list(op.splits)} has {len(op.splits)} entries for group={list(group)}: expected the bytes "

@@ -33,7 +33,7 @@ from typing import Any
 
 from commscope.io.import_base import ImportResult, missing_fields, missing_of, note_fields
 from commscope.io.oplog import FAILURE_FILE, is_int, read_failure
-from commscope.record import COLLECTIVES, CommOp
+from commscope.record import COLLECTIVES, CommOp, op_root
 
 __all__ = ["AxisAttribution", "RunFindings", "RunLog", "RunTotals", "is_logical", "op_step", "read_run", "read_run_totals", "run_totals",
            "write_run_parquet"]
@@ -115,8 +115,9 @@ class RunTotals(RunFindings):
     """Records read, ranked and unranked (each line once, whatever its ``count``)."""
     num_unranked: int = 0
     logical: tuple[CommOp, ...] = ()
-    """The logical ops, merged: op, axis, group, size, dtype, rank, peer, splits and backend_op kept, ``count``
-    the sum over the records merged (of every step and setup); in a fixed order."""
+    """The logical ops, merged: op, axis, group, size, dtype, rank, peer, splits, backend_op and a rooted
+    collective's root (``extra["root"]``, where recorded) kept, ``count`` the sum over the records merged (of every
+    step and setup); in a fixed order."""
     by_step: tuple[tuple[str, str, int | None, int, int], ...] = ()
     """Logical ops per step: (axis, op, step or None for setup, count, bytes), the axis attributed from
     :attr:`axes_layout` (the recorded axis without one)."""
@@ -331,8 +332,10 @@ class _Fold:
     def add_logical(self, op: CommOp, by_step: dict[int | None, int], r: int | None) -> None:
         if _is_logical(op.op, r, op.group):
             each = op.count * senders(op, r)
+            root = op_root(op)
             for step, k in by_step.items():
-                key = (op.op, op.axis, op.group, op.size_bytes, op.dtype, r, op.peer, op.splits, op.backend_op, step)
+                key = (op.op, op.axis, op.group, op.size_bytes, op.dtype, r, op.peer, op.splits, op.backend_op, root,
+                       step)
                 self.logical[key] = self.logical.get(key, 0) + each * k
 
     def file_missing(self) -> tuple[str, ...]:
@@ -361,8 +364,8 @@ class _RunFold(_Fold):
                 counts = Counter(dict(self.rank_steps[r])) + counts
             frozen = tuple(sorted(counts.items()))
             self.rank_steps[r] = self.interned.setdefault(frozen, frozen)
-        for (name, axis, group, size, dtype, rank, peer, splits, backend_op, step), count in other.logical.items():
-            key = (name, axis, group, size, dtype, rank, peer, splits, backend_op, None)
+        for (name, axis, group, size, dtype, rank, peer, splits, backend_op, root, step), count in other.logical.items():
+            key = (name, axis, group, size, dtype, rank, peer, splits, backend_op, root, None)
             self.logical[key] = self.logical.get(key, 0) + count
             where = (name, axis, group, dtype, rank, peer)
             attributed = self.axes.get(where)
@@ -381,8 +384,10 @@ class _RunFold(_Fold):
 
     def logical_ops(self) -> tuple[CommOp, ...]:
         out = [CommOp(op=name, axis=axis, group=group, size_bytes=size, dtype=dtype, rank=rank, peer=peer,
-                      splits=splits, backend_op=backend_op, count=count)
-               for (name, axis, group, size, dtype, rank, peer, splits, backend_op, _), count in self.logical.items()]
+                      splits=splits, backend_op=backend_op, count=count,
+                      extra=(("root", root),) if root is not None else ())
+               for (name, axis, group, size, dtype, rank, peer, splits, backend_op, root, _), count
+               in self.logical.items()]
         return tuple(sorted(out, key=_op_order))
 
     def step_rows(self) -> tuple[tuple[str, str, int | None, int, int], ...]:
@@ -392,7 +397,8 @@ class _RunFold(_Fold):
 
 def _op_order(op: CommOp) -> tuple:
     return (op.op, op.axis, op.group, op.size_bytes, op.dtype, -1 if op.rank is None else op.rank,
-            -1 if op.peer is None else op.peer, op.splits or (), op.backend_op or "")
+            -1 if op.peer is None else op.peer, op.splits or (), op.backend_op or "",
+            -1 if (root := op_root(op)) is None else root)
 
 
 def run_totals(run: RunLog, *, layout: Any = None) -> RunTotals:
