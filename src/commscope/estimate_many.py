@@ -366,7 +366,7 @@ def _gpu_compute(model: ModelSpec, pars: Sequence[ParallelSpec], st: _Structure,
         peak = gpu.peak_flops_for(c["lin_dtype"])
         eff = float(lin_flop[j] / (lin_time[j] * peak)) if lin_time[j] else 0.0
         line = (f"compute: per-GEMM tile/wave model on {gpu.name} ({c['lin_dtype']} linear GEMMs at {eff:.0%} of peak), "
-                f"{c['attention']} attention, memory-bound kernels at {gpu.memory_efficiency:.0%} of "
+                f"{c['attention']} attention, memory-bound kernels at {round(gpu.memory_efficiency * 100, 1):g}% of "
                 f"{gpu.memory_bandwidth_bytes_per_s / 1e9:.0f} GB/s, Adam step")
         accumulation = grad_accumulation_note(model, par)
         notes.append((*c["notes"], *((accumulation,) if accumulation else ()), line))

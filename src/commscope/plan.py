@@ -322,6 +322,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_siz
     :attr:`~commscope.spec.parallel.ParallelSpec.gradient_accumulation_fusion`): every configuration is estimated
     with it, so that a plan compared with a job without fusion times the same kernels (the closed-form screen
     leaves the separate gradient adds out, as it leaves out every memory-bound kernel)."""
+    from commscope.estimate import compute_gpu
     from commscope.estimate_many import estimate_many
     from commscope.memory import total_memory_bytes
 
@@ -349,7 +350,8 @@ def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_siz
     mem = mem[fits]
     n_fit = c["tp"].size
     notes: list[str] = []
-    if not gradient_accumulation_fusion and gpu_util is None:  # FLOP / (u x peak) has no kernels to add it to
+    if not gradient_accumulation_fusion and compute_gpu(cluster, gpu_util)[0] is not None:
+        # (FLOP / (u x peak), with --gpu-util or for a GPU without a model, has no kernels to add it to)
         notes.append("every configuration without gradient accumulation fusion (--no-gradient-accumulation-fusion): "
                      "each micro-batch's weight gradients added by a separate kernel, more of them the more "
                      "micro-batches")

@@ -284,6 +284,57 @@ def test_bandwidth_table_of_r_minus_1_output_is_refused_with_the_fit_that_picks_
     assert main(["estimate", "--bandwidth", str(model)]) == 0
 
 
+def test_bandwidth_table_of_bench_json_of_two_roots_or_a_written_table_of_two_types_is_refused(tmp_path, capsys):
+    """`estimate --bandwidth` read `commscope bench` JSON (and CSV/TOML tables) without looking at types, reduction
+    ops or roots: two roots' sweeps merged were interpolated as one curve, their median, where `fit` refuses them.
+    Now refused alike, with the fit that picks one for bench JSON; rows without a root (-1, blank) pass."""
+    from commscope.io.bandwidth_file import read_bandwidth
+
+    rows = [{"op": "broadcast", "group_size": 2, "size_bytes": 1024 * 4**i, "time_s": k * (1e-4 + 4**i * 1e-7),
+             "busbw_GBps": 10 / k, "wrong": 0, "dtype": "fp32", "redop": "none", "root": root}
+            for root, k in ((0, 1.0), (1, 1.3)) for i in range(4)]
+    rows += [{"op": "all_reduce", "group_size": 2, "size_bytes": 1024 * 4**i, "time_s": 1e-4 + 4**i * 1e-7,
+              "busbw_GBps": 10.0, "wrong": 0, "dtype": "fp32", "redop": "sum", "root": -1} for i in range(4)]
+    path = tmp_path / "merged.json"
+    path.write_text(json.dumps({"meta": {"backend": "gloo"}, "rows": rows}))
+    with pytest.raises(ConfigError, match=r"times broadcast over 2 ranks from 2 roots \(0, 1\), which one table cannot "
+                                          r"hold apart: keep one of each per op and group size \(commscope fit "
+                                          r"merged.json --root 0 --out model.toml fits one\)"):
+        read_bandwidth(path)
+    model = tmp_path / "model.toml"
+    assert main(["fit", str(path), "--root", "0", "--out", str(model)]) == 0  # the suggestion, as it reads
+    assert read_bandwidth(model).ops() == {"broadcast", "all_reduce"}
+    one_root = tmp_path / "one.json"
+    one_root.write_text(json.dumps({"rows": [r for r in rows if r["root"] in (0, -1)]}))
+    assert len(read_bandwidth(one_root).rows) == 8
+    table = tmp_path / "table.csv"
+    table.write_text("op,group_size,size_bytes,busbw_GBps,dtype\nall_reduce,8,1048576,100,fp32\n"
+                     "all_reduce,8,1048576,150,bf16\n")
+    with pytest.raises(ConfigError, match=r"in 2 types \(fp32, bf16\), which one table cannot hold apart: keep one "
+                                          r"of each per op and group size$"):
+        read_bandwidth(table)
+    capsys.readouterr()
+
+
+def test_bandwidth_of_several_machines_and_roots_asks_for_the_machine_first(tmp_path, capsys):
+    """Pasted -r -1 outputs of two machines: --bandwidth named the roots first and suggested `fit --root 0`, which fit
+    (checking machines first) refused again. Now both ask for the machine first, and each suggestion runs."""
+    from commscope.io.bandwidth_file import read_bandwidth
+
+    text = ALL_ROOTS.read_text()
+    both = tmp_path / "both.txt"
+    both.write_text(text + text.replace("node01", "node02"))
+    with pytest.raises(ConfigError, match=r"on other hardware.*commscope fit both.txt --run 1 --out model.toml"):
+        read_bandwidth(both)
+    assert main(["fit", str(both), "--run", "1"]) == 2  # then the root, as fit asks
+    assert "pick with --root 0" in capsys.readouterr().err
+    assert main(["fit", str(both), "--run", "1", "--root", "0", "--out", str(tmp_path / "m.toml")]) == 0
+    capsys.readouterr()
+    # the fitted model says which of the file's measurements it holds (the table --run picked was left unsaid)
+    assert main(["fit", str(both), "--run", "2", "--root", "3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["source"] == "both.txt (table 2, root 3)"
+
+
 MI300 = "rccl-tests_allreduce_mi300x8_single-node_rccl-version-block.txt"
 
 

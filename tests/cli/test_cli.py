@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -272,6 +273,18 @@ def test_plan_takes_the_jobs_gradient_accumulation_fusion(capsys, tmp_path):
     code, out, err = run(capsys, *plan, "--no-gradient-accumulation-fusion", "--gpu-util", "0.5")
     assert code == 0 and "--no-gradient-accumulation-fusion changes nothing here: --gpu-util" in err, err
     assert json.loads(out)["notes"] == []
+    # nor for a GPU commscope has no compute model of (it falls back to FLOP / (u x peak)): the plan noted the adds as
+    # counted, and estimate took the flag without a word
+    preset = Path(__file__).parents[2] / "src" / "commscope" / "presets" / "clusters" / "dgx-a100.toml"
+    other = tmp_path / "mi.toml"
+    other.write_text(preset.read_text().replace('gpu = "A100-SXM4-80GB"', 'gpu = "MI250X"', 1))
+    for command in (plan[:5] + ("--cluster", str(other), "--json"), ("estimate", "--cluster", str(other), "--json")):
+        code, out, err = run(capsys, *command, "--no-gradient-accumulation-fusion")
+        said = "--no-gradient-accumulation-fusion changes nothing here: commscope has no compute model of the " \
+               "cluster's GPU (MI250X)"
+        assert code == 0 and said in err, err
+        assert not any("without gradient accumulation fusion" in n or "separate kernel" in n
+                       for n in json.loads(out)["notes"])
 
 
 def test_report_carries_the_estimates_warnings(capsys, tmp_path):

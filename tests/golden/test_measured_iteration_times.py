@@ -15,8 +15,8 @@ Assumptions, stated because the file does not give them:
   was predicted 11% fast without it);
 - no gradient accumulation fusion: Megatron-DeepSpeed trains under DeepSpeed's engine, whose autograd accumulates
   each micro-batch's fp16 weight gradients into ``.grad`` with a separate add (Megatron's fused wgrad-accumulate
-  kernel writes Megatron's own ``main_grad``, which that engine does not have; Megatron-LM of 2022 itself turned the
-  fusion off for fp16 without fp32 accumulation, megatron/arguments.py): 6 bytes per parameter per micro-batch,
+  kernel writes Megatron's own ``main_grad``, which that engine does not have; Megatron-LM itself had the fusion only
+  from February 2022, with fp16 gradients only from September 2022, megatron/arguments.py): 6 bytes per parameter per micro-batch,
   0.01-0.2 s of these runs;
 - cluster: the `dgx-a100` preset (A100, 8 GPUs per node) with the inter-node rate the vTrain testbed states:
   800 Gb/s per node (12.5 GB/s per GPU); tensor-parallel all_reduces inside a node timed from the testbed's own

@@ -6,7 +6,11 @@ The four figures are the paper's; each agrees with the model-FLOPs utilisation t
 (41.5%, 51.4%, 56.0%, 56.3%: 72 B s l h^2 (1 + s/6h + V/12lh) / (GPUs x 312 TFLOP/s x time)), which this
 test checks too, so a mistyped figure fails here instead of moving the model. Shapes and runs as the paper's
 tables give them: sequence 2048, vocabulary 51200, t = 8, one sequence per micro-batch, a global batch of one
-sequence per GPU; Megatron-LM of 2022, so unfused attention (its fused softmax kernel) and 16-bit training; the `dgx-a100` preset's network (Selene: DGX A100, 8 HDR NICs per node).
+sequence per GPU; Megatron-LM of 2022, so unfused attention (its fused softmax kernel) and 16-bit training;
+gradient accumulation fusion on, which the paper does not state (Megatron-LM has had it since February 2022, then
+only with fp32 gradient accumulation, --accumulate-allreduce-grads-in-fp32; these runs do 4-512 micro-batches each,
+and with a separate fp16 add per micro-batch instead the check gives 11.1% mean, 13.1% worst: every run 10-13%
+slow); the `dgx-a100` preset's network (Selene: DGX A100, 8 HDR NICs per node).
 
 Why it is here: the A100 preset's GEMM fraction was 0.72 after the vTrain fit, which made these runs 11-12%
 slow (their GEMMs of h = 6144-25600 at 0.60-0.68 of peak, where Megatron-LM reaches 0.70-0.77). The preset now
@@ -31,8 +35,8 @@ RUNS = [
     ("GPT 530B", 105, 20480, 128, 35, 280, 280, 37.83, 0.560),
     ("GPT 1T", 128, 25600, 160, 64, 512, 512, 71.49, 0.563),
 ]
-MEAN_APE_LIMIT = 0.08  # reached: 5.1% (a check, not a fit: see the module docstring)
-WORST_APE_LIMIT = 0.12  # reached: 9.6% (the 22B run on one node)
+MEAN_APE_LIMIT = 0.08  # reached: 4.7% (a check, not a fit: see the module docstring)
+WORST_APE_LIMIT = 0.12  # reached: 8.7% (the 22B run on one node)
 
 
 def _cases() -> list[Case]:

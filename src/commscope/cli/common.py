@@ -208,8 +208,8 @@ def add_parallel_args(parser: argparse.ArgumentParser, defaults: dict[str, str] 
     o.add_argument("--gradient-accumulation-fusion", dest="parallel.gradient_accumulation_fusion",
                    action=argparse.BooleanOptionalAction, default=None,
                    help="weight-gradient GEMMs add into the accumulated gradients (Megatron's default); "
-                        "--no-gradient-accumulation-fusion: a separate add per micro-batch (Megatron-LM with fp16 "
-                        "gradients, Megatron-DeepSpeed)")
+                        "--no-gradient-accumulation-fusion: a separate add per micro-batch (Megatron-LM before 2022, "
+                        "fp16 gradients in 2022, Megatron-DeepSpeed)")
     o.add_argument("--attention-backend", dest="parallel.attention", type=_attention_backend, default=None,
                    metavar="{auto,flash,fused,unfused,local}",
                    help="attention kernels: flash/fused/auto = one fused kernel (default), unfused/local = GEMMs + softmax")
@@ -435,6 +435,28 @@ _COMPUTE_MODEL_FLAGS: tuple[tuple[str, Callable[[Any], str]], ...] = (
 )
 
 
+def warn_compute_model_flags(args: argparse.Namespace, given: dict[str, Any], cluster: ClusterSpec, *,
+                             method: str = "refined") -> None:
+    """One warning line for each flag the user gave (``given``: dest -> value) that only the GPU's compute model
+    reads, where FLOP / (u x peak) replaces that model: --gpu-util, the seed method, or a GPU commscope has no
+    model of."""
+    asked = [(dest, spelled) for dest, spelled in _COMPUTE_MODEL_FLAGS if dest in given]
+    if not asked:
+        return
+    from commscope.estimate import compute_gpu
+
+    if getattr(args, "gpu_util", None) is not None:
+        replaced = "--gpu-util replaces the GPU's compute model by FLOP / (u x peak)"
+    elif method == "seed":
+        replaced = "the seed method times compute as FLOP / (u x peak)"
+    elif compute_gpu(cluster, None)[0] is None:
+        replaced = f"commscope has no compute model of the cluster's GPU ({cluster.gpu}): compute is FLOP / (u x peak)"
+    else:
+        return
+    for dest, spelled in asked:
+        warn(args, f"{spelled(given[dest])} changes nothing here: {replaced}, which it does not enter")
+
+
 def estimate_job(prediction, args: argparse.Namespace):
     """``estimate`` of a prediction with the command's --method, --gpu-util and --bandwidth (a measured table
     or fit; ops it lacks fall back to the cluster preset's alpha-beta model, with a note)."""
@@ -447,12 +469,7 @@ def estimate_job(prediction, args: argparse.Namespace):
         flag = "--overlap-p2p-communication" if parallel.overlap_p2p_comm else "--no-overlap-p2p-communication"
         warn(args, f"{flag} changes nothing here: Megatron overlaps pipeline sends/receives with compute only in the "
                    f"interleaved schedule (--virtual-pipeline-size > 1; it is {parallel.virtual_pipeline_size})")
-    replaced = ("--gpu-util replaces the GPU's compute model by FLOP / (u x peak)" if args.gpu_util is not None
-                else "the seed method times compute as FLOP / (u x peak)" if args.method == "seed" else None)
-    given = _given(args, "parallel")
-    for dest, spelled in _COMPUTE_MODEL_FLAGS:
-        if replaced and dest in given:
-            warn(args, f"{spelled(given[dest])} changes nothing here: {replaced}, which it does not enter")
+    warn_compute_model_flags(args, _given(args, "parallel"), prediction.cluster, method=args.method)
     bw = None
     if args.bandwidth is not None:
         from commscope.io.bandwidth_file import read_bandwidth

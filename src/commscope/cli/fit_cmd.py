@@ -57,7 +57,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"commscope fit: note: {line}", file=sys.stderr)
     for line in problem_lines(info.get("problems", [])):  # damaged rows skipped, and what else the input says wrong
         warn(args, line)
-    source = Path(args.input).name + (f" ({info['chosen']})" if info.get("chosen") else "")
+    # what was picked, so that the fitted model says which of the file's measurements it holds
+    picked = [f"table{'s' if ',' in str(args.run) else ''} {args.run}" if args.run is not None else "", f"op {args.op}" if args.op is not None else "",
+              info.get("chosen") or ""]
+    picked = [text for text in picked if text]
+    source = Path(args.input).name + (f" ({', '.join(picked)})" if picked else "")
     result = fit(points, source=source, time_kind=info["time_kind"], backend=info.get("backend"),
                  tolerance=args.tolerance, max_pieces=args.max_pieces)
     for c in result.curves:

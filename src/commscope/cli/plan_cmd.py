@@ -8,7 +8,7 @@ import sys
 
 from commscope.cli.common import (
     add_cluster_args, add_model_args, check_gpu_dtype, check_gpu_util, check_nodes, int_list, resolve_cluster,
-    resolve_model, warn,
+    resolve_model, warn_compute_model_flags,
 )
 
 
@@ -33,8 +33,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--gpu-util", type=float, default=None, help="achieved fraction of peak FLOP/s (default: the cluster's)")
     g.add_argument("--gradient-accumulation-fusion", action=argparse.BooleanOptionalAction, default=None,
                    help="not searched, the job's: weight-gradient GEMMs add into the accumulated gradients (Megatron's "
-                        "default); --no-gradient-accumulation-fusion: a separate add per micro-batch (Megatron-LM with "
-                        "fp16 gradients, Megatron-DeepSpeed), which favours fewer, larger micro-batches")
+                        "default); --no-gradient-accumulation-fusion: a separate add per micro-batch (Megatron-LM before "
+                        "2022, fp16 gradients in 2022, Megatron-DeepSpeed), which favours fewer, larger micro-batches")
     g.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
@@ -52,10 +52,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("top", args.top, "must be >= 1")
     check_gpu_util(args)
     fusion = args.gradient_accumulation_fusion
-    if fusion is not None and args.gpu_util is not None:
-        flag = "--gradient-accumulation-fusion" if fusion else "--no-gradient-accumulation-fusion"
-        warn(args, f"{flag} changes nothing here: --gpu-util replaces the GPU's compute model by FLOP / (u x peak), "
-                   "which it does not enter")
+    warn_compute_model_flags(args, {} if fusion is None else {"gradient_accumulation_fusion": fusion}, cluster)
     if args.refine is not None and args.refine < 1:
         raise ConfigError("refine", args.refine, "must be >= 1 (leave it out to estimate every configuration that fits)")
     batch = 512 if args.global_batch_size is None else args.global_batch_size

@@ -113,8 +113,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--gradient-accumulation-fusion", dest="gradient_accumulation_fusion",
                    action=argparse.BooleanOptionalAction, default=None,
                    help="weight-gradient GEMMs add into the accumulated gradients (default yes); "
-                        "--no-gradient-accumulation-fusion: a separate add per micro-batch (fp16 Megatron-LM, "
-                        "Megatron-DeepSpeed)")
+                        "--no-gradient-accumulation-fusion: a separate add per micro-batch (Megatron-LM before 2022, "
+                        "fp16 gradients in 2022, Megatron-DeepSpeed)")
     d.add_argument("--fp8-format", dest="fp8_format", default=None,
                    help="hybrid or e4m3: linear layers in FP8 (default none)")
     g = p.add_argument_group("estimate and output")

@@ -58,7 +58,7 @@ Three kinds of kernels, each timed by the roofline that bounds it on a :class:`~
 
 Sources (keys in docs/references.md): [flashattention-2022] FlashAttention; [dao-2023] FlashAttention-2; [shah-2024]
 FlashAttention-3; [megatron-sc21]; [korthikanti-2022]; [megatron-core]; [transformer-engine]; [isaev-2023].
-numpy-free: plain arithmetic on a few numbers per layer kind.
+Plain arithmetic on a few numbers per layer kind (numpy only where a caller passes arrays).
 """
 
 from __future__ import annotations
@@ -222,7 +222,9 @@ def stage_extra_bytes(model: ModelSpec, parallel: ParallelSpec, *, first: bool, 
 
 def grad_accumulation_bytes_per_param(model: ModelSpec, parallel: ParallelSpec) -> int:
     """HBM bytes per parameter of the rank that adding one micro-batch's weight gradients into the accumulated
-    gradient moves (see the module docstring); 0 with gradient accumulation fusion."""
+    gradient moves (see the module docstring); 0 with gradient accumulation fusion. The accumulated gradient is in
+    the dtype gradients are reduced in, or fp32 where that is fp8 (an fp8 reduction casts from a wider buffer:
+    fp32 assumed)."""
     if parallel.gradient_accumulation_fusion:
         return 0
     accumulated = grad_dtype(model, parallel)

@@ -250,7 +250,7 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> Sta
     peak = gpu.peak_flops_for(lin_dtype)
     eff = float(arrays["lin_flop"][crit] / (arrays["lin_time"][crit] * peak)) if arrays["lin_time"][crit] else 0.0
     notes.append(f"compute: per-GEMM tile/wave model on {gpu.name} ({lin_dtype} linear GEMMs at {eff:.0%} of peak), "
-                 f"{parallel.attention} attention, memory-bound kernels at {gpu.memory_efficiency:.0%} of "
+                 f"{parallel.attention} attention, memory-bound kernels at {round(gpu.memory_efficiency * 100, 1):g}% of "
                  f"{gpu.memory_bandwidth_bytes_per_s / 1e9:.0f} GB/s, Adam step")
     return StageCompute(forward_s=arrays["fwd"], backward_s=arrays["bwd"], recompute_s=arrays["rec"],
                         gemm_s=arrays["gemm"], attention_s=arrays["att"], memory_s=arrays["mem"],

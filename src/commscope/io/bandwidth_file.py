@@ -16,6 +16,7 @@ import json
 import math
 import tomllib
 from pathlib import Path
+from typing import Any
 
 from commscope.bench.fitted import BUSBW_OPS, mixed_variants
 from commscope.bandwidth import AlphaBeta, BandwidthModel, MeasuredTable, TableRow, table_from_bench_rows
@@ -49,6 +50,7 @@ def _rows_from_mappings(items, source: str) -> list[TableRow]:
     if not isinstance(items, list):
         raise ConfigError("bandwidth", source, "expected a list of rows (op, group_size, size_bytes, busbw_GBps)")
     rows = []
+    variants: list[tuple[str, int, bool | None, str | None, str | None, str | None]] = []
     for i, item in enumerate(items, start=1):
         where = f"row {i}"
         if not isinstance(item, dict):
@@ -79,7 +81,23 @@ def _rows_from_mappings(items, source: str) -> list[TableRow]:
         if intra is not None and not isinstance(intra, bool):
             raise ConfigError(f"{where}.intra_node", intra, "valid: true or false (or empty: not known)", source=source)
         rows.append(TableRow(op=op, group_size=n, size_bytes=size, busbw_bytes_per_s=busbw, intra_node=intra))
+        variants.append((op, n, intra, _variant(item.get("dtype")), _variant(item.get("redop")),
+                         _variant(item.get("root"))))
+    mixed = mixed_variants(variants)
+    if mixed is not None:  # `commscope bench` rows of several types or roots, or a table written so: kept apart
+        op, n, what, pick, _ = mixed
+        fit = f" (commscope fit {source} {pick} --out model.toml fits one)" if source.lower().endswith(".json") else ""
+        raise ConfigError("bandwidth", source, f"times {op} over {n} ranks {what}, which one table cannot hold apart: "
+                                               f"keep one of each per op and group size{fit}")
     return rows
+
+
+def _variant(value: Any) -> str | None:
+    """A row's type, reduction op or root as :func:`~commscope.bench.fitted.mixed_variants` compares them: None
+    where the row has none (blank, or the root -1 that `commscope bench` writes for an op without one)."""
+    if value is None or value == "" or value == -1 or value == "-1":
+        return None
+    return str(value).strip()
 
 
 def _refuse_wrong(items, source: str) -> None:
@@ -190,8 +208,8 @@ def _read_bandwidth(path: Path, fallback: AlphaBeta | None) -> BandwidthModel:
         raise ConfigError("bandwidth", source, "no row measured a link: " + (
             f"the rows ran on {ranks[0]} rank (busbw 0 by definition); measure over 2 ranks or more"
             if ranks and max(ranks) < 2 else "every row has size 0 or a bus bandwidth of 0.00 GB/s"))
-    _one_type_and_redop(rows, source)
-    _one_machine(rows, result.meta.get("runs", []), source)
+    _one_machine(rows, result.meta.get("runs", []), source)  # first, as `commscope fit` refuses them: each
+    _one_type_and_redop(rows, source)  # suggestion then runs as it says
     table = table_from_bench_rows(rows, source=source, fallback=fallback)
     table.notes.extend(result.problems)  # what the reader found wrong (runs pooled, times no link has, ...)
     return table

@@ -1177,7 +1177,10 @@ def pick_tables(runs: list[dict]) -> str:
     return " or ".join(f"--run {','.join(map(str, t))}" for t in by_hardware.values())
 
 
-_REPEAT_RE = re.compile(r":\d{1,12}: the tables from line (\d{1,12}) and from line (\d{1,12}) both time ")
+#: How a problem line names two tables that time the same thing; :func:`repeated_tables` reads the pair back from
+#: it, so the text is written (in _check_repeats) and read from this one constant.
+_REPEAT_HEAD = "the tables from line {} and from line {} both time "
+_REPEAT_RE = re.compile(r":\d{1,12}: " + re.escape(_REPEAT_HEAD).replace(r"\{\}", r"(\d{1,12})"))
 
 
 def repeated_tables(problem: str, runs: list[dict]) -> tuple[int, int] | None:
@@ -1216,8 +1219,8 @@ def _check_repeats(runs: list[dict], rows: list[BusbwRow], problems: _Problems) 
             a = _hardware(first)
             both = sorted({c[5] for c in curves[first["table"]] & mine if c[5] is not None})
             at = f" from root{'s' if len(both) > 1 else ''} {', '.join(map(str, both))}" if both else ""
-            what = (f"the tables from line {first['first_line']} and from line {run['first_line']} both time "
-                    f"{run['op']} over {run['nranks'] or '?'} ranks{at}")
+            what = (_REPEAT_HEAD.format(first["first_line"], run["first_line"])
+                    + f"{run['op']} over {run['nranks'] or '?'} ranks{at}")
             if first in other:
                 problems.add(run["first_line"], f"{what} but on other hardware ({a}; then {b}): their rows are not "
                                                 f"pooled (fit and --bandwidth refuse them together; fit --run "

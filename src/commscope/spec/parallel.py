@@ -109,8 +109,9 @@ class ParallelSpec:
     """Megatron's gradient accumulation fusion (on by default; ``--no-gradient-accumulation-fusion`` turns it off):
     each weight-gradient GEMM adds its result straight into the accumulated gradient. Off, a separate kernel adds
     every micro-batch's weight gradients into it (read the new gradient, read and write the accumulated one).
-    Megatron-LM of 2021-23 turned it off for fp16 training without fp32 gradient accumulation, and DeepSpeed's
-    engine (Megatron-DeepSpeed) never has it: there autograd accumulates ``.grad`` itself. PyTorch's DDP and FSDP2
+    Megatron-LM has had it since February 2022, until September 2022 only with fp32 gradient accumulation (fp16
+    runs without ``--accumulate-allreduce-grads-in-fp32`` had it off, as every run before it did); DeepSpeed's engine
+    (Megatron-DeepSpeed) never has it: there autograd accumulates ``.grad`` itself. PyTorch's DDP and FSDP2
     have no such fusion either (autograd adds each micro-batch's gradients after the first), but the default stays
     on for every framework: the compute model is Megatron's for all of them (fp32 master weights, Adam), and it
     is not calibrated on a PyTorch run; pass False to count the adds."""
