@@ -9,7 +9,8 @@ the 8-rank 3D reference workload: tp 2 x pp 2 x dp 2, sequence parallelism, FSDP
    recording adds runs there; the backend's threads are left out, as is the scheduler's noise).
    Beside it, commscope's own code alone (:func:`bench_python_only`: no backend, the best of 7 loops), which the
    host's load does not swing the way it swings the backend's op (on this VM a plain 4 B op takes 6.5-26 us of CPU
-   from one hour to the next, and what recording adds follows it).
+   from one hour to the next, and what recording adds follows it); and the same with the caches cold
+   (:func:`bench_python_cold`), which is what an op costs inside a training step.
 2. Step time of the 3D reference training, recording switched on and off step by step inside the same runs, in
    blocks of four steps on, off, off, on after the warm-up (a drift of the shared machine along a block weighs on
    both alike). Each block gives one paired ratio, (on + on) / (off + off) of the slowest rank's step times; the
@@ -156,6 +157,72 @@ def bench_python_only(n: int = 50_000, repeats: int = 7) -> dict:
             log.close()
     out["record_async_us"] = out["recorded_async_us"] - out["forward_us"]
     out["record_blocking_us"] = out["recorded_blocking_us"] - out["forward_us"]
+    return out
+
+
+def bench_python_cold(n: int = 2000, repeats: int = 5, sweep_mib: int = 64) -> dict:
+    """:func:`bench_python_only` with the caches cold, as inside a training step: between two ops a ``sweep_mib``
+    array is read (the job's own work evicts commscope's code and data the same way), and only the op itself is
+    timed (the thread's CPU, ``thread_time_ns``); the least of ``repeats`` loops. Inside the 8-rank job recording
+    costs ~25-30 us of CPU per op against ~2.5 us warm: this reproduces that in one process, steadily, so that a
+    change to the recorder can be judged by it (and it says which part costs what: ``record_only_us``, the record
+    made but not followed; ``wrapper_us``, the Work wrapper handed back)."""
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    from torch._C._distributed_c10d import _create_work_from_future
+
+    from commscope.capture.recorder import RankLog
+
+    done = torch.futures.Future()
+    done.set_result([])
+    work = _create_work_from_future(done)
+
+    class Backend:
+        def allreduce(self, tensors, opts=None):
+            tensors[0].numel()  # as a real backend, it reads the tensor it is handed
+            return work
+
+    x = torch.ones(1)
+    opts = dist.AllreduceOptions()
+    junk = np.ones(sweep_mib * 2**20 // 8)
+
+    def per_op(group) -> float:
+        best = float("inf")
+        for _ in range(repeats):
+            total = 0
+            for _ in range(n):
+                junk.sum()
+                c0 = time.thread_time_ns()
+                group.allreduce([x], opts).wait()
+                total += time.thread_time_ns() - c0
+            best = min(best, total / n / 1e3)
+        return best
+
+    out: dict[str, float] = {"sweep_MiB": sweep_mib}
+    with tempfile.TemporaryDirectory() as d:
+        log = RankLog(Path(d))
+        log.step = 0
+        group = cpg.RecordingProcessGroup(Backend(), 0, 1, [0], "bench", "gloo", log)
+        issued = cpg.RecordingProcessGroup._issued
+        try:
+            group._sink = None
+            out["forward_us"] = per_op(group)
+            group._sink = log
+            out["recorded_us"] = per_op(group)
+            cpg.RecordingProcessGroup._issued = lambda self, work, rec, sink, opts: work  # type: ignore[method-assign]
+            out["record_only_us"] = per_op(group) - out["forward_us"]
+
+            def wrapped(self, work, rec, sink, opts):
+                tw = cpg._TimedWork()
+                tw._inner, tw._key, tw._keys = work, 0, None
+                return tw
+            cpg.RecordingProcessGroup._issued = wrapped  # type: ignore[method-assign]
+            out["wrapper_us"] = per_op(group) - out["forward_us"] - out["record_only_us"]
+        finally:
+            cpg.RecordingProcessGroup._issued = issued  # type: ignore[method-assign]
+            log.close()
+    out["record_us"] = out["recorded_us"] - out["forward_us"]
     return out
 
 
@@ -345,6 +412,11 @@ def main(argv: list[str] | None = None) -> int:
     py = bench_python_only(10_000 if args.quick else 50_000)
     print(f"commscope's own code per op (no backend; best of 7 loops): forwarding {py['forward_us']:.2f} us; recording "
           f"adds {py['record_async_us']:.2f} us issued then waited, {py['record_blocking_us']:.2f} us blocking")
+    cold = bench_python_cold(500 if args.quick else 2000)
+    print(f"same, caches cold ({cold['sweep_MiB']} MiB read between ops, as a training step's work does): forwarding "
+          f"{cold['forward_us']:.1f} us; recording adds {cold['record_us']:.1f} us issued then waited (making the record "
+          f"{cold['record_only_us']:.1f}, the Work wrapper {cold['wrapper_us']:.1f}, following it to completion and "
+          f"the log {cold['record_us'] - cold['record_only_us'] - cold['wrapper_us']:.1f})")
     one_rank, one_rank_async = rows[0]["overhead_cpu_us"], rows[4]["overhead_cpu_us"]
     inter = bench_step_interleaved(_WARMUP_STEPS + 4 * blocks, runs, args.backend, cost_per_op_us=one_rank_async)
     lo, hi = inter["ratio_ci95"]
@@ -373,13 +445,14 @@ def main(argv: list[str] | None = None) -> int:
           f"{one_rank_async:.2f} us issued and waited | < 5 us |")
     print(f"| same, commscope's own code alone (no backend) | {py['record_blocking_us']:.2f} us blocking, "
           f"{py['record_async_us']:.2f} us issued and waited | |")
+    print(f"| same, caches cold (as inside a step) | {cold['record_us']:.1f} us issued and waited | |")
     print(f"| recording, two ranks, 4 B all_reduce: CPU added per op per rank | {rows[2]['overhead_cpu_us']:.2f} us "
           f"blocking, {rows[6]['overhead_cpu_us']:.2f} us issued and waited | |")
     print(f"| recording, 8-rank 3D step, on/off step by step | x{inter['ratio_median']:.4f} median "
           f"(95%: x{lo:.4f}-x{hi:.4f}) | < x1.02 |")
     print(f"| same, from the CPU recording adds | {_pct(inter['cpu_bound'][0])} to {_pct(inter['cpu_bound'][1])} "
           f"| < 2% |")
-    print(json.dumps({"per_op": rows, "python_only": py, "step_interleaved": inter, "step_runs": step, "backend": args.backend}))
+    print(json.dumps({"per_op": rows, "python_only": py, "python_cold": cold, "step_interleaved": inter, "step_runs": step, "backend": args.backend}))
     return 0
 
 
