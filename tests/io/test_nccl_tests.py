@@ -8,6 +8,7 @@ cross-checked below with a plain regular expression that knows nothing of the pa
 from __future__ import annotations
 
 import gzip
+import json
 import math
 import re
 from pathlib import Path
@@ -675,6 +676,23 @@ def test_summarize_draws_a_broadcast_from_the_root_it_ran_from(tmp_path, capsys,
     assert _measured_pairs(tmp_path, ROOT_2, jobs) == {(2, 3): sizes, (3, 0): sizes, (0, 1): sizes}
     assert _measured_pairs(tmp_path, ALL_ROOTS, jobs) == {(0, 1): 3 * sizes, (1, 2): 3 * sizes, (2, 3): 3 * sizes,
                                                           (3, 0): 3 * sizes}
+
+
+KINETO = ("data", "real-logs", "kineto_trace_a100x2_nccl-allreduce-broadcast_rank0.json.gz")
+
+
+@requires_shared(*KINETO)
+def test_broadcasts_whose_records_name_no_root_are_said(capsys) -> None:
+    """A Kineto trace records its broadcasts without their root, so the matrix draws them from the group's first
+    rank: `summarize` says so (it drew them in silence); logs that name their roots get no such note."""
+    from commscope.cli.main import main
+
+    assert main(["summarize", str(SHARED.joinpath(*KINETO)), "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert ("6 broadcast op(s) name no root (these records do not say which rank it was): the traffic matrix draws "
+            "each from (or into) the first rank of its group") in notes
+    assert main(["summarize", str(ROOT_2)]) == 0
+    assert "name no root" not in capsys.readouterr().out
 
 
 def test_a_root_outside_the_group_is_said(tmp_path) -> None:

@@ -115,6 +115,23 @@ def size_histogram(ops: list[CommOp]) -> list[tuple[int, int, int]]:
     return [(k, bins[k], totals[k]) for k in sorted(bins)]
 
 
+def _rootless(ops: list[CommOp]) -> str | None:
+    """A note for rooted collectives whose records name no root (Kineto traces, Flight Recorder and DeepSpeed logs
+    do not record one): the traffic matrix draws them from (or into) the first rank of their group, which may not be
+    the root the job used. None when every such op names its root."""
+    from commscope.record import ROOTED_OPS, op_root
+
+    counts: dict[str, int] = {}
+    for op in ops:
+        if op.op in ROOTED_OPS and len(op.group) > 1 and op_root(op) is None:
+            counts[op.op] = counts.get(op.op, 0) + op.count
+    if not counts:
+        return None
+    what = ", ".join(f"{n:,} {name}" for name, n in sorted(counts.items()))
+    return (f"{what} op(s) name no root (these records do not say which rank it was): the traffic matrix draws each "
+            "from (or into) the first rank of its group")
+
+
 def summary(run: RunLog | RunTotals, *, layout=None, gpus_per_node: int = 8) -> dict:
     """JSON-ready summary of a recorded run (read into memory, or its totals read rank by rank)."""
     run = _totals(run)
@@ -131,7 +148,11 @@ def summary(run: RunLog | RunTotals, *, layout=None, gpus_per_node: int = 8) -> 
     for row in by_kind.values():
         row["group_sizes"] = sorted(row["group_sizes"])
     traffic: dict = {"omitted": run.matrix_omitted}
+    notes = list(run.notes)
     if run.matrix_omitted is None:
+        rootless = _rootless(ops)
+        if rootless:
+            notes.append(rootless)
         for view in ("logical", "wire"):
             tm = measured_traffic(ops, run.world_size, gpus_per_node, view=view)
             traffic[view] = {"total_bytes": tm.total_bytes, "bytes_by_axis": tm.bytes_by_axis(),
@@ -145,7 +166,7 @@ def summary(run: RunLog | RunTotals, *, layout=None, gpus_per_node: int = 8) -> 
         **({"failure": run.failure} if run.failure is not None else {}),
         "partial_steps": {str(k): list(v) for k, v in run.partial_steps.items()},
         "missing_fields": list(run.missing_fields),
-        "notes": list(run.notes),
+        "notes": notes,
         "problems": list(run.problems),
         "records": run.num_records,
         "unranked_records": run.num_unranked,
