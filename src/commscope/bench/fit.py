@@ -41,6 +41,8 @@ from commscope.bench.fitted import (
     _factor,
     canonical_op,
     mixed_variants,
+    root_variant,
+    row_variants,
 )
 from commscope.errors import ConfigError
 from commscope.record import MAX_MESSAGE_BYTES
@@ -196,26 +198,15 @@ def _points_from_bench(data: dict, source: str, *, group_size: int | None = None
             raise ConfigError("op", op, f"{source} rows[{i}] measures {row_op}: bench JSON names each row's op (--op is "
                                         "for nccl-tests output whose header does not); leave it out")
         intra = row.get("intra_node")
-        row_dtype, row_redop = row.get("dtype"), row.get("redop")
         items.append((FitPoint(op=row_op, group_size=n, size_bytes=size, time_s=t,
                                intra_node=intra if isinstance(intra, bool) else None, noisy=bool(row.get("noisy"))),
-                      _canonical_dtype(row_dtype) if isinstance(row_dtype, str) and row_dtype else None,
-                      row_redop.lower() if isinstance(row_redop, str) and row_redop.lower() not in ("", "none")
-                      else None, _root_of(row.get("root"))))
+                      *row_variants(row)))
     if not items:
         raise ConfigError("input", source, f"has no usable rows: {'; '.join(problems[:3])}")
     points, chosen = _select_variants(items, source, dtype=dtype, redop=redop, root=root)
     meta = data.get("meta", {}) if isinstance(data.get("meta"), dict) else {}
     return points, {"time_kind": "median", "backend": meta.get("backend"), "problems": problems, "notes": [],
                     "chosen": chosen}
-
-
-def _root_of(value: Any) -> str | None:
-    """A row's root as :func:`mixed_variants` compares it: the rank as text; None for a row without one (bench JSON
-    and nccl-tests write -1 for collectives that have no root)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        return None
-    return str(value)
 
 
 def _canonical_dtype(name: str) -> str:
@@ -412,7 +403,7 @@ def _points_from_nccl_tests(path: Path, group_size: int | None, op: str | None =
     if one_rank:
         notes.append(f"{one_rank} rows ran on 1 rank (nothing crossed a link, busbw 0 by definition): skipped")
     items = [(FitPoint(op=k[0], group_size=k[1], size_bytes=k[2], time_s=float(r.time_s), intra_node=k[3]), k[4], k[5],
-              _root_of(k[6])) for k, r in by_key.items()]
+              root_variant(k[6])) for k, r in by_key.items()]
     points, chosen = _select_variants(items, path.name, dtype=dtype, redop=redop, root=root)
     if not points:
         raise ConfigError("input", path.name, "has no usable nccl-tests rows (size > 0, a time, >= 2 ranks)"

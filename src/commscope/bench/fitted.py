@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import math
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from commscope.bandwidth import AlphaBeta, GroupSpan, algorithm_steps, busbw_factor, nearest_measured
 from commscope.errors import ConfigError
@@ -34,7 +35,7 @@ from commscope.spec.cluster import LINK_BANDWIDTH_RANGE_BYTES_PER_S
 from commscope.units import GB, US
 
 __all__ = ["FITTED_KIND", "VARIANTS", "Curve", "FittedModel", "Segment", "canonical_op", "mixed_variants",
-           "read_fitted"]
+           "read_fitted", "root_variant", "row_variants"]
 
 #: ``[model] kind`` of a fitted-model TOML file.
 FITTED_KIND = "commscope-fitted-bandwidth"
@@ -83,6 +84,31 @@ def mixed_variants(rows: Iterable[tuple[str, int, bool | None, str | None, str |
                             for values, (_, _, flag, _, _) in several)
             return op, n, what, pick, " / ".join(opt for _, (_, _, _, opt, _) in several)
     return None
+
+
+def row_variants(row: Mapping[str, Any]) -> tuple[str | None, str | None, str | None]:
+    """A measured row's (type, reduction op, root) as :func:`mixed_variants` compares them, for `commscope bench`
+    JSON and written tables alike: the type in nccl-tests' canonical spelling (``float`` -> ``fp32``), the reduction
+    op in lower case, the root as text; None where the row has none (blank, redop ``none``)."""
+    dtype, redop = row.get("dtype"), row.get("redop")
+    if isinstance(dtype, str) and dtype.strip():
+        from commscope.io.nccl_tests import _canonical_dtype
+
+        dtype = _canonical_dtype(dtype.strip())
+    else:
+        dtype = None
+    redop = redop.strip().lower() if isinstance(redop, str) else None
+    return dtype, redop if redop not in (None, "", "none") else None, root_variant(row.get("root"))
+
+
+def root_variant(value: Any) -> str | None:
+    """A root as :func:`mixed_variants` compares it: the rank as text (an int, or digits in a table's cell); None for
+    a row without one (`commscope bench` and nccl-tests write -1 for collectives that have no root)."""
+    if isinstance(value, str) and value.strip().isdigit():
+        return str(int(value))
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return str(value)
 
 
 def canonical_op(name: str) -> str:

@@ -16,9 +16,8 @@ import json
 import math
 import tomllib
 from pathlib import Path
-from typing import Any
 
-from commscope.bench.fitted import BUSBW_OPS, mixed_variants
+from commscope.bench.fitted import BUSBW_OPS, mixed_variants, row_variants
 from commscope.bandwidth import AlphaBeta, BandwidthModel, MeasuredTable, TableRow, table_from_bench_rows
 from commscope.errors import ConfigError
 from commscope.spec.cluster import LINK_BANDWIDTH_RANGE_BYTES_PER_S, implausible_link
@@ -81,8 +80,7 @@ def _rows_from_mappings(items, source: str) -> list[TableRow]:
         if intra is not None and not isinstance(intra, bool):
             raise ConfigError(f"{where}.intra_node", intra, "valid: true or false (or empty: not known)", source=source)
         rows.append(TableRow(op=op, group_size=n, size_bytes=size, busbw_bytes_per_s=busbw, intra_node=intra))
-        variants.append((op, n, intra, _variant(item.get("dtype")), _variant(item.get("redop")),
-                         _variant(item.get("root"))))
+        variants.append((op, n, intra, *row_variants(item)))
     mixed = mixed_variants(variants)
     if mixed is not None:  # `commscope bench` rows of several types or roots, or a table written so: kept apart
         op, n, what, pick, _ = mixed
@@ -90,14 +88,6 @@ def _rows_from_mappings(items, source: str) -> list[TableRow]:
         raise ConfigError("bandwidth", source, f"times {op} over {n} ranks {what}, which one table cannot hold apart: "
                                                f"keep one of each per op and group size{fit}")
     return rows
-
-
-def _variant(value: Any) -> str | None:
-    """A row's type, reduction op or root as :func:`~commscope.bench.fitted.mixed_variants` compares them: None
-    where the row has none (blank, or the root -1 that `commscope bench` writes for an op without one)."""
-    if value is None or value == "" or value == -1 or value == "-1":
-        return None
-    return str(value).strip()
 
 
 def _refuse_wrong(items, source: str) -> None:
