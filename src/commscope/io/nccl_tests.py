@@ -1212,11 +1212,11 @@ def _check_repeats(runs: list[dict], rows: list[BusbwRow], problems: _Problems) 
         earlier.append(run)
         if not same:
             continue
-        b = _hardware(run)
-        other = [r for r in same if _hardware(r) and b and _hardware(r) != b]
+        b = run["hardware"]  # (None where the table lists no devices)
+        other = [r for r in same if r["hardware"] and b and r["hardware"] != b]
         alike = [r for r in same if r not in other]
         for first in (alike[:1] + other[:1]):  # a repeat of this machine's, and another machine's table: each said
-            a = _hardware(first)
+            a = first["hardware"]
             both = sorted({c[5] for c in curves[first["table"]] & mine if c[5] is not None})
             at = f" from root{'s' if len(both) > 1 else ''} {', '.join(map(str, both))}" if both else ""
             what = (_REPEAT_HEAD.format(first["first_line"], run["first_line"])
