@@ -206,10 +206,7 @@ def add_parallel_args(parser: argparse.ArgumentParser, defaults: dict[str, str] 
     o.add_argument("--tp-comm-overlap", dest="parallel.tp_comm_overlap", action=argparse.BooleanOptionalAction,
                    default=None, help="TP all-gather/reduce-scatter overlapped with the GEMMs (needs --sequence-parallel)")
     o.add_argument("--gradient-accumulation-fusion", dest="parallel.gradient_accumulation_fusion",
-                   action=argparse.BooleanOptionalAction, default=None,
-                   help="weight-gradient GEMMs add into the accumulated gradients (Megatron's default); "
-                        "--no-gradient-accumulation-fusion: a separate add per micro-batch (Megatron-LM before 2022, "
-                        "fp16 gradients in 2022, Megatron-DeepSpeed)")
+                   action=argparse.BooleanOptionalAction, default=None, help=GRADIENT_ACCUMULATION_FUSION_HELP)
     o.add_argument("--attention-backend", dest="parallel.attention", type=_attention_backend, default=None,
                    metavar="{auto,flash,fused,unfused,local}",
                    help="attention kernels: flash/fused/auto = one fused kernel (default), unfused/local = GEMMs + softmax")
@@ -427,12 +424,27 @@ def check_gpu_util(args: argparse.Namespace) -> None:
                    "(0.3-0.6 is typical); it is a fraction of the peak FLOP/s (leave it out for the GPU's compute model)")
 
 
-#: Flags only the GPU's compute model reads (the attention backend also sizes the memory): (dest, the flag as the
-#: user gave it).
-_COMPUTE_MODEL_FLAGS: tuple[tuple[str, Callable[[Any], str]], ...] = (
-    ("gradient_accumulation_fusion",
-     lambda on: "--gradient-accumulation-fusion" if on else "--no-gradient-accumulation-fusion"),
-)
+#: Fields only the GPU's compute model reads (the attention backend also sizes the memory).
+_COMPUTE_MODEL_FLAGS = ("gradient_accumulation_fusion",)
+
+#: ``--[no-]gradient-accumulation-fusion``, as estimate, plan and validate take it.
+GRADIENT_ACCUMULATION_FUSION_HELP = ("weight-gradient GEMMs add into the accumulated gradients (Megatron's default); "
+                                     "--no-gradient-accumulation-fusion: a separate add per micro-batch (Megatron-LM "
+                                     "before 2022, fp16 gradients in 2022, Megatron-DeepSpeed)")
+
+#: Flags whose spelling is not the field's name (see :func:`spelled_flag`).
+_SPELLINGS = {"attention": "--attention-backend", "position_embedding": "--position-embedding-type",
+              "seq_len": "--seq-length", "distributed_optimizer": "--use-distributed-optimizer"}
+_BOOL_SPELLINGS = {("tied_embeddings", False): "--untie-embeddings-and-output-weights", ("gated_mlp", True): "--swiglu"}
+
+
+def spelled_flag(dest: str, value: Any) -> str:
+    """The flag that sets the field ``dest`` to ``value``, as a user writes it: ``--no-gradient-accumulation-fusion``,
+    ``--attention-backend unfused``, ``--inter-node-GBps 12.5``."""
+    flag = _SPELLINGS.get(dest, "--" + dest.replace("_", "-"))
+    if isinstance(value, bool):
+        return _BOOL_SPELLINGS.get((dest, value), flag if value else f"--no-{flag[2:]}")
+    return f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}"
 
 
 def warn_compute_model_flags(args: argparse.Namespace, given: dict[str, Any], cluster: ClusterSpec, *,
@@ -440,7 +452,7 @@ def warn_compute_model_flags(args: argparse.Namespace, given: dict[str, Any], cl
     """One warning line for each flag the user gave (``given``: dest -> value) that only the GPU's compute model
     reads, where FLOP / (u x peak) replaces that model: --gpu-util, the seed method, or a GPU commscope has no
     model of."""
-    asked = [(dest, spelled) for dest, spelled in _COMPUTE_MODEL_FLAGS if dest in given]
+    asked = [dest for dest in _COMPUTE_MODEL_FLAGS if dest in given]
     if not asked:
         return
     from commscope.estimate import compute_gpu
@@ -453,8 +465,8 @@ def warn_compute_model_flags(args: argparse.Namespace, given: dict[str, Any], cl
         replaced = f"commscope has no compute model of the cluster's GPU ({cluster.gpu}): compute is FLOP / (u x peak)"
     else:
         return
-    for dest, spelled in asked:
-        warn(args, f"{spelled(given[dest])} changes nothing here: {replaced}, which it does not enter")
+    for dest in asked:
+        warn(args, f"{spelled_flag(dest, given[dest])} changes nothing here: {replaced}, which it does not enter")
 
 
 def estimate_job(prediction, args: argparse.Namespace):

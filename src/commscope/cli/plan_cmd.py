@@ -8,7 +8,7 @@ import sys
 
 from commscope.cli.common import (
     add_cluster_args, add_model_args, check_gpu_dtype, check_gpu_util, check_nodes, int_list, resolve_cluster,
-    resolve_model, warn_compute_model_flags,
+    resolve_model, warn_compute_model_flags, GRADIENT_ACCUMULATION_FUSION_HELP,
 )
 
 
@@ -32,9 +32,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="estimate only the best N of the closed-form screen op by op (default: every one that fits)")
     g.add_argument("--gpu-util", type=float, default=None, help="achieved fraction of peak FLOP/s (default: the cluster's)")
     g.add_argument("--gradient-accumulation-fusion", action=argparse.BooleanOptionalAction, default=None,
-                   help="not searched, the job's: weight-gradient GEMMs add into the accumulated gradients (Megatron's "
-                        "default); --no-gradient-accumulation-fusion: a separate add per micro-batch (Megatron-LM before "
-                        "2022, fp16 gradients in 2022, Megatron-DeepSpeed), which favours fewer, larger micro-batches")
+                   help=f"not searched, the job's: {GRADIENT_ACCUMULATION_FUSION_HELP}, which favours fewer, larger "
+                        "micro-batches")
     g.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 

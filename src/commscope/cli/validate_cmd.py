@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from commscope.cli.common import out_path, warn
+from commscope.cli.common import GRADIENT_ACCUMULATION_FUSION_HELP, out_path, spelled_flag, warn
 from typing import Any
 
 from commscope.cli.parser import _Formatter
@@ -26,19 +26,6 @@ _DEFAULT_FLAGS = ("cluster", "gpus_per_node", "intra_node_GBps", "inter_node_GBp
                   "micro_batch_size", "sequence_parallel", "distributed_optimizer", "overlap_grad_reduce",
                   "overlap_param_gather", "tp_comm_overlap", "gradient_accumulation_fusion", "fp8_format", "position_embedding", "tied_embeddings",
                   "gated_mlp", "normalization", "vocab_size", "seq_len")
-
-
-def _spelled(dest: str, value: Any) -> str:
-    """The flag that set the default ``dest`` to ``value``, as the user wrote it (its first spelling)."""
-    if isinstance(value, bool):
-        flag = "--" + dest.replace("_", "-")
-        return {"tied_embeddings": "--untie-embeddings-and-output-weights", "gated_mlp": "--swiglu",
-                "distributed_optimizer": "--use-distributed-optimizer" if value else "--no-use-distributed-optimizer",
-                }.get(dest, flag if value else f"--no-{flag[2:]}")
-    flags = {"attention": "--attention-backend", "position_embedding": "--position-embedding-type",
-             "seq_len": "--seq-length"}
-    return f"{flags.get(dest, '--' + dest.replace('_', '-'))} {value:g}" if isinstance(value, float) else \
-        f"{flags.get(dest, '--' + dest.replace('_', '-'))} {value}"
 
 
 def _columns_help() -> str:
@@ -112,9 +99,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help=f"{text} (default no)")
     d.add_argument("--gradient-accumulation-fusion", dest="gradient_accumulation_fusion",
                    action=argparse.BooleanOptionalAction, default=None,
-                   help="weight-gradient GEMMs add into the accumulated gradients (default yes); "
-                        "--no-gradient-accumulation-fusion: a separate add per micro-batch (Megatron-LM before 2022, "
-                        "fp16 gradients in 2022, Megatron-DeepSpeed)")
+                   help=GRADIENT_ACCUMULATION_FUSION_HELP)
     d.add_argument("--fp8-format", dest="fp8_format", default=None,
                    help="hybrid or e4m3: linear layers in FP8 (default none)")
     g = p.add_argument_group("estimate and output")
@@ -143,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     used = frozenset().union(*(run.defaults_used for run in runs))
     for name, value in defaults.items():
         if name not in used:
-            warn(args, f"{_spelled(name, value)} changes nothing here: every row of {args.runs} gives its own {name}")
+            warn(args, f"{spelled_flag(name, value)} changes nothing here: every row of {args.runs} gives its own {name}")
     result = validate(runs, bandwidth=args.bandwidth)
     if args.json:
         json.dump(result.to_dict(), sys.stdout, indent=2)
