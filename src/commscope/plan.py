@@ -84,7 +84,8 @@ class PlanEntry:
         return {"tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "ep": p.ep, "micro_batch_size": p.micro_batch_size,
                 "virtual_pipeline_size": p.virtual_pipeline_size, "sequence_parallel": p.sequence_parallel,
                 "recompute": p.recompute, "zero_stage": p.zero_stage, "distributed_optimizer": p.distributed_optimizer,
-                "gradient_accumulation_fusion": p.gradient_accumulation_fusion, "num_micro_batches": p.num_micro_batches, "memory_GiB": self.memory_bytes / 2**30,
+                "gradient_accumulation_fusion": p.gradient_accumulation_fusion,
+                "num_micro_batches": p.num_micro_batches, "memory_GiB": self.memory_bytes / 2**30,
                 "screen_time_s": self.screen_time_s, "reason": self.reason, **self.estimate.to_dict()}
 
 

@@ -58,9 +58,8 @@ def run(args: argparse.Namespace) -> int:
     for line in problem_lines(info.get("problems", [])):  # damaged rows skipped, and what else the input says wrong
         warn(args, line)
     # what was picked, so that the fitted model says which of the file's measurements it holds
-    picked = [f"table{'s' if ',' in str(args.run) else ''} {args.run}" if args.run is not None else "", f"op {args.op}" if args.op is not None else "",
-              info.get("chosen") or ""]
-    picked = [text for text in picked if text]
+    picked = [text for text in (args.run and f"table{'s' if ',' in args.run else ''} {args.run}",
+                                args.op and f"op {args.op}", info.get("chosen")) if text]
     source = Path(args.input).name + (f" ({', '.join(picked)})" if picked else "")
     result = fit(points, source=source, time_kind=info["time_kind"], backend=info.get("backend"),
                  tolerance=args.tolerance, max_pieces=args.max_pieces)

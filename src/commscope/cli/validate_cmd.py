@@ -24,8 +24,8 @@ from commscope.cli.parser import _Formatter
 #: flag dest -> the column it gives the default of
 _DEFAULT_FLAGS = ("cluster", "gpus_per_node", "intra_node_GBps", "inter_node_GBps", "dtype", "recompute", "attention",
                   "micro_batch_size", "sequence_parallel", "distributed_optimizer", "overlap_grad_reduce",
-                  "overlap_param_gather", "tp_comm_overlap", "gradient_accumulation_fusion", "fp8_format", "position_embedding", "tied_embeddings",
-                  "gated_mlp", "normalization", "vocab_size", "seq_len")
+                  "overlap_param_gather", "tp_comm_overlap", "gradient_accumulation_fusion", "fp8_format",
+                  "position_embedding", "tied_embeddings", "gated_mlp", "normalization", "vocab_size", "seq_len")
 
 
 def _columns_help() -> str:
