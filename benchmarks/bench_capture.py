@@ -164,13 +164,13 @@ def bench_python_cold(n: int = 2000, repeats: int = 5, sweep_mib: int = 64) -> d
     """:func:`bench_python_only` with the caches cold, as inside a training step: between two ops a ``sweep_mib``
     array is read (the job's own work evicts commscope's code and data the same way), and only the op itself is
     timed (the thread's CPU, ``thread_time_ns``); the least of ``repeats`` loops. Inside the 8-rank job recording
-    costs ~25-30 us of CPU per op against ~2.5 us warm: this reproduces that in one process, steadily, so that a
-    change to the recorder can be judged by it (and it says which part costs what: ``record_only_us``, the record
-    made but not followed; ``wrapper_us``, the Work wrapper handed back)."""
+    costs several times its warm cost per op: this reproduces that in one process, so that a change to the recorder
+    can be judged by it; for all_reduce and for all_gather_single (FSDP2's and sequence parallelism's op), each
+    issued then waited. (Single figures swing by +-3 us from run to run on this VM: compare changes over repeats.)"""
     import numpy as np
     import torch
     import torch.distributed as dist
-    from torch._C._distributed_c10d import _create_work_from_future
+    from torch._C._distributed_c10d import AllgatherOptions, _create_work_from_future
 
     from commscope.capture.recorder import RankLog
 
@@ -178,52 +178,49 @@ def bench_python_cold(n: int = 2000, repeats: int = 5, sweep_mib: int = 64) -> d
     done.set_result([])
     work = _create_work_from_future(done)
 
-    class Backend:
+    class Backend:  # as a real backend, it reads the tensor it is handed
         def allreduce(self, tensors, opts=None):
-            tensors[0].numel()  # as a real backend, it reads the tensor it is handed
+            tensors[0].numel()
             return work
 
-    x = torch.ones(1)
-    opts = dist.AllreduceOptions()
+        def _allgather_base(self, output, input, opts=None):
+            input.numel()
+            return work
+
+    x, out = torch.ones(1), torch.ones(2)
+    ar_opts, ag_opts = dist.AllreduceOptions(), AllgatherOptions()
     junk = np.ones(sweep_mib * 2**20 // 8)
 
-    def per_op(group) -> float:
+    def per_op(call) -> float:
         best = float("inf")
         for _ in range(repeats):
             total = 0
             for _ in range(n):
                 junk.sum()
                 c0 = time.thread_time_ns()
-                group.allreduce([x], opts).wait()
+                call().wait()
                 total += time.thread_time_ns() - c0
             best = min(best, total / n / 1e3)
         return best
 
-    out: dict[str, float] = {"sweep_MiB": sweep_mib}
+    out_: dict[str, float] = {"sweep_MiB": sweep_mib}
     with tempfile.TemporaryDirectory() as d:
         log = RankLog(Path(d))
         log.step = 0
         group = cpg.RecordingProcessGroup(Backend(), 0, 1, [0], "bench", "gloo", log)
-        issued = cpg.RecordingProcessGroup._issued
         try:
-            group._sink = None
-            out["forward_us"] = per_op(group)
-            group._sink = log
-            out["recorded_us"] = per_op(group)
-            cpg.RecordingProcessGroup._issued = lambda self, work, rec, sink, opts: work  # type: ignore[method-assign]
-            out["record_only_us"] = per_op(group) - out["forward_us"]
-
-            def wrapped(self, work, rec, sink, opts):
-                tw = cpg._TimedWork()
-                tw._inner, tw._key, tw._keys = work, 0, None
-                return tw
-            cpg.RecordingProcessGroup._issued = wrapped  # type: ignore[method-assign]
-            out["wrapper_us"] = per_op(group) - out["forward_us"] - out["record_only_us"]
+            for name, call in (("all_reduce", lambda: group.allreduce([x], ar_opts)),
+                               ("all_gather", lambda: group.all_gather_single(out, x, ag_opts))):
+                group._sink = None
+                out_[f"{name}_forward_us"] = per_op(call)
+                group._sink = log
+                out_[f"{name}_recorded_us"] = per_op(call)
+                out_[f"{name}_record_us"] = out_[f"{name}_recorded_us"] - out_[f"{name}_forward_us"]
         finally:
-            cpg.RecordingProcessGroup._issued = issued  # type: ignore[method-assign]
             log.close()
-    out["record_us"] = out["recorded_us"] - out["forward_us"]
-    return out
+    out_["forward_us"] = out_["all_reduce_forward_us"]
+    out_["record_us"] = out_["all_reduce_record_us"]
+    return out_
 
 
 def _workload():
@@ -387,6 +384,20 @@ def _pct(x: float) -> str:
     return f"{x * 100:+.2f}%"
 
 
+def _print_step(inter: dict, runs: int, blocks: int) -> None:
+    lo, hi = inter["ratio_ci95"]
+    print(f"\n{inter['workload']}: recording on and off step by step (on, off, off, on) in {runs} run(s) x "
+          f"{blocks} blocks; {inter['off_step_ms']:.0f} ms per step off")
+    print(f"  direct: median block ratio x{inter['ratio_median']:.4f} (95% bootstrap x{lo:.4f}-x{hi:.4f}; mean "
+          f"x{inter['ratio_mean']:.4f}; run medians {', '.join(f'x{r:.4f}' for r in inter['run_medians'])}; blocks "
+          f"x{inter['block_ratio_range'][0]:.3f}-x{inter['block_ratio_range'][1]:.3f})")
+    print(f"  from CPU: +{inter['cpu_added_per_step_ms']:.3f} ms of the job thread's CPU per step per rank "
+          f"({inter['ops_per_step_per_rank']:.0f} ops recorded per step per rank, "
+          f"{inter['cpu_added_per_op_us']:.1f} us each in this job): {_pct(inter['cpu_bound'][0])} (one rank's "
+          f"added CPU) to {_pct(inter['cpu_bound'][1])} (all 8 ranks' added CPU as a share of {inter['cores']} "
+          "cores)")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer ops and steps: a smoke run")
@@ -394,10 +405,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=None, help="8-rank runs of the step comparison (default 3)")
     ap.add_argument("--blocks", type=int, default=None, help="blocks of 4 steps per run (default 12)")
     ap.add_argument("--whole-runs", action="store_true", help="also compare whole runs, plain vs recorded")
+    ap.add_argument("--step-only", action="store_true", help="only the 8-rank step comparison (to A/B a recorder change)")
     args = ap.parse_args(argv)
     n, op_rounds = (200, 3) if args.quick else (1000, 9)
     runs = args.runs or (1 if args.quick else 3)
     blocks = args.blocks or (2 if args.quick else 12)
+    if args.step_only:
+        inter = bench_step_interleaved(_WARMUP_STEPS + 4 * blocks, runs, args.backend)
+        _print_step(inter, runs, blocks)
+        print(json.dumps({"step_interleaved": inter, "backend": args.backend}))
+        return 0
     # blocking all_reduce (dist.all_reduce(t)) and issue-then-wait (async_op=True, as DDP, FSDP2, TP and pipelining
     # use ops): one and two ranks, 4 B and 64 KiB
     rows = [bench_per_op(n if numel == 1 else n // 4, numel, args.backend, ranks, op_rounds, async_op)
@@ -414,22 +431,12 @@ def main(argv: list[str] | None = None) -> int:
           f"adds {py['record_async_us']:.2f} us issued then waited, {py['record_blocking_us']:.2f} us blocking")
     cold = bench_python_cold(500 if args.quick else 2000)
     print(f"same, caches cold ({cold['sweep_MiB']} MiB read between ops, as a training step's work does): forwarding "
-          f"{cold['forward_us']:.1f} us; recording adds {cold['record_us']:.1f} us issued then waited (making the record "
-          f"{cold['record_only_us']:.1f}, the Work wrapper {cold['wrapper_us']:.1f}, following it to completion and "
-          f"the log {cold['record_us'] - cold['record_only_us'] - cold['wrapper_us']:.1f})")
+          f"{cold['forward_us']:.1f} us; recording adds {cold['record_us']:.1f} us to an all_reduce, "
+          f"{cold['all_gather_record_us']:.1f} us to an all_gather_single, issued then waited")
     one_rank, one_rank_async = rows[0]["overhead_cpu_us"], rows[4]["overhead_cpu_us"]
     inter = bench_step_interleaved(_WARMUP_STEPS + 4 * blocks, runs, args.backend, cost_per_op_us=one_rank_async)
+    _print_step(inter, runs, blocks)
     lo, hi = inter["ratio_ci95"]
-    print(f"\n{inter['workload']}: recording on and off step by step (on, off, off, on) in {runs} run(s) x "
-          f"{blocks} blocks; {inter['off_step_ms']:.0f} ms per step off")
-    print(f"  direct: median block ratio x{inter['ratio_median']:.4f} (95% bootstrap x{lo:.4f}-x{hi:.4f}; mean "
-          f"x{inter['ratio_mean']:.4f}; run medians {', '.join(f'x{r:.4f}' for r in inter['run_medians'])}; blocks "
-          f"x{inter['block_ratio_range'][0]:.3f}-x{inter['block_ratio_range'][1]:.3f})")
-    print(f"  from CPU: +{inter['cpu_added_per_step_ms']:.3f} ms of the job thread's CPU per step per rank "
-          f"({inter['ops_per_step_per_rank']:.0f} ops recorded per step per rank, "
-          f"{inter['cpu_added_per_op_us']:.1f} us each in this job): {_pct(inter['cpu_bound'][0])} (one rank's "
-          f"added CPU) to {_pct(inter['cpu_bound'][1])} (all 8 ranks' added CPU as a share of {inter['cores']} "
-          "cores)")
     print(f"  from the one-rank cost per async op ({one_rank_async:.2f} us, caches warm, x {inter['ops_per_step_per_rank']:.0f} "
           f"ops): {_pct(inter['per_op_bound'][0])} to {_pct(inter['per_op_bound'][1])} (a floor: in the job each op "
           "costs more)")

@@ -332,9 +332,9 @@ def _late_group(log):
     return cpg.RecordingProcessGroup(None, 0, 1, [0], "g", "gloo", log)
 
 
-def _issue(group, work):
+def _issue(group, work, op="all_reduce"):
     group._start()
-    return group._record("all_reduce", work, size_bytes=4, dtype="fp32", bytes_in=4, bytes_out=4)
+    return group._record(op, work, size_bytes=4, dtype="fp32", bytes_in=4, bytes_out=4)
 
 
 def test_step_is_the_one_current_at_issue_not_at_completion(tmp_path):
@@ -412,9 +412,23 @@ def test_an_issued_op_whose_wait_fails_goes_out_without_an_end(tmp_path):
     assert op.t_end_ns is None
 
 
+class _Keeping(RankLog):
+    """A log that keeps the named fields of every record it writes (recorder.record_fields)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.seen: list[dict] = []
+
+    def flush(self) -> None:
+        from commscope.capture.oprecord import record_fields
+
+        self.seen += [record_fields(rec) for rec in list(self.buf) if isinstance(rec, list)]
+        super().flush()
+
+
 def test_all_reduce_records_as_every_op_does(tmp_path):
-    """allreduce (the most frequent op) makes its record in its own frame, for speed: it must be the record the
-    shared path makes of the same op, field for field, and its line the same."""
+    """allreduce (the most frequent op) reads its tensor in its own frame, for speed: its record must be the one
+    the shared path makes of the same op, field for field, and its line the same."""
     from commscope.capture.recorder import _line
 
     class Inner:
@@ -423,14 +437,7 @@ def test_all_reduce_records_as_every_op_does(tmp_path):
             work.done = True
             return work
 
-    seen: list[dict] = []
-
-    class Keeping(RankLog):
-        def __call__(self, rec: dict) -> None:
-            seen.append(dict(rec))
-            super().__call__(rec)
-
-    log = Keeping(tmp_path, batch=1)
+    log = _Keeping(tmp_path, batch=1)
     cpg.set_sink(log)
     group = cpg.RecordingProcessGroup(Inner(), 1, 2, [3, 5], "g", "gloo", log)
     blocking = dist.AllreduceOptions()
@@ -444,12 +451,13 @@ def test_all_reduce_records_as_every_op_does(tmp_path):
                 if opts is None:
                     handle.wait()
                 group._start()
-                group._record("all_reduce", _LateWork(), x.numel() * x.element_size(), cpg._dtype(x),
+                group._record("all_reduce", _LateWork(), x.numel() * x.element_size(), cpg._dtype_name(x.dtype),
                               x.numel() * x.element_size(), x.numel() * x.element_size()).wait()
         log.close()
     finally:
         cpg.set_sink(None)
-    assert len(seen) == 8
+    seen = log.seen
+    assert len(seen) == 8 and [rec["dtype"] for rec in seen] == ["bf16", "bf16", "complex64", "complex64"] * 2
     for fast, shared in zip(seen[::2], seen[1::2]):
         assert fast["seq"] + 1 == shared["seq"]
         fast = {**fast, "seq": shared["seq"], "t_start_ns": shared["t_start_ns"], "t_end_ns": shared["t_end_ns"]}
@@ -486,7 +494,8 @@ def test_completion_is_stamped_by_the_jobs_thread(tmp_path):
         followed.done = True
         _issue(group, never)  # issuing an op looks at those in flight: `followed` is complete
         assert log.num_records == 2
-        handle = _issue(group, dropped)
+        handle = _issue(group, dropped, "reduce_scatter")  # (asked once per op whether its Works have a future)
+        assert isinstance(handle, cpg._LetGo)
         del handle
         gc.collect()
         assert log.num_records == 3
@@ -502,14 +511,7 @@ def test_completion_is_stamped_by_the_jobs_thread(tmp_path):
 def test_recorded_lines_are_those_of_the_records(tmp_path):
     """What a real recording process group writes (lines from its prepared forms) reads back as the records it
     handed the log, field for field."""
-    seen: list[dict] = []
-
-    class Keeping(RankLog):
-        def __call__(self, rec: dict) -> None:
-            seen.append({k: v for k, v in rec.items() if k != "_form"})
-            super().__call__(rec)
-
-    log = Keeping(tmp_path, batch=4)
+    log = _Keeping(tmp_path, batch=4)
     group = _late_group(log)
     try:
         for step in (None, 0, 1):
@@ -525,6 +527,7 @@ def test_recorded_lines_are_those_of_the_records(tmp_path):
         cpg.set_sink(None)
     from commscope.capture.recorder import _to_commop_dict
 
+    seen = log.seen
     ops = _ops(tmp_path, 0, timed=False).ops
     assert len(ops) == len(seen) == 7
     for op, rec in zip(ops, seen):

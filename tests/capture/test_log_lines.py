@@ -39,9 +39,10 @@ def test_cached_parts_follow_the_group_and_op():
 
 
 def test_prepared_forms_write_the_same_line_as_the_general_path():
-    """A process group's records carry their line's constant text (``_form``, per group, op and dtype): with and
-    without a completion time and a step, and with text that %-formatting or JSON must escape, the line is the
+    """A process group's records carry their line's constant text (R_SHAPE's forms, per group, op and dtype): with
+    and without a completion time and a step, and with text that %-formatting or JSON must escape, the line is the
     one the general path writes, which is json.dumps of the CommOp dict."""
+    from commscope.capture.oprecord import R_SHAPE, record_fields
     from commscope.io.oplog import line_forms
 
     for group_name, dtype, backend_op in (("3", "fp32", None), ('100% "odd"\\name', "torch.complex64", "all_reduce")):
@@ -49,7 +50,13 @@ def test_prepared_forms_write_the_same_line_as_the_general_path():
         base = {"op": "reduce_scatter", "group": [0, 4, 8], "rank": 4, "size_bytes": 1 << 40, "dtype": dtype,
                 "t_start_ns": 1732435200000000000, "backend": "gloo", "group_name": group_name, "seq": 9,
                 "bytes_in": 12, "bytes_out": 13, **({} if backend_op is None else {"backend_op": backend_op})}
-        for extra in ({}, {"t_end_ns": 1732435200000000500}, {"step": 0}, {"step": None},
-                      {"t_end_ns": 1732435200000000500, "step": 7}):
-            rec = {**base, **extra}
-            assert _line({**rec, "_form": form}) == _line(rec) == _expected(rec), extra
+        fields = {k: base[k] for k in ("op", "group", "rank", "dtype", "backend", "group_name", "backend_op") if k in base}
+        for t_end, step in ((None, None), (1732435200000000500, None), (None, 0), (1732435200000000500, 7)):
+            rec = [(form, fields), base["size_bytes"], base["t_start_ns"], base["seq"], base["bytes_in"],
+                   base["bytes_out"], step, t_end, None, None]
+            named = {**base, **({} if t_end is None else {"t_end_ns": t_end}), **({} if step is None else {"step": step})}
+            assert record_fields(rec) == named
+            assert _line(rec) == _line(named) == _line({**named, "step": None} if step is None else named)
+            assert _line(rec) == _expected(named), (t_end, step)
+            rec[R_SHAPE] = (None, fields)  # the general path, from the record's fields
+            assert _line(rec) == _expected(named)

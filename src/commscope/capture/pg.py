@@ -23,6 +23,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.distributed_c10d import GroupName
 
+from commscope.capture.oprecord import R_END, R_SINK, R_WORK
+
 BACKEND_NAME = "commscope"
 INNER_BACKEND_ENV = "COMMSCOPE_INNER_BACKEND"
 
@@ -34,13 +36,14 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def _dtype(t: torch.Tensor) -> str:
-    name = _DTYPE_NAMES.get(t.dtype)  # (not .get(dtype, default): that would build the default string every op)
-    return name if name is not None else str(t.dtype).removeprefix("torch.")
+def _dtype_name(dtype: torch.dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    return name if name is not None else str(dtype).removeprefix("torch.")
 
 
 class RecordingProcessGroup(dist.ProcessGroup):
-    """Forwards every op to ``inner`` and reports it to ``sink(record_dict)``."""
+    """Forwards every op to ``inner`` and records it into ``sink`` (a :class:`commscope.capture.recorder.RankLog`, or
+    ``_current_sink``: the one :func:`set_sink` set); records are lists (:mod:`commscope.capture.oprecord`)."""
 
     def __init__(self, inner: Any, rank: int, size: int, global_ranks: list[int], group_name: str, inner_name: str,
                  sink) -> None:
@@ -54,7 +57,12 @@ class RecordingProcessGroup(dist.ProcessGroup):
         self._me = self._ranks[rank]
         self._rank_in_group = rank
         self._view: Any = None  # a c10d ProcessGroup over ``inner``, made when first needed (see _coalesced)
-        self._forms: dict[tuple[str, str, str | None], tuple[str, ...]] = {}  # the writer's line forms
+        self._shapes: dict[tuple[str, Any, str | None], tuple] = {}  # (op, dtype, backend op) -> a record's R_SHAPE
+        self._follows: dict[str, type[_TimedWork]] = {}  # op -> the wrapper of its Works (see _follow_class)
+        self._waits = inner_name != "nccl" and _HAS_ASYNC_OP  # blocking CPU ops are waited inside (see _one)
+        # gloo has no native reduce-scatter: it all-reduces the whole input and keeps its slice (DESIGN.md)
+        self._rs_backend_op = "all_reduce" if inner_name == "gloo" else "reduce_scatter"
+        self._t0 = 0
 
     # ----- identity -----
     def getBackendName(self) -> str:  # c10d's name
@@ -80,82 +88,106 @@ class RecordingProcessGroup(dist.ProcessGroup):
         return f"RecordingProcessGroup({self._inner_name}, ranks={self._ranks})"
 
     # ----- recording -----
-    def _record(self, op: str, work, size_bytes: int, dtype: str, bytes_in: int, bytes_out: int,
-                peer: int | None = None, splits=None, backend_op: str | None = None, root: int | None = None,
-                opts=None):
-        """Record one op issued as ``work``; returns the Work to hand back to the job. (Arguments are passed on
-        by position: this runs once per op, and every microsecond here is the job's.)"""
-        sink = self._sink if self._sink is not _current_sink else _SINK
-        if sink is None:  # recording stopped: the op runs as it would without commscope
-            return work
-        return self._issued(work, self._make_record(op, sink, size_bytes, dtype, bytes_in, bytes_out, peer, splits,
-                                                     backend_op, root), sink, opts)
-
-    def _issued(self, work, rec: dict, sink, opts):
-        """Follow the op of ``rec``, issued as ``work``, to its completion; the Work to hand back to the job."""
+    def _one(self, sink, t0: int, work, op: str, dtype, size: int, n_in: int, n_out: int, opts,
+             backend_op: str | None = None, shape: tuple | None = None):
+        """Record into ``sink`` one op issued at ``t0`` as ``work`` (``dtype``: the tensor's, or a name); returns the
+        Work to hand back to the job. This runs once per op inside the job's step, where the caches are cold: one
+        frame, one list for the record, no lookups it can do without (arguments by position from the ops)."""
+        if shape is None:  # the common shape: its fields and line text made once per op, dtype and backend op
+            shape = self._shapes.get((op, dtype, backend_op))
+            if shape is None:
+                shape = self._shape(op, dtype, backend_op)
+        self._seq = seq = self._seq + 1
         if _INFLIGHT:
             observe_completions()
-        if opts is not None and not getattr(opts, "asyncOp", True) and self._inner_name != "nccl":  # (torch < 2.7: none)
+        if len(sink.buf) >= sink.batch or t0 >= sink.flush_due_ns:  # (sink.due(t0), inline)
+            sink.flush()
+        if opts is not None and self._waits and not opts.asyncOp:
             # a blocking call (``dist.all_reduce(t)``: c10d waits on the Work as soon as it has it): waited here,
             # where the job's thread would wait a moment later, so no Work of ours stands between (a CUDA Work's
             # wait() only orders streams: those keep the wrapper, which looks at completion)
+            rec = [shape, size, t0, seq, n_in, n_out, sink._step, None, None, sink]
             try:
                 work.wait()
             except BaseException:
-                sink(rec)  # the record goes out without an end; the job sees the backend's error as it would
+                sink.buf.append(rec)  # the record goes out without an end; the job sees the backend's error as it would
                 raise
-            rec["t_end_ns"] = time.time_ns()
-            sink(rec)
+            rec[R_END] = time.time_ns()
+            sink.buf.append(rec)
             return work
-        key = id(rec)
-        _INFLIGHT[key] = (work, rec, sink, self._inner_name)
-        tw = _TimedWork()  # (attributes set here, not in a Python __init__: one frame less per op)
-        tw._inner, tw._key, tw._keys = work, key, None
+        rec = [shape, size, t0, seq, n_in, n_out, sink._step, None, work, sink]
+        _INFLIGHT[id(rec)] = rec
+        cls = self._follows.get(op)
+        if cls is None:
+            cls = self._follow_class(op, work)
+        tw = cls()  # (attributes set here, not in a Python __init__: one frame less per op)
+        tw._inner, tw._rec = work, rec
         return tw
 
-    def _record_batch(self, op: str, work, members: list[dict]):
-        """One record per member of a coalesced batch, all completing with the batch's one Work."""
-        sink = self._sink if self._sink is not _current_sink else _SINK
-        if sink is None:
-            return work
-        return _track(work, [self._make_record(op, sink, **fields) for fields in members], sink, self._inner_name)
-
-    def _make_record(self, op: str, sink, size_bytes: int, dtype: str, bytes_in: int, bytes_out: int,
-                     peer: int | None = None, splits=None, backend_op: str | None = None,
-                     root: int | None = None) -> dict:
-        self._seq = seq = self._seq + 1
-        # (sizes are ints already: every caller counts them with _nbytes or from ints)
-        rec = {"op": op, "group": self._ranks, "rank": self._me, "size_bytes": size_bytes, "dtype": dtype,
-               "t_start_ns": self._t0, "backend": self._inner_name, "group_name": self._group_name, "seq": seq,
-               "bytes_in": bytes_in, "bytes_out": bytes_out}
-        if backend_op is not None and backend_op != op:
-            rec["backend_op"] = backend_op
-        else:
-            backend_op = None
-        if peer is None and splits is None and root is None:
-            # the common shape: the constant text of its log line is prepared once per op, dtype and backend op
-            form = self._forms.get((op, dtype, backend_op))
-            rec["_form"] = form if form is not None else self._form(op, dtype, backend_op)
-        else:
-            if peer is not None:
-                rec["peer"] = self._ranks[peer]
-            if splits is not None:
-                rec["splits"] = [int(x) for x in splits]
-            if root is not None:
-                rec["root"] = self._ranks[root]
-        # the training step is the one current when the op is issued: the op can be seen complete after the job
-        # has moved on to the next step (DDP's last bucket, say)
-        step = getattr(sink, "_step", _NO_STEP)  # a RankLog's current step (its attribute, not the property: faster)
-        if step is not _NO_STEP:
-            rec["step"] = step
-        return rec
-
-    def _form(self, op: str, dtype: str, backend_op: str | None) -> tuple[str, ...]:
+    def _shape(self, op: str, dtype, backend_op: str | None) -> tuple:
         from commscope.io.oplog import line_forms
 
-        form = self._forms[(op, dtype, backend_op)] = line_forms(op, self._ranks, self._me, dtype, self._group_name,
-                                                                 self._inner_name, backend_op)
-        return form
+        name = dtype if isinstance(dtype, str) else _dtype_name(dtype)
+        fields = self._fields(op, name, backend_op)
+        shape = self._shapes[(op, dtype, backend_op)] = (
+            line_forms(op, self._ranks, self._me, name, self._group_name, self._inner_name, fields.get("backend_op")),
+            fields)
+        return shape
+
+    def _fields(self, op: str, dtype: str, backend_op: str | None) -> dict[str, Any]:
+        fields = {"op": op, "group": self._ranks, "rank": self._me, "dtype": dtype, "backend": self._inner_name,
+                  "group_name": self._group_name}
+        if backend_op is not None and backend_op != op:
+            fields["backend_op"] = backend_op
+        return fields
+
+    def _follow_class(self, op: str, work) -> type[_TimedWork]:
+        """The Work wrapper for ``op``'s Works on this backend: whether they have a future (something follows an
+        op the job does not wait on, DDP's buckets) is asked once per op (gloo's reduce-scatter and p2p have none)."""
+        try:
+            work.get_future()
+            followed = True
+        except Exception:  # noqa: BLE001 - a backend's "not supported" for this op
+            followed = False
+        cuda = self._inner_name == "nccl"
+        cls = self._follows[op] = ((_TimedCudaWork if cuda else _TimedWork) if followed
+                                   else (_UnfollowedCudaWork if cuda else _UnfollowedWork))
+        return cls
+
+    def _record(self, op: str, work, size_bytes: int, dtype, bytes_in: int, bytes_out: int,
+                peer: int | None = None, splits=None, backend_op: str | None = None, root: int | None = None,
+                opts=None):
+        """Record one op issued (at :meth:`_start`) as ``work``, of any shape; the Work to hand back to the job."""
+        sink = self._sink if self._sink is not _current_sink else _SINK
+        if sink is None:  # recording stopped: the op runs as it would without commscope
+            return work
+        shape = None
+        if peer is not None or splits is not None or root is not None:
+            fields = self._fields(op, dtype if isinstance(dtype, str) else _dtype_name(dtype), backend_op)
+            if peer is not None:
+                fields["peer"] = self._ranks[peer]
+            if splits is not None:
+                fields["splits"] = [int(x) for x in splits]
+            if root is not None:
+                fields["root"] = self._ranks[root]
+            shape = (None, fields)
+        return self._one(sink, self._t0, work, op, dtype, size_bytes, bytes_in, bytes_out, opts, backend_op, shape)
+
+    def _record_batch(self, sink, op: str, work, members: list[tuple]):
+        """One record per member ``(size_bytes, dtype, bytes_in, bytes_out, backend_op)`` of a coalesced batch, all
+        completing with the batch's one Work, into ``sink``."""
+        if _INFLIGHT:
+            observe_completions()
+        recs = []
+        for size, dtype, n_in, n_out, backend_op in members:
+            shape = self._shapes.get((op, dtype, backend_op)) or self._shape(op, dtype, backend_op)
+            self._seq += 1
+            rec = [shape, size, self._t0, self._seq, n_in, n_out, sink._step, None, work, sink]
+            _INFLIGHT[id(rec)] = rec
+            recs.append(rec)
+        tw = _TimedBatch()
+        tw._inner, tw._rec, tw._cuda = work, recs, self._inner_name == "nccl"
+        return tw
 
     def _start(self) -> None:
         self._t0 = time.time_ns()
@@ -166,47 +198,40 @@ class RecordingProcessGroup(dist.ProcessGroup):
         return fn(*args) if opts is None else fn(*args, opts)
 
     # ----- collectives (names as c10d's Python process-group trampoline calls them) -----
+    # The frequent ones (all_reduce; all-gather and reduce-scatter of FSDP2, sequence parallelism and DTensor) take
+    # the time and hand the record to _one in their own frame; the others go through _start and _record.
     def allreduce(self, tensors, opts=None):
         t0 = time.time_ns()
         work = self._inner.allreduce(tensors) if opts is None else self._inner.allreduce(tensors, opts)
         sink = self._sink if self._sink is not _current_sink else _SINK
         if sink is None:
             return work
-        # the most frequent op (DDP's buckets, TP): its record made here, in one frame (as _make_record would)
         t = tensors[0]
         n = t.numel() * t.element_size() if len(tensors) == 1 else sum(_nbytes(x) for x in tensors)
-        dtype = _DTYPE_NAMES.get(t.dtype)
-        if dtype is None:
-            dtype = _dtype(t)
-        form = self._forms.get(("all_reduce", dtype, None))
-        self._seq = seq = self._seq + 1
-        rec = {"op": "all_reduce", "group": self._ranks, "rank": self._me, "size_bytes": n, "dtype": dtype,
-               "t_start_ns": t0, "backend": self._inner_name, "group_name": self._group_name, "seq": seq,
-               "bytes_in": n, "bytes_out": n,
-               "_form": form if form is not None else self._form("all_reduce", dtype, None)}
-        step = getattr(sink, "_step", _NO_STEP)
-        if step is not _NO_STEP:
-            rec["step"] = step
-        return self._issued(work, rec, sink, opts)
+        return self._one(sink, t0, work, "all_reduce", t.dtype, n, n, n, opts)
 
     def allreduce_coalesced(self, tensors, opts=None):
         self._start()
         work = self._call("allreduce_coalesced", tensors, opts=opts)
         n = sum(_nbytes(t) for t in tensors)
-        return self._record("all_reduce", work, size_bytes=n, dtype=_dtype(tensors[0]), bytes_in=n, bytes_out=n, opts=opts)
+        return self._record("all_reduce", work, n, tensors[0].dtype, n, n, opts=opts)
 
     def allgather(self, output_lists, input_tensors, opts=None):
         self._start()
         work = self._call("allgather", output_lists, input_tensors, opts=opts)
         n_in = sum(_nbytes(t) for t in input_tensors)
         n_out = sum(_nbytes(t) for lst in output_lists for t in lst)
-        return self._record("all_gather", work, size_bytes=n_out, dtype=_dtype(input_tensors[0]), bytes_in=n_in, bytes_out=n_out, opts=opts)
+        return self._record("all_gather", work, n_out, input_tensors[0].dtype, n_in, n_out, opts=opts)
 
     def all_gather_single(self, output, input, opts=None):  # C++ _allgather_base
-        self._start()
-        work = self._call("_allgather_base", output, input, opts=opts)
-        return self._record("all_gather", work, size_bytes=_nbytes(output), dtype=_dtype(input), bytes_in=_nbytes(input),
-                            bytes_out=_nbytes(output), opts=opts)
+        t0 = time.time_ns()
+        inner = self._inner
+        work = inner._allgather_base(output, input) if opts is None else inner._allgather_base(output, input, opts)
+        sink = self._sink if self._sink is not _current_sink else _SINK
+        if sink is None:
+            return work
+        n_out = output.numel() * output.element_size()
+        return self._one(sink, t0, work, "all_gather", input.dtype, n_out, input.numel() * input.element_size(), n_out, opts)
 
     def _coalesced(self, name: str, outputs, inputs, opts):
         """Issue several ops as one coalesced batch of the inner backend, one Work, asynchronous as without
@@ -228,14 +253,18 @@ class RecordingProcessGroup(dist.ProcessGroup):
         return fn(outputs, inputs) if opts is None else fn(outputs, inputs, opts)
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
-        self._start()
+        t0 = time.time_ns()
         work = self._coalesced("allgather_into_tensor_coalesced", outputs, inputs, opts)
+        sink = self._sink if self._sink is not _current_sink else _SINK
+        if sink is None:
+            return work
         if len(outputs) == 1:  # FSDP2's all-gathers: one record, made as any op's
             out, inp = outputs[0], inputs[0]
-            return self._record("all_gather", work, _nbytes(out), _dtype(inp), _nbytes(inp), _nbytes(out), opts=opts)
-        return self._record_batch("all_gather", work, [
-            dict(size_bytes=_nbytes(out), dtype=_dtype(inp), bytes_in=_nbytes(inp), bytes_out=_nbytes(out))
-            for out, inp in zip(outputs, inputs)])
+            n_out = out.numel() * out.element_size()
+            return self._one(sink, t0, work, "all_gather", inp.dtype, n_out, inp.numel() * inp.element_size(), n_out, opts)
+        self._t0 = t0
+        return self._record_batch(sink, "all_gather", work, [(_nbytes(out), inp.dtype, _nbytes(inp), _nbytes(out), None)
+                                                       for out, inp in zip(outputs, inputs)])
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         return self.allgather_into_tensor_coalesced(outputs, inputs, opts)
@@ -244,32 +273,39 @@ class RecordingProcessGroup(dist.ProcessGroup):
         self._start()
         work = self._call("reduce_scatter", outputs, input_lists, opts=opts)
         n_in = sum(_nbytes(t) for lst in input_lists for t in lst)
-        return self._record("reduce_scatter", work, size_bytes=n_in, dtype=_dtype(outputs[0]), bytes_in=n_in,
-                            bytes_out=sum(_nbytes(t) for t in outputs), backend_op=self._rs_backend_op(), opts=opts)
+        return self._record("reduce_scatter", work, n_in, outputs[0].dtype, n_in, sum(_nbytes(t) for t in outputs),
+                            backend_op=self._rs_backend_op, opts=opts)
 
     def reduce_scatter_single(self, output, input, opts=None):  # C++ _reduce_scatter_base
-        self._start()
-        work = self._call("_reduce_scatter_base", output, input, opts=opts)
-        return self._record("reduce_scatter", work, size_bytes=_nbytes(input), dtype=_dtype(input), bytes_in=_nbytes(input),
-                            bytes_out=_nbytes(output), backend_op=self._rs_backend_op(), opts=opts)
+        t0 = time.time_ns()
+        inner = self._inner
+        work = inner._reduce_scatter_base(output, input) if opts is None else inner._reduce_scatter_base(output, input,
+                                                                                                         opts)
+        sink = self._sink if self._sink is not _current_sink else _SINK
+        if sink is None:
+            return work
+        n_in = input.numel() * input.element_size()
+        return self._one(sink, t0, work, "reduce_scatter", input.dtype, n_in, n_in, output.numel() * output.element_size(),
+                         opts, self._rs_backend_op)
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
-        self._start()
+        t0 = time.time_ns()
         work = self._coalesced("reduce_scatter_tensor_coalesced", outputs, inputs, opts)
+        sink = self._sink if self._sink is not _current_sink else _SINK
+        if sink is None:
+            return work
         if len(outputs) == 1:  # FSDP2's reduce-scatters: one record, made as any op's
             out, inp = outputs[0], inputs[0]
-            return self._record("reduce_scatter", work, _nbytes(inp), _dtype(inp), _nbytes(inp), _nbytes(out), None, None,
-                                self._rs_backend_op(), opts=opts)
-        return self._record_batch("reduce_scatter", work, [
-            dict(size_bytes=_nbytes(inp), dtype=_dtype(inp), bytes_in=_nbytes(inp), bytes_out=_nbytes(out),
-                 backend_op=self._rs_backend_op()) for out, inp in zip(outputs, inputs)])
+            n_in = inp.numel() * inp.element_size()
+            return self._one(sink, t0, work, "reduce_scatter", inp.dtype, n_in, n_in, out.numel() * out.element_size(), opts,
+                             self._rs_backend_op)
+        self._t0 = t0
+        return self._record_batch(sink, "reduce_scatter", work, [
+            (_nbytes(inp), inp.dtype, _nbytes(inp), _nbytes(out), self._rs_backend_op)
+            for out, inp in zip(outputs, inputs)])
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         return self.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
-
-    def _rs_backend_op(self) -> str:
-        # gloo has no native reduce-scatter: it all-reduces the whole input and keeps its slice (DESIGN.md)
-        return "all_reduce" if self._inner_name == "gloo" else "reduce_scatter"
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):  # C++ alltoall_base
         self._start()
@@ -279,69 +315,68 @@ class RecordingProcessGroup(dist.ProcessGroup):
         n = self.size()
         row_bytes = (input.numel() // max(input.shape[0], 1)) * input.element_size() if input.dim() else input.element_size()
         sends = [s * row_bytes for s in in_splits] if in_splits else [_nbytes(input) // n] * n
-        return self._record("all_to_all", work, size_bytes=_nbytes(input), dtype=_dtype(input), bytes_in=_nbytes(input),
-                            bytes_out=_nbytes(output), splits=sends, opts=opts)
+        return self._record("all_to_all", work, _nbytes(input), input.dtype, _nbytes(input), _nbytes(output),
+                            splits=sends, opts=opts)
 
     def alltoall(self, outputs, inputs, opts=None):
         self._start()
         work = self._call("alltoall", outputs, inputs, opts=opts)
         sends = [_nbytes(t) for t in inputs]
-        return self._record("all_to_all", work, size_bytes=sum(sends), dtype=_dtype(inputs[0]), bytes_in=sum(sends),
-                            bytes_out=sum(_nbytes(t) for t in outputs), splits=sends, opts=opts)
+        return self._record("all_to_all", work, sum(sends), inputs[0].dtype, sum(sends),
+                            sum(_nbytes(t) for t in outputs), splits=sends, opts=opts)
 
     def broadcast(self, tensors, opts=None):
         self._start()
         work = self._call("broadcast", tensors, opts=opts)
         n = sum(_nbytes(t) for t in tensors)
         root = getattr(opts, "rootRank", 0) if opts is not None else 0
-        return self._record("broadcast", work, size_bytes=n, dtype=_dtype(tensors[0]), bytes_in=n, bytes_out=n, root=root, opts=opts)
+        return self._record("broadcast", work, n, tensors[0].dtype, n, n, root=root, opts=opts)
 
     def reduce(self, tensors, opts=None):
         self._start()
         work = self._call("reduce", tensors, opts=opts)
         n = sum(_nbytes(t) for t in tensors)
         root = getattr(opts, "rootRank", 0) if opts is not None else 0
-        return self._record("reduce", work, size_bytes=n, dtype=_dtype(tensors[0]), bytes_in=n, bytes_out=n, root=root, opts=opts)
+        return self._record("reduce", work, n, tensors[0].dtype, n, n, root=root, opts=opts)
 
     def gather(self, output_lists, inputs, opts=None):
         self._start()
         work = self._call("gather", output_lists, inputs, opts=opts)
         n_in = sum(_nbytes(t) for t in inputs)
         root = getattr(opts, "rootRank", 0) if opts is not None else 0
-        return self._record("gather", work, size_bytes=n_in * self.size(), dtype=_dtype(inputs[0]), bytes_in=n_in,
-                            bytes_out=sum(_nbytes(t) for lst in output_lists for t in lst), root=root, opts=opts)
+        return self._record("gather", work, n_in * self.size(), inputs[0].dtype, n_in,
+                            sum(_nbytes(t) for lst in output_lists for t in lst), root=root, opts=opts)
 
     def scatter(self, outputs, input_lists, opts=None):
         self._start()
         work = self._call("scatter", outputs, input_lists, opts=opts)
         n_out = sum(_nbytes(t) for t in outputs)
         root = getattr(opts, "rootRank", 0) if opts is not None else 0
-        return self._record("scatter", work, size_bytes=n_out * self.size(), dtype=_dtype(outputs[0]),
-                            bytes_in=sum(_nbytes(t) for lst in input_lists for t in lst), bytes_out=n_out, root=root,
-                            opts=opts)
+        return self._record("scatter", work, n_out * self.size(), outputs[0].dtype,
+                            sum(_nbytes(t) for lst in input_lists for t in lst), n_out, root=root, opts=opts)
 
     def barrier(self, opts=None):
         self._start()
         work = self._call("barrier", opts=opts)
-        return self._record("barrier", work, size_bytes=0, dtype="none", bytes_in=0, bytes_out=0, opts=opts)
+        return self._record("barrier", work, 0, "none", 0, 0, opts=opts)
 
     def send(self, tensors, dst, tag=0):
         self._start()
         work = self._inner.send(tensors, dst, tag)
         n = sum(_nbytes(t) for t in tensors)
-        return self._record("send", work, size_bytes=n, dtype=_dtype(tensors[0]), bytes_in=n, bytes_out=0, peer=dst)
+        return self._record("send", work, n, tensors[0].dtype, n, 0, peer=dst)
 
     def recv(self, tensors, src, tag=0):
         self._start()
         work = self._inner.recv(tensors, src, tag)
         n = sum(_nbytes(t) for t in tensors)
-        return self._record("recv", work, size_bytes=n, dtype=_dtype(tensors[0]), bytes_in=0, bytes_out=n, peer=src)
+        return self._record("recv", work, n, tensors[0].dtype, 0, n, peer=src)
 
     def recv_anysource(self, tensors, tag=0):
         self._start()
         work = self._inner.recv_anysource(tensors, tag)
         n = sum(_nbytes(t) for t in tensors)
-        return self._record("recv", work, size_bytes=n, dtype=_dtype(tensors[0]), bytes_in=0, bytes_out=n)
+        return self._record("recv", work, n, tensors[0].dtype, 0, n)
 
 
 def _inner_backend_name() -> str:
@@ -366,29 +401,19 @@ _SINK = None  # set by commscope.capture.recorder when recording starts; one per
 # can complete the next op. With 8 ranks on 2 cores that cost 30-45% of step time; this costs ~2%
 # (benchmarks/bench_capture.py).
 
-_INFLIGHT: dict[int, tuple[Any, dict, Any, str]] = {}
-"""Recorded ops not yet seen complete: key -> (inner work, record, sink, inner backend name)."""
+_INFLIGHT: dict[int, list] = {}
+"""Recorded ops not yet seen complete: id of the record -> the record (its R_WORK the backend's Work)."""
 _NO_TIMEOUT = timedelta(0)  # Work.wait's default: no timeout
+_HAS_ASYNC_OP = hasattr(dist.AllreduceOptions(), "asyncOp")  # (torch < 2.7: no blocking flag; every op is followed)
 
 
-def _track(work, recs: list[dict], sink, backend: str) -> _TimedWork:
-    if _INFLIGHT:
-        observe_completions()
-    keys = [id(rec) for rec in recs]
-    for key, rec in zip(keys, recs):
-        _INFLIGHT[key] = (work, rec, sink, backend)
-    tw = _TimedWork()
-    tw._inner, tw._key, tw._keys = work, keys[0], keys
-    return tw
-
-
-def _finish(key: int, completed: bool) -> None:
-    entry = _INFLIGHT.pop(key, None)
-    if entry is not None:
-        _, rec, sink, _ = entry
+def _finish(rec: list, completed: bool) -> None:
+    """Hand ``rec`` to its log, seen complete now or (``completed`` false) without an end; once."""
+    if _INFLIGHT.pop(id(rec), None) is not None:
         if completed:
-            rec["t_end_ns"] = time.time_ns()
-        sink(rec)
+            rec[R_END] = time.time_ns()
+        rec[R_WORK] = None  # the backend's Work (and its tensors) no longer held
+        rec[R_SINK].take(rec)
 
 
 def _is_completed(work) -> bool:
@@ -400,9 +425,9 @@ def _is_completed(work) -> bool:
 
 def observe_completions() -> int:
     """Stamp the completion time of every recorded op in flight that is now complete; how many were."""
-    done = [key for key, entry in list(_INFLIGHT.items()) if _is_completed(entry[0])]
-    for key in done:
-        _finish(key, True)
+    done = [rec for rec in list(_INFLIGHT.values()) if _is_completed(rec[R_WORK])]
+    for rec in done:
+        _finish(rec, True)
     return len(done)
 
 
@@ -411,7 +436,7 @@ def wait_inflight(timeout_s: float = 2.0, sink=None) -> bool:
     deadline = time.monotonic() + timeout_s
     while True:
         observe_completions()
-        if not any(sink is None or entry[2] is sink for entry in list(_INFLIGHT.values())):
+        if not any(sink is None or rec[R_SINK] is sink for rec in list(_INFLIGHT.values())):
             return True
         if time.monotonic() >= deadline:
             return False
@@ -420,51 +445,42 @@ def wait_inflight(timeout_s: float = 2.0, sink=None) -> bool:
 
 def finish_inflight(sink=None) -> int:
     """Hand on the records (of ``sink``, or all) still in flight, without a completion time; how many."""
-    keys = [key for key, entry in list(_INFLIGHT.items()) if sink is None or entry[2] is sink]
-    for key in keys:
-        _finish(key, False)
-    return len(keys)
+    recs = [rec for rec in list(_INFLIGHT.values()) if sink is None or rec[R_SINK] is sink]
+    for rec in recs:
+        _finish(rec, False)
+    return len(recs)
 
 
 class _TimedWork(dist.Work):
-    """The Work returned to the job: the backend's own, seen through, so that wait() stamps completion."""
+    """The Work returned to the job for one op: the backend's own, seen through, so that wait() stamps completion.
+    (Subclasses: a CUDA op's, whose wait() only orders streams; those of ops whose Work has no future.)"""
 
-    __slots__ = ("_inner", "_key", "_keys")  # one per op: no instance dict; set by who makes it (see _issued)
+    __slots__ = ("_inner", "_rec")  # one per op: no instance dict; set by who makes it (see _one)
     _inner: Any
     """The backend's Work."""
-    _key: int
-    """The record's key in _INFLIGHT (the first member's for a coalesced batch)."""
-    _keys: list[int] | None
-    """Every member's key of a coalesced batch; None for one op."""
+    _rec: Any
+    """The op's record (the list of its members' records for a coalesced batch: :class:`_TimedBatch`)."""
 
-    def _seen_complete(self) -> None:
-        for key in self._keys or (self._key,):
-            _finish(key, True)
+    def _seen(self, completed: bool) -> None:
+        _finish(self._rec, completed)
 
     def wait(self, timeout: timedelta = _NO_TIMEOUT):
         try:
             ok = self._inner.wait(timeout) if timeout else self._inner.wait()
         except BaseException:  # the backend's error (a peer gone, a timeout): the job sees it as it would, and the
-            for key in self._keys or (self._key,):  # record goes out without an end (gloo marks a failed Work
-                _finish(key, False)  # completed: a later look would stamp it as if it had succeeded)
-            raise
-        if self._keys is None:  # one op: _finish(key, True), inline (this runs once per op the job waits on)
-            entry = _INFLIGHT.pop(self._key, None)
-            if entry is not None:
-                if entry[3] == "nccl" and not _is_completed(self._inner):  # wait() only ordered the streams
-                    _INFLIGHT[self._key] = entry
-                else:
-                    rec = entry[1]
-                    rec["t_end_ns"] = time.time_ns()
-                    entry[2](rec)
-        elif self._key in _INFLIGHT and (_INFLIGHT[self._key][3] != "nccl" or _is_completed(self._inner)):
-            self._seen_complete()
+            self._seen(False)  # record goes out without an end (gloo marks a failed Work completed: a later look
+            raise  # would stamp it as if it had succeeded)
+        rec = self._rec  # _finish(rec, True), inline: this runs once per op the job waits on
+        if _INFLIGHT.pop(id(rec), None) is not None:
+            rec[R_END] = time.time_ns()
+            rec[R_WORK] = None
+            rec[R_SINK].buf.append(rec)  # (the log flushes when the next op is issued, or at a step mark)
         return ok
 
     def is_completed(self) -> bool:
         done = self._inner.is_completed()
         if done:
-            self._seen_complete()
+            self._seen(True)
         return done
 
     def get_future(self):
@@ -497,24 +513,69 @@ class _TimedWork(dist.Work):
     def _get_op_type(self):
         return self._inner._get_op_type()
 
-    def __del__(self) -> None:
-        # the job let go of an op it has not seen complete. With a future, something follows it (DDP's reducer):
-        # it is seen complete later. Without one, nothing will ever show it complete (gloo's reduce-scatter
-        # works never say so), so its record goes out now, with an end only if it has one
+
+class _TimedCudaWork(_TimedWork):
+    """A CUDA op's: wait() only makes the current stream wait for it, so it is stamped when the Work says it is
+    complete (then, or at a later look)."""
+
+    __slots__ = ()
+
+    def wait(self, timeout: timedelta = _NO_TIMEOUT):
         try:
-            entry = _INFLIGHT.get(self._key)
-            if entry is None:
-                return
-            try:
-                entry[0].get_future()
-                return
-            except Exception:  # noqa: BLE001, S110 - a work without a future: it is finished below
-                pass
-            completed = _is_completed(entry[0])
-            for key in self._keys or (self._key,):
-                _finish(key, completed)
+            ok = self._inner.wait(timeout) if timeout else self._inner.wait()
+        except BaseException:
+            self._seen(False)
+            raise
+        if _is_completed(self._inner):
+            self._seen(True)
+        return ok
+
+
+class _LetGo:
+    """For ops whose Work has no future (gloo's reduce-scatter and p2p): nothing follows such an op that the job
+    lets go of unwaited, and gloo's reduce-scatter Works never say they completed, so its record goes out when the
+    job lets go of it, with an end only if it has one. (Only these pay for a __del__, once per op.)"""
+
+    __slots__ = ()
+
+    def __del__(self) -> None:
+        try:
+            rec = self._rec  # type: ignore[attr-defined]
+            for one in rec if isinstance(rec[0], list) else (rec,):
+                if id(one) in _INFLIGHT:
+                    _finish(one, _is_completed(one[R_WORK]))
         except Exception:  # noqa: BLE001, S110 - interpreter shutdown: the log's close() writes what is left
             pass
+
+
+class _UnfollowedWork(_LetGo, _TimedWork):
+    __slots__ = ()
+
+
+class _UnfollowedCudaWork(_LetGo, _TimedCudaWork):
+    __slots__ = ()
+
+
+class _TimedBatch(_LetGo, _TimedWork):
+    """The one Work of a coalesced batch (its ``_rec``: the members' records, all completing with it). Batches are
+    rare (FSDP2 coalesces one tensor), so every one keeps the __del__ of :class:`_LetGo`."""
+
+    __slots__ = ("_cuda",)
+    _cuda: bool
+
+    def _seen(self, completed: bool) -> None:
+        for rec in self._rec:
+            _finish(rec, completed)
+
+    def wait(self, timeout: timedelta = _NO_TIMEOUT):
+        try:
+            ok = self._inner.wait(timeout) if timeout else self._inner.wait()
+        except BaseException:
+            self._seen(False)
+            raise
+        if not self._cuda or _is_completed(self._inner):
+            self._seen(True)
+        return ok
 
 
 def set_sink(sink) -> None:
@@ -522,14 +583,11 @@ def set_sink(sink) -> None:
     _SINK = sink
 
 
-def _current_sink(rec: dict) -> None:
+class _CurrentSink:
     """Stands for "the active sink" (set_sink) in process groups the backend creator builds."""
-    sink = _SINK
-    if sink is not None:
-        sink(rec)
 
 
-_NO_STEP = object()
+_current_sink = _CurrentSink()
 
 
 def _backend_view(inner: Any, rank: int, size: int, device: torch.device, inner_name: str) -> Any:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, TextIO
 from collections.abc import Callable, Iterator
 
+from commscope.capture.oprecord import R_END, R_IN, R_OUT, R_SEQ, R_SHAPE, R_SIZE, R_START, R_STEP, record_fields
 from commscope.io.oplog import FAILURE_FILE, STEP_KEY, json_quote
 
 RECORD_ENV = "COMMSCOPE_RECORD"
@@ -75,16 +76,22 @@ def mark_failed(logdir: Path, how: str, *, rank: int | None, exitcode: int | Non
 
 
 class RankLog:
-    """Thread-safe JSONL writer for one rank: the sink the recording process groups hand records to."""
+    """Thread-safe JSONL writer for one rank: the sink the recording process groups hand records to.
+
+    The process groups append finished records (lists, :data:`R_SHAPE` ...) to :attr:`buf` themselves, and on
+    issuing an op flush it when :meth:`due` (``len(buf) >= batch`` or the clock past :attr:`flush_due_ns`); anything
+    else hands a record over with :meth:`take`."""
 
     def __init__(self, logdir: Path, *, batch: int = 256, flush_s: float = 1.0) -> None:
         self.logdir = Path(logdir)
         self.batch = batch
         self.flush_s = flush_s
         self._lock = threading.Lock()
-        self._buf: list[dict] = []  # records not yet written (appended without the lock; never replaced, see flush)
+        self.buf: list[Any] = []
+        """Records and step lines not yet written (appended without the lock; never replaced, see flush)."""
         self._file: TextIO | None = None
-        self._last_flush = time.monotonic()
+        self.flush_due_ns = time.time_ns() + int(flush_s * 1e9)
+        """When the records unwritten by then are written, whatever their number."""
         self._num_written = 0
         self.rank: int | None = None
         self._step: int | None = None
@@ -105,6 +112,8 @@ class RankLog:
         self._step = index
         if index is not None:
             self._step_start_ns = time.time_ns()
+        if self.due(time.time_ns()):
+            self.flush()
 
     def end_step(self) -> None:
         """Mark the end of the step being timed (else it ends when the next one starts, or at close): writes its
@@ -116,28 +125,30 @@ class RankLog:
         observe_completions()
         mark = {STEP_KEY: {"step": self._step, "t_start_ns": self._step_start_ns, "t_end_ns": time.time_ns()}}
         self._step_start_ns = None
-        self._buf.append(mark)
+        self.buf.append(mark)
 
     # ----- records -----
-    def __call__(self, rec: dict) -> None:
-        """Take the record of an op seen complete (or, at the end, of one never seen so). Once per op, on the job's
-        thread: a list append (atomic; the writer takes the records under its lock and removes only those)."""
-        if "step" not in rec and self._step is not None:  # records the process group did not stamp at issue
-            rec["step"] = self._step
-        buf = self._buf
-        buf.append(rec)
-        if len(buf) >= self.batch or time.monotonic() - self._last_flush >= self.flush_s:
+    def due(self, now_ns: int) -> bool:
+        """Whether the records unwritten are to be written now (a full batch, or ``flush_s`` since the last write)."""
+        return len(self.buf) >= self.batch or now_ns >= self.flush_due_ns
+
+    def take(self, rec: list) -> None:
+        """Take the record of an op seen complete (or, at the end, of one never seen so), on the job's thread: a list
+        append (atomic; the writer takes the records under its lock and removes only those)."""
+        self.buf.append(rec)
+        if self.due(time.time_ns()):
             self.flush()
 
     @property
     def num_records(self) -> int:
         """Op records taken so far (written or not; step lines not counted)."""
-        return self._num_written + sum(1 for rec in list(self._buf) if STEP_KEY not in rec)
+        return self._num_written + sum(1 for rec in list(self.buf) if type(rec) is list)
 
-    def _open(self, rec: dict) -> None:
+    def _open(self, rec: list) -> None:
         import torch
 
-        self.rank = int(rec["rank"])
+        fields = rec[R_SHAPE][1]
+        self.rank = int(fields["rank"])
         self.logdir.mkdir(parents=True, exist_ok=True)
         path = self.logdir / f"rank{self.rank:05d}.jsonl"
         fresh = not path.exists() or path.stat().st_size == 0
@@ -160,7 +171,7 @@ class RankLog:
             world = dist.get_world_size() if dist.is_initialized() else world
         header = {"commscope_header": {"format": LOG_FORMAT, "format_version": 1, "kind": "measured", "rank": self.rank,
                                        "world_size": world, "hostname": socket.gethostname(), "pid": os.getpid(),
-                                       "torch": torch.__version__, "backend": rec.get("backend"),
+                                       "torch": torch.__version__, "backend": fields.get("backend"),
                                        "started_ns": time.time_ns()}}
         if run.get("run_id"):
             header["commscope_header"]["run_id"] = run["run_id"]  # every rank of one run has the same
@@ -168,11 +179,11 @@ class RankLog:
         self._file.flush()
 
     def _flush_locked(self) -> None:
-        buf = self._buf
+        buf = self.buf
         batch = buf[:]  # what is there now; records appended meanwhile stay for the next flush
         if batch:
             if self._file is None:
-                first = next((r for r in batch if "rank" in r), None)
+                first = next((r for r in batch if type(r) is list), None)
                 if first is None:  # step lines only: the rank (and so the file) is known from the first op
                     return
                 self._open(first)
@@ -180,8 +191,8 @@ class RankLog:
             self._file.write("\n".join(map(_line, batch)) + "\n")
             self._file.flush()
             del buf[:len(batch)]
-            self._num_written += sum(1 for rec in batch if STEP_KEY not in rec)
-        self._last_flush = time.monotonic()
+            self._num_written += sum(1 for rec in batch if type(rec) is list)
+        self.flush_due_ns = time.time_ns() + int(self.flush_s * 1e9)
 
     def flush(self) -> None:
         with self._lock:
@@ -235,25 +246,23 @@ def _head(op: str, group: list) -> str:
     return entry[1]
 
 
-def _formed_line(rec: dict, form: tuple[str, ...], t_end: int | None, step: int | None) -> str:
-    values = [rec["size_bytes"], rec["t_start_ns"]] + ([] if t_end is None else [t_end])
-    values += (rec["seq"], rec["bytes_in"], rec["bytes_out"])
-    if step is not None:
-        values.append(step)
-    return form[(t_end is not None) + 2 * (step is not None)] % tuple(values)
-
-
-def _line(rec: dict) -> str:
-    """``json.dumps(_to_commop_dict(rec), separators=(",", ":"))``, built by hand from parts cached per group: the
-    recorder's share of each op's cost (about 1 us instead of 4; half that with the record's ``_form``,
-    :func:`commscope.io.oplog.line_forms`). A step line (:data:`STEP_KEY`) is written as it is."""
-    form = rec.get("_form")
-    if form is not None:
-        t_end, step = rec.get("t_end_ns"), rec.get("step")
+def _line(rec: list | dict) -> str:
+    """The log line of a record (a process group's list, :data:`R_SHAPE` ..., or a dict of named fields as
+    :func:`record_fields` gives): ``json.dumps(_to_commop_dict(fields), separators=(",", ":"))``, built by hand, the
+    recorder's share of each op's cost. A process group's record of the common shape is one %-format of its prepared
+    text (:func:`commscope.io.oplog.line_forms`); otherwise the line is assembled from parts cached per group (about
+    1 us instead of 4). A step line (:data:`STEP_KEY`) is written as it is."""
+    if isinstance(rec, list):
+        form = rec[R_SHAPE][0]
+        if form is None:
+            return _line(record_fields(rec))
+        t_end, step = rec[R_END], rec[R_STEP]
         if t_end is not None and step is not None:  # an op of a training step, seen complete: nearly every line
-            return form[3] % (rec["size_bytes"], rec["t_start_ns"], t_end, rec["seq"], rec["bytes_in"],
-                              rec["bytes_out"], step)
-        return _formed_line(rec, form, t_end, step)
+            return form[3] % (rec[R_SIZE], rec[R_START], t_end, rec[R_SEQ], rec[R_IN], rec[R_OUT], step)
+        values = [rec[R_SIZE], rec[R_START]] + ([] if t_end is None else [t_end]) + [rec[R_SEQ], rec[R_IN], rec[R_OUT]]
+        if step is not None:
+            values.append(step)
+        return form[(t_end is not None) + 2 * (step is not None)] % tuple(values)
     if STEP_KEY in rec:
         return json.dumps(rec, separators=(",", ":"))
     get = rec.get
