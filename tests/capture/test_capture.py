@@ -141,6 +141,48 @@ def test_coalesced_gathers_and_reduce_scatters_stay_asynchronous(tmp_path):
         assert [(o.op, o.size_bytes) for o in ops] == [("all_gather", 32), ("all_gather", 16),
                                                        ("reduce_scatter", 16), ("reduce_scatter", 8)]
 
+def _let_go(rank, world, logdir):
+    """On real gloo: an all_reduce waited on, a reduce-scatter and a send/recv let go of unwaited (their Works have
+    no future; gloo's reduce-scatter Work never says it completed), then an all_reduce whose Work is followed only
+    through its future, as DDP's buckets are."""
+    import gc
+
+    log = _with_log(logdir)
+    x, out = torch.ones(4), torch.zeros(2)
+    waited = dist.all_reduce(x, async_op=True)
+    kinds = [type(waited).__name__]
+    waited.wait()
+    work = dist.reduce_scatter_single(out, x, async_op=True)
+    kinds.append(type(work).__name__)
+    work._inner.wait()  # the job lets go of it without our wait: its record goes out then
+    peer = 1 - rank
+    p2p = dist.isend(x, peer) if rank == 0 else dist.irecv(x, peer)
+    kinds.append(type(p2p).__name__)
+    p2p._inner.wait()
+    del waited, work, p2p
+    gc.collect()
+    written_after_let_go = log.num_records
+    fut = dist.all_reduce(x, async_op=True).get_future()
+    fut.wait()
+    log.step = 0  # a step mark looks at the ops in flight: the followed one is complete
+    log.close()
+    return kinds, written_after_let_go
+
+
+def test_works_without_a_future_are_written_when_let_go_on_real_gloo(tmp_path):
+    """The Work wrapper is picked once per op: only ops whose Works have no future (gloo's reduce-scatter, p2p) pay
+    for the __del__ that writes a record nothing else would; the others are stamped by wait() or a later look."""
+    results = spawn(_let_go, 2, args=(str(tmp_path),), backend="commscope", env=ENV, timeout_s=120)
+    for rank, (kinds, written) in enumerate(results):
+        assert kinds == ["_TimedWork", "_UnfollowedWork", "_UnfollowedWork"]
+        assert written == 3  # the all_reduce, the reduce-scatter and the p2p op, before the followed one
+        ops = _ops(tmp_path, rank, timed=False).ops
+        assert [o.op for o in ops] == ["all_reduce", "reduce_scatter", "send" if rank == 0 else "recv", "all_reduce"]
+        ends = [o.t_end_ns is not None and o.t_end_ns >= o.t_start_ns for o in ops]
+        # gloo's reduce-scatter never says it completed: let go of, it has no end; the p2p Work says so
+        assert ends == [True, False, True, True]
+
+
 def _tp(rank, world, logdir, sequence_parallel):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard
