@@ -578,3 +578,34 @@ def test_recorded_lines_are_those_of_the_records(tmp_path):
                 "t_start_ns": op.t_start_ns, "t_end_ns": op.t_end_ns, "extra": dict(op.extra)} == {
             k: expected.get(k) for k in ("op", "group", "size_bytes", "dtype", "rank", "t_start_ns", "t_end_ns",
                                          "extra")}
+
+
+def test_a_coalesced_batch_let_go_is_followed_when_its_work_has_a_future(tmp_path):
+    """A coalesced batch of several ops (one Work): let go of unwaited, its records stay in flight when its Work has a
+    future (something follows it; on NCCL, wait() returns before the GPU is done) and get their end when seen
+    complete; without a future they go out at once, with an end only if the Work says it completed."""
+    log = RankLog(tmp_path, batch=1)
+    group = _late_group(log)
+    members = [(8, "fp32", 8, 16, None), (4, "fp32", 4, 8, None)]
+    try:
+        log.step = 0
+        followed, unfollowed = _LateWork(), _LateWork(future=False)
+        group._start()
+        handle = group._record_batch(log, "all_gather", followed, members)
+        del handle
+        gc.collect()
+        assert log.num_records == 0 and len(cpg._INFLIGHT) == 2
+        followed.done = True
+        log.step = 1  # a step mark looks at the ops in flight
+        assert log.num_records == 2 and not cpg._INFLIGHT
+        group._start()
+        handle = group._record_batch(log, "reduce_scatter", unfollowed, members)
+        del handle
+        gc.collect()
+        assert log.num_records == 4 and not cpg._INFLIGHT
+        log.close()
+    finally:
+        cpg.set_sink(None)
+    ops = _ops(tmp_path, 0, timed=False).ops
+    assert [(o.op, o.size_bytes, o.t_end_ns is not None) for o in ops] == [
+        ("all_gather", 8, True), ("all_gather", 4, True), ("reduce_scatter", 8, False), ("reduce_scatter", 4, False)]

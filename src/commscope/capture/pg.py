@@ -112,8 +112,10 @@ class RecordingProcessGroup(dist.ProcessGroup):
             except BaseException:
                 sink.buf.append(rec)  # the record goes out without an end; the job sees the backend's error as it would
                 raise
-            rec[R_END] = time.time_ns()
+            rec[R_END] = end = time.time_ns()
             sink.buf.append(rec)
+            if end >= sink.flush_due_ns or len(sink.buf) >= sink.batch:
+                sink.flush()
             return work
         rec = [shape, size, t0, seq, n_in, n_out, sink._step, None, work, sink]
         _INFLIGHT[id(rec)] = rec
@@ -143,7 +145,9 @@ class RecordingProcessGroup(dist.ProcessGroup):
 
     def _follow_class(self, op: str, work) -> type[_TimedWork]:
         """The Work wrapper for ``op``'s Works on this backend: whether they have a future (something follows an
-        op the job does not wait on, DDP's buckets) is asked once per op (gloo's reduce-scatter and p2p have none)."""
+        op the job does not wait on, DDP's buckets) is asked once per op (gloo's reduce-scatter and p2p have none),
+        which takes every Work of one op of one backend to be alike (so they are in gloo's and NCCL's sources: gloo's
+        reduce-scatters are all LambdaWorks, NCCL's getFuture returns the Work's future)."""
         try:
             work.get_future()
             followed = True
@@ -187,6 +191,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
             recs.append(rec)
         tw = _TimedBatch()
         tw._inner, tw._rec, tw._cuda = work, recs, self._inner_name == "nccl"
+        tw._followed = not issubclass(self._follows.get(op) or self._follow_class(op, work), _LetGo)
         return tw
 
     def _start(self) -> None:
@@ -453,7 +458,8 @@ def finish_inflight(sink=None) -> int:
 
 class _TimedWork(dist.Work):
     """The Work returned to the job for one op: the backend's own, seen through, so that wait() stamps completion.
-    (Subclasses: a CUDA op's, whose wait() only orders streams; those of ops whose Work has no future.)"""
+    (Subclasses: a CUDA op's, whose wait() only orders streams; those of ops whose Work has no future; a coalesced
+    batch's.)"""
 
     __slots__ = ("_inner", "_rec")  # one per op: no instance dict; set by who makes it (see _one)
     _inner: Any
@@ -472,9 +478,12 @@ class _TimedWork(dist.Work):
             raise  # would stamp it as if it had succeeded)
         rec = self._rec  # _finish(rec, True), inline: this runs once per op the job waits on
         if _INFLIGHT.pop(id(rec), None) is not None:
-            rec[R_END] = time.time_ns()
+            rec[R_END] = end = time.time_ns()
             rec[R_WORK] = None
-            rec[R_SINK].buf.append(rec)  # (the log flushes when the next op is issued, or at a step mark)
+            sink = rec[R_SINK]
+            sink.buf.append(rec)
+            if end >= sink.flush_due_ns or len(sink.buf) >= sink.batch:  # (sink.due(end), inline)
+                sink.flush()
         return ok
 
     def is_completed(self) -> bool:
@@ -556,12 +565,13 @@ class _UnfollowedCudaWork(_LetGo, _TimedCudaWork):
     __slots__ = ()
 
 
-class _TimedBatch(_LetGo, _TimedWork):
-    """The one Work of a coalesced batch (its ``_rec``: the members' records, all completing with it). Batches are
-    rare (FSDP2 coalesces one tensor), so every one keeps the __del__ of :class:`_LetGo`."""
+class _TimedBatch(_TimedWork):
+    """The one Work of a coalesced batch (its ``_rec``: the members' records, all completing with it)."""
 
-    __slots__ = ("_cuda",)
+    __slots__ = ("_cuda", "_followed")
     _cuda: bool
+    _followed: bool
+    """Whether the Work has a future (see :class:`_LetGo`: without one, the records go out when it is let go)."""
 
     def _seen(self, completed: bool) -> None:
         for rec in self._rec:
@@ -576,6 +586,10 @@ class _TimedBatch(_LetGo, _TimedWork):
         if not self._cuda or _is_completed(self._inner):
             self._seen(True)
         return ok
+
+    def __del__(self) -> None:
+        if not self._followed:
+            _LetGo.__del__(self)  # type: ignore[arg-type]
 
 
 def set_sink(sink) -> None:

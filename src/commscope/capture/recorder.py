@@ -91,7 +91,8 @@ class RankLog:
         """Records and step lines not yet written (appended without the lock; never replaced, see flush)."""
         self._file: TextIO | None = None
         self.flush_due_ns = time.time_ns() + int(flush_s * 1e9)
-        """When the records unwritten by then are written, whatever their number."""
+        """When the records unwritten by then are written, whatever their number (the wall clock, which the records'
+        times read anyway: one stepped back delays this; full batches still go out)."""
         self._num_written = 0
         self.rank: int | None = None
         self._step: int | None = None
@@ -133,8 +134,8 @@ class RankLog:
         return len(self.buf) >= self.batch or now_ns >= self.flush_due_ns
 
     def take(self, rec: list) -> None:
-        """Take the record of an op seen complete (or, at the end, of one never seen so), on the job's thread: a list
-        append (atomic; the writer takes the records under its lock and removes only those)."""
+        """Take the record of an op seen complete (or, at the end, of one never seen so): a list append (atomic; the
+        writer takes the records under its lock and removes only those), and a flush when one is due."""
         self.buf.append(rec)
         if self.due(time.time_ns()):
             self.flush()
