@@ -486,6 +486,14 @@ class _TimedWork(dist.Work):
                 sink.flush()
         return ok
 
+    def _inner_wait(self, timeout: timedelta):
+        """The backend's wait(); when it raises, the records go out without an end (see wait)."""
+        try:
+            return self._inner.wait(timeout) if timeout else self._inner.wait()
+        except BaseException:
+            self._seen(False)
+            raise
+
     def is_completed(self) -> bool:
         done = self._inner.is_completed()
         if done:
@@ -530,11 +538,7 @@ class _TimedCudaWork(_TimedWork):
     __slots__ = ()
 
     def wait(self, timeout: timedelta = _NO_TIMEOUT):
-        try:
-            ok = self._inner.wait(timeout) if timeout else self._inner.wait()
-        except BaseException:
-            self._seen(False)
-            raise
+        ok = self._inner_wait(timeout)
         if _is_completed(self._inner):
             self._seen(True)
         return ok
@@ -578,11 +582,7 @@ class _TimedBatch(_TimedWork):
             _finish(rec, completed)
 
     def wait(self, timeout: timedelta = _NO_TIMEOUT):
-        try:
-            ok = self._inner.wait(timeout) if timeout else self._inner.wait()
-        except BaseException:
-            self._seen(False)
-            raise
+        ok = self._inner_wait(timeout)
         if not self._cuda or _is_completed(self._inner):
             self._seen(True)
         return ok
