@@ -28,6 +28,7 @@ the 8-rank 3D reference workload: tp 2 x pp 2 x dp 2, sequence parallelism, FSDP
     python benchmarks/bench_capture.py             # prints tables and a JSON line (~4 min on 2 cores)
     python benchmarks/bench_capture.py --quick     # fewer ops and steps (a smoke run, ~30 s)
     python benchmarks/bench_capture.py --whole-runs  # adds whole runs unrecorded vs recorded
+    python benchmarks/bench_capture.py --step-only --runs 9   # only part 2, nine runs: to A/B a recorder change
     python benchmarks/bench_capture.py --backend nccl   # on a GPU machine
 """
 
