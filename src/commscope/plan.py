@@ -28,7 +28,7 @@ from commscope.flops import token_flops
 from commscope.memory import USABLE_MEMORY_FRACTION
 from commscope.spec.cluster import ClusterSpec
 from commscope.spec.model import ModelSpec
-from commscope.spec.parallel import ParallelSpec, Recompute
+from commscope.spec.parallel import ATTENTION_KINDS, FP8_FORMATS, Attention, Fp8Format, ParallelSpec, Recompute
 from commscope.units import divisors, dtype_bytes
 
 RECOMPUTE_CODES: tuple[Recompute, ...] = ("none", "selective", "full")
@@ -84,8 +84,8 @@ class PlanEntry:
         return {"tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "ep": p.ep, "micro_batch_size": p.micro_batch_size,
                 "virtual_pipeline_size": p.virtual_pipeline_size, "sequence_parallel": p.sequence_parallel,
                 "recompute": p.recompute, "zero_stage": p.zero_stage, "distributed_optimizer": p.distributed_optimizer,
-                "gradient_accumulation_fusion": p.gradient_accumulation_fusion,
-                "num_micro_batches": p.num_micro_batches, "memory_GiB": self.memory_bytes / 2**30,
+                "gradient_accumulation_fusion": p.gradient_accumulation_fusion, "attention": p.attention,
+                "fp8_format": p.fp8_format, "num_micro_batches": p.num_micro_batches, "memory_GiB": self.memory_bytes / 2**30,
                 "screen_time_s": self.screen_time_s, "reason": self.reason, **self.estimate.to_dict()}
 
 
@@ -315,14 +315,16 @@ def screen_time_s(model: ModelSpec, cluster: ClusterSpec, c: dict[str, np.ndarra
 def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_size: int, *, top: int = 10,
          space: PlanSpace = PlanSpace(), refine: int | None = None, gpu_util: float | None = None,
          memory_fraction: float = USABLE_MEMORY_FRACTION, progress: Callable[[int, int], None] | None = None,
-         gradient_accumulation_fusion: bool = True) -> Plan:
+         gradient_accumulation_fusion: bool = True, attention: Attention = "flash",
+         fp8_format: Fp8Format | None = None) -> Plan:
     """The ``top`` fastest configurations of ``model`` on ``num_gpus`` GPUs that fit in memory (``refine``: estimate
     only the best of the screen op by op instead of all of them).
 
-    ``gradient_accumulation_fusion`` is not searched but taken from the job (what its framework does, see
-    :attr:`~commscope.spec.parallel.ParallelSpec.gradient_accumulation_fusion`): every configuration is estimated
-    with it, so that a plan compared with a job without fusion times the same kernels (the closed-form screen
-    leaves the separate gradient adds out, as it leaves out every memory-bound kernel)."""
+    ``gradient_accumulation_fusion``, ``attention`` and ``fp8_format`` are not searched but taken from the job (what
+    its framework and kernels do, see :class:`~commscope.spec.parallel.ParallelSpec`): every configuration is
+    estimated with them, and the memory check holds unfused attention's score matrices, so that a plan compared with
+    a job times the same kernels (the closed-form screen leaves them out, as it leaves out every memory-bound
+    kernel)."""
     from commscope.estimate import compute_gpu
     from commscope.estimate_many import estimate_many
     from commscope.memory import total_memory_bytes
@@ -333,6 +335,10 @@ def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_siz
         raise ConfigError("global_batch_size", global_batch_size, "must be a positive integer")
     if refine is not None and refine < 1:
         raise ConfigError("refine", refine, "must be >= 1 (None: every configuration that fits)")
+    if attention not in ATTENTION_KINDS:
+        raise ConfigError("attention", attention, f"valid: {', '.join(ATTENTION_KINDS)}")
+    if fp8_format is not None and fp8_format not in FP8_FORMATS:
+        raise ConfigError("fp8_format", fp8_format, f"valid: {', '.join(FP8_FORMATS)} (or none)")
     t0 = time.perf_counter()
     c = candidates(model, num_gpus, cluster, global_batch_size, space)
     n_candidates = c["tp"].size
@@ -345,7 +351,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_siz
                              micro_batch_size=c["mb"], global_batch_size=c["gb"], virtual_pipeline_size=c["v"],
                              sequence_parallel=c["sp"].astype(bool),
                              recompute=np.array(RECOMPUTE_CODES, dtype=object)[c["recompute"]],
-                             zero_stage=c["zero"], distributed_optimizer=c["dist_opt"])
+                             zero_stage=c["zero"], distributed_optimizer=c["dist_opt"], attention=attention)
     fits = mem <= memory_fraction * cluster.memory_bytes
     c = {k: v[fits] for k, v in c.items()}
     mem = mem[fits]
@@ -356,6 +362,11 @@ def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_siz
         notes.append("every configuration without gradient accumulation fusion (--no-gradient-accumulation-fusion): "
                      "each micro-batch's weight gradients added by a separate kernel, more of them the more "
                      "micro-batches")
+    if attention == "unfused":
+        notes.append("every configuration with unfused attention (--attention-backend unfused): its s x s scores in "
+                     "memory, and GEMMs with softmax and dropout kernels in the time")
+    if fp8_format is not None:
+        notes.append(f"every configuration with FP8 linear-layer GEMMs (--fp8-format {fp8_format})")
     if n_fit == 0:
         reason = f"none of the {n_valid:,} valid configurations fits in {memory_fraction:.0%} of {cluster.memory_bytes / 2**30:.0f} GiB"
         raise ConfigError("gpus", num_gpus, f"{reason} for {model.name} with global_batch_size={global_batch_size}")
@@ -371,7 +382,8 @@ def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_siz
                      virtual_pipeline_size=int(c["v"][idx]), sequence_parallel=bool(c["sp"][idx]),
                      recompute=RECOMPUTE_CODES[int(c["recompute"][idx])], zero_stage=int(c["zero"][idx]),
                      distributed_optimizer=bool(c["dist_opt"][idx]),
-                     gradient_accumulation_fusion=gradient_accumulation_fusion)
+                     gradient_accumulation_fusion=gradient_accumulation_fusion, attention=attention,
+                     fp8_format=fp8_format)
         for idx in order]
     entries = []
     chunk = 1024  # configurations per estimate_many call (and per progress step)

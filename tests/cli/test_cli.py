@@ -333,3 +333,40 @@ def test_traffic_points_out_its_own_files_left_by_an_earlier_run(capsys, tmp_pat
     err = capsys.readouterr().err
     assert "warning: heatmap.png in" in err and "are from an earlier run" in err and "notes.txt" not in err
     assert (tmp_path / "heatmap.png").read_bytes() == b"an earlier run's plot"  # never deleted
+
+
+def test_plan_takes_the_jobs_attention_and_fp8(capsys, tmp_path):
+    """Attention kernels and FP8 are the job's, not searched: `plan` takes them and `report --plan-gpus` ranks with
+    the job's own (it took flash attention and no FP8 beside an unfused job, whose s x s scores it then left out of
+    the memory check: the job's own configuration ranked beside itself at another time)."""
+    import re
+
+    plan = ("plan", "--model", "gpt3-1.3b", "--gpus", "8", "--cluster", "dgx-h100", "--top", "1000", "--json")
+    code, out_flash, err = run(capsys, *plan)
+    assert code == 0, err
+    code, out_unfused, err = run(capsys, *plan, "--attention-backend", "unfused", "--fp8-format", "hybrid")
+    assert code == 0, err
+    flash, unfused = json.loads(out_flash), json.loads(out_unfused)
+    assert {(e["attention"], e["fp8_format"]) for e in flash["top"]} == {("flash", None)}
+    assert {(e["attention"], e["fp8_format"]) for e in unfused["top"]} == {("unfused", "hybrid")}
+    key = lambda e: (e["tp"], e["pp"], e["dp"], e["micro_batch_size"], e["virtual_pipeline_size"],
+                     e["sequence_parallel"], e["recompute"], e["zero_stage"], e["distributed_optimizer"])
+    mem = {key(e): e["memory_GiB"] for e in flash["top"]}
+    both = [e for e in unfused["top"] if key(e) in mem]
+    assert all(e["memory_GiB"] >= mem[key(e)] for e in both)
+    # the s x s scores, held unless recomputation drops them
+    assert all(e["memory_GiB"] > mem[key(e)] for e in both if e["recompute"] == "none") and both
+    assert len(unfused["top"]) < len(flash["top"])  # fewer fit
+    assert any("--attention-backend unfused" in n for n in unfused["notes"])
+    assert any("--fp8-format hybrid" in n for n in unfused["notes"])
+
+    job = ("--model", "gpt3-1.3b", "--cluster", "dgx-h100", "--tp", "1", "--pp", "1", "--gpus", "8",
+           "--global-batch-size", "512", "--micro-batch-size", "1", "--attention-backend", "unfused",
+           "--fp8-format", "hybrid")
+    out = tmp_path / "r.html"
+    code, _out, err = run(capsys, "report", *job, "--plan-gpus", "8", "--plan-top", "1000", "--out", str(out))
+    assert code == 0, err
+    data = json.loads(re.search(r'<script id="report-data" type="application/json">(.*?)</script>', out.read_text(),
+                                re.DOTALL).group(1))["breakdown"]
+    same = [e for e in data["plan"]["entries"] if e["label"] == data["label"]]
+    assert same and same[0]["iteration_time_s"] == pytest.approx(data["iteration_time_s"], rel=1e-9)

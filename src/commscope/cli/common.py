@@ -125,7 +125,7 @@ def int_list(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, e.g. 1,2,4; got {text!r}") from None
 
 
-def _attention_backend(text: str) -> str:
+def attention_backend(text: str) -> str:
     """argparse type: Megatron-core's --attention-backend spellings to commscope's two attention kinds."""
     from commscope.spec.parallel import ATTENTION_BACKENDS as kinds
 
@@ -207,13 +207,12 @@ def add_parallel_args(parser: argparse.ArgumentParser, defaults: dict[str, str] 
                    default=None, help="TP all-gather/reduce-scatter overlapped with the GEMMs (needs --sequence-parallel)")
     o.add_argument("--gradient-accumulation-fusion", dest="parallel.gradient_accumulation_fusion",
                    action=argparse.BooleanOptionalAction, default=None, help=GRADIENT_ACCUMULATION_FUSION_HELP)
-    o.add_argument("--attention-backend", dest="parallel.attention", type=_attention_backend, default=None,
-                   metavar="{auto,flash,fused,unfused,local}",
-                   help="attention kernels: flash/fused/auto = one fused kernel (default), unfused/local = GEMMs + softmax")
+    o.add_argument("--attention-backend", dest="parallel.attention", type=attention_backend, default=None,
+                   metavar=ATTENTION_BACKEND_METAVAR, help=ATTENTION_BACKEND_HELP)
     o.add_argument("--use-flash-attn", dest="parallel.attention", action="store_const", const="flash",
                    help="same as --attention-backend flash (Megatron-LM's older spelling)")
     o.add_argument("--fp8-format", dest="parallel.fp8_format", choices=("hybrid", "e4m3"), default=None,
-                   help="linear-layer GEMMs in FP8 (Transformer Engine): hybrid (E4M3 forward, E5M2 backward) or e4m3")
+                   help=FP8_FORMAT_HELP)
     g.add_argument("--gpus", "--num-gpus", dest="gpus", type=int, default=None,
                    help="total GPUs: checked against tp x pp x dp x cp, or used to derive dp when --dp is not given")
 
@@ -426,6 +425,11 @@ def check_gpu_util(args: argparse.Namespace) -> None:
 
 #: Fields only the GPU's compute model reads (the attention backend also sizes the memory).
 _COMPUTE_MODEL_FLAGS = ("gradient_accumulation_fusion",)
+
+#: ``--attention-backend`` and ``--fp8-format``, as the job's options and plan take them.
+ATTENTION_BACKEND_METAVAR = "{auto,flash,fused,unfused,local}"
+ATTENTION_BACKEND_HELP = "attention kernels: flash/fused/auto = one fused kernel (default), unfused/local = GEMMs + softmax"
+FP8_FORMAT_HELP = "linear-layer GEMMs in FP8 (Transformer Engine): hybrid (E4M3 forward, E5M2 backward) or e4m3"
 
 #: ``--[no-]gradient-accumulation-fusion``, as estimate, plan and validate take it.
 GRADIENT_ACCUMULATION_FUSION_HELP = ("weight-gradient GEMMs add into the accumulated gradients (Megatron's default); "

@@ -8,7 +8,8 @@ import sys
 
 from commscope.cli.common import (
     add_cluster_args, add_model_args, check_gpu_dtype, check_gpu_util, check_nodes, int_list, resolve_cluster,
-    resolve_model, warn_compute_model_flags, GRADIENT_ACCUMULATION_FUSION_HELP,
+    resolve_model, warn_compute_model_flags, attention_backend, ATTENTION_BACKEND_HELP, ATTENTION_BACKEND_METAVAR,
+    FP8_FORMAT_HELP, GRADIENT_ACCUMULATION_FUSION_HELP,
 )
 
 
@@ -34,6 +35,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--gradient-accumulation-fusion", action=argparse.BooleanOptionalAction, default=None,
                    help=f"not searched, the job's: {GRADIENT_ACCUMULATION_FUSION_HELP}, which favours fewer, larger "
                         "micro-batches")
+    g.add_argument("--attention-backend", dest="attention", type=attention_backend, default="flash",
+                   metavar=ATTENTION_BACKEND_METAVAR, help=f"not searched, the job's: {ATTENTION_BACKEND_HELP}")
+    g.add_argument("--fp8-format", choices=("hybrid", "e4m3"), default=None,
+                   help=f"not searched, the job's: {FP8_FORMAT_HELP}")
     g.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
@@ -60,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     with Progress("estimating", quiet=args.json) as progress:
         result = plan(model, cluster, args.gpus, batch, top=args.top, space=space,
                       refine=args.refine, gpu_util=args.gpu_util, progress=progress,
-                      gradient_accumulation_fusion=fusion is not False)
+                      gradient_accumulation_fusion=fusion is not False, attention=args.attention,
+                      fp8_format=args.fp8_format)
     check_nodes(args, args.gpus, cluster)  # after the plan: when no configuration is valid, its error is the one line
     if args.json:
         json.dump(result.to_dict(), sys.stdout, indent=2)

@@ -87,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
 
             plan_result = plan(model, cluster, args.plan_gpus, parallel.global_batch_size, top=args.plan_top,
                                gpu_util=args.gpu_util,
-                               gradient_accumulation_fusion=parallel.gradient_accumulation_fusion)
+                               gradient_accumulation_fusion=parallel.gradient_accumulation_fusion,
+                               attention=parallel.attention, fp8_format=parallel.fp8_format)
     measured = bench = moe = None
     files: dict[str, object] = {}
     time_result = None
