@@ -188,7 +188,7 @@ def bench_python_cold(n: int = 2000, repeats: int = 5, sweep_mib: int = 64) -> d
             input.numel()
             return work
 
-    x, out = torch.ones(1), torch.ones(2)
+    x, gathered = torch.ones(1), torch.ones(2)
     ar_opts, ag_opts = dist.AllreduceOptions(), AllgatherOptions()
     junk = np.ones(sweep_mib * 2**20 // 8)
 
@@ -204,24 +204,24 @@ def bench_python_cold(n: int = 2000, repeats: int = 5, sweep_mib: int = 64) -> d
             best = min(best, total / n / 1e3)
         return best
 
-    out_: dict[str, float] = {"sweep_MiB": sweep_mib}
+    out: dict[str, float] = {"sweep_MiB": sweep_mib}
     with tempfile.TemporaryDirectory() as d:
         log = RankLog(Path(d))
         log.step = 0
         group = cpg.RecordingProcessGroup(Backend(), 0, 1, [0], "bench", "gloo", log)
         try:
             for name, call in (("all_reduce", lambda: group.allreduce([x], ar_opts)),
-                               ("all_gather", lambda: group.all_gather_single(out, x, ag_opts))):
+                               ("all_gather", lambda: group.all_gather_single(gathered, x, ag_opts))):
                 group._sink = None
-                out_[f"{name}_forward_us"] = per_op(call)
+                out[f"{name}_forward_us"] = per_op(call)
                 group._sink = log
-                out_[f"{name}_recorded_us"] = per_op(call)
-                out_[f"{name}_record_us"] = out_[f"{name}_recorded_us"] - out_[f"{name}_forward_us"]
+                out[f"{name}_recorded_us"] = per_op(call)
+                out[f"{name}_record_us"] = out[f"{name}_recorded_us"] - out[f"{name}_forward_us"]
         finally:
             log.close()
-    out_["forward_us"] = out_["all_reduce_forward_us"]
-    out_["record_us"] = out_["all_reduce_record_us"]
-    return out_
+    out["forward_us"] = out["all_reduce_forward_us"]
+    out["record_us"] = out["all_reduce_record_us"]
+    return out
 
 
 def _workload():

@@ -28,7 +28,7 @@ from commscope.flops import token_flops
 from commscope.memory import USABLE_MEMORY_FRACTION
 from commscope.spec.cluster import ClusterSpec
 from commscope.spec.model import ModelSpec
-from commscope.spec.parallel import ATTENTION_KINDS, FP8_FORMATS, Attention, Fp8Format, ParallelSpec, Recompute
+from commscope.spec.parallel import Attention, Fp8Format, ParallelSpec, Recompute
 from commscope.units import divisors, dtype_bytes
 
 RECOMPUTE_CODES: tuple[Recompute, ...] = ("none", "selective", "full")
@@ -335,10 +335,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_siz
         raise ConfigError("global_batch_size", global_batch_size, "must be a positive integer")
     if refine is not None and refine < 1:
         raise ConfigError("refine", refine, "must be >= 1 (None: every configuration that fits)")
-    if attention not in ATTENTION_KINDS:
-        raise ConfigError("attention", attention, f"valid: {', '.join(ATTENTION_KINDS)}")
-    if fp8_format is not None and fp8_format not in FP8_FORMATS:
-        raise ConfigError("fp8_format", fp8_format, f"valid: {', '.join(FP8_FORMATS)} (or none)")
+    ParallelSpec(attention=attention, fp8_format=fp8_format)  # the job's settings checked by the spec's own rules
     t0 = time.perf_counter()
     c = candidates(model, num_gpus, cluster, global_batch_size, space)
     n_candidates = c["tp"].size

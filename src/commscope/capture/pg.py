@@ -129,15 +129,17 @@ class RecordingProcessGroup(dist.ProcessGroup):
     def _shape(self, op: str, dtype, backend_op: str | None) -> tuple:
         from commscope.io.oplog import line_forms
 
-        name = dtype if isinstance(dtype, str) else _dtype_name(dtype)
-        fields = self._fields(op, name, backend_op)
+        fields = self._fields(op, dtype, backend_op)
         shape = self._shapes[(op, dtype, backend_op)] = (
-            line_forms(op, self._ranks, self._me, name, self._group_name, self._inner_name, fields.get("backend_op")),
+            line_forms(op, self._ranks, self._me, fields["dtype"], self._group_name, self._inner_name,
+                       fields.get("backend_op")),
             fields)
         return shape
 
-    def _fields(self, op: str, dtype: str, backend_op: str | None) -> dict[str, Any]:
-        fields = {"op": op, "group": self._ranks, "rank": self._me, "dtype": dtype, "backend": self._inner_name,
+    def _fields(self, op: str, dtype, backend_op: str | None) -> dict[str, Any]:
+        """The constant fields of ``op``'s records (``dtype``: the tensor's, or a name)."""
+        fields = {"op": op, "group": self._ranks, "rank": self._me,
+                  "dtype": dtype if isinstance(dtype, str) else _dtype_name(dtype), "backend": self._inner_name,
                   "group_name": self._group_name}
         if backend_op is not None and backend_op != op:
             fields["backend_op"] = backend_op
@@ -167,7 +169,7 @@ class RecordingProcessGroup(dist.ProcessGroup):
             return work
         shape = None
         if peer is not None or splits is not None or root is not None:
-            fields = self._fields(op, dtype if isinstance(dtype, str) else _dtype_name(dtype), backend_op)
+            fields = self._fields(op, dtype, backend_op)
             if peer is not None:
                 fields["peer"] = self._ranks[peer]
             if splits is not None:
@@ -467,8 +469,13 @@ class _TimedWork(dist.Work):
     _rec: Any
     """The op's record (the list of its members' records for a coalesced batch: :class:`_TimedBatch`)."""
 
+    def _recs(self) -> tuple | list:
+        """The records this Work completes."""
+        return (self._rec,)
+
     def _seen(self, completed: bool) -> None:
-        _finish(self._rec, completed)
+        for rec in self._recs():
+            _finish(rec, completed)
 
     def wait(self, timeout: timedelta = _NO_TIMEOUT):
         try:
@@ -553,10 +560,9 @@ class _LetGo:
 
     def __del__(self) -> None:
         try:
-            rec = self._rec  # type: ignore[attr-defined]
-            for one in rec if isinstance(rec[0], list) else (rec,):
-                if id(one) in _INFLIGHT:
-                    _finish(one, _is_completed(one[R_WORK]))
+            for rec in self._recs():  # type: ignore[attr-defined]
+                if id(rec) in _INFLIGHT:
+                    _finish(rec, _is_completed(rec[R_WORK]))
         except Exception:  # noqa: BLE001, S110 - interpreter shutdown: the log's close() writes what is left
             pass
 
@@ -577,9 +583,8 @@ class _TimedBatch(_TimedWork):
     _followed: bool
     """Whether the Work has a future (see :class:`_LetGo`: without one, the records go out when it is let go)."""
 
-    def _seen(self, completed: bool) -> None:
-        for rec in self._rec:
-            _finish(rec, completed)
+    def _recs(self) -> tuple | list:
+        return self._rec
 
     def wait(self, timeout: timedelta = _NO_TIMEOUT):
         ok = self._inner_wait(timeout)
