@@ -10,7 +10,8 @@ Rows:
 2. ``plan --model llama3-70b --gpus 512`` (the README example): every configuration that fits ranked op by op.
 3. routed MoE traffic (mixtral, ep 8, ``--routing zipf:1.2``) at 131,072 GPUs (1,048,576 with ``--large``):
    wall time and peak memory of a fresh process.
-4. recording: CPU added per op on one rank (4 B all_reduce); the 8-rank step is ``bench_capture.py``'s.
+4. recording: CPU added per op on one rank (4 B all_reduce issued then waited; the rank and its backend's threads on
+   one core, in 3 fresh processes: ``bench_capture.bench_per_op``); the 8-rank step is ``bench_capture.py``'s.
 5. start-up: ``commscope --help``, ``commscope traffic --help``; CPU of a 4-rank ``bench --backend gloo``.
 
     python benchmarks/bench_scale.py            # prints a table and a JSON line (~2 min on 2 cores)
@@ -145,14 +146,16 @@ def bench_moe(gpus: int, routing: str = "zipf:1.2") -> dict[str, Any]:
 
 
 def bench_recording() -> dict[str, Any]:
+    """One rank (it and its backend's threads on one core: see bench_capture.bench_per_op), 4 B all_reduce, issued
+    then waited as frameworks call, in 3 fresh processes: CPU of the rank's process added per op, recorded - plain."""
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_capture import bench_per_op
 
-    rows = [bench_per_op(1000, 1, "gloo", ranks=1, rounds=9) for _ in range(3)]
-    over = [r["overhead_cpu_us"] for r in rows]  # CPU time of the rank's own thread, recorded - plain
-    return {"row": "recording, one rank, 4 B all_reduce: CPU added per op (3 runs of 9 rounds)",
-            "overhead_us_median": statistics.median(over), "overhead_us_spread": [min(over), max(over)],
-            "plain_us": statistics.median(r["plain_us"] for r in rows)}
+    r = bench_per_op(100, 1, "gloo", ranks=1, rounds=200, async_op=True, processes=3, pin=True)
+    return {"row": "recording, one rank (one core), 4 B all_reduce issued then waited: CPU added per op, recorded - plain "
+                   "(3 processes x 200 rounds)",
+            "overhead_us_median": r["overhead_proc_us"], "overhead_us_ci95": r["overhead_proc_ci95"],
+            "overhead_us_per_process": r["overhead_proc_per_process"], "plain_us": r["plain_proc_us"]}
 
 
 def bench_logs(ranks: int = 4096, ops_per_rank: int = 200) -> dict[str, Any]:
@@ -190,6 +193,14 @@ def bench_startup() -> dict[str, Any]:
             "bench_4_ranks_cpu_s_median": statistics.median(cpu), "bench_4_ranks_cpu_s_spread": [min(cpu), max(cpu)]}
 
 
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(map(_fmt, v)) + "]"
+    return str(v)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--large", action="store_true", help="also 1,048,576 GPUs of routed MoE traffic")
@@ -200,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     rows += [bench_recording(), bench_logs(), bench_startup()]
     for r in rows:
         print(r["row"])
-        print("    " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items() if k != "row"))
+        print("    " + ", ".join(f"{k}={_fmt(v)}" for k, v in r.items() if k != "row"))
     print(json.dumps(rows))
     return 0
 
