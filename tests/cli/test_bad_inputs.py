@@ -453,3 +453,16 @@ def test_a_pipe_is_named_as_such_not_as_a_missing_file(capsys: pytest.CaptureFix
     assert main([command, str(fifo)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "not a regular file (a pipe or a device?)" in err and str(fifo) in err
+
+
+def test_an_option_given_twice_with_two_values_is_said(capsys: pytest.CaptureFixture[str]) -> None:
+    # the last one is kept (a wrapper's defaults, then the user's own), but never silently
+    job = "--model gpt3-1.3b --cluster dgx-a100 --pp 1 --dp 1 --global-batch-size 8 --micro-batch-size 1 --json"
+    code, out, err = _run(capsys, f"estimate {job} --tp 2 --tp 4")
+    assert code == 0 and json.loads(out)["parallel"]["tp"] == 4
+    assert err.strip().splitlines() == [
+        "commscope estimate: warning: --tp given twice (--tp 2, then --tp 4): using 4"]
+    code, out, err = _run(capsys, f"estimate {job} --tp 2 --tp=2")
+    assert code == 0 and json.loads(out)["parallel"]["tp"] == 2 and err == ""  # the same value twice: nothing to say
+    code, _, err = _run(capsys, f"estimate {job} --tp 2")  # one parse's options are not the next one's
+    assert code == 0 and err == ""

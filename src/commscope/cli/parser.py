@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import sys
 from typing import Any, NoReturn
 
 __all__ = ["Parser", "os_error_message"]
@@ -17,8 +18,28 @@ class _Formatter(argparse.HelpFormatter):
         return action.dest.rsplit(".", 1)[-1].upper()
 
 
+class _StoreSaid(argparse._StoreAction):
+    """argparse's ``store``, which says so when an option given twice changes its value: the last one given is
+    kept (so a wrapper's defaults followed by the user's own still work), but not silently (``--tp 2 ... --tp 4``)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        given = parser.__dict__.setdefault("_commscope_given", {})
+        if option_string is not None:
+            first = given.get(self.dest, _UNSET)
+            if first is not _UNSET and first[1] != values:
+                sys.stderr.write(f"{parser.prog}: warning: {option_string} given twice ({first[0]} {first[1]}, then "
+                                 f"{option_string} {values}): using {values}\n")
+            given[self.dest] = (option_string, values)
+        super().__call__(parser, namespace, values, option_string)
+
+
+_UNSET = object()
+
+
 class Parser(argparse.ArgumentParser):
-    """ArgumentParser whose errors are one line with a pointer to ``--help`` (exit 2), not a usage dump.
+    """ArgumentParser whose errors are one line with a pointer to ``--help`` (exit 2), not a usage dump, and which
+    says when an option given twice changes its value (:class:`_StoreSaid`).
 
     Sub-commands inherit it: ``add_subparsers`` makes sub-parsers of the class of the parser it hangs from.
     """
@@ -26,6 +47,12 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _Formatter)
         super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreSaid)
+        self.register("action", "store", _StoreSaid)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self.__dict__.pop("_commscope_given", None)  # what this parse was given, option by option
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
         # argparse names the flag and the value of a mistyped number but not what it wanted
