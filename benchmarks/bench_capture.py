@@ -33,7 +33,7 @@ the 8-rank 3D reference workload: tp 2 x pp 2 x dp 2, sequence parallelism, FSDP
    ``--whole-runs`` compares whole runs on the plain backend with recorded ones: what a user sees, but on 2 cores
    for 8 ranks those swing by +-10% from run to run).
 
-    python benchmarks/bench_capture.py             # prints tables and a JSON line (~4 min on 2 cores)
+    python benchmarks/bench_capture.py             # prints tables and a JSON line (~7 min on 2 cores)
     python benchmarks/bench_capture.py --quick     # fewer ops and steps (a smoke run, ~1 min)
     python benchmarks/bench_capture.py --whole-runs  # adds whole runs unrecorded vs recorded
     python benchmarks/bench_capture.py --step-only --runs 9   # only part 2, nine runs: to A/B a recorder change
@@ -87,7 +87,7 @@ class _PythonForwarder(dist.ProcessGroup):
 
 
 def _control_create(opts, pg_options=None):
-    # the backend commscope makes
+    """The control over the same backend as commscope's (made by commscope's creator)."""
     return _PythonForwarder(cpg._create(opts).inner, opts.group_rank, opts.group_size, str(opts.group_id))
 
 
@@ -107,7 +107,7 @@ def _ops_rank(rank: int, world: int, n: int, numel: int, rounds: int, logdir: st
     cpg.set_sink(log)
     plain = dist.new_group(list(range(world)), backend=dist.get_backend())  # the backend itself, made alike
     groups = {"plain": plain, "python": dist.new_group(list(range(world)), backend=_CONTROL_BACKEND),
-              "forward": dist.new_group(list(range(world)), backend=cpg.BACKEND_NAME)}  # the same backend, through commscope
+              "forward": dist.new_group(list(range(world)), backend=cpg.BACKEND_NAME)}  # the backend through commscope
     groups["recorded"] = groups["forward"]  # one group, recording switched on and off
     x = torch.ones(numel, device=device)
     cpg.set_sink(None)
@@ -156,16 +156,16 @@ def bench_per_op(n: int, numel: int, backend: str, ranks: int = 2, rounds: int =
     recording adds runs.
 
     Each figure is the median over all rounds of a paired difference within the round, with a 95% bootstrap
-    interval (rounds resampled within their process), and the median of each process alone. On this shared VM the
-    processes differ by more than the rounds of one process do: the thread's CPU for a gloo op depends on whether it
-    sleeps until the backend's worker thread completes the op, which moves with the process's memory layout (the
-    control moved from -10 to +5 us against plain between processes) — so what recording costs is read as
-    recorded - forward (the same group, switched on and off), and recorded - plain is given with its spread over
-    processes. ``record_cpu_us``: recording's share; ``overhead_cpu_us``: recorded - plain; ``forward_cpu_us``:
-    commscope's forwarding, ``python_cpu_us``: the control's, both against plain; ``*_proc_*``: the same in CPU of
-    the rank's whole process. ``funcol``: the op issued and waited through c10d's functional collectives (as DTensor
-    and TP do) instead of ``dist.all_reduce``: c10d then calls the Python process group from C++, and the Work's
-    wait() from C++ too."""
+    interval (rounds resampled within their process), and the median of each process alone. ``pin``: each rank, and
+    the threads its backend starts, on one core of its own. Unpinned, on this 2-vCPU VM, processes differ by more
+    than the rounds of one process do: the thread's CPU for a gloo op depends on whether it sleeps until the
+    backend's worker thread (on the other core) completes the op, which turns on a microsecond of timing (the control
+    moved from -9 to +4 us against plain between processes); pinned, they agree to a few tenths of a microsecond.
+    ``record_cpu_us``: recording's share (the same group, switched on and off); ``overhead_cpu_us``: recorded -
+    plain; ``forward_cpu_us``: commscope's forwarding, ``python_cpu_us``: the control's, both against plain;
+    ``*_proc_*``: the same in CPU of the rank's whole process. ``funcol``: the op issued and waited through c10d's
+    functional collectives (as DTensor and TP do) instead of ``dist.all_reduce``: c10d then calls the Python process
+    group from C++, and the Work's wait() from C++ too."""
     device = "cuda" if backend == "nccl" else "cpu"
     cpg.register()
     if _CONTROL_BACKEND.upper() not in dist.Backend._plugins:
