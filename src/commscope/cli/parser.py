@@ -24,7 +24,8 @@ class _StoreSaid(argparse._StoreAction):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
-        given = parser.__dict__.setdefault("_commscope_given", {})
+        # per parse: its namespace (a parser parsed again starts afresh, see Parser.parse_known_args)
+        given = parser.__dict__.setdefault("_commscope_given", {}).setdefault(id(namespace), {})
         if option_string is not None:
             first = given.get(self.dest, _UNSET)
             if first is not _UNSET and first[1] != values:
