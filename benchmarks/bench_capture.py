@@ -569,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| same (one core), issued and waited from C++ (functional collectives: DTensor, TP) | "
           f"{cpu(fcr, 'overhead_proc')}, of which forwarding {fcr['forward_cpu_us']:.2f} (the control "
           f"{fcr['python_cpu_us']:.2f}, the rank's thread) and recording's share {cpu(fcr, 'record_proc')}, on a plain "
-          f"op of {fcr['plain_proc_us']:.1f} us | |")
+          f"op of {fcr['plain_proc_us']:.1f} us of CPU | |")
     two, two_async = rows[(False, 2, 1, True)], rows[(True, 2, 1, True)]
     print(f"| recording, two ranks (a core each), 4 B all_reduce: CPU added per op per rank, recorded - plain | "
           f"{cpu(two, 'overhead_proc')} blocking, {cpu(two_async, 'overhead_proc')} issued and waited | |")
