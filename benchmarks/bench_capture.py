@@ -160,7 +160,7 @@ def bench_per_op(n: int, numel: int, backend: str, ranks: int = 2, rounds: int =
     the threads its backend starts, on one core of its own. Unpinned, on this 2-vCPU VM, processes differ by more
     than the rounds of one process do: the thread's CPU for a gloo op depends on whether it sleeps until the
     backend's worker thread (on the other core) completes the op, which turns on a microsecond of timing (the control
-    moved from -9 to +4 us against plain between processes); pinned, they agree to a few tenths of a microsecond.
+    moved from -11 to +8 us against plain between processes); pinned, they agree to a few tenths of a microsecond.
     ``record_cpu_us``: recording's share (the same group, switched on and off); ``overhead_cpu_us``: recorded -
     plain; ``forward_cpu_us``: commscope's forwarding, ``python_cpu_us``: the control's, both against plain;
     ``*_proc_*``: the same in CPU of the rank's whole process. ``funcol``: the op issued and waited through c10d's
