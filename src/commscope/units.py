@@ -98,6 +98,18 @@ def parse_size_bytes(text: str | int) -> int:
     return int(value * _SIZE_SUFFIX[suffix])
 
 
+def bytes_label(size_bytes: float) -> str:
+    """Short binary size for figures, as the CLI and the report page show sizes: ``bytes_label(3 * MiB) == '3 MiB'``,
+    ``bytes_label(1.5 * GiB) == '1.50 GiB'`` (three significant digits at most)."""
+    v, units = float(size_bytes), ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+    i = 0
+    while abs(v) >= 1024 and i < len(units) - 1:
+        v /= 1024
+        i += 1
+    text = f"{v:.0f}" if v == int(v) or abs(v) >= 100 else (f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}")
+    return f"{text} {units[i]}"
+
+
 def format_bytes(size_bytes: float) -> str:
     """Human-readable binary size: ``format_bytes(3 * MiB) == '3.00 MiB'``."""
     value = float(size_bytes)

@@ -158,15 +158,23 @@ def test_bad_arguments(tmp_path):
         plot_heatmap(_traffic(), tmp_path / "x.png", axis="xp")
 
 
-def test_si_bytes():
-    from commscope.report.heatmap import si_bytes
+def test_sizes_are_binary_as_the_cli_writes_them():
+    # the heatmaps once wrote "526 GB" under a CLI that said "489.49 GiB" of the same traffic
+    from commscope.report.heatmap import _ticks
+    from commscope.units import GiB, MiB, bytes_label, format_bytes
 
-    assert si_bytes(0) == "0 B"
-    assert si_bytes(999) == "999 B"
-    assert si_bytes(1000) == "1 kB"
-    assert si_bytes(2.5e9) == "2.5 GB"
-    assert si_bytes(473_532_727_296) == "474 GB"
-    assert si_bytes(3.9e12) == "3.9 TB"
+    assert bytes_label(0) == "0 B"
+    assert bytes_label(999) == "999 B"
+    assert bytes_label(1024) == "1 KiB"
+    assert bytes_label(3 * MiB) == "3 MiB"
+    assert bytes_label(1.5 * GiB) == "1.50 GiB"
+    assert bytes_label(525_588_480_000) == "489 GiB" and format_bytes(525_588_480_000) == "489.49 GiB"
+    assert [bytes_label(t) for t in _ticks(2.5e8, 2.6e9)] == ["256 MiB", "512 MiB", "1 GiB", "2 GiB"]
+    assert [bytes_label(t) for t in _ticks(1e3, 1e12)] == ["1 KiB", "32 KiB", "1 MiB", "32 MiB", "1 GiB", "32 GiB"]
+    assert [bytes_label(t) for t in _ticks(1.2e9, 1.9e9)] == ["1.25 GiB", "1.50 GiB", "1.75 GiB"]
+    for lo, hi in ((1.0, 1.6), (7.0, 1e15), (3e9, 3.1e10)):
+        ticks = _ticks(lo, hi)
+        assert 2 <= len(ticks) <= 8 and all(lo <= t <= hi for t in ticks) and ticks == sorted(ticks)
 
 
 def test_node_level_with_more_nodes_than_cells_sums_nodes_then_pools(tmp_path):

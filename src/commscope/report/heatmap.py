@@ -25,7 +25,7 @@ import numpy as np
 
 from commscope.record import AXES, REPORT_AXES
 from commscope.traffic import TrafficMatrix
-from commscope.units import GB, KB, MB, TB
+from commscope.units import bytes_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
@@ -58,15 +58,6 @@ def _matplotlib() -> Any:
 
 
 # ----------------------------------------------------------------------------------------------- data
-
-
-def si_bytes(size_bytes: float) -> str:
-    """Decimal (SI) size with up to three significant digits: ``si_bytes(2.5e9) == '2.5 GB'``."""
-    value = float(size_bytes)
-    for unit, scale in (("TB", TB), ("GB", GB), ("MB", MB), ("kB", KB)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {unit}"
-    return f"{value:.3g} B"
 
 
 class _Grid:
@@ -143,14 +134,22 @@ def _norm(values: list[np.ndarray]) -> LogNorm | None:
 
 
 def _ticks(vmin: float, vmax: float) -> list[float]:
-    """Colourbar ticks: decades when the range spans three or more, else 1-2-5 steps (at most ~8)."""
-    lo, hi = math.floor(math.log10(vmin)), math.ceil(math.log10(vmax))
-    for mantissas in ((1.0,), (1.0, 2.0, 5.0), (1.0, 1.5, 2.0, 3.0, 5.0, 7.0)):
-        ticks = [m * 10.0**e for e in range(lo, hi + 1) for m in mantissas if vmin <= m * 10.0**e <= vmax * 1.0001]
-        if len(ticks) >= 3:
-            stride = max(1, math.ceil(len(ticks) / 8))
-            return ticks[::stride]
-    return [vmin, vmax]
+    """Colourbar ticks at powers of two, so that their binary labels are round (``256 MiB``, ``1 GiB``): every one
+    when they are few, else every 2nd, 5th, 10th (``1 KiB``, ``1 MiB``, ``1 GiB``) ... (at most 8); quarter steps
+    when the range holds fewer than two."""
+    lo, hi = math.ceil(math.log2(vmin) - 1e-9), math.floor(math.log2(vmax) + 1e-9)
+    exps = list(range(lo, hi + 1))
+    ticks: list[float] = []
+    for stride in (1, 2, 5, 10, 20, 30, 40, 50, 100):
+        ticks = [2.0**e for e in exps if e % stride == 0]
+        if len(ticks) <= 8:
+            break
+    if len(ticks) >= 2:
+        return ticks
+    # a narrow range (within one doubling): quarter steps, 1.25 GiB, 1.5 GiB, ...
+    e = math.floor(math.log2(vmin))
+    quarters = [m * 2.0**k for k in (e, e + 1) for m in (1.0, 1.25, 1.5, 1.75) if vmin <= m * 2.0**k <= vmax]
+    return quarters if len(quarters) >= 2 else [vmin, vmax]
 
 
 def _colorbar(fig: Any, image: Any, axes: Any, norm: LogNorm) -> None:
@@ -160,7 +159,7 @@ def _colorbar(fig: Any, image: Any, axes: Any, norm: LogNorm) -> None:
     bar.set_label(_COLORBAR_LABEL)
     assert norm.vmin is not None and norm.vmax is not None  # the heatmaps build their norm with both
     bar.ax.yaxis.set_major_locator(FixedLocator(_ticks(norm.vmin, norm.vmax)))
-    bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda x, _pos: si_bytes(x)))
+    bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda x, _pos: bytes_label(x)))
     bar.ax.yaxis.set_minor_locator(NullLocator())
 
 
@@ -255,7 +254,7 @@ def plot_heatmap(tm: TrafficMatrix, path: str | Path, *, level: Level = "auto", 
     total = int(tm.bytes[tm.axis == AXES.index(axis)].sum()) if axis else tm.total_bytes
     pair = "GPU-to-GPU" if unit == "GPU" else "Node-to-node"
     fig.suptitle(title if title is not None else f"{pair} {scope} per iteration", fontsize=12)
-    notes = [_level_note(tm, grid), f"total {si_bytes(total)}", f"{tm.algorithm} algorithm, {tm.view} view"]
+    notes = [_level_note(tm, grid), f"total {bytes_label(total)}", f"{tm.algorithm} algorithm, {tm.view} view"]
     if pooled := _pooled_note(grid):
         notes.append(pooled)
     ax.set_title(" \u00b7 ".join(notes), fontsize=8, color="0.3")
@@ -295,7 +294,7 @@ def plot_heatmaps_by_axis(tm: TrafficMatrix, path: str | Path, *, level: Level =
         if axis is None:
             ax.set_title("no traffic", fontsize=10)
         else:
-            ax.set_title(f"{axis}: {si_bytes(totals[axis])}", fontsize=10)
+            ax.set_title(f"{axis}: {bytes_label(totals[axis])}", fontsize=10)
         if k // ncols == nrows - 1 or k + ncols >= num:
             ax.set_xlabel(f"dst {grid.unit}", fontsize=8)
             ax.tick_params(labelbottom=True)
@@ -303,7 +302,7 @@ def plot_heatmaps_by_axis(tm: TrafficMatrix, path: str | Path, *, level: Level =
             ax.set_ylabel(f"src {grid.unit}", fontsize=8)
     for k in range(num, nrows * ncols):
         subplots[k // ncols][k % ncols].set_visible(False)
-    notes = [_level_note(tm, grids[0]), f"total {si_bytes(tm.total_bytes)}", f"{tm.algorithm} algorithm"]
+    notes = [_level_note(tm, grids[0]), f"total {bytes_label(tm.total_bytes)}", f"{tm.algorithm} algorithm"]
     if pooled := _pooled_note(grids[0]):
         notes.append(pooled)
     heading = title if title is not None else "Traffic per iteration by parallelism axis"
@@ -313,4 +312,4 @@ def plot_heatmaps_by_axis(tm: TrafficMatrix, path: str | Path, *, level: Level =
     return _save(fig, FigureCanvasAgg, path, _dpi_for(grids[0].values.shape[0], panel * 0.8))
 
 
-__all__ = ["plot_heatmap", "plot_heatmaps_by_axis", "si_bytes"]
+__all__ = ["plot_heatmap", "plot_heatmaps_by_axis"]

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from commscope.units import GB
+from commscope.units import bytes_label as _bytes_label  # binary, as the page shows sizes
 
 _DPI = 150
 
@@ -37,17 +38,6 @@ def _save(fig: Any, path: str | Path) -> Path:
     canvas(fig)
     fig.savefig(path, dpi=_DPI, facecolor="white")
     return path
-
-
-def _bytes_label(value: float) -> str:
-    """Binary size, as the page shows it: ``_bytes_label(3 * 2**20) == '3 MiB'``."""
-    v, units = float(value), ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
-    i = 0
-    while abs(v) >= 1024 and i < len(units) - 1:
-        v /= 1024
-        i += 1
-    text = f"{v:.0f}" if v == int(v) or abs(v) >= 100 else (f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}")
-    return f"{text} {units[i]}"
 
 
 def _binary_unit(largest: float) -> tuple[float, str]:
