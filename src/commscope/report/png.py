@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from commscope.units import GB
-from commscope.units import bytes_label as _bytes_label  # binary, as the page shows sizes
+from commscope.units import GB, bytes_label
 
 _DPI = 150
 
@@ -80,7 +79,7 @@ def plot_bytes(section: dict[str, Any], path: str | Path) -> Path:
     ax.barh(y, intra, color=colors)
     ax.barh(y, inter, left=intra, color="white", edgecolor=colors, hatch="////", linewidth=0.8)
     for yi, r in zip(y, rows):
-        ax.text(r["bytes"] / scale, yi, f"  {_bytes_label(r['bytes'])} ({r['share']:.1%})", va="center", fontsize=8)
+        ax.text(r["bytes"] / scale, yi, f"  {bytes_label(r['bytes'])} ({r['share']:.1%})", va="center", fontsize=8)
     ax.set_yticks(y, [r["label"] for r in rows])
     ax.set_xlim(0, max([r["bytes"] for r in rows] + [1]) / scale * 1.35)
     ax.set_xlabel(f"bytes sent per iteration ({unit})")
@@ -90,7 +89,7 @@ def plot_bytes(section: dict[str, Any], path: str | Path) -> Path:
                        Patch(facecolor="white", edgecolor="0.45", hatch="////", label="inter-node")],
               fontsize=8, frameon=False, loc="lower right")
     _style(ax)
-    fig.suptitle(f"Bytes by axis and link: {_bytes_label(section['total_bytes'])}, "
+    fig.suptitle(f"Bytes by axis and link: {bytes_label(section['total_bytes'])}, "
                  f"{section['inter_node_share']:.1%} inter-node", fontsize=10)
     return _save(fig, path)
 
@@ -121,7 +120,7 @@ def plot_message_sizes(section: dict[str, Any], path: str | Path) -> Path:
                 ax.bar(centers, vals, bottom=bottom, color=se["color"], label=se["label"], width=0.85)
                 bottom += vals
             step = max(1, math.ceil(len(edges) / 10))
-            ax.set_xticks(np.arange(0, len(edges), step) - 0.5, [_bytes_label(e) for e in edges[::step]], rotation=35,
+            ax.set_xticks(np.arange(0, len(edges), step) - 0.5, [bytes_label(e) for e in edges[::step]], rotation=35,
                           ha="right")
             ax.set_ylabel("ops per iteration" if key == "counts" else f"{unit} per iteration", fontsize=8)
             _style(ax)
@@ -266,7 +265,7 @@ def plot_bench(section: dict[str, Any], path: str | Path) -> Path:
             m = np.array([np.nan if v is None else v for v in s["model_busbw_bytes_per_s"]], dtype=float) / GB
             ax.plot(x, m, "--", color=color, alpha=0.7, linewidth=1)
     ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(_formatter(_bytes_label))
+    ax.xaxis.set_major_formatter(_formatter(bytes_label))
     ax.set_xlabel("message size")
     ax.set_ylabel("bus bandwidth (GB/s)")
     ax.set_ylim(bottom=0)
