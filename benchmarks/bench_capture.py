@@ -104,13 +104,12 @@ def _ops_rank(rank: int, world: int, n: int, numel: int, rounds: int, logdir: st
 
     log = RankLog(Path(logdir))
     log.step = 0  # records of a training step, as in a real job
-    cpg.set_sink(log)
     plain = dist.new_group(list(range(world)), backend=dist.get_backend())  # the backend itself, made alike
     groups = {"plain": plain, "python": dist.new_group(list(range(world)), backend=_CONTROL_BACKEND),
               "forward": dist.new_group(list(range(world)), backend=cpg.BACKEND_NAME)}  # the backend through commscope
     groups["recorded"] = groups["forward"]  # one group, recording switched on and off
     x = torch.ones(numel, device=device)
-    cpg.set_sink(None)
+    cpg.set_sink(None)  # (warm-up unrecorded)
     for group in groups.values():
         for _ in range(20):  # warm up the connections
             dist.all_reduce(x, group=group)
@@ -508,7 +507,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = {(async_op, *spec): bench_per_op(n if spec[1] == 1 else n // 4, spec[1], args.backend, spec[0], op_rounds,
                                             async_op, procs if spec[:2] == (1, 1) else 1, spec[2])
             for async_op in (False, True) for spec in specs}
-    rows[("funcol", 1, 1, True)] = bench_per_op(n, 1, args.backend, 1, op_rounds, True, 1, True, funcol=True)
+    rows[("funcol", 1, 1, True)] = bench_per_op(n, 1, args.backend, ranks=1, rounds=op_rounds, processes=1,
+                                                pin=True, funcol=True)
     print(f"per op: blocks of {n} ops (4 B; {n // 4} at 64 KiB), one per mode per round in a random order, {op_rounds} "
           "rounds per process; medians over rounds of the paired differences, [95% bootstrap], {per process}; "
           "wall: slowest rank; CPU: the rank's process (all its threads) and its own thread")

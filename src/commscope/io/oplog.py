@@ -225,9 +225,9 @@ def line_forms(op: str, group: list[int], rank: int, dtype: str, group_name: str
                backend_op: str | None = None) -> tuple[str, ...]:
     """%-format templates of the line of a recorded op of the common shape (no peer, splits or root) of one process
     group, op, dtype and backend op, indexed by ``(t_end_ns given) + 2 * (step given)``; filled with size_bytes,
-    t_start_ns, [t_end_ns], seq, bytes_in, bytes_out, [step]. A recording process group puts them in the record as
-    ``_form`` (never written itself): the recorder's writer (``commscope.capture.recorder._line``) then formats
-    the line once instead of assembling ~20 parts (tests hold both to ``json.dumps`` of the record's CommOp dict)."""
+    t_start_ns, [t_end_ns], seq, bytes_in, bytes_out, [step]. A recording process group keeps them in each record's
+    shape (``R_SHAPE[0]``, :mod:`commscope.capture.oprecord`): the recorder's writer
+    (``commscope.capture.recorder._line``) then formats the line once instead of assembling ~20 parts (tests hold both to ``json.dumps`` of the record's CommOp dict)."""
     def text(part: str) -> str:
         return part.replace("%", "%%")
 
