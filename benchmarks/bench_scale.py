@@ -1,28 +1,40 @@
-"""Speed at the scales users run (issue 17): one row per target, commscope's figure and, where installed, a peer's.
+"""Speed at the scales users run (issues 17 and 38): one row per target, commscope's figure and, where installed, the
+analytic peers' (llm-analysis, Calculon) on the same jobs, with the ratios.
 
 Rows:
 
-1. op-level estimates (predict + refined estimate, the result of ``estimate(predict(...))``) of GPT-3 175B on
-   1,024 A100s through :func:`commscope.estimate_many.estimate_many`: every valid configuration of a sweep
-   (tp, pp, micro-batch, virtual stages, SP, recomputation, ZeRO), and t8 p16 d8 / t8 p8 d16 alone; per CPU
-   second of this one process. The scalar path (one ``estimate(predict(...))`` per configuration) for reference,
-   and llm-analysis (``pip install llm-analysis``; a coarser model) on the same job when it is installed.
+1. estimates of GPT-3 175B on A100s (dgx-a100), per CPU second of this one process:
+   - the realistic sweep: every configuration of tp {1,2,4,8} x pp {1,2,4,8,16} x dp {8,16,32,64} x micro-batch
+     {1,2,4,8} x SP (where tp > 1) x recomputation {none, selective, full} x distributed optimizer (3,360 distinct
+     configurations, global batch 1,536; not one configuration repeated) through
+     :func:`commscope.estimate_many.estimate_many`, its ParallelSpecs built beforehand (and with their construction);
+   - the scalar call, ``estimate(predict(...))`` of t8 p16 d8 on 1,024 GPUs, repeated, and split into ``predict``,
+     ``estimate`` and the compute model's ``stage_compute`` (called once per estimate; :mod:`commscope.compute`);
+     the scalar call over a slice of the sweep (distinct configurations, one call each);
+   - how the cost grows: the exponent b of cost ~ x^b fitted over pp (1..96, t8 d8) and over layers (12..192, t8 p4
+     d8), for the scalar call (with and without ``stage_compute``) and per configuration of ``estimate_many``;
+   - llm-analysis and Calculon on the same scalar job and on every 7th configuration of the sweep, run by
+     ``peers.py`` in the interpreter that has them (``--peer-python``; Calculon's model and system files from a
+     checkout, ``--calculon-data``), and the ratios commscope / peer; a peer not installed is skipped with a note;
+   - one ``commscope estimate`` command (wall, fresh process) against the peers' own command lines.
 2. ``plan --model llama3-70b --gpus 512`` (the README example): every configuration that fits ranked op by op.
-3. routed MoE traffic (mixtral, ep 8, ``--routing zipf:1.2``) at 131,072 GPUs (1,048,576 with ``--large``):
-   wall time and peak memory of a fresh process.
+3. routed MoE traffic (mixtral, ep 8, ``--routing zipf:1.2``) at 131,072 GPUs (1,048,576 with ``--large``, balanced
+   routing too): wall time and peak memory of a fresh process.
 4. recording: CPU added per op on one rank (4 B all_reduce issued then waited; the rank and its backend's threads on
    one core, in 3 fresh processes: ``bench_capture.bench_per_op``); the 8-rank step is ``bench_capture.py``'s.
 5. start-up: ``commscope --help``, ``commscope traffic --help``; CPU of a 4-rank ``bench --backend gloo``.
 
-    python benchmarks/bench_scale.py            # prints a table and a JSON line (~2 min on 2 cores)
-    python benchmarks/bench_scale.py --large    # adds 1,048,576 GPUs (~10 s, ~1.5 GiB more)
+    python benchmarks/bench_scale.py            # prints a table and a JSON line (~3 min on 2 cores)
+    python benchmarks/bench_scale.py --only estimates --peer-python /path/to/venv/bin/python \
+        --calculon-data /path/to/calculon      # row 1 alone, peers beside it
+    python benchmarks/bench_scale.py --large    # adds 1,048,576 GPUs (~20 s, ~1.5 GiB more)
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
-import logging
 import os
 import resource
 import statistics
@@ -30,77 +42,157 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from commscope.api import predict
 from commscope.estimate import estimate
 from commscope.estimate_many import estimate_many
-from commscope.plan import RECOMPUTE_CODES, PlanSpace, candidates, plan, valid_mask
+from commscope.plan import plan
 from commscope.spec.files import load_cluster, load_model
 from commscope.spec.parallel import ParallelSpec
 
+sys.path.insert(0, str(Path(__file__).parent))
+from peers import cli_wall_s  # a sibling script: stdlib only, run by the peers' interpreter too
+
 PY = sys.executable
 CLI = [PY, "-m", "commscope.cli.main"]
+HERE = Path(__file__).parent
+GB = 1536  # GPT-3 175B's global batch [megatron-sc21]
+SWEEP_AXES = {"tp": (1, 2, 4, 8), "pp": (1, 2, 4, 8, 16), "dp": (8, 16, 32, 64), "mb": (1, 2, 4, 8),
+              "sp": (False, True), "recompute": ("none", "selective", "full"), "dist_opt": (False, True)}
+SCALAR = (8, 16, 8)  # tp, pp, dp: GPT-3 175B on 1,024 A100s
+PEER_STRIDE = 7  # the peers run every 7th configuration of the sweep (Calculon takes ~2 ms each)
 
 
-def _rate(fn, min_s: float = 2.0) -> tuple[float, float]:
-    """(calls per wall second, calls per CPU second) of ``fn`` run for at least ``min_s``."""
+def _rate(fn: Callable[[], int], min_s: float = 2.0) -> tuple[float, float]:
+    """(calls per wall second, calls per CPU second) of ``fn`` (returning how many calls it made), run for at least
+    ``min_s`` after one call to warm up (imports and first-call caches are start-up, not the estimate)."""
+    fn()
     n, t0, c0 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - t0 < min_s:
         n += fn()
     return n / (time.perf_counter() - t0), n / (time.process_time() - c0)
 
 
-def _gpt3_sweep() -> list[ParallelSpec]:
+def sweep_configs() -> list[tuple[Any, ...]]:
+    """The realistic sweep: (tp, pp, dp, micro-batch, sp, recompute, distributed optimizer), SP only where tp > 1."""
+    return [c for c in itertools.product(*SWEEP_AXES.values()) if not (c[4] and c[0] == 1)]
+
+
+def _spec(tp: int, pp: int, dp: int, mb: int = 1, sp: bool = True, recompute: str = "none",
+          dist_opt: bool = False) -> ParallelSpec:
+    return ParallelSpec(tp=tp, pp=pp, dp=dp, micro_batch_size=mb, global_batch_size=GB, sequence_parallel=sp,
+                        recompute=recompute, distributed_optimizer=dist_opt)  # type: ignore[arg-type]
+
+
+def _exponent(xs: list[int], costs: list[float]) -> float:
+    """b of cost ~ x^b, least squares in log-log."""
+    return float(np.polyfit(np.log(xs), np.log(costs), 1)[0])
+
+
+def _cpu_per_call(fn: Callable[[], Any], min_s: float) -> float:
+    """CPU seconds per call of ``fn``."""
+    return 1 / _rate(lambda: (fn(), 1)[1], min_s)[1]
+
+
+def bench_growth(model: Any, cluster: Any, min_s: float) -> dict[str, Any]:
+    """Exponents of the scalar call's and estimate_many's cost in pp and in layers."""
+    from commscope.compute.model import stage_compute
+    from commscope.gpus import gpu_for_cluster
+
+    gpu = gpu_for_cluster(cluster, None)
+    out: dict[str, Any] = {}
+    variants = [c[3:] for c in sweep_configs() if c[:3] == (8, 1, 8)]  # 48 settings of one layout
+    for axis, values in (("pp", (1, 2, 4, 8, 16, 32, 48, 96)), ("layers", (12, 24, 48, 96, 192))):
+        scalar, compute, many = [], [], []
+        for x in values:
+            m = replace(model, num_layers=x) if axis == "layers" else model
+            pp = x if axis == "pp" else 4
+            par = _spec(8, pp, 8)
+            pars = [_spec(8, pp, 8, *v) for v in variants]
+            scalar.append(_cpu_per_call(lambda m=m, par=par: estimate(predict(m, par, cluster)), min_s))
+            compute.append(_cpu_per_call(lambda m=m, par=par: stage_compute(m, par, gpu), min_s))
+            many.append(_cpu_per_call(lambda m=m, pars=pars: estimate_many(m, cluster, pars), min_s) / len(pars))
+        out[axis] = {"values": list(values), "scalar_ms": [1e3 * c for c in scalar],
+                     "stage_compute_ms": [1e3 * c for c in compute], "many_us": [1e6 * c for c in many],
+                     "scalar_exponent": _exponent(list(values), scalar),
+                     "scalar_less_stage_compute_exponent": _exponent(list(values), [a - b for a, b in zip(scalar, compute)]),
+                     "stage_compute_exponent": _exponent(list(values), compute),
+                     "many_exponent": _exponent(list(values), many)}
+    return out
+
+
+def bench_peers(peer_python: str | None, calculon_data: str | None, min_s: float) -> dict[str, Any]:
+    """llm-analysis and Calculon on the scalar job and on every PEER_STRIDE-th configuration of the sweep."""
+    job = {"scalar": list(SCALAR), "sweep": [list(c) for c in sweep_configs()[::PEER_STRIDE]], "global_batch_size": GB,
+           "min_s": min_s, "calculon_data": calculon_data}
+    python = peer_python or PY
+    run = subprocess.run([python, str(HERE / "peers.py"), json.dumps(job)], check=False, capture_output=True,
+                         text=True)
+    if run.returncode != 0:
+        return {"skipped": f"peers.py failed in {python}: {run.stderr.strip().splitlines()[-1:]}"}
+    out: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
+    return out
+
+
+def bench_estimates(peer_python: str | None = None, calculon_data: str | None = None, min_s: float = 2.0,
+                    growth: bool = True) -> list[dict[str, Any]]:
+    from commscope.compute.model import stage_compute
+    from commscope.gpus import gpu_for_cluster
+
     model, cluster = load_model("gpt3-175b"), load_cluster("dgx-a100")
-    c = candidates(model, 1024, cluster, 1536, PlanSpace(micro_batch_sizes=(1, 2, 4, 8)))
-    c = {k: v[valid_mask(model, c)] for k, v in c.items()}
-    return [ParallelSpec(tp=int(c["tp"][i]), pp=int(c["pp"][i]), dp=int(c["dp"][i]), micro_batch_size=int(c["mb"][i]),
-                         global_batch_size=1536, virtual_pipeline_size=int(c["v"][i]), sequence_parallel=bool(c["sp"][i]),
-                         recompute=RECOMPUTE_CODES[int(c["recompute"][i])], zero_stage=int(c["zero"][i]),
-                         distributed_optimizer=bool(c["dist_opt"][i])) for i in range(c["tp"].size)]
-
-
-def _llm_analysis_rate(tp: int, pp: int, dp: int) -> float | None:
-    """Configurations per CPU second of llm-analysis's training estimate of the same job, or None."""
-    try:
-        from llm_analysis.analysis import LLMAnalysis, ParallelismConfig
-        from llm_analysis.config import (
-            get_dtype_config_by_name,
-            get_gpu_config_by_name,
-            get_model_config_by_name,
-        )
-    except ImportError:
-        return None
-    logging.disable(logging.CRITICAL)
-    cfg = (get_model_config_by_name("megatron-lm-175b"), get_gpu_config_by_name("a100-sxm-80gb"),
-           get_dtype_config_by_name("w16a16e16"))
-
-    def one() -> int:
-        a = LLMAnalysis(*cfg, ParallelismConfig(tp_size=tp, pp_size=pp, dp_size=dp), flops_efficiency=0.5,
-                        hbm_memory_efficiency=0.9)
-        a.training(global_batch_size=1536, seq_len=2048, batch_size_per_gpu=1)
-        return 1
-
-    return _rate(one)[1]
-
-
-def bench_estimates() -> list[dict[str, Any]]:
-    model, cluster = load_model("gpt3-175b"), load_cluster("dgx-a100")
+    configs = sweep_configs()
+    specs = [_spec(*c) for c in configs]
     rows = []
-    sweep = _gpt3_sweep()
-    wall, cpu = _rate(lambda: len(estimate_many(model, cluster, _gpt3_sweep())), min_s=3.0)
-    rows.append({"row": f"op-level estimate, GPT-3 175B on 1,024 GPUs, sweep of {len(sweep):,} configurations "
-                        "(ParallelSpec construction included)", "configs_per_cpu_s": cpu, "configs_per_s": wall})
-    for tp, pp, dp in ((8, 16, 8), (8, 8, 16)):
-        par = ParallelSpec(tp=tp, pp=pp, dp=dp, global_batch_size=1536, sequence_parallel=True)
-        wall, cpu = _rate(lambda par=par: len(estimate_many(model, cluster, [par] * 1000)))
-        _, scalar_cpu = _rate(lambda par=par: bool(estimate(predict(model, par, cluster))) or 1)
-        peer = _llm_analysis_rate(tp, pp, dp)
-        rows.append({"row": f"op-level estimate, t{tp} p{pp} d{dp} (1,000 in one call)", "configs_per_cpu_s": cpu,
-                     "configs_per_s": wall, "scalar_configs_per_cpu_s": scalar_cpu,
-                     "llm_analysis_configs_per_cpu_s": peer, "ratio_to_llm_analysis": cpu / peer if peer else None})
+    _, many = _rate(lambda: len(estimate_many(model, cluster, specs)), min_s)
+    _, many_built = _rate(lambda: len(estimate_many(model, cluster, [_spec(*c) for c in configs])), min_s)
+    par = _spec(*SCALAR)
+    _, scalar = _rate(lambda: bool(estimate(predict(model, par, cluster))) or 1, min_s)
+    _, predict_rate = _rate(lambda: bool(predict(model, par, cluster)) or 1, min_s)
+    pred = predict(model, par, cluster)
+    _, estimate_rate = _rate(lambda: bool(estimate(pred)) or 1, min_s)
+    gpu = gpu_for_cluster(cluster, None)
+    _, compute_rate = _rate(lambda: bool(stage_compute(model, par, gpu)) or 1, min_s)
+    slice_ = specs[::PEER_STRIDE]
+    _, scalar_sweep = _rate(lambda: sum(bool(estimate(predict(model, p, cluster))) for p in slice_), min_s)
+    peers = bench_peers(peer_python, calculon_data, min_s)
+    cli = cli_wall_s([*CLI, "estimate", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--tp", "8", "--pp", "16", "--dp",
+                  "8", "--global-batch-size", str(GB)])
+
+    def ratios(ours: float, key: str) -> dict[str, Any]:
+        out = {}
+        for name, r in peers.items():
+            if isinstance(r, dict) and r.get(key):
+                out[f"{name}_{key}"] = r[key]
+                out[f"ratio_to_{name}"] = ours / r[key] if key != "cli_s" else r[key] / ours
+        return out
+
+    rows.append({"row": f"estimate_many, GPT-3 175B, realistic sweep of {len(specs):,} distinct configurations "
+                        f"(tp x pp x dp x micro-batch x SP x recompute x dist-opt, 8-8,192 GPUs)",
+                 "configs_per_cpu_s": many, "with_spec_construction_per_cpu_s": many_built,
+                 **ratios(many, "sweep_per_cpu_s")})
+    rows.append({"row": "estimate(predict(...)), GPT-3 175B t8 p16 d8 on 1,024 A100s (one call, repeated)",
+                 "calls_per_cpu_s": scalar, "ms_per_call": 1e3 / scalar, "predict_ms": 1e3 / predict_rate,
+                 "estimate_ms": 1e3 / estimate_rate, "of_which_stage_compute_ms": 1e3 / compute_rate,
+                 "ms_per_call_less_stage_compute": 1e3 / scalar - 1e3 / compute_rate,
+                 **ratios(scalar, "scalar_per_cpu_s")})
+    rows.append({"row": f"estimate(predict(...)) over every {PEER_STRIDE}th configuration of the sweep (one call each)",
+                 "calls_per_cpu_s": scalar_sweep})
+    rows.append({"row": "one `commscope estimate` command, t8 p16 d8 (wall, fresh process, median of 5)", "cli_s": cli,
+                 **ratios(cli, "cli_s")})
+    for name, r in peers.items():
+        if isinstance(r, dict) and "skipped" in r:
+            rows.append({"row": f"peer {name}: skipped", "why": r["skipped"]})
+    if growth:
+        g = bench_growth(model, cluster, min_s / 4)
+        for axis, r in g.items():
+            rows.append({"row": f"cost growth in {axis} ({r['values'][0]}..{r['values'][-1]})",
+                         **{k: v for k, v in r.items() if k != "values"}})
     return rows
 
 
@@ -148,7 +240,6 @@ def bench_moe(gpus: int, routing: str = "zipf:1.2") -> dict[str, Any]:
 def bench_recording() -> dict[str, Any]:
     """One rank (it and its backend's threads on one core: see bench_capture.bench_per_op), 4 B all_reduce, issued
     then waited as frameworks call, in 3 fresh processes: CPU of the rank's process added per op, recorded - plain."""
-    sys.path.insert(0, str(Path(__file__).parent))
     from bench_capture import bench_per_op
 
     r = bench_per_op(100, 1, "gloo", ranks=1, rounds=200, async_op=True, processes=3, pin=True)
@@ -171,14 +262,7 @@ def bench_logs(ranks: int = 4096, ops_per_rank: int = 200) -> dict[str, Any]:
 
 
 def bench_startup() -> dict[str, Any]:
-    def wall(cmd: list[str], n: int = 5) -> float:
-        times = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            subprocess.run(cmd, check=True, capture_output=True)
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
-
+    wall = cli_wall_s
     base = wall([PY, "-c", "pass"])
     cpu = []
     for _ in range(3):
@@ -202,13 +286,33 @@ def _fmt(v: Any) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--large", action="store_true", help="also 1,048,576 GPUs of routed MoE traffic")
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--large", action="store_true", help="also 1,048,576 GPUs of MoE traffic (routed and balanced)")
+    ap.add_argument("--only", choices=("estimates", "plan", "moe", "recording", "logs", "startup"), action="append",
+                    help="run only these rows (repeatable)")
+    ap.add_argument("--peer-python", default=os.environ.get("COMMSCOPE_PEER_PYTHON"),
+                    help="interpreter with llm-analysis and Calculon installed (default: this one)")
+    ap.add_argument("--calculon-data", default=os.environ.get("COMMSCOPE_CALCULON_DATA"),
+                    help="a Calculon checkout (its models/ and systems/ JSON files)")
+    ap.add_argument("--min-s", type=float, default=2.0, help="seconds each rate is measured for")
+    ap.add_argument("--no-growth", action="store_true", help="skip the exponents in pp and layers (~1 min)")
     args = ap.parse_args(argv)
-    rows: list[dict[str, Any]] = [*bench_estimates(), bench_plan(), bench_moe(131072), bench_moe(131072, "balanced")]
-    if args.large:
-        rows.append(bench_moe(1048576))
-    rows += [bench_recording(), bench_logs(), bench_startup()]
+    only = set(args.only or ("estimates", "plan", "moe", "recording", "logs", "startup"))
+    rows: list[dict[str, Any]] = []
+    if "estimates" in only:
+        rows += bench_estimates(args.peer_python, args.calculon_data, args.min_s, growth=not args.no_growth)
+    if "plan" in only:
+        rows.append(bench_plan())
+    if "moe" in only:
+        rows += [bench_moe(131072), bench_moe(131072, "balanced")]
+        if args.large:
+            rows += [bench_moe(1048576), bench_moe(1048576, "balanced")]
+    if "recording" in only:
+        rows.append(bench_recording())
+    if "logs" in only:
+        rows.append(bench_logs())
+    if "startup" in only:
+        rows.append(bench_startup())
     for r in rows:
         print(r["row"])
         print("    " + ", ".join(f"{k}={_fmt(v)}" for k, v in r.items() if k != "row"))
