@@ -9,27 +9,62 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from commscope.record import REPORT_AXES
 from commscope.spec.cluster import ClusterSpec
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
-from commscope.traffic import TrafficMatrix, traffic_of
+from commscope.traffic import ALGORITHMS, TrafficMatrix, traffic_of
 from commscope.workload.base import Workload
-from commscope.workload.dense import build_workload
+from commscope.workload.dense import build_workload, check_job
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Prediction:
-    """The predicted communication of one iteration: the op list and its traffic matrix."""
+    """The predicted communication of one iteration: the op list and its traffic matrix.
+
+    Both are built when first asked for (and kept): :func:`commscope.estimate.estimate` of a Megatron job with
+    balanced routing reads neither, so an estimate costs the same at any pipeline depth; what :func:`predict` can
+    refuse it refuses at once.
+    """
 
     model: ModelSpec
     parallel: ParallelSpec
     cluster: ClusterSpec
-    workload: Workload
-    traffic: TrafficMatrix
+    algorithm: str = "ring"
+    """How collectives are decomposed into flows (:data:`commscope.traffic.ALGORITHMS`)."""
+    routing: Any = None
+    """MoE routing as :func:`predict` took it (None: balanced)."""
+    routing_iteration: int = 0
+    _workload: Workload | None = field(default=None, init=False, repr=False, compare=False)
+    _traffic: TrafficMatrix | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def workload(self) -> Workload:
+        """Every op of the iteration (:func:`commscope.workload.dense.build_workload`)."""
+        if self._workload is None:
+            object.__setattr__(self, "_workload", build_workload(self.model, self.parallel, routing=self.routing,
+                                                                 routing_iteration=self.routing_iteration))
+        assert self._workload is not None
+        return self._workload
+
+    @property
+    def traffic(self) -> TrafficMatrix:
+        """Per-GPU-pair bytes of the workload's ops, decomposed by ``algorithm``."""
+        if self._traffic is None:
+            object.__setattr__(self, "_traffic", traffic_of(self.workload, self.cluster.gpus_per_node,
+                                                            algorithm=self.algorithm))
+        assert self._traffic is not None
+        return self._traffic
+
+    @property
+    def balanced_megatron(self) -> bool:
+        """A Megatron-LM job whose MoE all-to-alls (if any) follow balanced routing without a capacity: what
+        :mod:`commscope.estimate_many` estimates in closed form, without the op list."""
+        return (self.parallel.framework == "megatron" and self.routing is None
+                and not (self.model.is_moe and self.model.capacity_factor is not None))
 
     @property
     def num_ops(self) -> int:
@@ -92,9 +127,18 @@ def predict(model: ModelSpec | str, parallel: ParallelSpec, cluster: ClusterSpec
     ``algorithm`` decomposes collectives (``ring``, ``direct``, ``tree``, ``hierarchical``).
     ``routing`` (MoE): ``None`` (balanced), an (ep, ep) token matrix or a :class:`~commscope.moe.RoutingTrace`,
     whose iteration ``routing_iteration`` sizes the EP all-to-alls (:func:`commscope.moe.routing_for_job` makes one).
+
+    The job is checked here (ConfigError for what Megatron or the framework refuses); the op list and the traffic
+    matrix are built when first read (:class:`Prediction`).
     """
     model_spec = _as_model(model)
     cluster_spec = _as_cluster(cluster)
-    workload = build_workload(model_spec, parallel, routing=routing, routing_iteration=routing_iteration)
-    traffic = traffic_of(workload, cluster_spec.gpus_per_node, algorithm=algorithm)
-    return Prediction(model=model_spec, parallel=parallel, cluster=cluster_spec, workload=workload, traffic=traffic)
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm={algorithm!r}: valid: {', '.join(ALGORITHMS)}")
+    pred = Prediction(model=model_spec, parallel=parallel, cluster=cluster_spec, algorithm=algorithm, routing=routing,
+                      routing_iteration=routing_iteration)
+    if pred.balanced_megatron:
+        check_job(model_spec, parallel)  # all that building the workload could refuse
+    else:  # the framework's own checks and the routing's are part of building it
+        pred.workload  # noqa: B018
+    return pred
