@@ -22,6 +22,8 @@ The physical GPU of global rank r is r itself (node r // gpus_per_node): the ord
 from __future__ import annotations
 
 from dataclasses import dataclass
+import math
+
 import numpy as np
 
 from commscope.spec.parallel import ParallelSpec
@@ -38,11 +40,11 @@ def _groups(sizes: dict[str, int], order: list[str], members: tuple[str, ...]) -
     Megatron: the innermost axis varies fastest.
     """
     outer_first = list(reversed(order))
-    world = int(np.prod([sizes[a] for a in order]))
+    world = math.prod(sizes[a] for a in order)
     grid = np.arange(world, dtype=np.int64).reshape([sizes[a] for a in outer_first])
     fixed = [i for i, a in enumerate(outer_first) if a not in members]
     varying = [i for i, a in enumerate(outer_first) if a in members]
-    group_size = int(np.prod([sizes[outer_first[i]] for i in varying])) if varying else 1
+    group_size = math.prod(sizes[outer_first[i]] for i in varying)
     return grid.transpose(fixed + varying).reshape(-1, group_size)
 
 
@@ -94,8 +96,15 @@ class Layout:
         return _coords(self)
 
     def stage_of(self) -> np.ndarray:
-        """Pipeline stage of every rank, shape (world_size,)."""
-        return self.coordinate_arrays()["pp"]
+        """Pipeline stage of every rank, shape (world_size,): equation (1) read backwards for pp alone."""
+        return (np.arange(self.world_size, dtype=np.int64) // self.stage_stride) % self.parallel.pp
+
+    @property
+    def stage_stride(self) -> int:
+        """Ranks between consecutive pipeline stages: the product of the sizes of the axes inside pp in the order
+        (rank r is on stage (r // stage_stride) mod pp)."""
+        sizes, order = self._dense_sizes, self._order
+        return math.prod(sizes[a] for a in order[:order.index("pp")])
 
     def order_string(self) -> str:
         return self.parallel.order
