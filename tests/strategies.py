@@ -120,9 +120,8 @@ def damaged_log(draw, text: str, *, focus: str | None = None):
 
 @st.composite
 def estimate_jobs(draw, *, max_world: int = 64, moe: bool | None = None):
-    """A random valid job of :func:`jobs` with the estimate's overlap, attention, precision and gradient accumulation
-    flags drawn too,
-    and a few variants of its parallelism (micro-batch size, SP, recomputation, ZeRO) on the same layout."""
+    """A random valid job of :func:`jobs` with the estimate's overlap, attention, precision, gradient accumulation and
+    pipeline-message flags drawn too, now and then a layer split of the user's, and a few variants of its parallelism (micro-batch size, SP, recomputation, ZeRO) on the same layout."""
     from dataclasses import replace
 
     model, par = draw(jobs(max_world=max_world, moe=moe))
@@ -131,7 +130,15 @@ def estimate_jobs(draw, *, max_world: int = 64, moe: bool | None = None):
                   overlap_param_gather=par.shards_optimizer and draw(st.booleans()),
                   attention=draw(st.sampled_from(["flash", "unfused"])),
                   fp8_format=draw(st.sampled_from([None, None, "hybrid"])),
-                  gradient_accumulation_fusion=draw(st.booleans()))
+                  gradient_accumulation_fusion=draw(st.booleans()),
+                  scatter_gather_tensors_in_pipeline=draw(st.booleans()),
+                  overlap_p2p_comm=draw(st.sampled_from([True, True, False])))
+    chunks = par.pp * par.virtual_pipeline_size
+    if chunks > 1 and draw(st.sampled_from([False, False, True])):
+        # a split of the user's (--pipeline-layers): any layers per virtual stage, none on some
+        cuts = sorted(draw(st.lists(st.integers(0, model.num_layers), min_size=chunks - 1, max_size=chunks - 1)))
+        bounds = [0, *cuts, model.num_layers]
+        par = replace(par, pipeline_layers=tuple(b - a for a, b in zip(bounds, bounds[1:])))
     variants = [par]
     for _ in range(draw(st.integers(0, 3))):
         mb = draw(st.sampled_from([1, 2]))

@@ -48,6 +48,13 @@ Overlap, each the way the frameworks do it, its hidden part reported per axis (`
   pipeline sends and receives run under the other model chunks' compute; only what exceeds it is exposed.
   Without interleaving the 1F1B exchanges block and are exposed whole.
 
+Two ways to the refined estimate, equal to 1e-12 (tests/core/test_estimate_many.py holds them equal on random jobs):
+:func:`estimate_op_by_op` times every op set of the workload on its slowest group and adds it to its stage (the
+definition, and the path of other frameworks, routed or capacity-limited MoE and measured bandwidth tables);
+:func:`estimate` computes a Megatron job with balanced routing in closed form over its stages (the last section of
+this module: op counts per stage x op time, as arrays), without the op list, so that its cost does not grow with the
+pipeline depth or the layers. :mod:`commscope.estimate_many` runs the same closed form over many configurations.
+
 ``gpu_util`` given explicitly replaces the compute model by FLOP / (u x peak) per stage (Megatron's FLOP
 formula, attention and logits included, recomputation added), as does a cluster whose GPU has no preset.
 """
@@ -56,17 +63,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from operator import attrgetter
 import os
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
-from commscope.bandwidth import AlphaBeta, BandwidthModel, GroupSpan
+from commscope.bandwidth import AlphaBeta, BandwidthModel, GroupSpan, _alpha_beta_terms
 from commscope.compute.model import StageCompute, first_max, stage_compute
 from commscope.flops import iteration_flops, token_flops
+from commscope.layout import Layout
+from commscope.spec.params import layer_params, stage_params
 from commscope.units import dtype_bytes
 from commscope.workload.framework import grad_dtype
-from commscope.workload.stages import pipeline_split_note, stage_layers
+from commscope.workload.stages import pipeline_split, pipeline_split_note, stage_layers
 
 if TYPE_CHECKING:  # api and gpus import this module
     from commscope.api import Prediction
@@ -88,6 +98,15 @@ class JobOf(Protocol):
 
 Method = Literal["refined", "seed"]
 METHODS = ("refined", "seed")
+#: Notes of the overlaps a job turned on, in the order they are reported: ``tp_comm_overlap``, ``overlap_p2p_comm``
+#: (interleaved schedule only), ``overlap_grad_reduce``, ``overlap_param_gather``.
+OVERLAP_NOTES = (
+    "TP communication overlapped with the linear GEMMs of the same pass (--tp-comm-overlap)",
+    ("pipeline sends/receives overlapped with the other model chunks' compute (interleaved schedule, "
+     "--overlap-p2p-communication)"),
+    "DP gradient buckets reduced during the last backward pass as they fill (--overlap-grad-reduce)",
+    "parameter all-gathers overlapped with the next forward pass, bucket by bucket (--overlap-param-gather)",
+)
 #: Hidden time below a nanosecond is not reported: where nothing was hidden, what is left of the difference of
 #: sums of op times (all - exposed) is ~1e-19 s of rounding, and estimate_many sums in another order.
 HIDDEN_MIN_S = 1e-9
@@ -161,8 +180,28 @@ def estimate(prediction: Prediction, *, method: Method = "refined", gpu_util: fl
     """Estimate the iteration time of a :class:`~commscope.api.Prediction`.
 
     ``gpu_util`` replaces the compute model by FLOP / (u x peak); ``gpu`` (a :class:`~commscope.gpus.GpuSpec`,
-    a preset name or a file) replaces the GPU matched from the cluster.
+    a preset name or a file) replaces the GPU matched from the cluster; ``bandwidth`` (a measured table) replaces the
+    cluster's alpha-beta model.
+
+    The refined estimate of a Megatron job with balanced routing on the cluster's alpha-beta model is computed in
+    closed form over the pipeline stages (:func:`estimate_one`), without the op list: its cost
+    does not grow with the pipeline depth or the layers. It equals :func:`estimate_op_by_op`, which times every op
+    set of the workload and answers every other job.
     """
+    return _estimate(prediction, method, gpu_util, bandwidth, gpu, closed_form=True)
+
+
+def estimate_op_by_op(prediction: Prediction, *, method: Method = "refined", gpu_util: float | None = None,
+                      bandwidth: BandwidthModel | None = None,
+                      gpu: str | os.PathLike[str] | GpuSpec | None = None) -> Estimate:
+    """:func:`estimate` from the prediction's op list: every op set of the workload timed on its slowest group and
+    added to its stage (the definition the closed form is tested against; the path of other frameworks, routed or
+    capacity-limited MoE and measured bandwidth tables)."""
+    return _estimate(prediction, method, gpu_util, bandwidth, gpu, closed_form=False)
+
+
+def _estimate(prediction: Prediction, method: str, gpu_util: float | None, bandwidth: BandwidthModel | None,
+              gpu: str | os.PathLike[str] | GpuSpec | None, *, closed_form: bool) -> Estimate:
     from commscope.errors import ConfigError
 
     if method not in METHODS:
@@ -177,6 +216,10 @@ def estimate(prediction: Prediction, *, method: Method = "refined", gpu_util: fl
         return _seed(prediction, u, peak, bw)
     spec, notes = compute_gpu(cluster, gpu_util, gpu)
     compute = stage_compute(prediction.model, prediction.parallel, spec) if spec is not None else None
+    if closed_form and bandwidth is None and prediction.balanced_megatron:
+        est = estimate_one(prediction.model, cluster, prediction.parallel, compute, u, notes)
+        if est is not None:
+            return est
     return _refined(prediction, u, peak, bw, compute, notes)
 
 
@@ -201,27 +244,60 @@ def _finish(prediction: JobOf, method: str, u: float, peak: float, *, comp: floa
             optimizer: float = 0.0, hidden: dict[str, float] | None = None, breakdown: dict[str, float] | None = None,
             compute_model: str = "flops", micro_batch: float | None = None, tail: float | None = None,
             stage_micro_batch: Sequence[float] = ()) -> Estimate:
-    model, par = prediction.model, prediction.parallel
+    par = prediction.parallel
+    if micro_batch is None:
+        micro_batch = (comp + tp + pp + cp + ep) / par.num_micro_batches
+    if tail is None:
+        tail = dp + emb + optimizer
+    return finish_many(prediction.model, method, u, peak, global_batch_size=np.array([par.global_batch_size]),
+                       world_size=np.array([par.world_size]), recompute=[par.recompute], comp=np.array([comp]),
+                       tp=np.array([tp]), pp=np.array([pp]), dp=np.array([dp]), ep=np.array([ep]), cp=np.array([cp]),
+                       emb=np.array([emb]), bubble=np.array([bubble]), optimizer=np.array([optimizer]),
+                       micro_batch=np.array([micro_batch]), tail=np.array([tail]), stage=np.array([stage]), eff=[eff],
+                       notes=[tuple(notes)], hidden=[dict(hidden or {})], breakdown=[dict(breakdown or {})],
+                       compute_model=compute_model, stage_micro_batch=[tuple(float(x) for x in stage_micro_batch)])[0]
+
+
+def finish_many(model: ModelSpec, method: str, u: Any, peak: float, *, global_batch_size: np.ndarray,
+                world_size: np.ndarray, recompute: Sequence[str], comp: np.ndarray, tp: np.ndarray, pp: np.ndarray,
+                dp: np.ndarray, ep: np.ndarray, cp: np.ndarray, emb: np.ndarray, bubble: np.ndarray,
+                optimizer: np.ndarray, micro_batch: np.ndarray, tail: np.ndarray, stage: np.ndarray,
+                eff: Sequence[dict[str, float]], notes: Sequence[tuple[str, ...]], hidden: Sequence[dict[str, float]],
+                breakdown: Sequence[dict[str, float]], compute_model: str,
+                stage_micro_batch: np.ndarray | Sequence[Sequence[float]]) -> list[Estimate]:
+    """The Estimates of configurations from their exposed terms (arrays, one entry per configuration; ``u`` one or
+    one each): the total and what follows from it (ratios, throughput, FLOP rates)."""
     total = comp + tp + pp + dp + ep + cp + emb + bubble + optimizer
-    tokens = par.global_batch_size * model.seq_len
-    fl = iteration_flops(model, tokens, recompute=par.recompute)
-    world = par.world_size
-    return Estimate(
-        method=method, iteration_time_s=total, compute_s=comp, tp_s=tp, pp_s=pp, dp_s=dp, ep_s=ep, cp_s=cp,
-        emb_s=emb, bubble_s=bubble,
-        comm_ratio=(tp + pp + dp + ep + cp + emb) / total if total else 0.0,
-        bubble_ratio=bubble / total if total else 0.0,
-        tokens_per_s=tokens / total if total else 0.0,
-        tflops_per_gpu=fl["hardware"] / total / world / 1e12 if total else 0.0,
-        mfu=fl["model"] / total / world / peak if total else 0.0,
-        gpu_util=u, peak_flops=peak, world_size=world, critical_stage=stage,
-        effective_bandwidth_bytes_per_s=eff, optimizer_s=optimizer, hidden_s=dict(hidden or {}),
-        compute_breakdown_s=dict(breakdown or {}), compute_model=compute_model, notes=tuple(notes),
-        micro_batch_s=((comp + tp + pp + cp + ep) / par.num_micro_batches) if micro_batch is None else micro_batch,
-        tail_s=(dp + emb + optimizer) if tail is None else tail,
-        stage_micro_batch_s=tuple(stage_micro_batch.tolist() if isinstance(stage_micro_batch, np.ndarray)
-                                  else map(float, stage_micro_batch)),
-    )
+    tokens = np.asarray(global_batch_size, dtype=np.int64) * model.seq_len
+    world = np.asarray(world_size, dtype=np.int64)
+    model_flops, hardware = np.zeros(len(total)), np.zeros(len(total))
+    rc = np.array(recompute)
+    for kind in set(recompute):
+        sel = rc == kind
+        fl = iteration_flops(model, tokens[sel], recompute=kind)
+        model_flops[sel], hardware[sel] = fl["model"], fl["hardware"]
+    nonzero = total != 0
+    safe = np.where(nonzero, total, 1.0)
+
+    def share(x: np.ndarray) -> list[float]:
+        return np.where(nonzero, x, 0.0).tolist()  # type: ignore[no-any-return]
+
+    per_mb = stage_micro_batch.tolist() if isinstance(stage_micro_batch, np.ndarray) else stage_micro_batch
+    return [Estimate(method=method, iteration_time_s=a_total, compute_s=a_comp, tp_s=a_tp, pp_s=a_pp, dp_s=a_dp,
+                     ep_s=a_ep, cp_s=a_cp, emb_s=a_emb, bubble_s=a_bubble, comm_ratio=a_comm, bubble_ratio=a_bratio,
+                     tokens_per_s=a_tokens, tflops_per_gpu=a_tflops, mfu=a_mfu, gpu_util=a_u, peak_flops=peak,
+                     world_size=a_world, critical_stage=a_stage, effective_bandwidth_bytes_per_s=a_eff,
+                     optimizer_s=a_opt, hidden_s=a_hidden, compute_breakdown_s=a_breakdown, compute_model=compute_model,
+                     micro_batch_s=a_mb, stage_micro_batch_s=tuple(a_stages), tail_s=a_tail, notes=a_notes)
+            for (a_total, a_comp, a_tp, a_pp, a_dp, a_ep, a_cp, a_emb, a_bubble, a_comm, a_bratio, a_tokens, a_tflops,
+                 a_mfu, a_u, a_world, a_stage, a_eff, a_opt, a_hidden, a_breakdown, a_mb, a_stages, a_tail, a_notes)
+            in zip(total.tolist(), comp.tolist(), tp.tolist(), pp.tolist(), dp.tolist(), ep.tolist(), cp.tolist(),
+                   emb.tolist(), bubble.tolist(), share((tp + pp + dp + ep + cp + emb) / safe), share(bubble / safe),
+                   share(tokens / safe), share(hardware / safe / world / 1e12),
+                   share(model_flops / safe / world / peak),
+                   np.broadcast_to(np.asarray(u, dtype=np.float64), total.shape).tolist(), world.tolist(),
+                   np.asarray(stage).tolist(), eff, optimizer.tolist(), hidden, breakdown, micro_batch.tolist(), per_mb,
+                   tail.tolist(), notes)]
 
 
 def _seed(prediction: Prediction, u: float, peak: float, bw: BandwidthModel) -> Estimate:
@@ -372,7 +448,7 @@ def _refined(prediction: Prediction, u: float, peak: float, bw: BandwidthModel, 
     tp_all = comm["tp"]["fwd"] + comm["tp"]["bwd"]
     if par.tp_comm_overlap:
         tp_exp = np.maximum(0.0, comm["tp"]["fwd"] - m * lin_f) + np.maximum(0.0, comm["tp"]["bwd"] - m * lin_b)
-        notes.append("TP communication overlapped with the linear GEMMs of the same pass (--tp-comm-overlap)")
+        notes.append(OVERLAP_NOTES[0])
     else:
         tp_exp = tp_all
     cp_all = comm["cp"]["fwd"] + comm["cp"]["bwd"]
@@ -381,8 +457,7 @@ def _refined(prediction: Prediction, u: float, peak: float, bw: BandwidthModel, 
     pp_exp = pp_all
     if v > 1 and par.overlap_p2p_comm:
         pp_exp = np.maximum(0.0, pp_all - m * (fwd + bwd))
-        notes.append("pipeline sends/receives overlapped with the other model chunks' compute (interleaved schedule, "
-                     "--overlap-p2p-communication)")
+        notes.append(OVERLAP_NOTES[1])
     ep_all = comm["ep"]["fwd"] + comm["ep"]["bwd"]
     # ZeRO-3 / FSDP2 gathers and reduce-scatters per layer, prefetched under the compute of their pass
     dp_layer = comm["dp"]["fwd"] + comm["dp"]["bwd"]
@@ -395,9 +470,9 @@ def _refined(prediction: Prediction, u: float, peak: float, bw: BandwidthModel, 
     # --- the end of the iteration: gradient reduction, optimizer step, parameter all-gather ---
     overlap_grads = par.overlap_grad_reduce or par.framework in ("torch-ddp", "torch-fsdp2")
     if par.overlap_grad_reduce:
-        notes.append("DP gradient buckets reduced during the last backward pass as they fill (--overlap-grad-reduce)")
+        notes.append(OVERLAP_NOTES[2])
     if par.overlap_param_gather:
-        notes.append("parameter all-gathers overlapped with the next forward pass, bucket by bucket (--overlap-param-gather)")
+        notes.append(OVERLAP_NOTES[3])
     grad_exp = np.array([float(_overlapped_buckets(b, bwd[s])) if overlap_grads else sum(b)
                          for s, b in enumerate(grad_buckets)])
     param_exp = np.array([float(_late_gathers(b, fwd[s])) if par.overlap_param_gather else sum(b)
@@ -437,3 +512,614 @@ def _refined(prediction: Prediction, u: float, peak: float, bw: BandwidthModel, 
                    notes=notes + list(bw.notes), optimizer=terms["opt"], hidden=hidden, breakdown=breakdown,
                    compute_model="gpu" if compute is not None else "flops", micro_batch=float(per_mb[crit]),
                    tail=sum(terms.values()), stage_micro_batch=per_mb)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The closed form: the refined estimate of Megatron jobs with balanced routing, on (configurations, stages) arrays
+# (estimate() for one configuration, commscope.estimate_many for many). What depends on the layout alone (the span over
+# nodes of the slowest group of every axis on every stage, the pipeline boundaries that cross nodes) is computed once
+# per (tp, pp, dp, cp, ep, rank order) from the real Layout, in one vectorised pass per axis (_Spans); what depends on
+# the layer split alone (layers, parameters, FLOP and ZeRO-3 gathers per stage) once per (tp, ep, pp, v, split), in
+# closed form over the stages (_Stages). The op sets of commscope.workload.dense then reduce to counts per stage x op
+# time, and the pipeline schedule of _refined runs on those arrays (_evaluate). No Python loop runs per stage or layer.
+# ------------------------------------------------------------------------------------------------------------------
+
+#: More gradient buckets than this on one stage (a tiny ``grad_bucket_size`` on a large model) go op by op: the
+#: bucket overlap is a recurrence over buckets, and the arrays hold one entry per bucket.
+MAX_GRAD_BUCKETS = 256
+
+#: The axes of the reported mean bus bandwidth, in the order the op-by-op path meets their op sets (layers: TP, CP,
+#: EP; stages: PP; step: DP, embedding sync), so that both print them alike.
+_EFF_AXES = ("tp", "cp", "ep", "pp", "dp", "emb")
+
+
+# ------------------------------------------------------------------------------------------------- structure
+
+
+@dataclass(frozen=True, slots=True)
+class _Spans:
+    """Where the groups of one layout sit: for every axis, (n, num_nodes, per_node) of the slowest group on each
+    stage (what the op-by-op path times each op set by), shape (3, pp); and which pipeline boundaries cross nodes."""
+
+    tp: np.ndarray
+    cp: np.ndarray
+    """Of the context-parallel ring's (src, dst) pairs (its sends)."""
+    dp: np.ndarray
+    """Of the dp x cp groups (dense gradients)."""
+    edp: np.ndarray
+    """Of the expert-data-parallel groups (expert gradients)."""
+    ep: np.ndarray
+    pp_across: np.ndarray
+    """(pp,) bool: some pipeline's boundary from stage s to stage (s + 1) mod pp crosses nodes."""
+    emb: np.ndarray
+    """(3,) the slowest (first stage, last stage) pair of the tied-embedding sync."""
+
+
+_NO_ROW = np.iinfo(np.int64).max
+
+
+def _stage_spans(rows: np.ndarray, stage_of_row: np.ndarray, p: int, gpn: int) -> np.ndarray:
+    """(3, p): the span of the slowest of ``rows`` (a (G, n) array of groups) on each stage, by
+    :meth:`GroupSpan.slowest`'s order (crossing nodes first, then the fewest members on a node, then the most nodes),
+    in one pass: each row's span is ranked by one integer and the smallest per stage kept. A stage without groups
+    (or groups of one rank) gets n = 1, which times to 0 s."""
+    out = np.ones((3, p), dtype=np.int64)
+    n = rows.shape[1]
+    if rows.shape[0] == 0 or n < 2:
+        return out
+    if n == 2:  # pairs (sends, the embedding sync): apart or on one node
+        apart = rows[:, 0] // gpn != rows[:, 1] // gpn
+        num_nodes, per_node = 1 + apart, 2 - apart
+    else:
+        num_nodes, per_node = GroupSpan.row_spans(rows, gpn)
+    present = np.bincount(stage_of_row, minlength=p) > 0
+    if num_nodes.max() == 1:  # every group inside a node (the common case)
+        out[0], out[2] = np.where(present, n, 1), np.where(present, n, 1)
+        return out
+    # rank (num_nodes == 1, per_node, -num_nodes) ascending as one integer: n + 1 > per_node and num_nodes <= n
+    rank = ((num_nodes == 1) * (n + 1) + per_node) * (n + 1) + (n - num_nodes)
+    best = np.full(p, _NO_ROW)
+    np.minimum.at(best, stage_of_row, rank)
+    best = np.where(present, best, 0)
+    out[0] = np.where(present, n, 1)
+    out[1] = np.where(present, n - best % (n + 1), 1)
+    out[2] = np.where(present, best // (n + 1) % (n + 1), 1)
+    return out
+
+
+_ONE = np.ones((3, 1), dtype=np.int64)
+
+
+def _spans(par: ParallelSpec, gpn: int, moe: bool) -> _Spans:
+    """:class:`_Spans` of ``par``'s layout (the expert groups only for an MoE model: a dense one has none to time)."""
+    layout = Layout(par)
+    p = par.pp
+    stride = layout.stage_stride
+
+    def of(kind: str, size: int, pairs: bool = False) -> np.ndarray:
+        if size < 2:
+            return np.broadcast_to(_ONE, (3, p))
+        groups = layout.groups(kind)
+        stages = groups[:, 0] // stride % p
+        if pairs:  # the ring's (src, dst) sends, as the workload's context-parallel op sets
+            stages = np.repeat(stages, groups.shape[1])
+            groups = np.stack([groups.reshape(-1), np.roll(groups, -1, axis=1).reshape(-1)], axis=1)
+        return _stage_spans(groups, stages, p, gpn)
+
+    if p > 1:
+        pp_nodes = layout.groups("pp") // gpn
+        across = (pp_nodes != np.roll(pp_nodes, -1, axis=1)).any(axis=0)
+        emb = layout.groups("emb")
+        emb_span = _stage_spans(emb, np.zeros(len(emb), dtype=np.int64), 1, gpn)[:, 0]
+    else:
+        across, emb_span = np.zeros(1, dtype=bool), _ONE[:, 0]
+    return _Spans(tp=of("tp", par.tp), cp=of("cp", par.cp, pairs=True), dp=of("dp-cp", par.dp * par.cp),
+                  edp=of("expert-dp", par.expert_dp if moe else 1), ep=of("ep", par.ep if moe else 1),
+                  pp_across=across, emb=emb_span)
+
+
+@dataclass(frozen=True, slots=True)
+class _Stages:
+    """What each pipeline stage holds under one layer split (arrays of length pp)."""
+
+    layers: np.ndarray
+    moe_layers: np.ndarray
+    dense_params: np.ndarray
+    """Parameters of one rank whose gradients the dp x cp group reduces."""
+    expert_params: np.ndarray
+    replicated: np.ndarray
+    """Of those, copied on every TP rank (sequence parallelism all-reduces their gradients over TP)."""
+    body_flop: np.ndarray
+    """Forward FLOP per token of the stage's layers (:func:`commscope.flops.token_flops`)."""
+    core_flop: np.ndarray
+    """Of those, the attention core's."""
+    zero3: np.ndarray
+    """(3, pp, 3): per ZeRO-3 gather size of the dense parameters (a dense layer's, an MoE layer's when it differs,
+    the embedding-side modules'): elements, gathers per micro-batch, op sets."""
+    zero3_expert: np.ndarray
+    """(3, pp, 1): the same for the expert parameters of the MoE layers."""
+    split_note: str | None
+
+
+def _moe_before(model: ModelSpec, x: np.ndarray) -> np.ndarray:
+    """Layers with routed experts among layers 0..x-1 (:meth:`ModelSpec.is_moe_layer`, counted in closed form)."""
+    if not model.is_moe:
+        return np.zeros_like(x)
+    k, f = model.first_k_dense_layers, model.moe_layer_freq
+    return np.where(x > k, -(-(x - k) // f), 0)
+
+
+def _stages(model: ModelSpec, par: ParallelSpec) -> _Stages:
+    """:class:`_Stages` of ``par``'s split, without a loop over stages or layers: every layer of one kind (dense,
+    MoE) has the same parameters and FLOP, so a stage is its count of each kind plus the first and last stage's
+    embedding-side modules."""
+    p, v, tp, ep = par.pp, par.virtual_pipeline_size, par.tp, par.ep
+    sizes = np.array(pipeline_split(model, par), dtype=np.int64)  # virtual stage k = chunk x pp + stage
+    starts = np.cumsum(sizes) - sizes
+    moe = (_moe_before(model, starts + sizes) - _moe_before(model, starts)).reshape(v, p).sum(axis=0)
+    layers = sizes.reshape(v, p).sum(axis=0)
+    dense = layers - moe
+    tf = token_flops(model)
+    zero = {"dense": 0, "moe": 0}
+    shard, repl, expert, flop, core = dict(zero), dict(zero), dict(zero), {"dense": 0.0, "moe": 0.0}, {"dense": 0.0, "moe": 0.0}
+    moe_index = model.first_k_dense_layers
+    kinds = {"moe": moe_index} if model.num_moe_layers else {}
+    if model.num_layers > model.num_moe_layers:  # layer 0, or 1 when experts start at layer 0 (freq > 1)
+        kinds["dense"] = 1 if model.is_moe and moe_index == 0 else 0
+    for kind, index in kinds.items():
+        lp = layer_params(model, index, tp=tp, ep=ep)
+        shard[kind], repl[kind] = lp.tp_sharded // tp + lp.replicated, lp.replicated
+        expert[kind] = lp.expert // (ep * tp)
+        flop[kind], core[kind] = tf.layers[index], tf.attention_core[index]
+
+    def ends(first: bool, last: bool) -> int:
+        return stage_params(model, range(0), tp=tp, ep=ep, first=first, last=last).dense
+
+    # the embedding-side parameters of each stage: its first chunk on stage 0, its last chunk on stage p - 1
+    middle = ends(False, False)
+    end_params = np.full(p, v * middle, dtype=np.int64)
+    if p == 1 and v == 1:
+        end_params[0] = ends(True, True)
+    else:
+        end_params[0] += ends(True, False) - middle
+        end_params[p - 1] += ends(False, True) - middle
+    last = np.arange(p) == p - 1
+    norm = model.hidden_size * (2 if model.normalization == "layernorm" else 1)
+    # ZeRO-3 gathers each layer's parameters, and the embedding-side modules of the stage (as the first and last
+    # stage, whatever its chunks) as one more, once per micro-batch; layers of equal size share an op set
+    whole = np.zeros(p, dtype=np.int64)
+    whole[0] = ends(True, p == 1)
+    if p > 1:
+        whole[p - 1] = ends(False, True)
+    whole[1:p - 1] = middle
+    same = shard["moe"] == shard["dense"]
+    z_elements = np.stack([np.full(p, shard["dense"]), np.full(p, shard["moe"]), whole], axis=1)
+    z_count = np.stack([dense * (shard["dense"] > 0) + (moe * (shard["moe"] > 0) if same else 0),
+                        0 if same else moe * (shard["moe"] > 0), (whole > 0).astype(np.int64)], axis=1)
+    zx_count = (moe * (expert["moe"] > 0))[:, None]
+    return _Stages(
+        layers=layers, moe_layers=moe,
+        dense_params=end_params + dense * shard["dense"] + moe * shard["moe"],
+        expert_params=moe * expert["moe"],
+        replicated=dense * repl["dense"] + moe * repl["moe"] + last * norm,
+        body_flop=dense * flop["dense"] + moe * flop["moe"], core_flop=dense * core["dense"] + moe * core["moe"],
+        zero3=np.stack([z_elements, z_count, (z_count > 0).astype(np.int64)]),
+        zero3_expert=np.stack([np.full((p, 1), expert["moe"]), zx_count, (zx_count > 0).astype(np.int64)]),
+        split_note=pipeline_split_note(model, par))
+
+
+#: What the closed form reads of a ParallelSpec, one column each (properties included).
+_FIELDS = ("tp", "pp", "dp", "cp", "ep", "virtual_pipeline_size", "order", "pipeline_layers",
+           "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers", "micro_batch_size",
+           "global_batch_size", "sequence_parallel", "recompute", "zero_stage", "shards_optimizer", "framework",
+           "attention", "fp8_format", "grad_reduce_dtype", "gradient_accumulation_fusion",
+           "scatter_gather_tensors_in_pipeline", "tp_comm_overlap", "overlap_p2p_comm", "overlap_grad_reduce",
+           "overlap_param_gather", "grad_bucket_elements", "world_size", "expert_dp")
+_ROW = attrgetter(*_FIELDS)
+#: The columns each key is made of: the layout (spans), the layer split (stages), the job's validity
+#: (:func:`commscope.workload.dense.check_job`).
+_SPANS_KEY = ("tp", "pp", "dp", "cp", "ep", "order")
+_STAGES_KEY = ("tp", "ep", "pp", "virtual_pipeline_size", "pipeline_layers", "decoder_first_pipeline_num_layers",
+               "decoder_last_pipeline_num_layers")
+_CHECK_KEY = ("micro_batch_size", "cp", "sequence_parallel", *_STAGES_KEY)
+
+
+def _keys(columns: dict[str, tuple[Any, ...]], names: tuple[str, ...]) -> tuple[list[tuple[Any, ...]], np.ndarray]:
+    """The distinct keys made of columns ``names`` (in order of first appearance) and each row's index into them."""
+    keys = list(zip(*(columns[n] for n in names)))
+    first = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+    return list(first), np.fromiter(map(first.__getitem__, keys), dtype=np.int64, count=len(keys))
+
+
+
+#: The columns the arrays read as numbers (the others stay Python values).
+_NUMERIC = ("tp", "cp", "ep", "dp", "pp", "micro_batch_size", "global_batch_size", "virtual_pipeline_size",
+            "sequence_parallel", "zero_stage", "shards_optimizer", "scatter_gather_tensors_in_pipeline",
+            "tp_comm_overlap", "overlap_p2p_comm", "overlap_grad_reduce", "overlap_param_gather", "world_size")
+
+
+def _numeric(columns: dict[str, tuple[Any, ...]]) -> dict[str, np.ndarray]:
+    out = {name: np.array(columns[name], dtype=np.int64) for name in _NUMERIC}
+    out["grad_bucket_elements"] = np.array([b or 0 for b in columns["grad_bucket_elements"]], dtype=np.int64)
+    out["full_recompute"] = np.array([r == "full" for r in columns["recompute"]])
+    return out
+
+
+def _first_rows(index: np.ndarray, count: int) -> list[int]:
+    """The first row of each of ``count`` keys."""
+    first = np.full(count, len(index))
+    np.minimum.at(first, index, np.arange(len(index)))
+    out: list[int] = first.tolist()
+    return out
+
+
+def estimate_one(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, compute: StageCompute | None, u: float,
+                 notes: list[str]) -> Estimate | None:
+    """:func:`commscope.estimate.estimate` of one Megatron job with balanced routing, whose compute per stage the
+    caller has (``compute``: the GPU's model; None: FLOP / (u x peak)) and whose job is checked; None where the op-by-op
+    path must answer (more than :data:`MAX_GRAD_BUCKETS` gradient buckets on a stage)."""
+    st = _stages(model, par)
+    bucket = par.grad_bucket_elements
+    most = max(int(st.dense_params.max(initial=0)), int(st.expert_params.max(initial=0)))
+    if bucket is not None and most and -(-most // bucket) > MAX_GRAD_BUCKETS:
+        return None
+    columns = dict(zip(_FIELDS, ((x,) for x in _ROW(par))))
+    zero = np.zeros(1, dtype=np.int64)
+    a = _Arrays(model, [par], _numeric(columns), columns, zero, {0: _spans(par, cluster.gpus_per_node, model.is_moe)},
+                zero, [st], zero)
+    if compute is None:
+        peak = cluster.peak_flops_for(model.dtype)
+        return _evaluate(model, cluster, a, _flop_arrays(model, a, u, peak), [()], False, u, notes)[0]
+    c = {key: np.asarray(value, dtype=np.float64)[None, :] for key, value in (
+        ("fwd", compute.forward_s), ("bwd", compute.backward_s), ("att", compute.attention_s),
+        ("lin_f", compute.linear_forward_s), ("lin_b", compute.linear_backward_s), ("opt", compute.optimizer_s),
+        ("gemm", compute.gemm_s), ("mem", compute.memory_s), ("rec", compute.recompute_s), ("flop", compute.flop))}
+    return _evaluate(model, cluster, a, c, [compute.notes], True, u, notes)[0]
+
+
+# ------------------------------------------------------------------------------------- arrays of configurations
+
+
+class _Arrays:
+    """The configurations of one pipeline depth as columns (n, 1), their structure as (n, p) arrays."""
+
+    def __init__(self, model: ModelSpec, parallels: Sequence[ParallelSpec], numeric: dict[str, np.ndarray],
+                 columns: dict[str, tuple[Any, ...]], rows: np.ndarray, spans: dict[int, _Spans], spans_index: np.ndarray,
+                 stages: Sequence[_Stages], stages_index: np.ndarray) -> None:
+        self.n = len(rows)
+        self.rows = rows
+        self.columns, self.numeric = columns, numeric
+        self.pars = [parallels[i] for i in rows.tolist()]
+
+        def col(name: str) -> np.ndarray:
+            out: np.ndarray = numeric[name][rows][:, None]
+            return out
+
+        self.tp, self.cp, self.ep, self.dp = col("tp"), col("cp"), col("ep"), col("dp")
+        self.p = int(numeric["pp"][rows[0]])
+        self.mb, self.gb, self.v = col("micro_batch_size"), col("global_batch_size"), col("virtual_pipeline_size")
+        self.m = self.gb // (self.mb * self.dp)
+        self.sp = (col("sequence_parallel") > 0) & (self.tp > 1)
+        self.full = col("full_recompute")
+        self.zero3 = col("zero_stage") == 3
+        self.shards = col("shards_optimizer") > 0
+        self.gather = (col("scatter_gather_tensors_in_pipeline") > 0) & (self.tp > 1) & ~self.sp
+        self.bucket = col("grad_bucket_elements")
+        # bytes of a reduced gradient element (commscope.workload.framework.grad_dtype)
+        reduce_dtype = self.values("grad_reduce_dtype")
+        size = {g: dtype_bytes(g or ("fp32" if model.dtype == "bf16" else model.dtype)) for g in set(reduce_dtype)}
+        self.G = np.array([size[g] for g in reduce_dtype], dtype=np.int64)[:, None]
+        # the distinct structures of these rows, stacked once and indexed per row
+        st_keys, st_local = np.unique(stages_index, return_inverse=True)
+        st = [stages[k] for k in st_keys.tolist()]
+        for name in ("layers", "moe_layers", "dense_params", "expert_params", "replicated", "body_flop", "core_flop",
+                     "zero3", "zero3_expert"):
+            setattr(self, "st_" + name, np.stack([getattr(x, name) for x in st])[st_local])
+        self.split_notes = [st[k].split_note for k in st_local.tolist()]
+        sp_keys, sp_local = np.unique(spans_index, return_inverse=True)
+        sp = [spans[k] for k in sp_keys.tolist()]
+        for name in ("tp", "cp", "dp", "edp", "ep"):  # (n, p) each of n, num_nodes, per_node
+            x = np.stack([getattr(y, name) for y in sp])[sp_local]
+            setattr(self, "span_" + name, (x[:, 0], x[:, 1], x[:, 2]))
+        self.pp_across = np.stack([y.pp_across for y in sp])[sp_local]
+        x = np.stack([y.emb for y in sp])[sp_local]
+        self.span_emb = (x[:, 0:1], x[:, 1:2], x[:, 2:3])
+
+    def flags(self, name: str) -> np.ndarray:
+        """A boolean column."""
+        out: np.ndarray = self.numeric[name][self.rows][:, None] > 0
+        return out
+
+    def values(self, name: str) -> list[Any]:
+        """A column's values for these rows."""
+        column = self.columns[name]
+        return [column[i] for i in self.rows.tolist()]
+
+    # set in __init__ (typed here for mypy)
+    st_layers: np.ndarray
+    st_moe_layers: np.ndarray
+    st_dense_params: np.ndarray
+    st_expert_params: np.ndarray
+    st_replicated: np.ndarray
+    st_body_flop: np.ndarray
+    st_core_flop: np.ndarray
+    st_zero3: np.ndarray
+    st_zero3_expert: np.ndarray
+    span_tp: tuple[np.ndarray, np.ndarray, np.ndarray]
+    span_cp: tuple[np.ndarray, np.ndarray, np.ndarray]
+    span_dp: tuple[np.ndarray, np.ndarray, np.ndarray]
+    span_edp: tuple[np.ndarray, np.ndarray, np.ndarray]
+    span_ep: tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+class _Times:
+    """Alpha-beta op times and bus bandwidths (:func:`commscope.bandwidth.alpha_beta_time_s`, the same arithmetic in
+    the same order) with each (op, span)'s latency, bus factor and bandwidth worked out once."""
+
+    def __init__(self, cluster: ClusterSpec, spans: dict[str, tuple[Any, Any, Any]]) -> None:
+        self.cluster, self.spans = cluster, spans
+        self._terms: dict[tuple[str, str], tuple[Any, ...]] = {}
+
+    def terms(self, op: str, span: str) -> tuple[Any, ...]:
+        key = (op, span)
+        if key not in self._terms:
+            n, nodes, k = self.spans[span]
+            steps, alpha, f, bw = _alpha_beta_terms(self.cluster, op, np.ones(np.shape(n)), n, nodes, k)
+            self._terms[key] = (steps * alpha, f, bw, np.asarray(n) < 2)
+        return self._terms[key]
+
+    def t(self, op: str, size: Any, span: str) -> np.ndarray:
+        latency, f, bw, alone = self.terms(op, span)
+        size = np.asarray(size, dtype=np.float64)
+        return np.where(alone | (size <= 0), 0.0, latency + size * f / bw)
+
+    def busbw(self, op: str, span: str) -> np.ndarray:
+        """:func:`commscope.bandwidth.alpha_beta_busbw_bytes_per_s`."""
+        _, _, bw, alone = self.terms(op, span)
+        return np.where(alone, self.cluster.intra_node.bandwidth_bytes_per_s, bw)
+
+
+def _flop_arrays(model: ModelSpec, a: _Arrays, u: float, peak: float) -> dict[str, np.ndarray]:
+    """The FLOP / (u x peak) compute of :func:`commscope.estimate.estimate_op_by_op` for every configuration (n, p)."""
+    tf = token_flops(model)
+    p = a.p
+    tokens_mb = a.mb * model.seq_len / a.cp
+    rate = a.tp * u * peak
+    f = a.st_body_flop + np.where(np.arange(p) == p - 1, tf.logits, 0.0)[None, :]
+    rc = np.array(a.values("recompute"))[:, None]
+    extra = np.where(rc == "selective", a.st_core_flop, np.where(rc == "full", a.st_body_flop, 0.0))
+    fwd = tokens_mb * f / rate
+    bwd = tokens_mb * (2 * f + extra) / rate
+    att = tokens_mb * (3 * a.st_core_flop) / rate
+    return {"fwd": fwd, "bwd": bwd, "att": att, "lin_f": fwd, "lin_b": bwd, "opt": np.zeros_like(fwd)}
+
+
+# ---------------------------------------------------------------------------------------------- communication
+
+
+def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, np.ndarray],
+              compute_notes: Sequence[tuple[str, ...]], gpu: bool, u_flops: float, base_notes: list[str]) -> list[Estimate]:
+    """Every configuration's communication op by op in closed form, and the pipeline schedule of
+    :func:`commscope.estimate.estimate_op_by_op`, on (configurations, stages) arrays."""
+    n, p = a.n, a.p
+    peak = cluster.peak_flops_for(model.dtype)
+    fwd, bwd, m = c["fwd"], c["bwd"], a.m
+    B = model.dtype_bytes
+    tokens = a.mb * model.seq_len // a.cp
+    act = tokens * model.hidden_size * B
+    stage = np.arange(p)[None, :]
+    first, last = stage == 0, stage == p - 1
+    L = a.st_layers
+    z = np.zeros((n, p))
+    comm = {axis: {k: z for k in ("fwd", "bwd", "iter")} for axis in _EFF_AXES}
+    T = _Times(cluster, {"tp": a.span_tp, "cp": a.span_cp, "dp": a.span_dp, "edp": a.span_edp, "ep": a.span_ep,
+                         "emb": a.span_emb, "inside": (2, 1, 1), "across": (2, 2, 1)})
+    t = T.t
+    bb_sum: dict[str, Any] = {}
+    bb_cnt: dict[str, Any] = {}
+
+    def busbw(axis: str, op: str, span: str, count: Any) -> None:
+        """Add ``count`` op sets per stage (n, p) at ``span`` to the axis's mean bus bandwidth (a group of one
+        rank has no op set)."""
+        cnt = np.where(T.terms(op, span)[3], 0, count)
+        bb_sum[axis] = bb_sum.get(axis, 0.0) + (cnt * T.busbw(op, span)).sum(axis=1)
+        bb_cnt[axis] = bb_cnt.get(axis, 0) + cnt.sum(axis=1)
+
+    has_layers = L > 0
+    sp, full = a.sp, a.full
+    if (a.tp > 1).any():
+        t_ar, t_ag, t_rs = (t(op, act, "tp") for op in ("all_reduce", "all_gather", "reduce_scatter"))
+        t_ce = t("all_reduce", tokens * dtype_bytes("fp32"), "tp")
+        lm = L * m
+        rec = 1 + full
+        f = np.where(sp, 2 * (t_ag * lm + t_rs * lm), 2 * t_ar * lm)
+        b = np.where(sp, 2 * (t_ag * lm + t_rs * lm) * rec, 2 * t_ar * lm * rec)
+        f = f + first * np.where(sp, t_rs * m, t_ar * m)
+        b = b + first * np.where(sp, t_ag * m, 0.0)
+        f = f + last * (np.where(sp, t_ag * m, 0.0) + t_ce * (3 * m))
+        b = b + last * np.where(sp, t_rs * m, t_ar * m)
+        repl = a.st_replicated * a.G
+        comm["tp"] = {"fwd": f, "bwd": b, "iter": np.where(sp & (repl > 0), t("all_reduce", repl, "tp"), 0.0)}
+        per_layer_sets = has_layers * 2 * (2 + full)  # of each of AG and RS with SP, of AR twice that without
+        sets = np.where(sp, per_layer_sets + first + last, 0)
+        busbw("tp", "all_gather", "tp", sets)
+        busbw("tp", "reduce_scatter", "tp", sets)
+        # (counts as integers: numpy adds two boolean arrays as a logical or, which would count the last stage's
+        # cross-entropy and sequence-parallel gradient all-reduces as one)
+        busbw("tp", "all_reduce", "tp", np.where(sp, last.astype(np.int64) + (repl > 0), per_layer_sets + first + 2 * last))
+    if (a.cp > 1).any():
+        kv = 2 * tokens * np.maximum(1, model.kv_heads // a.tp) * model.head_size * B
+        t_kv = t("send", kv, "cp")
+        steps_bwd = 2 * (a.cp - 1) + np.where(full, a.cp - 1, 0)
+        comm["cp"] = {"fwd": t_kv * (L * m * (a.cp - 1)), "bwd": t_kv * (L * m * steps_bwd), "iter": z}
+        busbw("cp", "send", "cp", has_layers * 2)
+    if model.is_moe and (a.ep > 1).any():
+        nm = a.st_moe_layers
+        routed = np.where(sp, tokens // a.tp, tokens)  # commscope.moe.routing.routed_tokens_per_rank
+        # balanced routing: every rank sends routed x top_k tokens in all (balanced_routing's rows sum to that)
+        t_a2a = t("all_to_all", routed * model.top_k * model.hidden_size * B, "ep")
+        t_cnt = t("all_gather", a.ep * model.num_experts * 8, "ep")
+        comm["ep"] = {"fwd": t_cnt * (nm * m) + t_a2a * (nm * m) * 2, "bwd": t_a2a * (nm * m) * 2, "iter": z}
+        with_moe = nm > 0
+        busbw("ep", "all_gather", "ep", with_moe)
+        busbw("ep", "all_to_all", "ep", 4 * with_moe)
+    if p > 1:
+        size = np.where(a.sp | a.gather, act // a.tp, act)
+        # boundaries from stage s to (s + 1) mod p: v - 1 of them from the last stage (chunk k to chunk k + 1), v from
+        # every other; half of each transfer counts on the sender's stage, half on the receiver's
+        count = np.broadcast_to(a.v, (n, p)) - last
+        half = z
+        for span, sel in (("inside", ~a.pp_across), ("across", a.pp_across)):
+            k = count * sel
+            half = half + (k + np.roll(k, 1, axis=1)) * (t("send", size, span) * m / 2)
+            busbw("pp", "send", span, 2 * k)
+        comm["pp"] = {"fwd": half, "bwd": half, "iter": z}
+        if a.gather.any():  # Megatron's scatter/gather: the receiver all-gathers the pieces over its TP group
+            into, out_of = np.roll(count, 1, axis=1) * a.gather, count * a.gather
+            t_gather = t("all_gather", act, "tp") * m
+            comm["pp"] = {"fwd": half + into * t_gather, "bwd": half + out_of * t_gather, "iter": z}
+            busbw("pp", "all_gather", "tp", into + out_of)
+    grad_buckets: list[np.ndarray] = []  # (n, p) per bucket: the dense parameters' buckets, then the experts'
+    param_buckets: list[np.ndarray] = []
+    dp_fwd, dp_bwd = z, z
+    for elements, span, entries in ((a.st_dense_params, "dp", a.st_zero3), (a.st_expert_params, "edp", a.st_zero3_expert)):
+        present = (elements > 0) & ~T.terms("all_reduce", span)[3]
+        if not present.any():
+            continue
+        # gradient buckets of at most grad_bucket_elements (one per stage without), the last holding the rest
+        num = np.where(a.bucket > 0, -(-elements // np.maximum(a.bucket, 1)), 1) * present
+        plain = ~a.zero3
+        if num.max() == 1:  # one bucket per stage: (n, p)
+            span3, sizes, G, shards = span, elements * present, a.G, a.shards
+        else:  # (n, p, buckets)
+            k = np.arange(int(num.max()))[None, None, :]
+            full_size = np.where(a.bucket > 0, a.bucket, elements)[:, :, None]
+            rest = (elements - (num - 1) * a.bucket)[:, :, None]
+            sizes = np.where(k < num[:, :, None] - 1, full_size, np.where(k < num[:, :, None], rest, 0))
+            span3, G, shards, plain = span + "3", a.G[:, :, None], a.shards[:, :, None], plain[:, :, None]
+            T.spans[span3] = tuple(x[:, :, None] for x in T.spans[span])
+        grads = np.where(shards, t("reduce_scatter", sizes * G, span3), t("all_reduce", sizes * G, span3)) * plain
+        params = t("all_gather", sizes * B, span3) * (plain & shards)
+        if grads.ndim == 2:
+            grad_buckets.append(grads)
+            param_buckets.append(params)
+        else:
+            grad_buckets += list(np.moveaxis(grads, 2, 0))
+            param_buckets += list(np.moveaxis(params, 2, 0))
+        z3_sets: Any = 0
+        if a.zero3.any():
+            # (n, p, sizes) each: elements, gathers per micro-batch and op sets of each gather size
+            zn, per_mb, sets = entries[:, 0], entries[:, 1], entries[:, 2]
+            T.spans[span + "3"] = tuple(x[:, :, None] for x in T.spans[span])
+            t_ag = t("all_gather", zn * B, span + "3")
+            t_rs = t("reduce_scatter", zn * a.G[:, :, None], span + "3")
+            cnt = per_mb * m[:, :, None] * present[:, :, None]
+            dp_fwd = dp_fwd + np.where(a.zero3, (t_ag * cnt).sum(axis=2), 0.0)
+            dp_bwd = dp_bwd + np.where(a.zero3, (t_ag * cnt + t_rs * cnt).sum(axis=2), 0.0)
+            z3_sets = sets.sum(axis=2) * present
+        busbw("dp", "all_gather", span, np.where(a.zero3, 2 * z3_sets, num * a.shards))
+        busbw("dp", "reduce_scatter", span, np.where(a.zero3, z3_sets, num * a.shards))
+        busbw("dp", "all_reduce", span, np.where(a.zero3 | a.shards, 0, num))
+    comm["dp"] = {"fwd": dp_fwd, "bwd": dp_bwd, "iter": z}
+    if p > 1 and model.tied_embeddings:
+        t_emb = t("all_reduce", _emb_elements(model, a.tp) * a.G, "emb")
+        comm["emb"] = {"fwd": z, "bwd": z, "iter": (first | last) * t_emb}
+        busbw("emb", "all_reduce", "emb", np.ones((n, 1), dtype=np.int64))
+
+    # --- the pipeline schedule (estimate.estimate_op_by_op, on arrays of configurations) ---
+    v = a.v
+    tp_all = comm["tp"]["fwd"] + comm["tp"]["bwd"]
+    tp_exp = np.where(a.flags("tp_comm_overlap"), np.maximum(0.0, comm["tp"]["fwd"] - m * c["lin_f"])
+                      + np.maximum(0.0, comm["tp"]["bwd"] - m * c["lin_b"]), tp_all)
+    cp_all = comm["cp"]["fwd"] + comm["cp"]["bwd"]
+    cp_exp = np.maximum(0.0, cp_all - m * c["att"])
+    pp_all = comm["pp"]["fwd"] + comm["pp"]["bwd"]
+    p2p_overlap = (v > 1) & a.flags("overlap_p2p_comm")
+    pp_exp = np.where(p2p_overlap, np.maximum(0.0, pp_all - m * (fwd + bwd)), pp_all)
+    ep_all = comm["ep"]["fwd"] + comm["ep"]["bwd"]
+    dp_layer = comm["dp"]["fwd"] + comm["dp"]["bwd"]
+    dp_layer_exp = np.maximum(0.0, comm["dp"]["fwd"] - m * fwd) + np.maximum(0.0, comm["dp"]["bwd"] - m * bwd)
+    per_mb = fwd + bwd + (tp_exp + pp_exp + cp_exp + ep_all + dp_layer_exp) / m
+    rows = np.arange(n)
+    crit = first_max(per_mb)
+    bubble = (per_mb.sum(axis=1) - per_mb[rows, crit]) / v[:, 0]
+    grad_t, param_t = sum(grad_buckets, z), sum(param_buckets, z)
+    grad_exp = np.where(a.flags("overlap_grad_reduce"), _overlapped_buckets(grad_buckets, bwd), grad_t) if grad_buckets else z
+    param_exp = np.where(a.flags("overlap_param_gather"), _late_gathers(param_buckets, fwd), param_t) if param_buckets else z
+    dp_tail = grad_exp + param_exp + comm["dp"]["iter"]
+    tail = dp_tail + comm["emb"]["iter"] + comm["tp"]["iter"] + comm["cp"]["iter"] + comm["ep"]["iter"] + c["opt"]
+    lead = np.arange(p)[None, :] * bwd / v
+    end = first_max(tail - lead)
+    hide = np.minimum(lead[rows, end], tail[rows, end])
+    terms = {"dp": dp_tail[rows, end], "emb": comm["emb"]["iter"][rows, end],
+             "tp": comm["tp"]["iter"][rows, end] + comm["cp"]["iter"][rows, end] + comm["ep"]["iter"][rows, end],
+             "opt": c["opt"][rows, end]}
+    for key, value in terms.items():
+        cut = np.minimum(hide, value)
+        terms[key] = value - cut
+        hide = hide - cut
+    hidden_cols = {"tp": tp_all[rows, crit] - tp_exp[rows, crit], "cp": cp_all[rows, crit] - cp_exp[rows, crit],
+                   "pp": pp_all[rows, crit] - pp_exp[rows, crit],
+                   "dp": (dp_layer[rows, crit] - dp_layer_exp[rows, crit] + grad_t[rows, end] + param_t[rows, end]
+                          + comm["dp"]["iter"][rows, end] - terms["dp"])}
+    m_col = m[:, 0]
+    work = fwd[rows, crit] + bwd[rows, crit]
+    comp = m_col * work
+    if gpu:
+        u: Any = np.where(work > 0, c["flop"][rows, crit] / (np.where(work > 0, work, 1.0) * peak), u_flops)
+        parts = [(name, (c[key][rows, crit] * (m_col if key != "opt" else 1)).tolist()) for name, key in (
+            ("gemm_s", "gemm"), ("attention_s", "att"), ("memory_bound_s", "mem"), ("recompute_s", "rec"),
+            ("optimizer_s", "opt"))]
+        names = [name for name, _ in parts]
+        breakdown = [dict(zip(names, values)) for values in zip(*(values for _, values in parts))]
+    else:
+        u, breakdown = u_flops, [{}] * n
+    flags = zip(a.values("tp_comm_overlap"), (p2p_overlap[:, 0]).tolist(), a.values("overlap_grad_reduce"),
+                a.values("overlap_param_gather"))
+    return finish_many(model, "refined", u, peak, global_batch_size=a.gb[:, 0], world_size=a.numeric["world_size"][a.rows],
+                       recompute=a.values("recompute"), comp=comp, tp=tp_exp[rows, crit] + terms["tp"],
+                       pp=pp_exp[rows, crit], dp=dp_layer_exp[rows, crit] + terms["dp"], ep=ep_all[rows, crit],
+                       cp=cp_exp[rows, crit], emb=terms["emb"], bubble=bubble, optimizer=terms["opt"],
+                       micro_batch=per_mb[rows, crit], tail=terms["dp"] + terms["emb"] + terms["tp"] + terms["opt"],
+                       stage=crit, eff=_dicts(_EFF_AXES, bb_sum, bb_cnt, n), notes=_notes(base_notes, compute_notes, flags, a.split_notes),
+                       hidden=_hidden(hidden_cols, n), breakdown=breakdown, compute_model="gpu" if gpu else "flops",
+                       stage_micro_batch=per_mb)
+
+
+def _dicts(axes: tuple[str, ...], sums: dict[str, Any], counts: dict[str, Any], n: int) -> list[dict[str, float]]:
+    """Each configuration's mean bus bandwidth per axis (axes without an op set left out), in ``axes`` order."""
+    present = [axis for axis in axes if axis in sums]
+    means = [np.divide(sums[axis], np.maximum(counts[axis], 1)).tolist() for axis in present]
+    has = [(counts[axis] > 0).tolist() for axis in present]
+    if all(all(h) for h in has):
+        return [dict(zip(present, values)) for values in zip(*means)] if present else [{} for _ in range(n)]
+    return [{axis: mean[j] for axis, mean, h in zip(present, means, has) if h[j]} for j in range(n)]
+
+
+def _hidden(columns: dict[str, np.ndarray], n: int) -> list[dict[str, float]]:
+    """Each configuration's hidden communication per axis, what is below HIDDEN_MIN_S left out."""
+    names = list(columns)
+    values = [columns[k].tolist() for k in names]
+    return [{k: x for k, x in zip(names, row) if x > HIDDEN_MIN_S} for row in zip(*values)] if n else []
+
+
+def _emb_elements(model: ModelSpec, tp: np.ndarray) -> np.ndarray:
+    """Word-embedding elements on one TP rank (the vocabulary padded for tp), per configuration."""
+    multiple = model.make_vocab_size_divisible_by * tp
+    out: np.ndarray = -(-model.vocab_size // multiple) * multiple * model.hidden_size // tp
+    return out
+
+
+def _notes(base: list[str], compute: Sequence[tuple[str, ...]], flags: Any,
+           split: Sequence[str | None]) -> list[tuple[str, ...]]:
+    """Each configuration's notes, in the op-by-op path's order (built once per distinct combination)."""
+    made: dict[tuple[Any, ...], tuple[str, ...]] = {}
+    out = []
+    for cn, fl, sn in zip(compute, flags, split):
+        key = (id(cn), fl, sn)
+        if key not in made:
+            lines = [*base, *cn]
+            lines += [text for on, text in zip(fl, OVERLAP_NOTES) if on]
+            made[key] = tuple(lines + ([sn] if sn else []))
+        out.append(made[key])
+    return out

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from strategies import estimate_jobs
 
 from commscope.api import predict
-from commscope.estimate import estimate
+from commscope.estimate import estimate, estimate_op_by_op
 from commscope.estimate_many import estimate_many
 from commscope.spec.cluster import ClusterSpec, LinkTier
 from commscope.spec.files import load_cluster, load_model
@@ -55,6 +55,45 @@ def test_estimate_many_equals_the_scalar_path(job, gpu, gpus_per_node, gpu_util)
     for par, got in zip(parallels, batch):
         want = estimate(predict(model, par, cluster), gpu_util=gpu_util)
         assert_same(want.to_dict(), got.to_dict())
+
+
+@settings(max_examples=60, deadline=None)
+@given(estimate_jobs(), st.sampled_from(["X", "A100", "H100", "V100"]), st.sampled_from([2, 3, 4, 8]),
+       st.sampled_from([None, 0.45]))
+def test_the_closed_form_estimate_equals_the_op_by_op_one(job, gpu, gpus_per_node, gpu_util):
+    """estimate() computes a Megatron job in closed form over its stages, without the op list; estimate_op_by_op()
+    times every op set of the workload. Both must give the same Estimate, notes and dictionaries' order included
+    (the CLI prints them in that order). 3 GPUs per node: groups that straddle nodes unevenly."""
+    model, parallels = job
+    if gpu != "H100":
+        parallels = [replace(p, fp8_format=None) for p in parallels]
+    cluster = replace(CLUSTER, gpu=gpu, gpus_per_node=gpus_per_node)
+    for par in parallels:
+        pred = predict(model, par, cluster)
+        want, got = estimate_op_by_op(pred, gpu_util=gpu_util).to_dict(), estimate(pred, gpu_util=gpu_util).to_dict()
+        assert_same(want, got)
+        for key in ("effective_bandwidth_bytes_per_s", "hidden_s", "compute_breakdown_s"):
+            assert list(want[key]) == list(got[key]), (key, want[key], got[key])
+
+
+def test_estimate_reads_no_op_list():
+    """The closed form builds neither the workload nor the traffic matrix (what made its cost grow with pp)."""
+    model, cluster = load_model("gpt3-175b"), load_cluster("dgx-a100")
+    pred = predict(model, ParallelSpec(tp=8, pp=16, dp=8, global_batch_size=1536, sequence_parallel=True), cluster)
+    est = estimate(pred)
+    assert pred._workload is None and pred._traffic is None
+    assert_same(estimate_op_by_op(pred).to_dict(), est.to_dict())
+    assert pred._workload is not None and pred._traffic is None  # the op-by-op path reads the op list, not the matrix
+
+
+def test_scatter_gather_pipeline_messages_in_many():
+    """estimate_many timed pipeline messages whole under Megatron's scatter/gather (0.40 s of PP where the op list
+    says 0.09 s): each TP rank sends 1/t of the activation and the receiver all-gathers it over NVLink."""
+    model, cluster = load_model("gpt3-175b"), load_cluster("dgx-a100")
+    par = ParallelSpec(tp=8, pp=16, dp=8, global_batch_size=1536, scatter_gather_tensors_in_pipeline=True)
+    want = estimate_op_by_op(predict(model, par, cluster))
+    assert_same(want.to_dict(), estimate_many(model, cluster, [par])[0].to_dict())
+    assert want.pp_s < 0.1
 
 
 def test_estimate_many_on_presets_and_a_fallback():
