@@ -123,6 +123,7 @@ def estimate_jobs(draw, *, max_world: int = 64, moe: bool | None = None):
     """A random valid job of :func:`jobs` with the estimate's overlap, attention, precision, gradient accumulation and
     pipeline-message flags drawn too, now and then a layer split of the user's, and a few variants of its parallelism (micro-batch size, SP, recomputation, ZeRO) on the same layout."""
     from dataclasses import replace
+    from itertools import pairwise
 
     model, par = draw(jobs(max_world=max_world, moe=moe))
     sp = par.sequence_parallel
@@ -138,7 +139,7 @@ def estimate_jobs(draw, *, max_world: int = 64, moe: bool | None = None):
         # a split of the user's (--pipeline-layers): any layers per virtual stage, none on some
         cuts = sorted(draw(st.lists(st.integers(0, model.num_layers), min_size=chunks - 1, max_size=chunks - 1)))
         bounds = [0, *cuts, model.num_layers]
-        par = replace(par, pipeline_layers=tuple(b - a for a, b in zip(bounds, bounds[1:])))
+        par = replace(par, pipeline_layers=tuple(b - a for a, b in pairwise(bounds)))
     variants = [par]
     for _ in range(draw(st.integers(0, 3))):
         mb = draw(st.sampled_from([1, 2]))

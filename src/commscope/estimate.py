@@ -809,20 +809,28 @@ class _Arrays:
         reduce_dtype = self.values("grad_reduce_dtype")
         size = {g: dtype_bytes(g or ("fp32" if model.dtype == "bf16" else model.dtype)) for g in set(reduce_dtype)}
         self.G = np.array([size[g] for g in reduce_dtype], dtype=np.int64)[:, None]
-        # the distinct structures of these rows, stacked once and indexed per row
+        # the distinct structures of these rows, stacked once and indexed per row (one: a view repeated n times)
         st_keys, st_local = np.unique(stages_index, return_inverse=True)
         st = [stages[k] for k in st_keys.tolist()]
-        for name in ("layers", "moe_layers", "dense_params", "expert_params", "replicated", "body_flop", "core_flop",
-                     "zero3", "zero3_expert"):
-            setattr(self, "st_" + name, np.stack([getattr(x, name) for x in st])[st_local])
-        self.split_notes = [st[k].split_note for k in st_local.tolist()]
         sp_keys, sp_local = np.unique(spans_index, return_inverse=True)
         sp = [spans[k] for k in sp_keys.tolist()]
+
+        def per_row(items: list[Any], local: np.ndarray, name: str) -> np.ndarray:
+            if len(items) == 1:
+                one = getattr(items[0], name)
+                return np.broadcast_to(one, (self.n, *one.shape))
+            out: np.ndarray = np.stack([getattr(x, name) for x in items])[local]
+            return out
+
+        for name in ("layers", "moe_layers", "dense_params", "expert_params", "replicated", "body_flop", "core_flop",
+                     "zero3", "zero3_expert"):
+            setattr(self, "st_" + name, per_row(st, st_local, name))
+        self.split_notes = [st[k].split_note for k in st_local.tolist()]
         for name in ("tp", "cp", "dp", "edp", "ep"):  # (n, p) each of n, num_nodes, per_node
-            x = np.stack([getattr(y, name) for y in sp])[sp_local]
+            x = per_row(sp, sp_local, name)
             setattr(self, "span_" + name, (x[:, 0], x[:, 1], x[:, 2]))
-        self.pp_across = np.stack([y.pp_across for y in sp])[sp_local]
-        x = np.stack([y.emb for y in sp])[sp_local]
+        self.pp_across = per_row(sp, sp_local, "pp_across")
+        x = per_row(sp, sp_local, "emb")
         self.span_emb = (x[:, 0:1], x[:, 1:2], x[:, 2:3])
 
     def flags(self, name: str) -> np.ndarray:
@@ -861,7 +869,8 @@ class _Times:
         self._terms: dict[tuple[str, str], tuple[Any, ...]] = {}
 
     def terms(self, op: str, span: str) -> tuple[Any, ...]:
-        key = (op, span)
+        # all_gather and reduce_scatter have one formula (steps n - 1, bus factor (n - 1) / n: bandwidth.py's docstring)
+        key = ("all_gather" if op == "reduce_scatter" else op, span)
         if key not in self._terms:
             n, nodes, k = self.spans[span]
             steps, alpha, f, bw = _alpha_beta_terms(self.cluster, op, np.ones(np.shape(n)), n, nodes, k)

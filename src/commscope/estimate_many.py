@@ -165,10 +165,10 @@ def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec], columns
     from commscope.compute.model import _by_pass, _kind, timed_attention
 
     keys, index = _keys(columns, _COMPUTE_KEY)
-    wanted = np.unique(index[rows])
+    wanted = set(index[rows].tolist())
     specs: dict[int, ParallelSpec] = {}
     attention_notes: dict[int, tuple[str, ...]] = {}
-    for k, i in zip(range(len(keys)), _first_rows(index, len(keys))):
+    for k, i in enumerate(_first_rows(index, len(keys))):
         if k not in wanted:
             continue
         par = parallels[i]
@@ -179,11 +179,12 @@ def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec], columns
             recompute=par.recompute, attention=par.attention, fp8_format=par.fp8_format), gpu)
     kinds = [k for k, present in (("dense", model.num_layers > model.num_moe_layers), ("moe", model.is_moe)) if present]
     timer = GemmTimer(gpu)
-    for spec in specs.values():
+    logits_gemms = {k: layer_gemms(model, spec, logits=True) for k, spec in specs.items()}
+    for k, spec in specs.items():
         gemms = [g for kind in kinds for g in layer_gemms(model, spec, layer_kind=kind, attention=spec.attention)]
         for dtype in {linear_gemm_dtype(model, spec), model.dtype}:
             timer.prefetch(gemms, dtype)
-        timer.prefetch(layer_gemms(model, spec, logits=True), model.dtype)
+        timer.prefetch(logits_gemms[k], model.dtype)
     width = len(keys)
     per_kind = {kind: np.zeros((width, len(_KIND_FIELDS))) for kind in ("dense", "moe")}
     logits, logits_flop, extra = np.zeros((width, 3)), np.zeros(width), np.zeros((width, 4, 2))
@@ -193,10 +194,9 @@ def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec], columns
         for kind in kinds:
             layer = _kind(model, spec, gpu, kind, timer)
             per_kind[kind][k] = [getattr(layer, f) for f in _KIND_FIELDS]
-        logits_gemms = layer_gemms(model, spec, logits=True)
-        by_pass = _by_pass(timer(tuple((g, 1) for g in logits_gemms), gpu, model.dtype))
+        by_pass = _by_pass(timer(tuple((g, 1) for g in logits_gemms[k]), gpu, model.dtype))
         logits[k] = [by_pass["fwd"], by_pass["dgrad"], by_pass["wgrad"]]
-        logits_flop[k] = sum(g.flop for g in logits_gemms)
+        logits_flop[k] = sum(g.flop for g in logits_gemms[k])
         extra[k] = [stage_extra_bytes(model, spec, first=f, last=la)
                     for f, la in ((True, False), (False, False), (False, True), (True, True))]
         lin_dtype[k], attention[k], notes[k] = linear_gemm_dtype(model, spec), spec.attention, attention_notes[k]
@@ -248,22 +248,22 @@ def _gpu_compute(model: ModelSpec, a: _Arrays, gpu: Any, lc: _LayerCompute) -> t
     c["opt"] = adam_step_time_s(model, gpu, dense_params=a.st_dense_params, expert_params=a.st_expert_params,
                                 dense_shard=np.where(a.shards, a.dp * a.cp, 1),
                                 expert_shard=np.where(a.shards, a.dp * a.cp // a.ep, 1))
-    # the compute model's note: FLOP-weighted GEMM efficiency of its slowest stage
+    # the compute model's note: FLOP-weighted GEMM efficiency of its slowest stage, in whole percent (as "{:.0%}"
+    # formats it: the product by 100 rounded half to even)
     crit = first_max(c["fwd"] + c["bwd"])
     rows = np.arange(a.n)
     lin_flop, lin_time = lin_flop[rows, crit], lin_time[rows, crit]
-    peaks = {dt: gpu.peak_flops_for(dt) for dt in set(lc.lin_dtype) if dt}
+    peak = np.array([gpu.peak_flops_for(dt) if dt else 1.0 for dt in lc.lin_dtype])[key]
+    percent = np.rint(np.where(lin_time > 0, lin_flop / (np.where(lin_time > 0, lin_time, 1.0) * peak), 0.0) * 100)
     made: dict[tuple[Any, ...], tuple[str, ...]] = {}
     notes = []
-    for k, akey, flop, time in zip(key.tolist(), akeys, lin_flop.tolist(), lin_time.tolist()):
-        eff = flop / (time * peaks[lc.lin_dtype[k]]) if time else 0.0
-        note_key = (k, f"{eff:.0%}", akey)
+    for note_key in zip(key.tolist(), percent.tolist(), [accumulation[k][1] for k in akeys]):
         if note_key not in made:
-            line = (f"compute: per-GEMM tile/wave model on {gpu.name} ({lc.lin_dtype[k]} linear GEMMs at {eff:.0%} of "
+            k, pct, note = note_key
+            line = (f"compute: per-GEMM tile/wave model on {gpu.name} ({lc.lin_dtype[k]} linear GEMMs at {pct:.0f}% of "
                     f"peak), {lc.attention[k]} attention, memory-bound kernels at "
                     f"{round(gpu.memory_efficiency * 100, 1):g}% of {gpu.memory_bandwidth_bytes_per_s / 1e9:.0f} GB/s, "
                     "Adam step")
-            note = accumulation[akey][1]
             made[note_key] = (*lc.notes[k], *((note,) if note else ()), line)
         notes.append(made[note_key])
     return c, notes
