@@ -590,22 +590,39 @@ def _stage_spans(rows: np.ndarray, stage_of_row: np.ndarray, p: int, gpn: int) -
 _ONE = np.ones((3, 1), dtype=np.int64)
 
 
-def _spans(par: ParallelSpec, gpn: int, moe: bool) -> _Spans:
-    """:class:`_Spans` of ``par``'s layout (the expert groups only for an MoE model: a dense one has none to time)."""
+def _spans(par: ParallelSpec, gpn: int, moe: bool, cache: dict[tuple[Any, ...], tuple[np.ndarray, ...]] | None = None) -> _Spans:
+    """:class:`_Spans` of ``par``'s layout (the expert groups only for an MoE model: a dense one has none to time).
+
+    Where pp is the outermost axis of the rank order and a stage spans whole nodes (stage_stride a multiple of the
+    GPUs per node), every stage's groups are stage 0's moved by whole nodes, so they sit alike: the axes' spans are
+    those of stage 0 on every stage, which do not depend on pp (``cache``, keyed without it, holds them across
+    layouts)."""
     layout = Layout(par)
     p = par.pp
     stride = layout.stage_stride
+    sizes = {"tp": par.tp, "cp": par.cp, "dp-cp": par.dp * par.cp, "expert-dp": par.expert_dp if moe else 1,
+             "ep": par.ep if moe else 1}
+    alike = par.order.endswith("-pp") and stride % gpn == 0
 
-    def of(kind: str, size: int, pairs: bool = False) -> np.ndarray:
-        if size < 2:
+    def of(kind: str, pairs: bool = False) -> np.ndarray:
+        if sizes[kind] < 2:
             return np.broadcast_to(_ONE, (3, p))
-        groups = layout.groups(kind)
-        stages = groups[:, 0] // stride % p
+        groups = layout.first_stage_groups(kind) if alike else layout.groups(kind)
+        stages = np.zeros(len(groups), dtype=np.int64) if alike else groups[:, 0] // stride % p
         if pairs:  # the ring's (src, dst) sends, as the workload's context-parallel op sets
             stages = np.repeat(stages, groups.shape[1])
             groups = np.stack([groups.reshape(-1), np.roll(groups, -1, axis=1).reshape(-1)], axis=1)
+        if alike:
+            return np.broadcast_to(_stage_spans(groups, stages, 1, gpn), (3, p))
         return _stage_spans(groups, stages, p, gpn)
 
+    key = (par.tp, par.dp, par.cp, par.ep, par.order, gpn, moe)
+    axes = cache.get(key) if alike and cache is not None else None
+    if axes is None:
+        axes = (of("tp"), of("cp", pairs=True), of("dp-cp"), of("expert-dp"), of("ep"))
+        if alike and cache is not None:
+            cache[key] = tuple(x[:, :1] for x in axes)
+    axes = tuple(np.broadcast_to(x[:, :1], (3, p)) if alike else x for x in axes)
     if p > 1:
         pp_nodes = layout.groups("pp") // gpn
         across = (pp_nodes != np.roll(pp_nodes, -1, axis=1)).any(axis=0)
@@ -613,9 +630,7 @@ def _spans(par: ParallelSpec, gpn: int, moe: bool) -> _Spans:
         emb_span = _stage_spans(emb, np.zeros(len(emb), dtype=np.int64), 1, gpn)[:, 0]
     else:
         across, emb_span = np.zeros(1, dtype=bool), _ONE[:, 0]
-    return _Spans(tp=of("tp", par.tp), cp=of("cp", par.cp, pairs=True), dp=of("dp-cp", par.dp * par.cp),
-                  edp=of("expert-dp", par.expert_dp if moe else 1), ep=of("ep", par.ep if moe else 1),
-                  pp_across=across, emb=emb_span)
+    return _Spans(tp=axes[0], cp=axes[1], dp=axes[2], edp=axes[3], ep=axes[4], pp_across=across, emb=emb_span)
 
 
 @dataclass(frozen=True, slots=True)

@@ -101,12 +101,14 @@ def estimate_many(model: ModelSpec, cluster: ClusterSpec, parallels: Sequence[Pa
         spans_index = _keys(columns, _SPANS_KEY)[1]
         numeric = _numeric(columns)
         spans: dict[int, _Spans] = {}
+        alike: dict[tuple[Any, ...], tuple[np.ndarray, ...]] = {}  # stage 0's spans, shared by layouts alike
         pp = np.array(columns["pp"])
         for depth in np.unique(pp[ok]).tolist():
             rows = np.flatnonzero(ok & (pp == depth))
             for k in np.unique(spans_index[rows]).tolist():
                 if k not in spans:
-                    spans[k] = _spans(parallels[int(rows[spans_index[rows] == k][0])], cluster.gpus_per_node, model.is_moe)
+                    spans[k] = _spans(parallels[int(rows[spans_index[rows] == k][0])], cluster.gpus_per_node, model.is_moe,
+                                      alike)
             a = _Arrays(model, parallels, numeric, columns, rows, spans, spans_index[rows], stages, stage_index[rows])
             if layer_compute is not None:
                 c, compute_notes = _gpu_compute(model, a, gpu_spec, layer_compute)

@@ -84,6 +84,20 @@ class Layout:
         groups.setflags(write=False)
         return groups
 
+    def first_stage_groups(self, kind: str) -> np.ndarray:
+        """The groups of ``kind`` (an axis other than pp) on pipeline stage 0, in the order :meth:`groups` lists them.
+        With pp the outermost axis of the order they are the layout's groups with pp = 1, and those of stage s are
+        these plus s x :attr:`stage_stride`."""
+        if kind in ("pp", "emb") or kind not in GROUP_KINDS:
+            raise ValueError(f"first_stage_groups: {kind!r} is not a group kind within one stage")
+        if self._order[-1] != "pp":
+            groups = self.groups(kind)
+            first: np.ndarray = groups[groups[:, 0] // self.stage_stride % self.parallel.pp == 0]
+            return first
+        members = {"dp-cp": ("dp", "cp"), "expert-dp": ("dp",)}.get(kind, (kind,))
+        sizes = self._expert_sizes if kind in ("ep", "expert-dp") else self._dense_sizes
+        return _groups({**sizes, "pp": 1}, self._order, members)
+
     def coords(self, rank: int) -> dict[str, int]:
         """Coordinates of ``rank``: tp, cp, dp, pp (dense) and ep, expert_dp (expert mesh)."""
         if not 0 <= rank < self.world_size:

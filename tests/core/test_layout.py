@@ -58,3 +58,23 @@ def test_bad_rank():
     lay = Layout(ParallelSpec(tp=2, global_batch_size=2))
     with pytest.raises(ValueError, match="rank=5"):
         lay.coords(5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(jobs(moe=None))
+def test_first_stage_groups_are_stage_0s_and_the_others_move_by_the_stride(job):
+    """What the closed-form estimate reads of a layout whose stages sit alike: stage 0's groups, and each stage's
+    groups those plus s x stage_stride (pp outermost)."""
+    _, parallel = job
+    lay = Layout(parallel)
+    stage = lay.stage_of()
+    for kind in ("tp", "cp", "dp", "dp-cp", "ep", "expert-dp"):
+        groups = lay.groups(kind)
+        first = lay.first_stage_groups(kind)
+        assert first.tolist() == groups[stage[groups[:, 0]] == 0].tolist(), kind
+        if parallel.order.endswith("-pp"):
+            for s in range(parallel.pp):
+                on_s = groups[stage[groups[:, 0]] == s]
+                assert (on_s == first + s * lay.stage_stride).all(), (kind, s)
+    with pytest.raises(ValueError, match="first_stage_groups"):
+        lay.first_stage_groups("pp")
