@@ -79,13 +79,14 @@ def estimate_many(model: ModelSpec, cluster: ClusterSpec, parallels: Sequence[Pa
     gpu_spec, base_notes = compute_gpu(cluster, gpu_util, gpu)
     u = cluster.gpu_util if gpu_util is None else gpu_util
     columns: dict[str, Any] = dict(zip(_FIELDS, zip(*map(_ROW, parallels))))
+    keys = _Keys(columns)
     # every distinct job checked once, in order: the first invalid configuration raises, as one by one
-    check_keys, check_index = _keys(columns, _CHECK_KEY)
+    check_keys, check_index = keys.of(_CHECK_KEY)
     first_of = np.full(len(check_keys), len(parallels))
     np.minimum.at(first_of, check_index, np.arange(len(parallels)))
     for i in first_of:
         check_job(model, parallels[int(i)])
-    stage_keys, stage_index = _keys(columns, _STAGES_KEY)
+    stage_keys, stage_index = keys.of(_STAGES_KEY)
     stages = [_stages(model, parallels[int(i)]) for i in _first_rows(stage_index, len(stage_keys))]
     # the closed form: Megatron with balanced routing, and gradient buckets the arrays hold
     most = np.array([max(int(st.dense_params.max(initial=0)), int(st.expert_params.max(initial=0))) for st in stages])
@@ -97,8 +98,9 @@ def estimate_many(model: ModelSpec, cluster: ClusterSpec, parallels: Sequence[Pa
     out: list[Estimate | None] = [None] * len(parallels)
     if ok.any():
         peak = cluster.peak_flops_for(model.dtype)
-        layer_compute = _layer_computes(model, parallels, columns, np.flatnonzero(ok), gpu_spec) if gpu_spec else None
-        spans_index = _keys(columns, _SPANS_KEY)[1]
+        layer_compute = _layer_computes(model, parallels, keys.of(_COMPUTE_KEY), np.flatnonzero(ok), gpu_spec) \
+            if gpu_spec else None
+        spans_index = keys.of(_SPANS_KEY)[1]
         numeric = _numeric(columns)
         spans: dict[int, _Spans] = {}
         alike: dict[tuple[Any, ...], tuple[np.ndarray, ...]] = {}  # stage 0's spans, shared by layouts alike
@@ -120,6 +122,22 @@ def estimate_many(model: ModelSpec, cluster: ClusterSpec, parallels: Sequence[Pa
     for i in np.flatnonzero(~ok).tolist():
         out[i] = _op_by_op(model, cluster, parallels[i], gpu_util, gpu)
     return [e for e in out if e is not None]
+
+
+class _Keys:
+    """Distinct keys made of columns, for several sets of columns: the rows are reduced once to their distinct
+    combinations of every column any set reads, and each set's keys are made from those."""
+
+    def __init__(self, columns: dict[str, tuple[Any, ...]]) -> None:
+        self.names = tuple(dict.fromkeys(_CHECK_KEY + _STAGES_KEY + _SPANS_KEY + _COMPUTE_KEY))
+        self.distinct, self.index = _keys(columns, self.names)
+
+    def of(self, names: tuple[str, ...]) -> tuple[list[tuple[Any, ...]], np.ndarray]:
+        """The distinct keys made of ``names`` (in order of first appearance) and each row's index into them."""
+        at = [self.names.index(n) for n in names]
+        first: dict[tuple[Any, ...], int] = {}
+        local = np.array([first.setdefault(tuple(k[i] for i in at), len(first)) for k in self.distinct], dtype=np.int64)
+        return list(first), local[self.index]
 
 
 def _op_by_op(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, gpu_util: float | None, gpu: Any) -> Estimate:
@@ -159,14 +177,15 @@ class _LayerCompute:
 _COMPUTE_KEY = ("tp", "cp", "ep", "micro_batch_size", "sequence_parallel", "recompute", "attention", "fp8_format")
 
 
-def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec], columns: dict[str, tuple[Any, ...]],
-                    rows: np.ndarray, gpu: Any) -> _LayerCompute:
-    """The compute model's per-layer and per-stage-end quantities of every distinct compute key among ``rows``,
-    their GEMMs timed together (:class:`~commscope.compute.gemm.GemmTimer`)."""
+def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec],
+                    compute_keys: tuple[list[tuple[Any, ...]], np.ndarray], rows: np.ndarray, gpu: Any) -> _LayerCompute:
+    """The compute model's per-layer and per-stage-end quantities of every distinct compute key (``compute_keys``:
+    the keys and each configuration's) among ``rows``, their GEMMs timed together
+    (:class:`~commscope.compute.gemm.GemmTimer`)."""
     from commscope.compute.gemm import GemmTimer, layer_gemms
     from commscope.compute.model import _by_pass, _kind, timed_attention
 
-    keys, index = _keys(columns, _COMPUTE_KEY)
+    keys, index = compute_keys
     wanted = set(index[rows].tolist())
     specs: dict[int, ParallelSpec] = {}
     attention_notes: dict[int, tuple[str, ...]] = {}
@@ -182,11 +201,19 @@ def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec], columns
     kinds = [k for k, present in (("dense", model.num_layers > model.num_moe_layers), ("moe", model.is_moe)) if present]
     timer = GemmTimer(gpu)
     logits_gemms = {k: layer_gemms(model, spec, logits=True) for k, spec in specs.items()}
+    announced = set()
     for k, spec in specs.items():
+        timer.prefetch(logits_gemms[k], model.dtype)
+        # a layer's GEMM shapes do not change with recomputation (only how often they run): announced once per
+        # (tp, cp, ep, micro-batch, sp, attention, fp8); a shape missed here the timer would still time when asked
+        shapes_key = (spec.tp, spec.cp, spec.ep, spec.micro_batch_size, spec.sequence_parallel, spec.attention,
+                      spec.fp8_format)
+        if shapes_key in announced:
+            continue
+        announced.add(shapes_key)
         gemms = [g for kind in kinds for g in layer_gemms(model, spec, layer_kind=kind, attention=spec.attention)]
         for dtype in {linear_gemm_dtype(model, spec), model.dtype}:
             timer.prefetch(gemms, dtype)
-        timer.prefetch(logits_gemms[k], model.dtype)
     width = len(keys)
     per_kind = {kind: np.zeros((width, len(_KIND_FIELDS))) for kind in ("dense", "moe")}
     logits, logits_flop, extra = np.zeros((width, 3)), np.zeros(width), np.zeros((width, 4, 2))
