@@ -183,13 +183,18 @@ class TrafficMatrix:
     """``logical``: ops as called, decomposed by ``algorithm``; ``wire``: what the backend really ran."""
 
     # ----- totals -----
+    def _axis_codes(self) -> list[int]:
+        """The axis codes present, ascending (counted, not sorted: a matrix of 1M GPUs has tens of millions of entries)."""
+        counts = np.bincount(self.axis, minlength=len(AXES)) if self.axis.size else np.zeros(0, dtype=np.int64)
+        return np.flatnonzero(counts).tolist()
+
     @property
     def total_bytes(self) -> int:
         return int(self.bytes.sum())
 
     def bytes_by_axis(self) -> dict[str, int]:
         out = {a: 0 for a in AXES}
-        for code in np.unique(self.axis):
+        for code in self._axis_codes():
             out[AXES[code]] = int(self.bytes[self.axis == code].sum())
         return out
 
@@ -204,7 +209,7 @@ class TrafficMatrix:
     def bytes_by_axis_and_link(self) -> dict[str, dict[str, int]]:
         intra = self.is_intra_node
         out = {}
-        for code in np.unique(self.axis):
+        for code in self._axis_codes():
             sel = self.axis == code
             out[AXES[code]] = {"intra_node": int(self.bytes[sel & intra].sum()), "inter_node": int(self.bytes[sel & ~intra].sum())}
         return out
@@ -252,7 +257,7 @@ class TrafficMatrix:
         return out.reshape(n, n)
 
     def axes_present(self) -> list[str]:
-        return [AXES[c] for c in np.unique(self.axis)]
+        return [AXES[c] for c in self._axis_codes()]
 
     def triplets(self) -> list[tuple[int, int, str, int]]:
         """(src, dst, axis, bytes) rows, sorted by src, dst, axis."""
