@@ -291,10 +291,13 @@ class TrafficMatrix:
 
 def _coalesce(src: np.ndarray, dst: np.ndarray, axis: np.ndarray | None, nbytes: np.ndarray,
               world: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Sum bytes over equal (src, dst[, axis]) keys, keeping int64 exactness."""
-    key = src * world + dst
+    """Sum bytes over equal (src, dst[, axis]) keys, keeping int64 exactness. (In place where it can: at 1M GPUs
+    each entry-sized temporary is ~100 MB of fresh pages.)"""
+    key = src * world
+    key += dst
     if axis is not None:
-        key = key * len(AXES) + axis
+        key *= len(AXES)
+        key += axis
     if key.size == 0:
         empty = np.empty(0, dtype=np.int64)
         return empty, empty, empty, empty
@@ -303,15 +306,20 @@ def _coalesce(src: np.ndarray, dst: np.ndarray, axis: np.ndarray | None, nbytes:
     else:
         order = np.argsort(key, kind="stable")
         key_sorted, sorted_bytes = key[order], nbytes[order]
-    starts = np.flatnonzero(np.concatenate([[True], key_sorted[1:] != key_sorted[:-1]]))
+        del order, key
+    first = np.empty(key_sorted.size, dtype=bool)
+    first[0] = True
+    np.not_equal(key_sorted[1:], key_sorted[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    del first
     summed = np.add.reduceat(sorted_bytes, starts)
     uniq = key_sorted[starts]
     if axis is not None:
-        ax = uniq % len(AXES)
-        uniq = uniq // len(AXES)
+        uniq, ax = np.divmod(uniq, len(AXES))
     else:
         ax = np.zeros_like(uniq)
-    return uniq // world, uniq % world, ax, summed
+    src_out, dst_out = np.divmod(uniq, world)
+    return src_out, dst_out, ax, summed
 
 
 def _pairs(src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, world: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -401,10 +409,12 @@ def build_traffic(opsets: Iterable[OpSet], world_size: int, gpus_per_node: int, 
     else:
         src = dst = ax = nbytes = np.empty(0, dtype=np.int64)
     del srcs, dsts, axes, sizes
-    src, dst, ax, nbytes = _coalesce(src, dst, ax, nbytes.astype(np.int64), world_size)
+    src, dst, ax, nbytes = _coalesce(src, dst, ax, nbytes.astype(np.int64, copy=False), world_size)
     keep = nbytes > 0
-    return TrafficMatrix(world_size=world_size, gpus_per_node=gpus_per_node, src=src[keep], dst=dst[keep],
-                         axis=ax[keep], bytes=nbytes[keep], algorithm=algorithm)
+    if not keep.all():
+        src, dst, ax, nbytes = src[keep], dst[keep], ax[keep], nbytes[keep]
+    return TrafficMatrix(world_size=world_size, gpus_per_node=gpus_per_node, src=src, dst=dst, axis=ax, bytes=nbytes,
+                         algorithm=algorithm)
 
 
 def traffic_of(workload: Workload, gpus_per_node: int, *, algorithm: str = "ring") -> TrafficMatrix:
