@@ -126,6 +126,10 @@ def estimate_jobs(draw, *, max_world: int = 64, moe: bool | None = None):
     from itertools import pairwise
 
     model, par = draw(jobs(max_world=max_world, moe=moe))
+    if model.is_moe:  # MoE layers every few layers, after dense ones, with shared experts (DeepSeek-MoE's patterns)
+        model = replace(model, moe_layer_freq=draw(st.sampled_from([1, 1, 2, 3])),
+                        first_k_dense_layers=draw(st.integers(0, min(2, model.num_layers - 1))),
+                        num_shared_experts=draw(st.sampled_from([0, 0, 1])))
     sp = par.sequence_parallel
     par = replace(par, tp_comm_overlap=sp and draw(st.booleans()), overlap_grad_reduce=draw(st.booleans()),
                   overlap_param_gather=par.shards_optimizer and draw(st.booleans()),
