@@ -655,6 +655,11 @@ class _Stages:
     """(3, pp, 1): the same for the expert parameters of the MoE layers."""
     split_note: str | None
 
+    def num_buckets(self, bucket_elements: int | None) -> int:
+        """Gradient buckets of the stage with the most (dense or expert parameters) at ``bucket_elements`` each."""
+        most = max(int(self.dense_params.max(initial=0)), int(self.expert_params.max(initial=0)))
+        return 1 if not bucket_elements or not most else -(-most // bucket_elements)
+
 
 def _moe_before(model: ModelSpec, x: np.ndarray) -> np.ndarray:
     """Layers with routed experts among layers 0..x-1 (:meth:`ModelSpec.is_moe_layer`, counted in closed form)."""
@@ -729,7 +734,7 @@ _FIELDS = ("tp", "pp", "dp", "cp", "ep", "virtual_pipeline_size", "order", "pipe
            "global_batch_size", "sequence_parallel", "recompute", "zero_stage", "shards_optimizer", "framework",
            "attention", "fp8_format", "grad_reduce_dtype", "gradient_accumulation_fusion",
            "scatter_gather_tensors_in_pipeline", "tp_comm_overlap", "overlap_p2p_comm", "overlap_grad_reduce",
-           "overlap_param_gather", "grad_bucket_elements", "world_size", "expert_dp")
+           "overlap_param_gather", "grad_bucket_elements", "world_size")
 _ROW = attrgetter(*_FIELDS)
 #: The columns each key is made of: the layout (spans), the layer split (stages), the job's validity
 #: (:func:`commscope.workload.dense.check_job`).
@@ -746,7 +751,6 @@ def _keys(columns: dict[str, tuple[Any, ...]], names: tuple[str, ...]) -> tuple[
     return list(first), np.fromiter(map(first.__getitem__, keys), dtype=np.int64, count=len(keys))
 
 
-
 #: The columns the arrays read as numbers (the others stay Python values).
 _NUMERIC = ("tp", "cp", "ep", "dp", "pp", "micro_batch_size", "global_batch_size", "virtual_pipeline_size",
             "sequence_parallel", "zero_stage", "shards_optimizer", "scatter_gather_tensors_in_pipeline",
@@ -754,6 +758,8 @@ _NUMERIC = ("tp", "cp", "ep", "dp", "pp", "micro_batch_size", "global_batch_size
 
 
 def _numeric(columns: dict[str, tuple[Any, ...]]) -> dict[str, np.ndarray]:
+    """The :data:`_NUMERIC` columns as int64 arrays (flags as 0/1), with the gradient bucket size (0: one bucket per
+    stage) and full recomputation."""
     out = {name: np.array(columns[name], dtype=np.int64) for name in _NUMERIC}
     out["grad_bucket_elements"] = np.array([b or 0 for b in columns["grad_bucket_elements"]], dtype=np.int64)
     out["full_recompute"] = np.array([r == "full" for r in columns["recompute"]])
@@ -774,9 +780,7 @@ def estimate_one(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, comp
     caller has (``compute``: the GPU's model; None: FLOP / (u x peak)) and whose job is checked; None where the op-by-op
     path must answer (more than :data:`MAX_GRAD_BUCKETS` gradient buckets on a stage)."""
     st = _stages(model, par)
-    bucket = par.grad_bucket_elements
-    most = max(int(st.dense_params.max(initial=0)), int(st.expert_params.max(initial=0)))
-    if bucket is not None and most and -(-most // bucket) > MAX_GRAD_BUCKETS:
+    if st.num_buckets(par.grad_bucket_elements) > MAX_GRAD_BUCKETS:
         return None
     columns = dict(zip(_FIELDS, ((x,) for x in _ROW(par))))
     zero = np.zeros(1, dtype=np.int64)

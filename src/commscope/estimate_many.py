@@ -89,11 +89,10 @@ def estimate_many(model: ModelSpec, cluster: ClusterSpec, parallels: Sequence[Pa
     stage_keys, stage_index = keys.of(_STAGES_KEY)
     stages = [_stages(model, parallels[int(i)]) for i in _first_rows(stage_index, len(stage_keys))]
     # the closed form: Megatron with balanced routing, and gradient buckets the arrays hold
-    most = np.array([max(int(st.dense_params.max(initial=0)), int(st.expert_params.max(initial=0))) for st in stages])
-    most = most[stage_index]
-    bucket = np.array([b or 0 for b in columns["grad_bucket_elements"]], dtype=np.int64)
-    buckets = np.where(bucket > 0, -(-most // np.maximum(bucket, 1)), 1)
-    ok = ((np.array(columns["framework"]) == "megatron") & (buckets <= MAX_GRAD_BUCKETS)
+    counted: dict[tuple[int, int | None], int] = {}
+    buckets = [counted[k] if k in counted else counted.setdefault(k, stages[k[0]].num_buckets(k[1]))
+               for k in zip(stage_index.tolist(), columns["grad_bucket_elements"])]
+    ok = ((np.array(columns["framework"]) == "megatron") & (np.array(buckets) <= MAX_GRAD_BUCKETS)
           & (not (model.is_moe and model.capacity_factor is not None)))
     out: list[Estimate | None] = [None] * len(parallels)
     if ok.any():
