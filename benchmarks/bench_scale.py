@@ -171,6 +171,8 @@ def bench_estimates(peer_python: str | None = None, calculon_data: str | None = 
             if isinstance(r, dict) and r.get(key):
                 out[f"{name}_{key}"] = r[key]
                 out[f"ratio_to_{name}"] = ours / r[key] if key != "cli_s" else r[key] / ours
+                if key == "sweep_per_cpu_s":  # of the configurations it ran (every PEER_STRIDE-th)
+                    out[f"{name}_refused"] = f"{r['sweep_refused']} of {len(sweep_configs()[::PEER_STRIDE])}"
         return out
 
     rows.append({"row": f"estimate_many, GPT-3 175B, realistic sweep of {len(specs):,} distinct configurations "
