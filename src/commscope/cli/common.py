@@ -186,8 +186,8 @@ def add_parallel_args(parser: argparse.ArgumentParser, defaults: dict[str, str] 
     g.add_argument("--use-distributed-optimizer", "--distributed-optimizer", dest="parallel.distributed_optimizer",
                    action=argparse.BooleanOptionalAction, default=None, help="Megatron's distributed optimizer")
     g.add_argument("--pipeline-layers", dest="parallel.pipeline_layers", type=int_list, default=None,
-                   help="explicit layers per pipeline stage (and virtual chunk), e.g. 7,8,8,7 (default: even, or when pp "
-                        "does not divide the layers balanced, one layer apart at most, the first and last stages lighter)")
+                   help="explicit layers per pipeline stage (and virtual chunk), e.g. 7,8,8,7 (default: even; when pp "
+                        "does not divide the layers, stages one layer apart at most, the first and last among the lighter)")
     g.add_argument("--decoder-first-pipeline-num-layers", dest="parallel.decoder_first_pipeline_num_layers", type=int,
                    default=None, help="layers of the first pipeline stage (Megatron); the other stages split the rest")
     g.add_argument("--decoder-last-pipeline-num-layers", dest="parallel.decoder_last_pipeline_num_layers", type=int,
