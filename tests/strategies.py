@@ -24,8 +24,8 @@ def jobs(draw, *, max_world: int = 64, moe: bool | None = False):
     heads = tp * draw(st.sampled_from([1, 2, 3]))
     head_dim = draw(st.sampled_from([8, 16]))
     # now and then a pipeline that does not divide the layers (the chosen uneven split: lighter first and last
-    # stages, or chunks)
-    layers = pp * v * draw(st.integers(1, 3)) + (draw(st.sampled_from([0, 0, 0, 1])) if pp > 1 else 0)
+    # stages, or chunks; every remainder, so light middle stages before heavier ones too)
+    layers = pp * v * draw(st.integers(1, 3)) + (draw(st.sampled_from([0, 0, 0, *range(1, pp)])) if pp > 1 else 0)
     is_moe = draw(st.booleans()) if moe is None else moe
     ep = 1
     num_experts = 0

@@ -68,7 +68,7 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("traffic --hidden-size 960000000 --num-attention-heads 24", "hidden_size=960000000: is beyond any real model"),
     ("estimate --seq-length 10000000000", "seq_len=10000000000: is beyond any real model: at most 134,217,728"),
     ("traffic --num-layers 100000000", "num_layers=100000000: is beyond any real model: at most 10,000"),
-    ("traffic --seq-length 134217728", "activations are 2.2 TiB per GPU: beyond any GPU"),
+    ("traffic --seq-length 134217728 --micro-batch-size 4", "activations are 2.2 TiB per GPU: beyond any GPU"),
     ("traffic --hidden-size 1048576 --num-attention-heads 16 --num-layers 10000", "1.32e+17 parameters: beyond any real"),
     ("report --measured {tmp}/run --out {tmp}/r.html", "holds the logs of 1 ranks, but the job to compare them with has 32"),
     ("estimate --dtype int8", "dtype='int8': valid training dtypes: bf16, fp16"),  # once: a peak-FLOP/s error later

@@ -315,7 +315,8 @@ def test_interleaved_pipeline_that_does_not_divide_the_layers_gets_lighter_end_c
     est = estimate(predict(model, par, H100))
     note = next(n for n in est.notes if n.startswith("pipeline split"))
     assert note.startswith("pipeline split 3,4x30,3 (chunks in chunk x pp + stage order; the stages hold 7,8x14,7)")
-    assert "the first and last stages are lighter" in note
+    assert "2 stages hold 7 layers and 14 hold 8, the first and last among the lighter" in note
+    assert "as Megatron-core splits it with --account-for-embedding-in-pipeline-split" in note
     with pytest.raises(ConfigError, match=r"virtual_pipeline_size=9: pp x virtual_pipeline_size = 144 pipeline chunks is "
                                           r"more than num_layers=126 \(with pp=16: virtual_pipeline_size <= 7\)"):
         pipeline_split(model, replace(par, virtual_pipeline_size=9))

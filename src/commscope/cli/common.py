@@ -20,10 +20,13 @@ from commscope.spec.cluster import ClusterSpec
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 
-#: The job `commscope traffic` describes when given no flags: the seed talk's 1.5B GPT on a DGX-1.
+#: The job `commscope traffic` describes when given no flags: the seed talk's 1.5B GPT on a DGX-1. One sequence per
+#: micro-batch, as Megatron-LM's own pretraining scripts run (examples/gpt3/train_gpt3_175b_distributed.sh,
+#: examples/llama; Megatron requires --micro-batch-size and has no default of its own): larger micro-batches fill
+#: the pipeline with fewer of them and hold more activations (a Llama 3 405B job on pp 16 at 4: 79% bubble).
 DEFAULT_MODEL = "gpt-1.5b"
 DEFAULT_CLUSTER = "dgx1-v100"
-DEFAULT_PARALLEL = {"tp": 2, "pp": 4, "dp": 4, "global_batch_size": 512, "micro_batch_size": 4}
+DEFAULT_PARALLEL = {"tp": 2, "pp": 4, "dp": 4, "global_batch_size": 512, "micro_batch_size": 1}
 
 def warn(args: argparse.Namespace | None, message: str) -> None:
     """One warning line on stderr: ``commscope estimate: warning: ...``."""
@@ -183,8 +186,8 @@ def add_parallel_args(parser: argparse.ArgumentParser, defaults: dict[str, str] 
     g.add_argument("--use-distributed-optimizer", "--distributed-optimizer", dest="parallel.distributed_optimizer",
                    action=argparse.BooleanOptionalAction, default=None, help="Megatron's distributed optimizer")
     g.add_argument("--pipeline-layers", dest="parallel.pipeline_layers", type=int_list, default=None,
-                   help="explicit layers per pipeline stage (and virtual chunk), e.g. 7,8,8,7 (default: even, or lighter "
-                        "first and last stages when pp does not divide the layers)")
+                   help="explicit layers per pipeline stage (and virtual chunk), e.g. 7,8,8,7 (default: even; when pp "
+                        "does not divide the layers, stages one layer apart at most, the first and last among the lighter)")
     g.add_argument("--decoder-first-pipeline-num-layers", dest="parallel.decoder_first_pipeline_num_layers", type=int,
                    default=None, help="layers of the first pipeline stage (Megatron); the other stages split the rest")
     g.add_argument("--decoder-last-pipeline-num-layers", dest="parallel.decoder_last_pipeline_num_layers", type=int,

@@ -83,8 +83,8 @@ class ParallelSpec:
     """Megatron --overlap-grad-reduce: DP gradient reduction runs in buckets during the last backward pass."""
     pipeline_layers: tuple[int, ...] | None = None
     """Explicit layers per pipeline stage (sums to num_layers); default: an even split, or, when pp does not
-    divide the layers, a balanced split with lighter first and last stages (see
-    :func:`commscope.workload.dense.virtual_stage_layers`)."""
+    divide the layers, a balanced split (stage loads one layer apart at most) with the first and last stages among
+    the lighter (see :func:`commscope.workload.stages.balanced_pipeline_layers`)."""
     decoder_first_pipeline_num_layers: int | None = None
     """Megatron ``--decoder-first-pipeline-num-layers``: layers of the first stage; the rest split evenly."""
     decoder_last_pipeline_num_layers: int | None = None
