@@ -48,7 +48,11 @@ def with_stack(cases: list[Case], stack: str | None) -> list[Case]:
     return out
 
 
-def best_efficiency(cases: list[Case], grid: np.ndarray = np.round(np.arange(0.50, 1.2001, 0.01), 2)) -> tuple[float, float]:
+#: Compute efficiencies a stack preset is chosen from: steps of 0.01.
+EFFICIENCY_GRID = np.round(np.arange(0.50, 1.2001, 0.01), 2)
+
+
+def best_efficiency(cases: list[Case], grid: np.ndarray = EFFICIENCY_GRID) -> tuple[float, float]:
     """(compute efficiency, mean absolute error): the efficiency of ``grid`` that minimises the mean error of the
     runs (what a stack preset holds: see presets/stacks/), ties to the first."""
     measured = np.array([c.measured_s for c in cases])
