@@ -216,6 +216,7 @@ def add_parallel_args(parser: argparse.ArgumentParser, defaults: dict[str, str] 
                    help="same as --attention-backend flash (Megatron-LM's older spelling)")
     o.add_argument("--fp8-format", dest="parallel.fp8_format", choices=("hybrid", "e4m3"), default=None,
                    help=FP8_FORMAT_HELP)
+    o.add_argument("--stack", dest="parallel.stack", default=None, metavar="NAME", help=STACK_HELP)
     g.add_argument("--gpus", "--num-gpus", dest="gpus", type=int, default=None,
                    help="total GPUs: checked against tp x pp x dp x cp, or used to derive dp when --dp is not given")
 
@@ -433,6 +434,8 @@ _COMPUTE_MODEL_FLAGS = ("gradient_accumulation_fusion",)
 ATTENTION_BACKEND_METAVAR = "{auto,flash,fused,unfused,local}"
 ATTENTION_BACKEND_HELP = "attention kernels: flash/fused/auto = one fused kernel (default), unfused/local = GEMMs + softmax"
 FP8_FORMAT_HELP = "linear-layer GEMMs in FP8 (Transformer Engine): hybrid (E4M3 forward, E5M2 backward) or e4m3"
+STACK_HELP = ("the software stack whose measured efficiency scales compute (megatron-core-2024, megatron-deepspeed; "
+              "`commscope presets` lists them with their sources); default: none, the kernel-level model alone")
 
 #: ``--[no-]gradient-accumulation-fusion``, as estimate, plan and validate take it.
 GRADIENT_ACCUMULATION_FUSION_HELP = ("weight-gradient GEMMs add into the accumulated gradients (Megatron's default); "

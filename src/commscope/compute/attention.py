@@ -15,10 +15,10 @@ runs at the end with nothing left to balance it against, which is what makes few
 :mod:`commscope.compute.calibration` to measured calls; ``overhead`` also holds the backward's pre- and
 post-processing kernels (the softmax-gradient dot product, the dQ conversion).
 
-Worked example (the H200 preset's cuDNN kernel, forward: fraction 0.69, tail 0.82, overhead 23 us; 989 TFLOP/s,
+Worked example (the H200 preset's cuDNN kernel, forward: fraction 0.686, tail 0.82, overhead 22.5 us; 989 TFLOP/s,
 132 SMs, T_q = 128): Llama 3 70B on t = 8, one sequence of 8,192: B = 8 problems of n = 64 tiles, 8 x 2,080 =
-16,640 blocks, 126 per SM, plus a tail of 0.82 x 64 = 52 blocks; a block is 4 x 128^2 x 128 = 8.4 MFLOP at
-0.69 x 989e12 / 132 = 5.17 TFLOP/s per SM, 1.62 us: (126 + 52) x 1.62 + 23 = 312 us, against 319 us measured.
+16,640 blocks, 126.1 per SM, plus a tail of 0.82 x 64 = 52.5 blocks; a block is 4 x 128^2 x 128 = 8.39 MFLOP at
+0.686 x 989e12 / 132 = 5.14 TFLOP/s per SM, 1.63 us: (126.1 + 52.5) x 1.63 + 22.5 = 314 us, against 319 us measured.
 
 Context parallelism gives each rank ``s_q = s / c`` queries against all ``s`` keys (in ring steps); the causal
 work is then half the ``n_q x n_k`` blocks, the longest tile ``n_k`` blocks.
