@@ -131,7 +131,8 @@ def estimate_jobs(draw, *, max_world: int = 64, moe: bool | None = None):
                   overlap_param_gather=par.shards_optimizer and draw(st.booleans()),
                   attention=draw(st.sampled_from(["flash", "unfused"])),
                   fp8_format=draw(st.sampled_from([None, None, "hybrid"])),
-                  gradient_accumulation_fusion=draw(st.booleans()))
+                  gradient_accumulation_fusion=draw(st.booleans()),
+                  stack=draw(st.sampled_from([None, None, "megatron-core-2024"])))
     variants = [par]
     for _ in range(draw(st.integers(0, 3))):
         mb = draw(st.sampled_from([1, 2]))

@@ -26,7 +26,8 @@ as ``_``)::
     dtype (bf16), attention (flash|unfused), fp8_format, framework, position_embedding, normalization
     stack                     a software stack preset (commscope.stacks: megatron-core-2024, megatron-deepspeed)
     grad_reduce_dtype (fp32 for bf16 models), zero_stage, schedule, order, grad_bucket_size, pipeline_layers
-                              (7;8;8;7), decoder_first|last_pipeline_num_layers: every other knob the estimate has
+                              (7;8;8;7), decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers:
+                              every other knob the estimate has
     head_dim, bias, make_vocab_size_divisible_by, num_experts, top_k, moe_layer_freq, moe_ffn_hidden_size,
     num_shared_experts, first_k_dense_layers, capacity_factor      the rest of the model's shape
     measured_iter_time_s|iteration_time_s      the measurement, seconds per iteration; or, when blank,

@@ -585,6 +585,7 @@ def calibrate_kernels(directory: str | Path, base: GpuSpec, *, loo: bool = True,
         big = [c for c in data.copies if c["copy_bytes"] >= 64 * MiB] or data.copies
         bw = statistics.median(2 * c["copy_bytes"] / c["measured_s"] for c in big)
         eff = min(1.0, bw / base.memory_bandwidth_bytes_per_s)
+        base = replace(base, memory_efficiency=eff)  # every fit below starts from the measured memory
         gpu = replace(gpu, memory_efficiency=eff)
         notes.append(f"memory: {len(big)} copies moved {bw / GB:.0f} GB/s (read + write), {eff:.1%} of the "
                      f"{base.memory_bandwidth_bytes_per_s / GB:.0f} GB/s datasheet bandwidth")
