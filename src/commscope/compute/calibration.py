@@ -345,7 +345,7 @@ def _best_of(f: Callable[[np.ndarray], float], starts: Sequence[Sequence[float]]
     """:func:`minimize` from each start, then once more from the best point found (Nelder-Mead restarted)."""
     found = [minimize(f, x0, lo, hi) for x0 in starts]
     best = min(found, key=f)
-    return minimize(f, best, lo, hi)
+    return minimize(f, [float(v) for v in best], lo, hi)
 
 
 def _gemm_arrays(rows: Sequence[dict[str, Any]]) -> tuple[np.ndarray, ...]:
