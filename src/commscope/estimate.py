@@ -20,13 +20,19 @@ GPU's own compute model (:mod:`commscope.compute`: every GEMM by the tile/wave m
 memory-bound kernels at the HBM roofline, recomputation, the optimizer step), and takes the slowest stage as
 the critical path of the 1F1B schedule:
 
-    t_mb(s)  = fwd(s) + bwd(s) + [tp_exp(s) + pp_exp(s) + cp_exp(s) + ep(s) + dp_exp(s)] / m
+    t_mb(s)  = fwd(s) + bwd(s) + [sm(s) + tp_exp(s) + pp_exp(s) + cp_exp(s) + ep(s) + dp_exp(s)] / m
+
+fwd and bwd are the kernels of :mod:`commscope.compute` with their in-training effects (sustained clock, Transformer
+Engine's GEMM pieces, host launch gaps) and, where the job names one, its software stack's efficiency; sm(s) is the
+compute lost to the SMs that overlapped collectives take (:mod:`commscope.compute.effects`): every one of them is in
+``compute_breakdown_s`` (``clock_s``, ``overlap_chunks_s``, ``launch_gaps_s``, ``comm_sms_s``, ``stack_s``).
     T_bubble = sum_{s != s*} t_mb(s) / v         s* = the slowest stage, v = virtual pipeline size
 
 The first micro-batch's forward and the last one's backward pass through every stage other than the slowest
 (the fill and the drain), each stage in 1/v of its time with interleaving: (p - 1)/v x t_mb for even stages,
 less when the other stages are lighter than the slowest (a last stage with the logits, uneven splits).
     tail(s)  = grad reduction exposed + optimizer step + parameter all-gather exposed + embedding sync
+               + the last backward's SMs taken by the gradient buckets reduced beside it
     T_iter   = m t_mb(s*) + T_bubble + max_s [tail(s) - s bwd(s) / v]
 
 Stage s finishes its last backward pass s bwd(s)/v before stage 0 does, so its tail hides that much.
