@@ -22,14 +22,14 @@ go through the scalar path, so every input gets its exact estimate.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from commscope.bandwidth import GroupSpan, alpha_beta_busbw_bytes_per_s, alpha_beta_time_s, slowest_row
 from commscope.compute.effects import comm_sm_time_s
-from commscope.compute.model import TIME_ARRAYS, compute_efficiency, effects_notes, first_max
+from commscope.compute.model import TIME_ARRAYS, compute_efficiency, compute_note, effects_notes, first_max
 from commscope.compute.kernels import (
     adam_step_time_s,
     grad_accumulation_bytes_per_param,
@@ -378,9 +378,7 @@ def _gpu_compute(model: ModelSpec, pars: Sequence[ParallelSpec], st: _Structure,
     for j, (par, c) in enumerate(zip(pars, per)):
         peak = gpu.peak_flops_for(c["lin_dtype"])
         eff = float(lin_flop[j] / (lin_time[j] * peak)) if lin_time[j] else 0.0
-        line = (f"compute: per-GEMM tile/wave model on {gpu.name} ({c['lin_dtype']} linear GEMMs at {eff:.0%} of peak), "
-                f"{c['attention']} attention, memory-bound kernels at {round(gpu.memory_efficiency * 100, 1):g}% of "
-                f"{gpu.memory_bandwidth_bytes_per_s / 1e9:.0f} GB/s, Adam step")
+        line = compute_note(gpu, c["lin_dtype"], eff, replace(par, attention=c["attention"]))
         accumulation = grad_accumulation_note(model, par)
         effects = effects_notes(model, par, gpu, {k: v[j] for k, v in a.items()}, int(crit[j]), float(effs[j, 0]))
         notes.append((*c["notes"], *((accumulation,) if accumulation else ()), line, *effects))

@@ -32,6 +32,7 @@ from commscope.compute.effects import launch_gap_s, layer_kernel_count, overlap_
 from commscope.compute.gemm import Gemm, GemmResult, layer_gemms, time_gemms
 from commscope.compute.kernels import (
     HALF_DTYPES,
+    attention_kernel_for,
     LayerKernels,
     fused_softmax_available,
     grad_accumulation_bytes_per_param,
@@ -351,9 +352,7 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, eff
     lin_dtype = linear_gemm_dtype(model, parallel)
     peak = gpu.peak_flops_for(lin_dtype)
     eff = float(arrays["lin_flop"][crit] / (arrays["lin_time"][crit] * peak)) if arrays["lin_time"][crit] else 0.0
-    notes.append(f"compute: per-GEMM tile/wave model on {gpu.name} ({lin_dtype} linear GEMMs at {eff:.0%} of peak), "
-                 f"{parallel.attention} attention, memory-bound kernels at {round(gpu.memory_efficiency * 100, 1):g}% of "
-                 f"{gpu.memory_bandwidth_bytes_per_s / 1e9:.0f} GB/s, Adam step")
+    notes.append(compute_note(gpu, lin_dtype, eff, parallel))
     notes += effects_notes(model, parallel, gpu, arrays, crit, eff_total)
     return StageCompute(forward_s=arrays["fwd"], backward_s=arrays["bwd"], recompute_s=arrays["rec"],
                         gemm_s=arrays["gemm"], attention_s=arrays["att"], memory_s=arrays["mem"],
@@ -361,6 +360,18 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, eff
                         flop=arrays["flop"], gemm_efficiency=eff, gpu=gpu.name, notes=tuple(notes),
                         clock_s=arrays["clock"], chunks_s=arrays["chunks"], gaps_s=arrays["gaps"],
                         stack_s=arrays["stack"], stack_opt_s=arrays["stack_opt"], efficiency=eff_total)
+
+
+def compute_note(gpu: GpuSpec, lin_dtype: str, gemm_efficiency: float, parallel: ParallelSpec) -> str:
+    """The compute model's line in an estimate's notes: what it timed with which constants, and the command that
+    replaces the constants with the user's own GPU's."""
+    attention: str = parallel.attention
+    if attention == "flash" and gpu.attention_kernels:
+        attention = f"fused ({attention_kernel_for(parallel, gpu)[0]})"
+    return (f"compute: per-GEMM tile/wave model on {gpu.name} ({lin_dtype} linear GEMMs at {gemm_efficiency:.0%} of "
+            f"peak), {attention} attention, memory-bound kernels at {round(gpu.memory_efficiency * 100, 1):g}% of "
+            f"{gpu.memory_bandwidth_bytes_per_s / 1e9:.0f} GB/s, Adam step; kernel constants from the {gpu.name} "
+            "file (`commscope calibrate --model ... --out gpu.toml` on your GPU measures its own: --gpu gpu.toml)")
 
 
 def effects_notes(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, arrays: dict[str, np.ndarray], crit: int,
