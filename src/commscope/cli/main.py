@@ -16,7 +16,7 @@ _COMMANDS: dict[str, str] = {
     "traffic": "predict every communication op of one iteration and the per-GPU-pair traffic matrix",
     "estimate": "estimate iteration time, communication and bubble ratios",
     "plan": "rank parallelism configurations by predicted iteration time",
-    "presets": "list the built-in model and cluster presets",
+    "presets": "list the built-in models, clusters, GPUs and software stacks",
     "record": "run a torch.distributed job and record every communication op",
     "summarize": "summarise recorded logs: ops by axis, message sizes, traffic matrix",
     "compare": "compare recorded logs with the prediction for the same job",
