@@ -181,3 +181,22 @@ def test_nvidia_smi_output_becomes_the_samples_the_fit_reads(tmp_path):
     mine = calibrate_kernels(tmp_path, gpu_preset("h200"), loo=False)
     assert mine.gpu.sustained_clock_MHz == 1575 and mine.gpu.kernel_clock_MHz is not None
     assert any("SM clock median 1575 MHz" in n for n in mine.notes)
+
+
+@requires_shared(*GPU_DATA)
+def test_the_sampler_keeps_every_line_its_queries_print():
+    """The sampler runs one query process per sample in a thread and keeps each complete line; here the query is
+    `cat` of one real nvidia-smi sample (no nvidia-smi on this machine), the command the sampler runs is its own."""
+    import time
+
+    from commscope.bench.kernels import _SmiSampler
+
+    line_file = shared_or_skip(*GPU_DATA, "h200_sustained_nvidia_smi.csv")
+    sampler = _SmiSampler("GPU-0", ("clocks.sm", "power.draw"), 0.02)
+    assert sampler.command[1:] == ["--query-gpu=clocks.sm,power.draw", "--format=csv,noheader", "-i", "GPU-0"]
+    sampler.command = ["sed", "-n", "2p", str(line_file)]
+    with sampler:
+        time.sleep(0.3)
+    assert len(sampler.lines) >= 2 and not sampler._thread.is_alive()
+    assert {tuple(r.values()) for r in smi_rows("\n".join(sampler.lines))} == {
+        ("2026/11/28 21:43:27.482", " 1980 MHz", " 89.76 W", " 43", " 0x0000000000000000")}

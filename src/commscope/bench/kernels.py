@@ -57,7 +57,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from commscope.errors import ConfigError
 from commscope.spec.model import ModelSpec
@@ -410,34 +410,78 @@ def _make_layer(torch: Any, model: ModelSpec, tp: int, dtype: Any, device: Any, 
     return _Layer()
 
 
-def _smi_command(device_index: str, fields: Sequence[str], interval_ms: int | None) -> list[str]:
-    smi = shutil.which("nvidia-smi") or "nvidia-smi"
-    cmd = [smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader", "-i", device_index]
-    return cmd + ([f"-lms={interval_ms}"] if interval_ms else [])
+def _smi_command(device_id: str, fields: Sequence[str]) -> list[str]:
+    """One nvidia-smi query of ``fields`` for ``device_id``, one CSV line without header."""
+    return [shutil.which("nvidia-smi") or "nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader",
+            "-i", device_id]
 
 
-def _smi_device(torch: Any, device: Any) -> str:
-    """nvidia-smi's name of ``device``: its UUID (CUDA_VISIBLE_DEVICES renumbers the indices), else the index."""
+def _smi_devices(torch: Any, device: Any) -> list[str]:
+    """nvidia-smi's names of ``device`` to try: its UUID (CUDA_VISIBLE_DEVICES renumbers the indices), then the
+    index CUDA_VISIBLE_DEVICES maps it to, then its own index."""
+    import os
+
+    out = []
     uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
     if uuid is not None:
         text = str(uuid)
-        return text if text.startswith("GPU-") else f"GPU-{text}"
-    return str(device.index or 0)
+        out.append(text if text.startswith("GPU-") else f"GPU-{text}")
+    index = device.index or 0
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if index < len(visible):
+        out.append(visible[index])
+    out.append(str(index))
+    return list(dict.fromkeys(out))
 
 
-def _smi_fields(device_index: str) -> tuple[str, ...] | None:
-    """The query fields this nvidia-smi answers for the device (old or new name of the throttle reasons), or None."""
+def _smi_query(devices: Sequence[str]) -> tuple[str, tuple[str, ...]] | None:
+    """(device name, query fields) that this nvidia-smi answers (the old or the new name of the throttle reasons,
+    or none), or None: no nvidia-smi, or it does not answer."""
     if shutil.which("nvidia-smi") is None:
         return None
-    for fields in (SMI_QUERY, _SMI_QUERY_NEW, SMI_QUERY[:-1]):
-        try:
-            done = subprocess.run(_smi_command(device_index, fields, None), check=False, capture_output=True, text=True,
-                                  timeout=20)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        if done.returncode == 0 and done.stdout.strip():
-            return fields
+    for device_id in devices:
+        for fields in (SMI_QUERY, _SMI_QUERY_NEW, SMI_QUERY[:-1]):
+            try:
+                done = subprocess.run(_smi_command(device_id, fields), check=False, capture_output=True, text=True,
+                                      timeout=20)
+            except (OSError, subprocess.TimeoutExpired):
+                return None
+            if done.returncode == 0 and len(done.stdout.strip().split(",")) == len(fields):
+                return device_id, fields
     return None
+
+
+class _SmiSampler:
+    """nvidia-smi queried every ``interval_s`` from a thread while the sustained run lasts: one complete process
+    per sample, so no line is lost to a pipe's buffer when sampling stops."""
+
+    def __init__(self, device_id: str, fields: Sequence[str], interval_s: float) -> None:
+        import threading
+
+        self.command = _smi_command(device_id, fields)
+        self.interval_s = interval_s
+        self.lines: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="nvidia-smi sampler", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            try:
+                done = subprocess.run(self.command, check=False, capture_output=True, text=True, timeout=10)
+                if done.returncode == 0:
+                    self.lines += [line for line in done.stdout.splitlines() if line.strip()]
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - t0)))
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15)
 
 
 def smi_rows(text: str) -> list[dict[str, str]]:
@@ -716,22 +760,17 @@ def _measure_layers(run: _Session) -> None:
 
 def _sustained(run: _Session, fwd_bwd: Callable[[], None], per_iter_s: float, flop: float) -> None:
     """``fwd_bwd`` without a pause for ``sustained_s`` in windows, nvidia-smi sampling beside it where it answers."""
-    torch, cfg, n = run.torch, run.cfg, run.cfg.stacked_layers
-    device_id = _smi_device(torch, run.dev) if run.dev.type == "cuda" else ""
-    fields = _smi_fields(device_id) if run.dev.type == "cuda" else None
-    if run.dev.type == "cuda" and fields is None:
+    cfg, n = run.cfg, run.cfg.stacked_layers
+    query = _smi_query(_smi_devices(run.torch, run.dev)) if run.dev.type == "cuda" else None
+    if run.dev.type == "cuda" and query is None:
         run.notes.append("sustained layers: not measured, nvidia-smi is not on the PATH or does not answer: the clock "
                          "under load is unknown (no clock correction)")
         return
-    run.say(f"sustained: {cfg.sustained_s:g} s of continuous layers" + (" with nvidia-smi samples" if fields else ""))
+    run.say(f"sustained: {cfg.sustained_s:g} s of continuous layers" + (" with nvidia-smi samples" if query else ""))
     per_window = max(1, round(cfg.window_s / per_iter_s))
-    smi = None
-    if fields is not None:
-        smi = subprocess.Popen(_smi_command(device_id, fields, cfg.smi_interval_ms), stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True)
+    sampler = _SmiSampler(*query, cfg.smi_interval_ms / 1e3) if query is not None else None
     windows = []
-    text = ""
-    try:
+    with sampler if sampler is not None else contextlib.nullcontext():
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < cfg.sustained_s:
             w0 = time.perf_counter()
@@ -741,19 +780,12 @@ def _sustained(run: _Session, fwd_bwd: Callable[[], None], per_iter_s: float, fl
             per_layer_s = (time.perf_counter() - w0) / per_window / n
             windows.append({"t_s": round(time.perf_counter() - t0, 1), "iterations": per_window,
                             "fwd_bwd_s_per_layer": per_layer_s, "tflops": _tflops(flop, per_layer_s)})
-    finally:
-        if smi is not None:
-            smi.terminate()
-            try:
-                text, _ = smi.communicate(timeout=10)
-            except subprocess.TimeoutExpired:
-                smi.kill()
-                text, _ = smi.communicate()
     run.write("sustained_layers", SUSTAINED_COLUMNS, windows)
-    samples = smi_rows(text)
-    run.write("sustained_nvidia_smi", SMI_COLUMNS, samples)
-    if smi is not None and not samples:
-        run.notes.append("sustained layers: nvidia-smi printed no samples: the clock under load is unknown")
+    if sampler is not None:
+        samples = smi_rows("\n".join(sampler.lines))
+        run.write("sustained_nvidia_smi", SMI_COLUMNS, samples)
+        if not samples:
+            run.notes.append("sustained layers: nvidia-smi gave no samples: the clock under load is unknown")
 
 
 def _write_sources(run: _Session, *, name: str, command: str) -> None:
