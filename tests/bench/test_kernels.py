@@ -63,7 +63,7 @@ def test_every_file_has_the_columns_of_the_shared_measurements(measured):
     shared = SHARED.joinpath(*GPU_DATA)
     assert set(run.files) == {"gemms", "fp8_gemms", "attention", "copies", "layers", "sustained_layers"}
     for kind, path in run.files.items():
-        assert path.name == f"cpu_{kind}.csv"
+        assert path.name == f"cpu_tiny-gqa_tp2_mb2_{kind}.csv"  # device, model, tp, micro-batch
         if kind == "copies":  # the shared H200 data has no copies; the fit's documented format
             assert header(path) == ["copy_bytes", "measured_s"]
         elif kind == "attention":  # the shared columns, then micro_batch (the fit reads it)
@@ -74,7 +74,7 @@ def test_every_file_has_the_columns_of_the_shared_measurements(measured):
     assert said[0].startswith("gemm 1/15: qkv fwd")
     # cuDNN attention has no CPU kernel: said, not hidden
     assert any(n.startswith("attention cudnn: not measured") for n in run.notes)
-    assert (run.directory / "SOURCES.md").read_text().count("cpu_") == len(run.files)
+    assert (run.directory / "SOURCES.md").read_text().count("| `cpu_tiny-gqa_tp2_mb2_") == len(run.files)
 
 
 def test_the_rows_are_the_jobs_own_kernels(measured):
@@ -116,12 +116,27 @@ def test_the_fit_reads_the_measurement_back(measured):
     assert cal.warnings == ()
 
 
-def test_a_directory_with_measurements_is_not_mixed_into(tmp_path):
-    old = tmp_path / "h200_gemms.csv"
-    old.write_text("model,tp,micro_batch,gemm,pass,m,n,k,batch,flop,measured_s\n")
-    with pytest.raises(ConfigError, match="already holds kernel measurements"):
-        measure_kernels(TINY, directory=tmp_path, device="cpu", config=CPU_TEST_CONFIG)
-    assert [p.name for p in tmp_path.iterdir()] == ["h200_gemms.csv"]
+def test_jobs_share_a_directory_but_are_never_counted_twice_or_mixed_with_another_device(tmp_path):
+    """Another job of the same device adds its files (the fit then leaves each model out in turn); the same job again,
+    another device's files or another model under the same name are refused before anything is timed."""
+    out = tmp_path / "k"
+    first = measure_kernels(TINY, directory=out, device="cpu", config=CPU_TEST_CONFIG)
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.name != "SOURCES.md"}
+    with pytest.raises(ConfigError, match="already holds this job's measurements"):
+        measure_kernels(TINY, directory=out, device="cpu", config=CPU_TEST_CONFIG)
+    with pytest.raises(ConfigError, match="holds another model named 'tiny-gqa'"):
+        measure_kernels(replace(TINY, hidden_size=128), tp=2, directory=out, device="cpu", config=CPU_TEST_CONFIG)
+    second = measure_kernels(TINY, tp=2, directory=out, device="cpu", config=CPU_TEST_CONFIG)
+    assert "sustained_layers" in first.files and "sustained_layers" not in second.files  # one clock per directory
+    assert all((out / name).read_bytes() == data for name, data in before.items())  # the first job's files untouched
+    assert (out / "SOURCES.md").read_text().count("## cpu_tiny-gqa_tp") == 2
+    assert len(read_kernel_dir(out).gemms) == 30
+    other = tmp_path / "shared"
+    other.mkdir()
+    (other / "h200_gemms.csv").write_text("model,tp,micro_batch,gemm,pass,m,n,k,batch,flop,measured_s\n")
+    with pytest.raises(ConfigError, match=r"holds measurements of another device \(h200_gemms.csv\)"):
+        measure_kernels(TINY, directory=other, device="cpu", config=CPU_TEST_CONFIG)
+    assert [p.name for p in other.iterdir()] == ["h200_gemms.csv"]
 
 
 @pytest.mark.parametrize(("changes", "kwargs", "message"), [

@@ -183,8 +183,6 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("calibrate --model llama3-8b --dtype fp32 --out {tmp}/g.toml", "dtype='fp32': the kernel calibration times bf16"),
     ("calibrate --model llama3-8b --sustained-s -1 --out {tmp}/g.toml", "sustained-s=-1.0: must be 0 (none) to 600"),
     ("calibrate --model nosuch --out {tmp}/g.toml", "nosuch"),
-    ("calibrate --model llama3-8b --kernels-out {tmp}/kernels-ok --out {tmp}/g.toml",
-     "kernels-out='{tmp}/kernels-ok': already holds kernel measurements (h200_gemms.csv)"),
     ("calibrate --model llama3-8b --kernels-out {tmp}/file.txt --out {tmp}/g.toml", "is a file, not a directory"),
     ("shapes --kernels-out {tmp}/k", "kernels-out='{tmp}/k': writes what --measure measured: add --measure"),
     ("estimate --gpu {tmp}/nope.toml", "gpu='{tmp}/nope.toml': no such file"),

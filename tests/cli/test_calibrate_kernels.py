@@ -168,12 +168,16 @@ def test_measure_then_fit_on_the_cpu_path(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     kernels = tmp_path / "cpu-fitted-kernels"
     assert doc["measured"]["directory"] == str(kernels)
-    assert sorted(p.name for p in kernels.iterdir()) == [
-        "SOURCES.md", "cpu_attention.csv", "cpu_copies.csv", "cpu_fp8_gemms.csv", "cpu_gemms.csv", "cpu_layers.csv",
-        "cpu_sustained_layers.csv", "tiny.model.toml"]
+    job = "cpu_tiny_tp2_mb1"
+    assert sorted(p.name for p in kernels.iterdir()) == ["SOURCES.md", *(f"{job}_{kind}.csv" for kind in (
+        "attention", "copies", "fp8_gemms", "gemms", "layers", "sustained_layers")), "tiny.model.toml"]
     assert set(doc["classes"]) == {"gemm", "fp8_gemm", "attention", "layer"}
     assert load_gpu(out).name == "CPU rank (calibrated)"
-    assert main(argv) == 2  # the directory holds a measurement: not mixed into
-    assert "already holds kernel measurements" in capsys.readouterr().err
+    assert main(argv) == 2  # this job is in the directory already: not counted twice
+    assert "already holds this job's measurements" in capsys.readouterr().err
+    # a second job into the same directory: the fit is of both, each model... here one model, two micro-batches
+    assert main([*argv[:argv.index("--out")], "--micro-batch-size", "2", "--out", str(out), "--device", "cpu",
+                 "--kernels-out", str(kernels), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["classes"]["gemm"]["n"] == 30
     assert main(["calibrate", "--kernels", str(kernels), "--gpu", str(base), "--out", str(out)]) == 0
     assert "layer" in capsys.readouterr().out

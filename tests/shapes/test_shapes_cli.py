@@ -168,3 +168,22 @@ def test_png_without_matplotlib_says_how_to_install(capsys, tmp_path, monkeypatc
     assert code == 2
     assert "commscope[plots]" in err and len(err.strip().splitlines()) == 1
     assert not list(tmp_path.iterdir())
+
+
+def test_kernels_out_adds_one_file_per_job_and_mixes_no_devices(tmp_path):
+    from commscope.cli.shapes_cmd import _kernels_csv
+    from commscope.errors import ConfigError
+    from commscope.presets import model_preset
+    from commscope.spec.parallel import ParallelSpec
+
+    model, par = model_preset("llama3-8b"), ParallelSpec(tp=2, dp=4)
+    path = _kernels_csv(tmp_path / "k", model, par)
+    assert path.name.endswith("_llama3-8b_tp2_mb1_gemms.csv") and not path.parent.exists()  # nothing written yet
+    path.parent.mkdir()
+    path.write_text("model,tp,micro_batch,gemm,pass,m,n,k,measured_s\n")
+    with pytest.raises(ConfigError, match="already holds this job's measurements"):
+        _kernels_csv(path.parent, model, par)
+    assert _kernels_csv(path.parent, model, ParallelSpec(tp=4, dp=2)).name.endswith("_tp4_mb1_gemms.csv")
+    (path.parent / "h200_gemms.csv").write_text("model,tp,micro_batch,gemm,pass,m,n,k,measured_s\n")
+    with pytest.raises(ConfigError, match="holds measurements of another device"):
+        _kernels_csv(path.parent, model, ParallelSpec(tp=4, dp=2))

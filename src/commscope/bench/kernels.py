@@ -2,9 +2,12 @@
 
 ``commscope calibrate --model M --tp T --out GPU.toml`` on a CUDA machine times the kernels one tensor-parallel rank
 of the job (model, ``tp``, micro-batch) runs, writes them into a directory (``--kernels-out``, default ``GPU-kernels/``
-beside the GPU file), and fits the GPU's kernel constants to them with
+beside the GPU file), and fits the GPU's kernel constants to everything in it with
 :func:`commscope.compute.calibration.calibrate_kernels`; ``commscope calibrate --kernels DIR --gpu BASE --out
-GPU.toml`` refits the same directory later. The files (``PREFIX`` names the device, e.g. ``nvidia-h200``):
+GPU.toml`` refits the directory later. Several jobs measured into one directory are fitted together, each model's
+rows left out in turn (one job alone has nothing to leave out); a job measured there before, or another device's
+measurements, are refused (:func:`check_kernel_directory`). The files (``PREFIX`` names the device and the job,
+e.g. ``nvidia-h200_llama3-70b_tp8_mb1``):
 
 ``PREFIX_gemms.csv``
     The linear-layer GEMMs of one layer (qkv, attn_proj, mlp_up, mlp_down; an MoE layer's router and experts) and
@@ -28,15 +31,17 @@ GPU.toml`` refits the same directory later. The files (``PREFIX`` names the devi
 ``PREFIX_sustained_layers.csv``, ``PREFIX_sustained_nvidia_smi.csv``
     The same layers forward + backward without a pause for ``sustained_s`` (default 30 s) in 2 s windows while
     ``nvidia-smi`` samples SM clock and power every 0.5 s -- only where ``nvidia-smi`` is on the PATH: the clock the
-    GPU holds at its power limit (the fit's ``clock`` note).
-``SOURCES.md``, and ``NAME.model.toml`` for a model that is no preset (the fit reads its layers' shapes from it).
+    GPU holds at its power limit (the fit's ``clock`` note). One per directory: a later job skips it.
+``SOURCES.md`` (a section per job), and ``NAME.model.toml`` for a model that is no preset (the fit reads its
+layers' shapes from it).
 
 Method (that of the shared H200 measurements, SOURCES.md there): random data, never zeros (zeros draw less power
 and run faster); operand sets rotated when one set fits twice into the L2 cache, so each call reads from HBM as in
 training; each kernel runs back to back for ``load_s`` (0.3 s) right before it is timed, so the GPU runs it at the
 clock its power limit allows under load, not at its idle boost clock; then CUDA events around each call, at least
 ``min_calls`` calls over at least ``min_timed_s`` (30 ms), queued behind the load so that the GPU never waits for
-the host; the median call. On the H200 the whole run of one job takes about a minute plus ``sustained_s``.
+the host; the median call. One job is about 35 timings of ~0.35 s each (15 GEMMs, 8 FP8 and bf16 GEMMs, 4 attention,
+3 copies, 2 layer timings; an estimate from the budgets, not yet timed on a GPU): under a minute plus ``sustained_s``.
 
 ``device="cpu"`` runs the same code on the CPU with ``time.perf_counter`` (a test of this code and of the file
 formats, no GPU model); ``commscope calibrate`` refuses to measure without a CUDA device.
@@ -54,7 +59,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
@@ -65,8 +70,8 @@ from commscope.units import GiB, MiB
 
 __all__ = ["ATTENTION_COLUMNS", "COPIES_COLUMNS", "CPU_TEST_CONFIG", "FP8_COLUMNS", "GEMMS_COLUMNS", "KERNEL_FILES",
            "LAYERS_COLUMNS", "SMI_COLUMNS", "SMI_QUERY", "SUSTAINED_COLUMNS", "KernelRun", "MeasureConfig",
-           "file_prefix", "gemm_operands", "kernel_files_in", "layer_flop", "measure_kernels", "smi_rows", "time_gemm",
-           "write_gemms_csv"]
+           "check_kernel_directory", "file_prefix", "gemm_operands", "job_prefix", "kernel_files_in", "layer_flop",
+           "measure_kernels", "model_label", "smi_rows", "time_gemm", "write_gemms_csv"]
 
 #: Columns of each file, exactly as in ``shared/data/gpu`` (the fit needs the ones it names, reads the rest as notes).
 GEMMS_COLUMNS = ("model", "tp", "micro_batch", "gemm", "pass", "m", "n", "k", "batch", "flop", "measured_s",
@@ -95,7 +100,7 @@ _ATTENTION_BWD_RATIO = 2.5
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MeasureConfig:
-    """How long and how much to measure (defaults: a CUDA GPU, about a minute plus ``sustained_s``)."""
+    """How long and how much to measure (defaults: a CUDA GPU, under a minute plus ``sustained_s``)."""
 
     load_s: float = 0.3
     """Each kernel runs back to back this long right before it is timed: the GPU at its loaded clock."""
@@ -149,7 +154,7 @@ class KernelRun:
 
 
 def kernel_files_in(directory: Path) -> list[Path]:
-    """The kernel CSVs already in ``directory`` (a new measurement must not mix with them)."""
+    """The kernel CSVs in ``directory`` (the file name endings the fit reads)."""
     if not directory.is_dir():
         return []
     return sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(KERNEL_FILES))
@@ -160,8 +165,9 @@ def file_prefix(device: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") or "gpu"
 
 
-def _model_label(model: ModelSpec) -> tuple[str, bool]:
-    """(the preset's name, True) when ``model`` is that preset unchanged, else (a file-name-safe label, False)."""
+def model_label(model: ModelSpec) -> tuple[str, bool]:
+    """(the preset's name, True) when ``model`` is that preset unchanged, else (a file-name-safe label, False): the
+    ``model`` column of the rows and the model part of the file names."""
     from commscope.presets import model_preset
 
     try:
@@ -170,6 +176,28 @@ def _model_label(model: ModelSpec) -> tuple[str, bool]:
     except ConfigError:
         pass
     return re.sub(r"[^A-Za-z0-9._-]+", "-", model.name).strip("-.") or "model", False
+
+
+def job_prefix(device: str, model: ModelSpec, tp: int, micro_batch: int) -> str:
+    """The start of one job's file names: ``nvidia-h200_llama3-70b_tp8_mb1`` (device, model, tp, micro-batch)."""
+    return f"{file_prefix(device)}_{model_label(model)[0]}_tp{tp}_mb{micro_batch}"
+
+
+def check_kernel_directory(directory: Path, device: str, job: str, field: str = "kernels-out") -> None:
+    """Refuse to add the job ``job`` (:func:`job_prefix`) to ``directory`` when it would mix what the fit keeps apart:
+    this job measured there before (its kernels counted twice), or another device's measurements (two GPUs fitted
+    as one). Other jobs of the same device are welcome: the fit of the directory learns from all of them, and
+    leaves each model out in turn."""
+    files = kernel_files_in(directory)
+    again = [f for f in files if f.name.startswith(f"{job}_")]
+    if again:
+        raise ConfigError(field, str(directory), f"already holds this job's measurements ({again[0].name}); a second "
+                                                 "run would count its kernels twice: give another directory")
+    other = [f for f in files if not f.name.startswith(f"{file_prefix(device)}_")]
+    if other:
+        raise ConfigError(field, str(directory), f"holds measurements of another device ({other[0].name}); this is "
+                                                 f"{device}, and one fit of both would mix two GPUs: give a directory "
+                                                 "of its own")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -538,10 +566,6 @@ def measure_kernels(model: ModelSpec, *, tp: int = 1, micro_batch_size: int = 1,
         raise ConfigError("dtype", model.dtype, "the kernel calibration times bf16/fp16 GEMMs (and FP8 beside them): "
                                                 "give a model in bf16 or fp16 (--dtype bf16)")
     layer_dims(model, tp=tp, micro_batch_size=micro_batch_size)  # tp divides the heads and widths: ConfigError
-    old = kernel_files_in(out)
-    if old:
-        raise ConfigError("kernels-out", str(out), f"already holds kernel measurements ({old[0].name}); a new run would "
-                                                   "mix with them: give an empty or new directory")
     if device == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError("device", device, f"torch {torch.__version__} sees no CUDA GPU on this machine")
@@ -551,15 +575,30 @@ def measure_kernels(model: ModelSpec, *, tp: int = 1, micro_batch_size: int = 1,
         dev, name = torch.device("cpu"), "cpu"
     else:
         raise ConfigError("device", device, "valid: cuda, cpu")
+    label, is_preset = model_label(model)
+    job = job_prefix(name, model, tp, micro_batch_size)
+    check_kernel_directory(out, name, job)
+    model_file = out / f"{label}.model.toml"
+    if not is_preset and model_file.is_file():
+        from commscope.spec.files import load_model
+
+        if load_model(model_file) != model:
+            raise ConfigError("kernels-out", str(out), f"holds another model named {label!r} ({model_file.name}); the "
+                                                       "layers of both would be read as one: rename this model or give "
+                                                       "another directory")
+    sustained_before = sorted(out.glob("*sustained_layers.csv")) if out.is_dir() else []
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    label, is_preset = _model_label(model)
     if not is_preset:  # the fit reads the layers' shapes from it (a preset it finds by name)
         from commscope.spec.files import model_to_mapping, write_mapping
 
-        write_mapping(out / f"{label}.model.toml", model_to_mapping(model))
+        write_mapping(model_file, model_to_mapping(model))
     run = _Session(torch, dev, cfg, model=model, label=label, tp=tp, micro_batch=micro_batch_size, out=out,
-                   prefix=file_prefix(name), say=progress or (lambda _msg: None))
+                   prefix=job, say=progress or (lambda _msg: None))
+    if sustained_before:  # one sustained run gives the clock; a second of other layers would blur it
+        run.cfg = replace(cfg, sustained_s=0.0)
+        run.notes.append(f"sustained layers: not measured, the directory has a sustained run ({sustained_before[0].name}): "
+                         "one gives the clock under load")
     threads = torch.get_num_threads()
     if dev.type == "cpu":
         torch.set_num_threads(1)  # one intra-op thread, as commscope.launch.spawn gives a CPU rank
@@ -789,20 +828,24 @@ def _sustained(run: _Session, fwd_bwd: Callable[[], None], per_iter_s: float, fl
 
 
 def _write_sources(run: _Session, *, name: str, command: str) -> None:
-    """``SOURCES.md`` beside the CSVs: what was measured, on what, how (as the shared measurements' own)."""
+    """A section of ``SOURCES.md`` beside the CSVs for this job: what was measured, on what, how (as the shared
+    measurements' own); appended, so every job measured into the directory keeps its own."""
     torch, cfg, model = run.torch, run.cfg, run.model
     cuda = getattr(torch.version, "cuda", None) if run.dev.type == "cuda" else None
     when = datetime.now(UTC).isoformat(timespec="seconds")
-    lines = [f"# Measured by `commscope calibrate`: {name}", "",
-             f"Measured {when} on {name} ({platform.node() or 'this host'}), Python {platform.python_version()}, "
-             f"torch {torch.__version__}" + (f", CUDA {cuda}" if cuda else "") + ".",
-             (f"Job: {model.name} (rows named `{run.label}`), tp {run.tp}, micro-batch {run.b}, {model.dtype}; "
-              "one TP rank's kernels, no communication."), ""]
+    path = run.out / "SOURCES.md"
+    lines = [] if path.is_file() else ["# Kernels measured by `commscope calibrate` (commscope.bench.kernels)", "",
+                                       "Fit them: `commscope calibrate --kernels DIR --gpu BASE --out GPU.toml`.", ""]
+    lines += [f"## {run.prefix}", "",
+              f"Measured {when} on {name} ({platform.node() or 'this host'}), Python {platform.python_version()}, "
+              f"torch {torch.__version__}" + (f", CUDA {cuda}" if cuda else "") + ".",
+              (f"Job: {model.name} (rows named `{run.label}`), tp {run.tp}, micro-batch {run.b}, {model.dtype}; "
+               "one TP rank's kernels, no communication."), ""]
     if command:
         lines += [f"Command: `{command}`", ""]
     lines += ["| file | rows | what |", "| --- | --- | --- |"]
     lines += [f"| `{p.name}` | {run.rows.get(kind, 0)} | {kind} |" for kind, p in run.files.items()]
-    lines += ["", ("Method (commscope.bench.kernels): random data; operand sets rotated when one fits twice into L2; "
+    lines += ["", ("Method: random data; operand sets rotated when one fits twice into L2; "
               f"each kernel run back to back for {cfg.load_s:g} s before it is timed; CUDA events around each call "
               f"(CPU: perf_counter), at least {cfg.min_calls} calls over at least {cfg.min_timed_s * 1e3:g} ms, the "
               f"median; layers: {cfg.stacked_layers} stacked, eager, SDPA forced to flash, no rotary embedding, "
@@ -810,4 +853,5 @@ def _write_sources(run: _Session, *, name: str, command: str) -> None:
               f"{cfg.sustained_s:g} s in {cfg.window_s:g} s windows, nvidia-smi every {cfg.smi_interval_ms} ms.")]
     if run.notes:
         lines += ["", "Not measured:", ""] + [f"- {n}" for n in run.notes]
-    (run.out / "SOURCES.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with path.open("a", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n\n")

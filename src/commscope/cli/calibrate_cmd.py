@@ -12,15 +12,17 @@ Three ways, chosen by the options given:
         GPU the measurements ran on (a preset or a GPU file): its datasheet and prior constants start the fit.
         Writes a GPU file (the ``presets/gpus`` format) that ``--gpu FILE`` reads back (``estimate``, ``shapes``);
         ``--json`` prints ``{"gpu": ..., "classes": {"gemm": {"n", "mape", "worst", "loo_mape", ...}, ...},
-        "out": ...}``. ~25 s for the 180 GEMMs, 28 FP8 GEMMs, 12 attention calls and 12 layers of the H200 data.
+        "out": ...}``. About 20 s for the 180 GEMMs, 28 FP8 GEMMs, 12 attention calls and 12 layers of the H200 data.
 
     commscope calibrate --model llama3-70b --tp 8 --out my-h200.toml [--gpu h200] [--kernels-out DIR]
         On a CUDA machine (extra: torch): time this job's own kernels -- its GEMMs forward, dgrad and wgrad, FP8
         GEMMs, causal attention (flash and cuDNN), copies, whole eager layers and a sustained run with nvidia-smi
         samples -- with the GPU held at its loaded clock (:mod:`commscope.bench.kernels`; about a minute plus
         ``--sustained-s``, default 30 s), write them to DIR (default ``my-h200-kernels/`` beside the GPU file), and
-        fit them as above. ``--gpu`` defaults to the preset matching the CUDA device's name. Without a CUDA device
-        it says so in one line (exit 2).
+        fit every job measured in DIR as above: measure several jobs into one ``--kernels-out`` and each model's
+        rows are left out in turn (a job measured there before, or another device's files, are refused). ``--gpu``
+        defaults to the preset matching the CUDA device's name. Without a CUDA device it says so in one line
+        (exit 2).
 
     commscope calibrate --nproc 2 --out local.toml
         This machine's collectives as a cluster file: fork N ranks, time an fp32 matrix multiply and a memory copy
@@ -89,8 +91,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the GPU measured: a preset (h100, h200, a100, ...) or a GPU file, whose datasheet and prior "
                         "constants the fit starts from (with --model: default the preset matching the CUDA device)")
     k.add_argument("--kernels-out", type=out_path, default=None, metavar="DIR",
-                   help="with --model: the directory the measured CSVs go to, new or empty (default: OUT's name with "
-                        "-kernels, beside it)")
+                   help="with --model: the directory the measured CSVs go to, and whose jobs are all fitted: measure "
+                        "several jobs into one (default: OUT's name with -kernels, beside it)")
     k.add_argument("--sustained-s", dest="sustained_s", type=float, default=None, metavar="S",
                    help="with --model: seconds of continuous layers for the clock under load, with nvidia-smi samples "
                         "(default 30; 0: none)")
@@ -201,7 +203,8 @@ def _fit_and_write(args: argparse.Namespace, directory: Path, base: Any, measure
         return 0
     if measured is not None:
         print(f"measured on {measured.device} in {measured.wall_s:.0f} s: "
-              + ", ".join(f"{n} {kind}" for kind, n in measured.rows.items()) + f" (in {measured.directory})")
+              + ", ".join(f"{n} {kind}" for kind, n in measured.rows.items()) + f" (in {measured.directory}; the fit "
+              "below is of every job measured there)")
     print(format_calibration(cal))
     print(f"wrote {args.out} (use: --gpu {args.out}; refit: commscope calibrate --kernels {directory} --gpu "
           f"{args.gpu or base.name} --out {args.out})")
@@ -247,7 +250,7 @@ def _run_measure(args: argparse.Namespace) -> int:
     """Measure this job's kernels on the CUDA GPU here, then fit them."""
     from dataclasses import replace
 
-    from commscope.bench.kernels import CPU_TEST_CONFIG, MeasureConfig, kernel_files_in
+    from commscope.bench.kernels import CPU_TEST_CONFIG, MeasureConfig
     from commscope.cli.common import check_out_dir, resolve_model
     from commscope.compute.gemm import layer_dims
     from commscope.gpus import load_gpu
@@ -264,12 +267,7 @@ def _run_measure(args: argparse.Namespace) -> int:
         raise ConfigError("dtype", model.dtype, "the kernel calibration times bf16 or fp16 GEMMs (FP8 beside them): "
                                                 "give --dtype bf16")
     kernels_out = args.kernels_out or args.out.with_name(f"{args.out.stem}-kernels")
-    check_out_dir(kernels_out, "kernels-out")
-    old = kernel_files_in(kernels_out)
-    if old:
-        raise ConfigError("kernels-out", str(kernels_out), f"already holds kernel measurements ({old[0].name}); a new "
-                                                           "run would mix with them: give a new or empty directory, or "
-                                                           f"refit those: --kernels {kernels_out}")
+    check_out_dir(kernels_out, "kernels-out")  # what it holds is checked against the device (measure_kernels)
     if args.device == "cuda":
         from commscope.shapes import cuda_available
 

@@ -9,7 +9,7 @@ status 2 (nothing else is printed, so a script cannot mistake predictions for me
 ``commscope calibrate`` does (:func:`commscope.bench.kernels.time_gemm`: the layout of its pass, 0.3 s of load, the
 median of CUDA-event-timed calls) and shows it beside the prediction. ``--kernels-out DIR`` also writes the linear-layer
 GEMMs (not the attention ones a fused kernel runs) in the kernel CSV format (``DIR/<device>_<model>_tp<t>_mb<b>_gemms.csv``,
-one file per job, never overwritten), which ``commscope calibrate --kernels DIR --gpu BASE --out GPU.toml`` fits, with
+one file per job, never overwritten, never beside another device's), which ``commscope calibrate --kernels DIR --gpu BASE --out GPU.toml`` fits, with
 every other job measured into DIR, into a GPU file for ``--gpu GPU.toml``. (No single ``achievable_fraction`` is
 offered: the estimate's GPU model has several kernel constants, and one number fitted beside them would contradict it.)
 """
@@ -154,19 +154,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _kernels_csv(directory: Path, model, parallel) -> Path:
-    """The kernel CSV ``--kernels-out`` writes for this job: checked writable and new before anything is timed."""
-    from commscope.bench.kernels import file_prefix
+    """The kernel CSV ``--kernels-out`` writes for this job, checked before anything is timed: writable, this job
+    not measured there before, no other device's measurements (:func:`commscope.bench.kernels.check_kernel_directory`)."""
+    from commscope.bench.kernels import check_kernel_directory, job_prefix
     from commscope.shapes import cuda_available
 
     check_out_dir(directory, "kernels-out")
     ok, device = cuda_available()
-    label = file_prefix(model.name)
-    path = directory / (f"{file_prefix(device) if ok else 'cpu'}_{label}_tp{parallel.tp}_mb{parallel.micro_batch_size}"
-                        "_gemms.csv")
-    if path.exists():
-        raise ConfigError("kernels-out", str(directory), f"already holds {path.name} (this job measured before); "
-                                                         "choose another directory or move that file")
-    return path
+    device = device if ok else "cpu"
+    job = job_prefix(device, model, parallel.tp, parallel.micro_batch_size)
+    check_kernel_directory(directory, device, job)
+    return directory / f"{job}_gemms.csv"
 
 
 def _write_kernels_csv(path: Path, measured, model, parallel) -> None:
