@@ -131,6 +131,15 @@ def test_the_fit_needs_no_torch(tmp_path):
     assert "each model left out: - where the rows come from one model" in done.stdout
 
 
+def test_measurements_of_another_gpu_are_warned_about(tmp_path, capsys):
+    """H200 GEMMs fitted as an A100's (312 TFLOP/s peak) would need more than all of its peak: said, not hidden."""
+    data = subset(tmp_path / "k", ("llama3-8b",), damaged=False)
+    assert main(["calibrate", "--kernels", str(data), "--gpu", "a100", "--out", str(tmp_path / "g.toml")]) == 0
+    err = capsys.readouterr().err
+    assert ("warning: gemm: achievable_fraction = 1 ended at the edge of its fit range (0.2 to 1), where no real GPU "
+            "sits: the measurements disagree with A100-SXM4-80GB") in err
+
+
 def test_an_earlier_gpu_file_survives_a_refused_fit(tmp_path, capsys):
     out = tmp_path / "g.toml"
     out.write_text("# my earlier calibration\n")

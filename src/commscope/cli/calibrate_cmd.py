@@ -183,7 +183,7 @@ def _fit_and_write(args: argparse.Namespace, directory: Path, base: Any, measure
     if data.fp8_gemms and not fp8:
         warn(args, f"{base.name} has no fp8 peak: the FP8 GEMMs in {directory} are not fitted (give a --gpu with one)")
     cal = calibrate_kernels(directory, base, progress=_say)
-    for message in cal.warnings:
+    for message in (*cal.warnings, *at_fit_edges(cal)):
         warn(args, message)
     counts = ", ".join(f"{c.n} {k}" for k, c in cal.classes.items())
     source = (f"kernel constants fitted by `commscope calibrate` to the measurements in {directory} ({counts or 'none'}) "
@@ -209,6 +209,39 @@ def _fit_and_write(args: argparse.Namespace, directory: Path, base: Any, measure
     print(f"wrote {args.out} (use: --gpu {args.out}; refit: commscope calibrate --kernels {directory} --gpu "
           f"{args.gpu or base.name} --out {args.out})")
     return 0
+
+
+def at_fit_edges(cal: Any) -> list[str]:
+    """One line per fitted constant that ended at an edge of its fit range (the ranges of
+    :mod:`commscope.compute.calibration`; a lower edge of 0 is a real value and not named): no real GPU sits there,
+    so the measurements and the base GPU disagree -- another GPU than --gpu, one throttled or shared while measured."""
+    from commscope.compute.calibration import _ATT_HI, _ATT_LO, _GEMM_HI, _GEMM_LO, _GEMM_PARAMS
+
+    ranges: dict[str, dict[str, tuple[float, float]]] = {
+        "gemm": dict(zip(_GEMM_PARAMS, zip(_GEMM_LO, _GEMM_HI))),
+        "fp8_gemm": {"achievable_fraction_fp8": (0.1, 1.0)},  # calibration._fit_fp8's range
+    }
+    for kernel in cal.classes.get("attention").parameters if "attention" in cal.classes else ():
+        for p, (lo, hi) in zip(("fraction", "tail", "overhead_us"), zip(_ATT_LO, _ATT_HI)):
+            for pass_ in ("fwd", "bwd"):
+                scale = 1e6 if p == "overhead_us" else 1.0
+                ranges.setdefault("attention", {})[f"{kernel}.{pass_}_{p}"] = (lo * scale, hi * scale)
+    out = []
+    for name, table in ranges.items():
+        if name not in cal.classes:
+            continue
+        params = cal.classes[name].parameters
+        for key, (lo, hi) in table.items():
+            head, _, tail = key.partition(".")
+            value = params[head][tail] if tail else params.get(key)
+            if value is None:
+                continue
+            for edge in (lo, hi):
+                if edge and abs(value - edge) <= 1e-3 * (hi - lo):
+                    out.append(f"{name}: {key} = {value:.4g} ended at the edge of its fit range ({lo:g} to {hi:g}), "
+                               f"where no real GPU sits: the measurements disagree with {cal.base.name} (taken on "
+                               "another GPU than --gpu names? throttled or shared while measured?)")
+    return out
 
 
 def format_calibration(cal: Any) -> str:

@@ -169,14 +169,15 @@ def _kernels_csv(directory: Path, model, parallel) -> Path:
 
 def _write_kernels_csv(path: Path, measured, model, parallel) -> None:
     """The linear-layer GEMMs of ``measured`` as a ``*gemms.csv`` file (one call each; fused attention's are left out)."""
-    from commscope.bench.kernels import write_gemms_csv
+    from commscope.bench.kernels import model_label, write_gemms_csv
 
     path.parent.mkdir(parents=True, exist_ok=True)
+    label = model_label(model)[0]  # the model column, as calibrate --model writes it
     rows = []
     for m in measured:
         g = m.result.gemm
         if g.name not in ("attn_scores", "attn_values"):
-            rows.append({"model": model.name, "tp": parallel.tp, "micro_batch": parallel.micro_batch_size,
+            rows.append({"model": label, "tp": parallel.tp, "micro_batch": parallel.micro_batch_size,
                          "gemm": g.name, "pass": g.pass_, "m": g.m, "n": g.n, "k": g.k, "batch": g.batch,
                          "measured_s": m.measured_s / g.count})
     write_gemms_csv(path, rows)
