@@ -155,16 +155,14 @@ def _command() -> str | None:
 # ----------------------------------------------------------------------------------------------- kernels
 
 
-def _run_fit(args: argparse.Namespace, measured: Any = None) -> int:
-    """Fit the kernels in ``args.kernels`` (or those ``measured`` just wrote) and write the GPU file."""
+def _run_fit(args: argparse.Namespace) -> int:
+    """Fit the kernels in ``args.kernels`` and write the GPU file."""
     from commscope.gpus import load_gpu
 
     if args.gpu is None:
         raise ConfigError("gpu", None, "--kernels needs --gpu BASE: the GPU the kernels ran on, whose datasheet the fit "
                                        "starts from (a preset: a100, h100, h200, ... or a GPU file)")
-    directory = measured.directory if measured is not None else args.kernels
-    base = load_gpu(args.gpu)
-    return _fit_and_write(args, directory, base, measured)
+    return _fit_and_write(args, args.kernels, load_gpu(args.gpu), None)
 
 
 def _fit_and_write(args: argparse.Namespace, directory: Path, base: Any, measured: Any) -> int:
