@@ -406,7 +406,7 @@ def check_gpu_dtype(model: ModelSpec, cluster: ClusterSpec, args: argparse.Names
     from commscope.gpus import gpu_for_cluster
 
     try:
-        gpu = gpu_for_cluster(cluster)
+        gpu = gpu_for_cluster(cluster, getattr(args, "gpu", None))
     except ConfigError:  # a cluster of a GPU commscope has no model of: the estimate says how it copes
         return
     problem = gpu.dtype_problem(model.dtype)
@@ -471,7 +471,7 @@ def warn_compute_model_flags(args: argparse.Namespace, given: dict[str, Any], cl
         replaced = "--gpu-util replaces the GPU's compute model by FLOP / (u x peak)"
     elif method == "seed":
         replaced = "the seed method times compute as FLOP / (u x peak)"
-    elif compute_gpu(cluster, None)[0] is None:
+    elif compute_gpu(cluster, None, getattr(args, "gpu", None))[0] is None:
         replaced = f"commscope has no compute model of the cluster's GPU ({cluster.gpu}): compute is FLOP / (u x peak)"
     else:
         return
@@ -497,7 +497,7 @@ def estimate_job(prediction, args: argparse.Namespace):
         from commscope.io.bandwidth_file import read_bandwidth
 
         bw = read_bandwidth(args.bandwidth, fallback=AlphaBeta(prediction.cluster))
-    return estimate(prediction, method=args.method, gpu_util=args.gpu_util, bandwidth=bw)
+    return estimate(prediction, method=args.method, gpu_util=args.gpu_util, bandwidth=bw, gpu=getattr(args, "gpu", None))
 
 
 #: The job description a recorded run keeps beside its logs (``commscope workload ... --record DIR`` writes the

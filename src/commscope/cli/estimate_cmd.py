@@ -24,6 +24,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--gpu-util", type=float, default=None,
                    help="replace the GPU's compute model by FLOP / (u x peak) with this u (the seed method's default: the "
                         "cluster's u)")
+    g.add_argument("--gpu", default=None, metavar="GPU",
+                   help="the GPU whose compute model times compute: a preset (h100, h200, ...) or a GPU file, e.g. one "
+                        "`commscope calibrate` fitted to this GPU's kernels (default: matched from the cluster's gpu; "
+                        "the cluster's peak FLOP/s and memory bandwidth apply)")
     g.add_argument("--bandwidth", type=Path, default=None,
                    help="measured bandwidth: nccl-tests output (.txt/.log) or a table (.json/.toml/.csv with op, group_size, "
                         "size_bytes, busbw_GBps and intra_node: true for a group measured inside one node, false across "

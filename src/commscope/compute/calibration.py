@@ -447,9 +447,18 @@ def _fit_attention(gpu: GpuSpec, rows: Sequence[dict[str, Any]]) -> dict[str, At
     return out
 
 
-def _layer_model(name: str) -> ModelSpec | None:
+def _layer_model(name: str, directory: Path) -> ModelSpec | None:
+    """The model of a layer row: the model file ``NAME.model.toml`` beside the CSVs (``commscope calibrate`` writes
+    one for a model that is no preset), else the preset ``NAME``, else None."""
     from commscope.presets import model_preset
+    from commscope.spec.files import load_model
 
+    path = directory / f"{name}.model.toml"
+    if Path(name).name == name and path.is_file():
+        try:
+            return load_model(path)
+        except ConfigError:
+            return None
     try:
         return model_preset(name)
     except ConfigError:
@@ -563,10 +572,10 @@ def calibrate_kernels(directory: str | Path, base: GpuSpec, *, loo: bool = True,
     # layer rows need their model: presets only
     layer_rows = []
     for r in data.layers:
-        spec = _layer_model(r["model"])
+        spec = _layer_model(r["model"], data.directory)
         if spec is None:
-            warnings.append(f"{r['where']}: model {r['model']!r} is not a model preset (`commscope presets`); "
-                            "layer skipped")
+            warnings.append(f"{r['where']}: model {r['model']!r} is not a model preset (`commscope presets`) and has "
+                            f"no readable model file {r['model']}.model.toml beside it; layer skipped")
             continue
         layer_rows.append({**r, "spec": spec})
     fitted_layers = [r for r in layer_rows if r["mode"].startswith("eager")]
