@@ -1,0 +1,683 @@
+"""One rank's program of a predicted iteration: compute and communication nodes with their dependencies.
+
+The program follows the estimate's schedule and overlaps communication with compute where the estimate does
+(:mod:`commscope.estimate`). What :mod:`commscope.io.chakra` encodes into Chakra, node for node.
+
+Order. A rank runs the work list of its pipeline stage, :func:`commscope.schedule.stage_order` (1F1B, interleaved
+1F1B, GPipe); each forward or backward pass runs its model chunk's layers through the kernels of
+:mod:`commscope.io.chakra_compute`, the first virtual stage adds the embedding, the last the head (final norm,
+logits, cross-entropy). After the last pass: gradient reduction, the embedding sync, the optimizer step and the
+parameter all-gather (the end of the iteration).
+
+Dependencies, as two CUDA streams and the events between them:
+
+- compute nodes run in program order: each has a control dependency on the compute node before it (and a data
+  dependency on what produced its input: the kernel before it in the same pass, a receive, a collective);
+- communication nodes that occupy the network (collectives and sends) run in program order too, one chain per
+  rank (``comm_streams=1``, the default: ASTRA-sim runs one of them at a time per NPU, and one order per rank keeps
+  every process group's collectives in the same order on all its members, which a simulator matching them by issue
+  order needs), or two (``comm_streams=2``: the pipeline's own communication, and DP/ZeRO traffic on its own chain,
+  as NCCL runs them on separate streams); a receive occupies nothing and has no dependencies (a simulator posts it
+  at once; it completes when its send's data has arrived);
+- a node's data dependencies say what it must wait for. Communication that the estimate exposes is waited for by
+  the next compute; communication the estimate overlaps is not:
+
+  ======================================  ====================================================================
+  overlap (estimate)                      in the trace
+  ======================================  ====================================================================
+  ``tp_comm_overlap``                     a TP all-gather runs beside the column-parallel GEMM that consumes it,
+                                          a reduce-scatter beside the row-parallel GEMM that produces it; the
+                                          next kernel waits for both
+  ``overlap_grad_reduce``, DDP, FSDP2     gradient buckets start during the last micro-batch's backward, each
+                                          when its share of that backward has run (the estimate's rule); the
+                                          optimizer step waits for them
+  ``overlap_param_gather``                the parameter all-gathers start the iteration, each needed by the
+                                          forward kernel where its share of the first forward begins
+  ZeRO-3 / FSDP2 per layer               a layer's parameters are gathered one layer ahead (issued when the
+                                          layer before starts), its gradients reduce-scattered after its
+                                          backward, waited for only by the optimizer step
+  context parallelism                     the attention core runs in cp steps, each beside the ring transfer
+                                          of the next step's K/V
+  interleaved, ``overlap_p2p_comm``       pipeline sends are not waited for; 1F1B's (and GPipe's) are: the next
+                                          compute waits for the send as Megatron's blocking p2p does
+  ======================================  ====================================================================
+
+Every op of the op list (:meth:`commscope.workload.base.Workload.ops`), ``count`` expanded, is placed once on every
+rank it involves: by name where the rules of Megatron-LM or PyTorch give it a place, else (an op this module does not
+know) after the iteration's compute, in a fixed order on every rank (``unplaced`` lists them).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from itertools import pairwise
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from commscope.io.chakra_compute import Kernel, StageKernels
+from commscope.record import CommOp
+from commscope.schedule import stage_order
+from commscope.workload.stages import stage_layers
+
+__all__ = ["MAX_TAG", "TraceJob", "TraceNode", "rank_ops", "rank_program"]
+
+#: ASTRA-sim keeps send/recv tags of a trace below 500,000,000 (Sys::FrontEndSendRecvType::COLLECTIVE); tags are
+#: unique per message below this, and wrap above it (a simulator still matches sends and receives of one pair in
+#: order).
+MAX_TAG = 500_000_000
+
+#: PyTorch's names for the TP ops of a layer, in the order a layer issues them -> the slot's Megatron name.
+_TORCH_TP = {"attention_mlp_input": ("attn_in", "mlp_in"), "attention_mlp_output": ("attn_out", "mlp_out"),
+             "attention_mlp_output_grad": ("mlp_out_grad", "attn_out_grad"),
+             "attention_mlp_input_grad": ("mlp_in_grad", "attn_in_grad")}
+
+
+@dataclass(slots=True)
+class TraceNode:
+    """One node of a rank's program (a Chakra node before encoding)."""
+
+    id: int
+    name: str
+    type: str
+    """``comp``, ``coll``, ``send`` or ``recv``."""
+    data_deps: list[int]
+    ctrl_deps: list[int]
+    kernel: Kernel | None = None
+    op: CommOp | None = None
+    index: int = 0
+    """Which of the op's ``count`` instances this node is."""
+    comm_size: int = 0
+    """What the simulator moves: the op's size (an all-to-all: the group's largest send buffer)."""
+    tag: int = 0
+    phase: str = ""
+    micro_batch: int | None = None
+    layer: int | None = None
+    chunk: int | None = None
+    recompute: bool = False
+    stream: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceJob:
+    """What every rank's program is built from."""
+
+    prediction: Any
+    kernels: list[StageKernels]
+    comm_streams: int = 1
+    schedule: str = field(init=False)
+    tag_names: dict[str, int] = field(init=False)
+    tag_radix: tuple[int, int, int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        par = self.prediction.parallel
+        object.__setattr__(self, "schedule", "interleaved" if par.virtual_pipeline_size > 1 else par.schedule)
+        names = sorted({s.name for s in self.prediction.workload.opsets if s.op == "send"})
+        object.__setattr__(self, "tag_names", {n: i for i, n in enumerate(names)})
+        repeat = max((s.repeat for s in self.prediction.workload.opsets if s.op == "send"), default=1)
+        object.__setattr__(self, "tag_radix", (par.num_micro_batches + 1, self.prediction.model.num_layers + 1, repeat))
+
+    def tag(self, op: CommOp, index: int) -> int:
+        """The tag a send and its receive share: unique per message of the iteration (below :data:`MAX_TAG`)."""
+        mbs, layers, repeat = self.tag_radix
+        value = self.tag_names.get(op.name, len(self.tag_names))
+        value = value * mbs + (0 if op.micro_batch is None else op.micro_batch + 1)
+        value = value * layers + (0 if op.layer is None else op.layer + 1)
+        return (value * repeat + index) % MAX_TAG
+
+
+def rank_ops(workload: Any, rank: int) -> Iterator[CommOp]:
+    """The CommOps of ``workload`` that ``rank`` issues: collectives of its groups, its sends and receives, its own
+    all-to-all records; as :meth:`Workload.ops` has them, without expanding the other ranks'."""
+    for s in workload.opsets:
+        g = s.groups
+        if s.op == "send":
+            rows = np.flatnonzero(g[:, 0] == rank)
+        elif s.op == "recv":
+            rows = np.flatnonzero(g[:, 1] == rank)
+        else:
+            rows = np.flatnonzero((g == rank).any(axis=1))
+        for row in rows:
+            for op in s.row_ops(int(row)):
+                if op.op == "all_to_all" and op.rank is not None and op.rank != rank:
+                    continue
+                yield op
+
+
+def _a2a_sizes(workload: Any, rank: int) -> dict[tuple[Any, ...], int]:
+    """The group's largest send buffer of each all-to-all ``rank`` joins (what every member must agree on)."""
+    out: dict[tuple[Any, ...], int] = {}
+    for s in workload.opsets:
+        if s.op != "all_to_all":
+            continue
+        for row in np.flatnonzero((s.groups == rank).any(axis=1)):
+            for op in s.row_ops(int(row)):
+                key = (op.name, op.phase, op.micro_batch, op.layer, op.group)
+                out[key] = max(out.get(key, 0), op.size_bytes)
+    return out
+
+
+class _Ops:
+    """A rank's op instances (``count`` expanded), taken by where the program needs them."""
+
+    def __init__(self, ops: Iterator[CommOp]) -> None:
+        self.slots: dict[tuple[Any, ...], deque[tuple[CommOp, int]]] = {}
+        for op in ops:
+            kind = op.op if op.op in ("send", "recv") else "coll"
+            for j in range(op.count):
+                name, index = op.name, j
+                if op.name in _TORCH_TP and op.count == 2:
+                    name, index = _TORCH_TP[op.name][j], 0
+                key = (kind, op.phase, op.micro_batch, op.layer, name)
+                self.slots.setdefault(key, deque()).append((op, index))
+
+    def take(self, kind: str, phase: str, mb: int | None, layer: int | None, name: str) -> tuple[CommOp, int] | None:
+        q = self.slots.get((kind, phase, mb, layer, name))
+        return q.popleft() if q else None
+
+    def take_all(self, kind: str, phase: str, mb: int | None, layer: int | None, name: str) -> list[tuple[CommOp, int]]:
+        q = self.slots.pop((kind, phase, mb, layer, name), None)
+        return list(q) if q else []
+
+    def take_once(self, predicate: Any) -> list[tuple[CommOp, int]]:
+        """Instances of once-per-iteration ops (no micro-batch) whose (kind, phase, name) satisfy ``predicate``, in
+        the order the op list has them."""
+        out: list[tuple[CommOp, int]] = []
+        for key in [k for k in self.slots if k[2] is None and predicate(k[0], k[1], k[4])]:
+            out += self.slots.pop(key)
+        return out
+
+    def rest(self) -> list[tuple[CommOp, int]]:
+        order = {"setup": 0, "fwd": 1, "bwd": 2, "optim": 3}
+
+        def key(k: tuple[Any, ...]) -> tuple[Any, ...]:
+            kind, phase, mb, layer, name = k
+            return (order.get(phase or "", 4), -1 if mb is None else mb, -1 if layer is None else layer, name, kind)
+        out: list[tuple[CommOp, int]] = []
+        for k in sorted((k for k, q in self.slots.items() if q), key=key):
+            out += self.slots.pop(k)
+        return out
+
+
+class _Program:
+    """Builds one rank's nodes (see the module docstring)."""
+
+    def __init__(self, job: TraceJob, rank: int) -> None:
+        pred = job.prediction
+        self.job, self.rank = job, rank
+        self.model, self.par = pred.model, pred.parallel
+        self.p, self.v, self.m = self.par.pp, self.par.virtual_pipeline_size, self.par.num_micro_batches
+        self.stage = int(pred.workload.layout.stage_of()[rank])
+        self.k: StageKernels = job.kernels[self.stage]
+        self.chunks = [list(r) for r in stage_layers(self.model, self.par, self.stage)]
+        self.ops = _Ops(rank_ops(pred.workload, rank))
+        self.a2a = _a2a_sizes(pred.workload, rank) if self.model.is_moe else {}
+        self.nodes: list[TraceNode] = []
+        self.unplaced: list[tuple[CommOp, int]] = []
+        self.comp_tail: int | None = None
+        self.comm_tail: dict[str, int] = {}
+        self.block: list[int] = []  # sends the next compute waits for (blocking p2p)
+        self.optimizer_deps: list[int] = []
+        self.overlap_tp = self.par.tp_comm_overlap and self.par.sequence_parallel and self.par.tp > 1
+        self.blocking_p2p = not (self.v > 1 and self.par.overlap_p2p_comm)
+        self.fsdp = self.par.framework == "torch-fsdp2"
+        self.fsdp_sharded: dict[str, bool] = {}
+        # gathers a compute node waits for, by the unit it belongs to; the next unit's gathers to issue after it
+        self.pending: dict[Any, list[int]] = {}
+        self.prefetch: dict[Any, tuple[Any, list[tuple[CommOp, int]]]] = {}
+        self._setup_buckets()
+
+    # ------------------------------------------------------------------------------------------- nodes
+
+    def _node(self, type_: str, name: str, data: list[int], ctrl: list[int], **kw: Any) -> int:
+        data = list(dict.fromkeys(data))
+        ctrl = [c for c in dict.fromkeys(ctrl) if c not in data]
+        node = TraceNode(id=len(self.nodes), name=name, type=type_, data_deps=data, ctrl_deps=ctrl, **kw)
+        self.nodes.append(node)
+        return node.id
+
+    def comp(self, kernel: Kernel, data: list[int], *, phase: str, mb: int | None, layer: int | None = None,
+             chunk: int | None = None, recompute: bool = False, unit: Any = "-") -> int:
+        if unit != "-":
+            data = data + self.pending.pop(unit, [])
+        if phase == "fwd" and mb == 0 and self.param_buckets:
+            data = data + self._params_needed()
+        ctrl = ([] if self.comp_tail is None else [self.comp_tail]) + self.block
+        self.block = []
+        where = f"{phase}:mb{mb}" + ("" if chunk is None or self.v == 1 else f":c{chunk}") + (
+            "" if layer is None else f":layer{layer}") + (":recompute" if recompute else "")
+        nid = self._node("comp", f"{where}:{kernel.name}", data, ctrl, kernel=kernel, phase=phase, micro_batch=mb,
+                         layer=layer, chunk=chunk, recompute=recompute)
+        self.comp_tail = nid
+        if phase == "bwd" and mb == self.m - 1:
+            self._window_done(kernel.time_s, nid)
+        if phase == "fwd" and mb == 0:
+            self.fwd0_done_s += kernel.time_s
+        if unit != "-" and unit in self.prefetch:
+            next_unit, instances = self.prefetch.pop(unit)
+            self.pending[next_unit] = [self.comm(op, j, [], "async", ctrl=(nid,)) for op, j in instances]
+        return nid
+
+    def comm(self, op: CommOp, index: int, data: list[int], stream: str = "sync", ctrl: tuple[int, ...] = ()) -> int:
+        chain = "sync" if self.job.comm_streams == 1 else stream
+        tail = self.comm_tail.get(chain)
+        size = op.size_bytes
+        if op.op == "all_to_all":
+            size = self.a2a.get((op.name, op.phase, op.micro_batch, op.layer, op.group), size)
+        type_ = "send" if op.op == "send" else "coll"
+        tag = self.job.tag(op, index) if type_ == "send" else 0
+        nid = self._node(type_, _comm_name(op, index), data, ([] if tail is None else [tail]) + list(ctrl), op=op,
+                         index=index, comm_size=size, tag=tag, phase=op.phase or "", micro_batch=op.micro_batch,
+                         layer=op.layer, stream=stream)
+        self.comm_tail[chain] = nid
+        return nid
+
+    def recv(self, op: CommOp, index: int) -> int:
+        return self._node("recv", _comm_name(op, index), [], [], op=op, index=index, comm_size=op.size_bytes,
+                          tag=self.job.tag(op, index), phase=op.phase or "", micro_batch=op.micro_batch, layer=op.layer)
+
+    def blocking(self, x: list[int], phase: str, mb: int | None, layer: int | None, name: str) -> list[int]:
+        """Every instance of a collective the next compute waits for, in a row."""
+        for op, j in self.ops.take_all("coll", phase, mb, layer, name):
+            x = [self.comm(op, j, x)]
+        return x
+
+    # ---------------------------------------------------------------------- the gradient and parameter buckets
+
+    def _setup_buckets(self) -> None:
+        """DP buckets overlapped with the last backward (by share, as the estimate's _overlapped_buckets) and
+        parameter all-gathers overlapped with the first forward (as its _late_gathers)."""
+        par, megatron = self.par, self.par.framework == "megatron"
+
+        def is_grad(kind: str, phase: str, name: str) -> bool:
+            if kind != "coll":
+                return False
+            if megatron:
+                return phase == "optim" and "grads_bucket" in name
+            return par.framework == "torch-ddp" and phase == "bwd" and name.startswith("grad_bucket")
+
+        overlap = par.overlap_grad_reduce or par.framework == "torch-ddp"
+        self.grad_buckets = self.ops.take_once(is_grad)
+        self.window: list[tuple[float, CommOp, int]] = []
+        self.window_done_s = 0.0
+        if overlap and self.grad_buckets:
+            total = sum(op.size_bytes for op, _ in self.grad_buckets)
+            share = 0.0
+            for op, j in self.grad_buckets:
+                share += op.size_bytes / total if total else 1 / len(self.grad_buckets)
+                self.window.append((share * self._window_s(), op, j))
+            self.grad_buckets = []
+        self.param_buckets: list[tuple[float, int]] = []
+        self.fwd0_done_s = 0.0
+        if megatron and par.overlap_param_gather:
+            params = self.ops.take_once(lambda kind, phase, name: kind == "coll" and phase == "optim"
+                                        and "params_bucket" in name)
+            total = sum(op.size_bytes for op, _ in params)
+            needed = 0.0
+            for op, j in params:
+                self.param_buckets.append((needed * self._forward_s(), self.comm(op, j, [], "async")))
+                needed += op.size_bytes / total if total else 1 / len(params)
+
+    def _window_s(self) -> float:
+        """Compute seconds of one micro-batch's backward on this stage (every chunk): the window of the last one."""
+        k = self.k
+        total = sum(k.layer(self.model, layer).backward_s for chunk in self.chunks for layer in chunk)
+        total += sum(x.time_s for x in k.head_backward if self._has_head) + (k.embedding[1].time_s if k.embedding else 0)
+        return total + sum(a.time_s for a in k.accumulate if a is not None)
+
+    def _forward_s(self) -> float:
+        k = self.k
+        total = sum(k.layer(self.model, layer).forward_s for chunk in self.chunks for layer in chunk)
+        return total + sum(x.time_s for x in k.head_forward if self._has_head) + (k.embedding[0].time_s if k.embedding else 0)
+
+    @property
+    def _has_head(self) -> bool:
+        return self.stage == self.p - 1
+
+    def _window_done(self, time_s: float, nid: int) -> None:
+        self.window_done_s += time_s
+        while self.window and self.window[0][0] <= self.window_done_s * (1 + 1e-9) + 1e-15:
+            _, op, j = self.window.pop(0)
+            self.optimizer_deps.append(self.comm(op, j, [nid], "async"))
+
+    def _params_needed(self) -> list[int]:
+        out = []
+        while self.param_buckets and self.param_buckets[0][0] <= self.fwd0_done_s * (1 + 1e-9) + 1e-15:
+            out.append(self.param_buckets.pop(0)[1])
+        return out
+
+    # ------------------------------------------------------------------------- per-layer parameter gathers
+
+    def _units(self, phase: str, vs: int, layers: list[int]) -> list[Any]:
+        """The units whose parameters a pass uses, in use order: its layers, and ``None`` (the embedding / head
+        parameters) where the pass runs them."""
+        units: list[Any] = list(layers) if phase == "fwd" else list(reversed(layers))
+        first, last = vs == 0, vs == self.p * self.v - 1
+        if phase == "fwd":
+            if first:
+                units.insert(0, None)
+            elif last:
+                units.append(None)
+        elif last:
+            units.insert(0, None)
+        elif first:
+            units.append(None)
+        return units
+
+    def _gathers(self, phase: str, mb: int, unit: Any) -> list[tuple[CommOp, int]]:
+        if self.fsdp:
+            name = "root" if unit is None else f"layer{unit}"
+            if self.fsdp_sharded.get(name, True):
+                got = self.ops.take_all("coll", "fwd", None, None, f"{name}_params")
+                if got:  # one gather of the unit's repeats; the rest stay for later passes
+                    first, rest = got[0], got[1:]
+                    if rest:
+                        self.ops.slots[("coll", "fwd", None, None, f"{name}_params")] = deque(rest)
+                    self.fsdp_sharded[name] = False
+                    return [first]
+            return []
+        out = []
+        for name in ("params_fwd", "expert_params_fwd") if phase == "fwd" else ("params_bwd", "expert_params_bwd"):
+            out += self.ops.take_all("coll", phase, mb, unit, name)
+        return out
+
+    def _start_gathers(self, phase: str, mb: int, vs: int, layers: list[int]) -> None:
+        """Issue the pass's first unit's gathers now and chain the others one unit ahead (see the docstring)."""
+        units = self._units(phase, vs, layers)
+        gathers = [(u, self._gathers(phase, mb, u)) for u in units]
+        self.pending, self.prefetch = {}, {}
+        if not any(g for _, g in gathers):
+            return
+        u0, g0 = gathers[0]
+        self.pending[u0] = [self.comm(op, j, [], "async") for op, j in g0]
+        for (u, _), (nxt, g) in pairwise(gathers):
+            if g:
+                self.prefetch[u] = (nxt, g)
+
+    def _end_pass(self, phase: str, mb: int, vs: int, layers: list[int]) -> None:
+        """Gathers of the pass no compute issued (a unit without kernels) go now; FSDP2's units reshard."""
+        for unit, (_, instances) in list(self.prefetch.items()):
+            self.optimizer_deps += [self.comm(op, j, [], "async") for op, j in instances]
+            del self.prefetch[unit]
+        self.optimizer_deps += [nid for ids in self.pending.values() for nid in ids]
+        self.pending = {}
+        if not self.fsdp:
+            return
+        for unit in self._units(phase, vs, layers):
+            name = "root" if unit is None else f"layer{unit}"
+            if phase == "fwd":
+                self.fsdp_sharded[name] = unit is not None  # blocks reshard after forward; the root keeps them
+            else:  # pipelining keeps them after every backward but the last micro-batch's
+                self.fsdp_sharded[name] = mb == self.m - 1 or self.p == 1
+
+    def _reduce_scatters(self, mb: int, unit: Any, after: int) -> None:
+        """The gradient reduce-scatters of a unit after its backward: ZeRO-3 every micro-batch, FSDP2 the last."""
+        if self.fsdp:
+            found = (self.ops.take_all("coll", "bwd", None, None, f"{'root' if unit is None else f'layer{unit}'}_grads")
+                     if mb == self.m - 1 else [])
+        else:
+            found = self.ops.take_all("coll", "bwd", mb, unit, "grads") + self.ops.take_all(
+                "coll", "bwd", mb, unit, "expert_grads")
+        self.optimizer_deps += [self.comm(op, j, [after], "async") for op, j in found]
+
+    # --------------------------------------------------------------------------------------- layers
+
+    def col_gemm(self, kernel: Kernel, x: list[int], coll: tuple[str, int | None, int | None, str], **where: Any) -> list[int]:
+        """A column-parallel GEMM with the TP all-gather of its input before it (beside it with TP overlap)."""
+        got = self.ops.take("coll", *coll)
+        if got is None:
+            return [self.comp(kernel, x, **where)]
+        if self.overlap_tp:
+            a = self.comm(*got, x)
+            return [a, self.comp(kernel, x, **where)]
+        return [self.comp(kernel, [self.comm(*got, x)], **where)]
+
+    def row_gemm(self, kernel: Kernel, x: list[int], coll: tuple[str, int | None, int | None, str], **where: Any) -> list[int]:
+        """A row-parallel GEMM with the TP reduce-scatter (all-reduce) of its output after it (beside it with TP
+        overlap)."""
+        g = self.comp(kernel, x, **where)
+        got = self.ops.take("coll", *coll)
+        if got is None:
+            return [g]
+        if self.overlap_tp:
+            return [g, self.comm(*got, x)]
+        return [self.comm(*got, [g])]
+
+    def attention(self, kernel: Kernel, x: list[int], name: str, steps: int | None, **where: Any) -> list[int]:
+        """The attention core; with context parallelism in cp steps, each beside the ring transfer of the next
+        step's K/V (``steps``: how many ring transfers of ``name`` it sends, None: all left)."""
+        c = self.par.cp
+        phase, mb, layer = where["phase"], where["mb"], where["layer"]
+        sends = self.ops.take_all("send", phase, mb, layer, name)
+        recvs = self.ops.take_all("recv", phase, mb, layer, name)
+        if steps is not None:
+            for lst, kind in ((sends, "send"), (recvs, "recv")):
+                if len(lst) > steps:
+                    self.ops.slots[(kind, phase, mb, layer, name)] = deque(lst[steps:])
+                    del lst[steps:]
+        if c == 1 or not (sends or recvs):
+            out = [self.comp(kernel, x, **where)]
+            for op, j in sends:
+                out.append(self.comm(op, j, x))
+            for op, j in recvs:
+                out.append(self.recv(op, j))
+            return out
+        part = Kernel(name=kernel.name, kernel=kernel.kernel, time_s=kernel.time_s / c, flop=kernel.flop / c,
+                      hbm_bytes=kernel.hbm_bytes / c)
+        per_step = [[] for _ in range(c - 1)]  # type: list[list[int]]
+        for i in range(max(len(sends), len(recvs))):
+            per_step[i % (c - 1)].append(i)
+        a: list[int] = []
+        arrived: list[int] = []
+        for step in range(c):
+            if step < c - 1:
+                feed = x if step == 0 else arrived
+                got = []
+                for i in per_step[step]:
+                    if i < len(sends):
+                        self.comm(*sends[i], feed)
+                    if i < len(recvs):
+                        got.append(self.recv(*recvs[i]))
+            a = [self.comp(part, (x if step == 0 else a + arrived), **where)]
+            if step < c - 1:
+                arrived = got
+        return a
+
+    def layer_forward(self, mb: int, layer: int, x: list[int], chunk: int, recompute: bool = False) -> list[int]:
+        plan = self.k.layer(self.model, layer)
+        kernels = plan.recompute if recompute else plan.forward
+        k = {kern.name: kern for kern in kernels}
+        phase = "bwd" if recompute else "fwd"
+        sfx = "_recompute" if recompute else ""
+        where: dict[str, Any] = dict(phase=phase, mb=mb, layer=layer, chunk=chunk, recompute=recompute)
+        if "attn_norm" not in k:  # selective recomputation: the attention core alone, placed by layer_backward
+            return x
+        x = [self.comp(k["attn_norm"], x, unit=layer, **where)]
+        x = self.col_gemm(k["qkv"], x, (phase, mb, layer, "attn_in" + sfx), **where)
+        x = self.attention(k["attention"], x, "kv_and_grad" if recompute else "kv",
+                           self.par.cp - 1 if recompute else None, **where)
+        x = self.row_gemm(k["attn_proj"], x, (phase, mb, layer, "attn_out" + sfx), **where)
+        x = [self.comp(k["mlp_norm"], x, **where)]
+        if "router" in k:
+            x = self.col_gemm(k["router"], x, (phase, mb, layer, "mlp_in" + sfx), **where)
+            x = self.blocking(x, phase, mb, layer, "dispatch_counts")
+            x = self.blocking(x, phase, mb, layer, "dispatch")
+            x = [self.comp(k["experts_up"], x, **where)]
+            x = [self.comp(k["mlp_act"], x, **where)]
+            x = [self.comp(k["experts_down"], x, **where)]
+            x = self.blocking(x, phase, mb, layer, "combine")
+            x = self.blocking(x, phase, mb, layer, "mlp_out" + sfx)
+        else:
+            x = self.col_gemm(k["mlp_up"], x, (phase, mb, layer, "mlp_in" + sfx), **where)
+            x = [self.comp(k["mlp_act"], x, **where)]
+            x = self.row_gemm(k["mlp_down"], x, (phase, mb, layer, "mlp_out" + sfx), **where)
+        return [self.comp(k["residual"], x, **where)]
+
+    def layer_backward(self, mb: int, layer: int, x: list[int], chunk: int) -> list[int]:
+        plan = self.k.layer(self.model, layer)
+        k = {kern.name: kern for kern in plan.backward}
+        where: dict[str, Any] = dict(phase="bwd", mb=mb, layer=layer, chunk=chunk)
+        if self.par.recompute == "full":
+            x = self.layer_forward(mb, layer, x, chunk, recompute=True)
+            x = [self.comp(k["residual"], x, **where)]
+        else:
+            x = [self.comp(k["residual"], x, unit=layer, **where)]
+        if "router" in k:
+            x = self.blocking(x, "bwd", mb, layer, "mlp_out_grad")
+            x = self.blocking(x, "bwd", mb, layer, "combine_grad")
+            x = [self.comp(k["experts_down"], x, **where)]
+            x = [self.comp(k["mlp_act"], x, **where)]
+            x = [self.comp(k["experts_up"], x, **where)]
+            x = self.blocking(x, "bwd", mb, layer, "dispatch_grad")
+            x = self.row_gemm(k["router"], x, ("bwd", mb, layer, "mlp_in_grad"), **where)
+        else:
+            x = self.col_gemm(k["mlp_down"], x, ("bwd", mb, layer, "mlp_out_grad"), **where)
+            x = [self.comp(k["mlp_act"], x, **where)]
+            x = self.row_gemm(k["mlp_up"], x, ("bwd", mb, layer, "mlp_in_grad"), **where)
+        x = [self.comp(k["mlp_norm"], x, **where)]
+        x = self.col_gemm(k["attn_proj"], x, ("bwd", mb, layer, "attn_out_grad"), **where)
+        if self.par.recompute == "selective":
+            for kern in plan.recompute:
+                x = [self.comp(kern, x, recompute=True, **where)]
+        x = self.attention(k["attention"], x, "kv_and_grad", None, **where)
+        x = self.row_gemm(k["qkv"], x, ("bwd", mb, layer, "attn_in_grad"), **where)
+        x = [self.comp(k["attn_norm"], x, **where)]
+        self._reduce_scatters(mb, layer, x[0])
+        return x
+
+    # ---------------------------------------------------------------------------------------- passes
+
+    def forward(self, mb: int, chunk: int) -> None:
+        vs = chunk * self.p + self.stage
+        last = self.p * self.v - 1
+        layers = self.chunks[chunk]
+        where: dict[str, Any] = dict(phase="fwd", mb=mb, chunk=chunk)
+        x: list[int] = []
+        if vs > 0:
+            got = self.ops.take("recv", "fwd", mb, None, f"activation_vstage{vs - 1}")
+            if got is not None:
+                x = [self.recv(*got)]
+            x = self.blocking(x, "fwd", mb, None, f"activation_gather_vstage{vs}")
+        self._start_gathers("fwd", mb, vs, layers)
+        if vs == 0:
+            assert self.k.embedding is not None
+            x = [self.comp(self.k.embedding[0], x, unit=None, **where)]
+            x = self.blocking(x, "fwd", mb, None, "embedding")
+        for layer in layers:
+            x = self.layer_forward(mb, layer, x, chunk)
+        if vs == last:
+            x = self.head_forward(mb, x, chunk)
+        self._end_pass("fwd", mb, vs, layers)
+        if vs < last:
+            got = self.ops.take("send", "fwd", mb, None, f"activation_vstage{vs}")
+            if got is not None:
+                s = self.comm(*got, x)
+                if self.blocking_p2p:
+                    self.block.append(s)
+
+    def head_forward(self, mb: int, x: list[int], chunk: int) -> list[int]:
+        where: dict[str, Any] = dict(phase="fwd", mb=mb, chunk=chunk)
+        norm, logits, ce = self.k.head_forward
+        x = [self.comp(norm, x, unit=None, **where)]
+        x = self.blocking(x, "fwd", mb, None, "output_input")
+        x = self.col_gemm(logits, x, ("fwd", mb, None, "logits_in"), **where)
+        x = self.blocking(x, "fwd", mb, None, "logits")
+        # vocabulary-parallel cross-entropy: an all-reduce after the max, the target logit and the sum of exps
+        ars = self.ops.take_all("coll", "fwd", mb, None, "cross_entropy")
+        part = Kernel(name=ce.name, kernel=ce.kernel, time_s=ce.time_s / (len(ars) + 1), flop=ce.flop / (len(ars) + 1),
+                      hbm_bytes=ce.hbm_bytes / (len(ars) + 1))
+        for op, j in ars:
+            x = [self.comm(op, j, [self.comp(part, x, **where)])]
+        return [self.comp(part, x, **where)]
+
+    def head_backward(self, mb: int, x: list[int], chunk: int) -> list[int]:
+        where: dict[str, Any] = dict(phase="bwd", mb=mb, chunk=chunk)
+        ce, logits, norm = self.k.head_backward
+        x = [self.comp(ce, x, unit=None, **where)]
+        x = self.row_gemm(logits, x, ("bwd", mb, None, "logits_in_grad"), **where)
+        x = self.blocking(x, "bwd", mb, None, "output_input_grad")
+        return [self.comp(norm, x, **where)]
+
+    def backward(self, mb: int, chunk: int) -> None:
+        vs = chunk * self.p + self.stage
+        last = self.p * self.v - 1
+        layers = self.chunks[chunk]
+        where: dict[str, Any] = dict(phase="bwd", mb=mb, chunk=chunk)
+        x: list[int] = []
+        if vs < last:
+            got = self.ops.take("recv", "bwd", mb, None, f"activation_grad_vstage{vs + 1}")
+            if got is not None:
+                x = [self.recv(*got)]
+            x = self.blocking(x, "bwd", mb, None, f"activation_grad_gather_vstage{vs}")
+        self._start_gathers("bwd", mb, vs, layers)
+        if vs == last:
+            x = self.head_backward(mb, x, chunk)
+            if vs != 0:
+                self._reduce_scatters(mb, None, x[0])
+        for layer in reversed(layers):
+            x = self.layer_backward(mb, layer, x, chunk)
+        if vs == 0:
+            assert self.k.embedding is not None
+            x = self.blocking(x, "bwd", mb, None, "embedding_grad")
+            x = [self.comp(self.k.embedding[1], x, unit=None, **where)]
+            self._reduce_scatters(mb, None, x[0])
+        acc = self.k.accumulate[chunk] if chunk < len(self.k.accumulate) else None
+        if acc is not None:
+            x = [self.comp(acc, x, **where)]
+        x = self.blocking(x, "bwd", mb, None, "norm_weight_grad")
+        self._end_pass("bwd", mb, vs, layers)
+        if vs > 0:
+            got = self.ops.take("send", "bwd", mb, None, f"activation_grad_vstage{vs}")
+            if got is not None:
+                s = self.comm(*got, x)
+                if self.blocking_p2p:
+                    self.block.append(s)
+        elif x and self.nodes[x[0]].type != "comp":
+            self.block += x  # the pass ends in a collective: the next compute waits for it
+
+    def tail(self) -> None:
+        """Gradient reduction, the sync of replicated parameters, the optimizer step, the parameter gathers."""
+        last = [] if self.comp_tail is None else [self.comp_tail]
+        for _, op, j in self.window:  # buckets the window did not reach (rounding): at its end
+            self.optimizer_deps.append(self.comm(op, j, last, "async"))
+        self.window = []
+        for op, j in self.grad_buckets:
+            self.optimizer_deps.append(self.comm(op, j, last, "async"))
+        for name in ("norm_weight_grad", "sequence_parallel_grads", "embedding_grads"):
+            for phase in ("bwd", "optim"):
+                for op, j in self.ops.take_all("coll", phase, None, None, name):
+                    self.optimizer_deps.append(self.comm(op, j, last))
+        for _, nid in self.param_buckets:  # gathers the first forward never reached (none of its kernels take time)
+            self.optimizer_deps.append(nid)
+        self.param_buckets = []
+        opt = self.comp(self.k.optimizer, self.optimizer_deps, phase="optim", mb=None)
+        for op, j in self.ops.take_once(lambda kind, phase, name: kind == "coll" and phase == "optim"
+                                        and "params_bucket" in name):
+            self.comm(op, j, [opt], "async")
+        for op, j in self.ops.rest():
+            self.unplaced.append((op, j))
+            if op.op == "recv":
+                self.recv(op, j)
+            else:
+                self.comm(op, j, [opt])
+
+    def build(self) -> None:
+        for kind, mb, chunk in stage_order(self.job.schedule, self.p, self.m, self.stage, self.v):
+            (self.forward if kind == "fwd" else self.backward)(mb, chunk)
+        self.tail()
+
+
+def _comm_name(op: CommOp, index: int) -> str:
+    where = [p for p in (op.phase, None if op.micro_batch is None else f"mb{op.micro_batch}",
+                         None if op.layer is None else f"layer{op.layer}", op.name or None) if p]
+    return ":".join([op.axis, op.op, *where]) + (f"#{index}" if op.count > 1 else "")
+
+
+def rank_program(job: TraceJob, rank: int) -> tuple[list[TraceNode], list[tuple[CommOp, int]]]:
+    """The nodes of ``rank`` in program order (ids are positions; every dependency points to an earlier node), and
+    the op instances no rule placed (see the module docstring)."""
+    prog = _Program(job, rank)
+    prog.build()
+    return prog.nodes, prog.unplaced
