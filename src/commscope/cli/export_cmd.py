@@ -70,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     model, parallel, cluster = resolve_job(args)
     pred = predict(model, parallel, cluster)
     est = estimate_job(pred, args)
-    export = export_chakra(pred, est, args.out, prefix=args.prefix, comm_streams=args.comm_streams)
+    export = export_chakra(pred, est, args.out, prefix=args.prefix, bandwidth=_bandwidth(args, pred),
+                           comm_streams=args.comm_streams)
     paths = export.paths
     print(f"wrote {len(paths) - 1} Chakra execution traces ({args.out / f'{args.prefix}.0.et'} ...; "
           f"{sum(export.num_nodes):,} nodes) and {paths[-1]}")
@@ -81,17 +82,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bandwidth(args: argparse.Namespace, pred: Any) -> Any:
+    """The bandwidth model the estimate used: --bandwidth's table (alpha-beta where it lacks an op), or None (the
+    cluster's alpha-beta tiers)."""
+    if args.bandwidth is None:
+        return None
+    from commscope.bandwidth import AlphaBeta
+    from commscope.io.bandwidth_file import read_bandwidth
+
+    return read_bandwidth(args.bandwidth, fallback=AlphaBeta(pred.cluster))
+
+
 def _check(args: argparse.Namespace, pred: Any, est: Any) -> int:
     """Replay the traces just written and print the simulated time beside the estimate (1 if they deadlock)."""
     from commscope.io.chakra_replay import bandwidth_timer, replay
 
-    bw = None
-    if args.bandwidth is not None:
-        from commscope.bandwidth import AlphaBeta
-        from commscope.io.bandwidth_file import read_bandwidth
-
-        bw = read_bandwidth(args.bandwidth, fallback=AlphaBeta(pred.cluster))
-    res = replay(args.out, bandwidth_timer(pred.cluster, bw), prefix=args.prefix)
+    res = replay(args.out, bandwidth_timer(pred.cluster, _bandwidth(args, pred)), prefix=args.prefix)
     for line in res.problems[:10]:
         print(f"problem: {line}")
     if not res.finished:

@@ -100,18 +100,22 @@ class ChakraExport:
 
 
 def write_chakra(prediction: Any, estimate: Any, out: str | Path, *, prefix: str = "commscope", gpu: Any = None,
-                 comm_streams: int = 1) -> list[Path]:
+                 bandwidth: Any = None, comm_streams: int = 1) -> list[Path]:
     """Write one Chakra ET file per rank and ``comm_group.json`` into ``out``; returns the paths written (traces, then
     the group file). See :func:`export_chakra`."""
-    return list(export_chakra(prediction, estimate, out, prefix=prefix, gpu=gpu, comm_streams=comm_streams).paths)
+    return list(export_chakra(prediction, estimate, out, prefix=prefix, gpu=gpu, bandwidth=bandwidth,
+                              comm_streams=comm_streams).paths)
 
 
 def export_chakra(prediction: Any, estimate: Any, out: str | Path, *, prefix: str = "commscope", gpu: Any = None,
-                  comm_streams: int = 1) -> ChakraExport:
+                  bandwidth: Any = None, comm_streams: int = 1) -> ChakraExport:
     """Write the traces of ``prediction`` (module docstring), compute timed as ``estimate`` was (``gpu``: the GPU
-    :func:`commscope.estimate.estimate` was given, if any); ``comm_streams`` 1 or 2 (:mod:`commscope.io.chakra_trace`).
-    Raises ConfigError for a bad ``prefix`` or an ``out`` holding an earlier export (:func:`check_chakra_out`)."""
+    :func:`commscope.estimate.estimate` was given, if any), its one communication chain per rank ordered with the
+    op times of ``bandwidth`` (the estimate's bandwidth model; default the cluster's alpha-beta tiers);
+    ``comm_streams`` 1 or 2 (:mod:`commscope.io.chakra_trace`). Raises ConfigError for a bad ``prefix`` or an
+    ``out`` holding an earlier export (:func:`check_chakra_out`)."""
     from commscope.io.chakra_compute import job_kernels
+    from commscope.io.chakra_replay import bandwidth_timer
     from commscope.io.chakra_trace import TraceJob, rank_program
 
     et, protolib = _require_chakra()
@@ -121,7 +125,8 @@ def export_chakra(prediction: Any, estimate: Any, out: str | Path, *, prefix: st
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     par = prediction.parallel
-    job = TraceJob(prediction=prediction, kernels=job_kernels(prediction, estimate, gpu), comm_streams=comm_streams)
+    job = TraceJob(prediction=prediction, kernels=job_kernels(prediction, estimate, gpu), comm_streams=comm_streams,
+                   comm_time_s=bandwidth_timer(prediction.cluster, bandwidth))
     groups: dict[tuple[int, ...], str] = {}
     paths, sizes, unplaced = [], [], []
     meta_attrs = [("schema", "string_val", SCHEMA), ("producer", "string_val", "commscope"),

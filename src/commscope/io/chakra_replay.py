@@ -43,6 +43,7 @@ CommTime = Callable[[str, int, tuple[int, ...]], float]
 """Seconds of one op: (op name, size in bytes, group; for a send (source, destination))."""
 
 _COMP, _SEND, _RECV, _COLL, _OTHER = range(5)
+_COMM_ATTRS = frozenset({"comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag", "pg_name"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,15 +122,19 @@ def read_traces(directory: str | Path, prefix: str = "commscope") -> tuple[list[
             nodes = []
             node = et.Node()
             while decodeMessage(fh, node):
-                a = {x.name: _value(x) for x in node.attr}
                 kind = kinds.get(node.type, _OTHER)
-                nodes.append(TraceNodeRecord(
-                    id=int(node.id), name=node.name, kind=kind,
-                    deps=tuple(dict.fromkeys([*node.data_deps, *node.ctrl_deps])),
-                    duration_s=node.duration_micros * 1e-6 if node.duration_micros else ZERO_DURATION_S,
-                    op=("send" if kind in (_SEND, _RECV) else COLLECTIVES.get(int(a.get("comm_type", 0)), "all_reduce")),
-                    size_bytes=int(a.get("comm_size", 0)), src=int(a.get("comm_src", -1)),
-                    dst=int(a.get("comm_dst", -1)), tag=int(a.get("comm_tag", 0)), pg_name=str(a.get("pg_name", ""))))
+                deps = tuple(dict.fromkeys([*node.data_deps, *node.ctrl_deps]))
+                if kind != _COMP:  # (a compute node's attributes are for a roofline; the replay uses its duration)
+                    a = {x.name: _value(x) for x in node.attr if x.name in _COMM_ATTRS}
+                    nodes.append(TraceNodeRecord(
+                        id=int(node.id), name=node.name, kind=kind, deps=deps,
+                        op=("send" if kind in (_SEND, _RECV) else COLLECTIVES.get(int(a.get("comm_type", 0)), "all_reduce")),
+                        size_bytes=int(a.get("comm_size", 0)), src=int(a.get("comm_src", -1)),
+                        dst=int(a.get("comm_dst", -1)), tag=int(a.get("comm_tag", 0)), pg_name=str(a.get("pg_name", ""))))
+                else:
+                    nodes.append(TraceNodeRecord(id=int(node.id), name=node.name, kind=kind, deps=deps,
+                                                 duration_s=node.duration_micros * 1e-6 if node.duration_micros
+                                                 else ZERO_DURATION_S))
                 node = et.Node()
         finally:
             fh.close()
@@ -145,9 +150,12 @@ def bandwidth_timer(cluster: Any, bandwidth: Any = None) -> CommTime:
     bw = bandwidth if bandwidth is not None else AlphaBeta(cluster)
     gpn = cluster.gpus_per_node
     cache: dict[tuple[str, int, GroupSpan], float] = {}
+    spans: dict[tuple[int, ...], GroupSpan] = {}
 
     def time_s(op: str, size_bytes: int, group: tuple[int, ...]) -> float:
-        span = GroupSpan.of(group, gpn)
+        span = spans.get(group)
+        if span is None:
+            span = spans[group] = GroupSpan.of(group, gpn)
         key = (op, size_bytes, span)
         if key not in cache:
             cache[key] = float(bw.op_time_s(op, size_bytes, span))

@@ -57,6 +57,7 @@ from typing import Any
 
 import numpy as np
 
+from commscope.bandwidth import GroupSpan, slowest_row
 from commscope.io.chakra_compute import Kernel, StageKernels
 from commscope.record import CommOp
 from commscope.schedule import stage_order
@@ -107,9 +108,13 @@ class TraceJob:
     prediction: Any
     kernels: list[StageKernels]
     comm_streams: int = 1
+    comm_time_s: Any = None
+    """Op times (:data:`commscope.io.chakra_replay.CommTime`) for ordering the one chain; None: overlapped
+    communication goes after the next blocking op, whatever its time."""
     schedule: str = field(init=False)
     tag_names: dict[str, int] = field(init=False)
     tag_radix: tuple[int, int, int] = field(init=False)
+    groups: dict[tuple[str, str, int], tuple[int, ...]] = field(init=False)
 
     def __post_init__(self) -> None:
         par = self.prediction.parallel
@@ -118,6 +123,21 @@ class TraceJob:
         object.__setattr__(self, "tag_names", {n: i for i, n in enumerate(names)})
         repeat = max((s.repeat for s in self.prediction.workload.opsets if s.op == "send"), default=1)
         object.__setattr__(self, "tag_radix", (par.num_micro_batches + 1, self.prediction.model.num_layers + 1, repeat))
+        # the slowest group of each op set per stage: what times an op the same way on every rank of the stage
+        gpn = self.prediction.cluster.gpus_per_node
+        stage_of = self.prediction.workload.layout.stage_of()
+        groups: dict[tuple[str, str, int], tuple[int, ...]] = {}
+        for s in self.prediction.workload.opsets:
+            row = slowest_row(*GroupSpan.row_spans(s.groups, gpn))
+            groups.setdefault((s.op, s.name, int(stage_of[s.groups[0, 0]])), tuple(int(r) for r in s.groups[row]))
+        object.__setattr__(self, "groups", groups)
+
+    def op_time_s(self, op: CommOp, size_bytes: int, stage: int) -> float:
+        """Seconds of ``op`` as the bandwidth model times its op set's slowest group (the same on every rank of the
+        stage); 0 without ``comm_time_s``."""
+        if self.comm_time_s is None:
+            return 0.0
+        return float(self.comm_time_s(op.op, size_bytes, self.groups.get((op.op, op.name, stage), op.group)))
 
     def tag(self, op: CommOp, index: int) -> int:
         """The tag a send and its receive share: unique per message of the iteration (below :data:`MAX_TAG`)."""
@@ -201,6 +221,20 @@ class _Ops:
         return out
 
 
+@dataclass(slots=True, kw_only=True)
+class _Deferred:
+    """Overlapped communication waiting for its place in the one chain."""
+
+    instances: list[tuple[CommOp, int]]
+    data: list[int]
+    ctrl: tuple[int, ...]
+    into: list[int]
+    ready_s: float
+    time_s: float
+    born: int
+    """Blocking ops issued before it was deferred."""
+
+
 class _Program:
     """Builds one rank's nodes (see the module docstring)."""
 
@@ -220,6 +254,7 @@ class _Program:
         self.comm_tail: dict[str, int] = {}
         self.block: list[int] = []  # sends the next compute waits for (blocking p2p)
         self.optimizer_deps: list[int] = []
+        self.unwaited: list[list[int]] = []  # gathers no compute waited for (filled when they are issued)
         self.overlap_tp = self.par.tp_comm_overlap and self.par.sequence_parallel and self.par.tp > 1
         self.blocking_p2p = not (self.v > 1 and self.par.overlap_p2p_comm)
         self.fsdp = self.par.framework == "torch-fsdp2"
@@ -227,6 +262,18 @@ class _Program:
         # gathers a compute node waits for, by the unit it belongs to; the next unit's gathers to issue after it
         self.pending: dict[Any, list[int]] = {}
         self.prefetch: dict[Any, tuple[Any, list[tuple[CommOp, int]]]] = {}
+        self.carry: list[int] | None = None  # the next pass's first gathers, issued during this pass's last unit
+        # with one chain and blocking communication inside the layers, overlapped communication waits in the chain
+        # for the next blocking op, so that it runs in the compute after that op instead of in front of it
+        self.defer = job.comm_streams == 1 and (self.par.tp > 1 or self.par.cp > 1 or self.par.ep > 1)
+        self.deferred: deque[_Deferred] = deque()
+        self.syncs = 0  # blocking ops issued so far
+        # a rough clock of this rank alone (compute, and the blocking communication it waits for), to fit deferred
+        # communication into the compute between blocking ops; kernels and op times are the same on every rank of a
+        # stage, so all of them order their chain alike
+        self.clock_s = 0.0
+        self.chain_free_s = 0.0
+        self.next_pass: tuple[str, int, int] | None = None
         self._setup_buckets()
 
     # ------------------------------------------------------------------------------------------- nodes
@@ -241,6 +288,8 @@ class _Program:
     def comp(self, kernel: Kernel, data: list[int], *, phase: str, mb: int | None, layer: int | None = None,
              chunk: int | None = None, recompute: bool = False, unit: Any = "-") -> int:
         if unit != "-":
+            if self.deferred and unit in self.pending:
+                self.flush([self.pending[unit]])  # the gathers this compute needs, not the rest of the queue
             data = data + self.pending.pop(unit, [])
         if phase == "fwd" and mb == 0 and self.param_buckets:
             data = data + self._params_needed()
@@ -251,28 +300,93 @@ class _Program:
         nid = self._node("comp", f"{where}:{kernel.name}", data, ctrl, kernel=kernel, phase=phase, micro_batch=mb,
                          layer=layer, chunk=chunk, recompute=recompute)
         self.comp_tail = nid
+        self.clock_s += kernel.time_s
         if phase == "bwd" and mb == self.m - 1:
             self._window_done(kernel.time_s, nid)
         if phase == "fwd" and mb == 0:
             self.fwd0_done_s += kernel.time_s
         if unit != "-" and unit in self.prefetch:
             next_unit, instances = self.prefetch.pop(unit)
-            self.pending[next_unit] = [self.comm(op, j, [], "async", ctrl=(nid,)) for op, j in instances]
+            issued: list[int] = []
+            if next_unit == _NEXT_PASS:
+                self.carry = issued
+            else:
+                self.pending[next_unit] = issued
+            self.overlapped(instances, [], issued, ctrl=(nid,))
         return nid
 
     def comm(self, op: CommOp, index: int, data: list[int], stream: str = "sync", ctrl: tuple[int, ...] = ()) -> int:
+        sync = stream == "sync"
+        if sync and self.deferred and self.job.comm_time_s is not None:
+            self._fill_gap()
         chain = "sync" if self.job.comm_streams == 1 else stream
         tail = self.comm_tail.get(chain)
-        size = op.size_bytes
-        if op.op == "all_to_all":
-            size = self.a2a.get((op.name, op.phase, op.micro_batch, op.layer, op.group), size)
+        size = self._size(op)
         type_ = "send" if op.op == "send" else "coll"
         tag = self.job.tag(op, index) if type_ == "send" else 0
         nid = self._node(type_, _comm_name(op, index), data, ([] if tail is None else [tail]) + list(ctrl), op=op,
                          index=index, comm_size=size, tag=tag, phase=op.phase or "", micro_batch=op.micro_batch,
                          layer=op.layer, stream=stream)
         self.comm_tail[chain] = nid
+        if sync:
+            end = max(self.clock_s, self.chain_free_s) + self.job.op_time_s(op, size, self.stage)
+            self.chain_free_s = end
+            if self._waited(op):
+                self.clock_s = end
+            self.syncs += 1
+            if self.deferred:
+                self._after_blocking()
         return nid
+
+    def _size(self, op: CommOp) -> int:
+        if op.op == "all_to_all":
+            return self.a2a.get((op.name, op.phase, op.micro_batch, op.layer, op.group), op.size_bytes)
+        return op.size_bytes
+
+    def _waited(self, op: CommOp) -> bool:
+        """Whether the next compute waits for a blocking op (roughly: for the chain's clock only)."""
+        if op.axis == "cp" or (op.axis == "tp" and self.overlap_tp):
+            return False
+        return op.op != "send" or self.blocking_p2p
+
+    def _fill_gap(self) -> None:
+        """Before a blocking op: issue the deferred communication that ends before this rank reaches the op."""
+        while self.deferred:
+            entry = self.deferred[0]
+            if max(self.chain_free_s, entry.ready_s) + entry.time_s > self.clock_s:
+                break
+            self._issue(self.deferred.popleft())
+
+    def _after_blocking(self) -> None:
+        """After a blocking op: what waited a whole gap already goes now (it runs in the compute after this op), the
+        rest waits for a gap it fits (without op times: all of it goes now)."""
+        while self.deferred and (self.job.comm_time_s is None or self.deferred[0].born < self.syncs - 1):
+            self._issue(self.deferred.popleft())
+
+    def _issue(self, entry: _Deferred) -> None:
+        entry.into += [self.comm(op, j, entry.data, "async", entry.ctrl) for op, j in entry.instances]
+        self.chain_free_s = max(self.chain_free_s, entry.ready_s) + entry.time_s
+
+    def overlapped(self, instances: list[tuple[CommOp, int]], data: list[int], into: list[int],
+                   ctrl: tuple[int, ...] = ()) -> None:
+        """Communication only later compute (or the optimizer step) waits for: on its own chain, or deferred to
+        after the next blocking op of the one chain; the node ids go ``into`` the list given."""
+        if self.defer:
+            time_s = sum(self.job.op_time_s(op, self._size(op), self.stage) for op, _ in instances)
+            self.deferred.append(_Deferred(instances=instances, data=data, ctrl=ctrl, into=into, ready_s=self.clock_s,
+                                           time_s=time_s, born=self.syncs))
+        else:
+            into += [self.comm(op, j, data, "async", ctrl) for op, j in instances]
+
+    def flush(self, only: list[list[int]] | None = None) -> None:
+        """Issue the deferred communication (``only``: that which fills these lists)."""
+        wanted = None if only is None else {id(x) for x in only}
+        queue, self.deferred = self.deferred, deque()
+        for entry in queue:
+            if wanted is None or id(entry.into) in wanted:
+                self._issue(entry)
+            else:
+                self.deferred.append(entry)
 
     def recv(self, op: CommOp, index: int) -> int:
         return self._node("recv", _comm_name(op, index), [], [], op=op, index=index, comm_size=op.size_bytes,
@@ -309,7 +423,7 @@ class _Program:
                 share += op.size_bytes / total if total else 1 / len(self.grad_buckets)
                 self.window.append((share * self._window_s(), op, j))
             self.grad_buckets = []
-        self.param_buckets: list[tuple[float, int]] = []
+        self.param_buckets: list[tuple[float, list[int]]] = []
         self.fwd0_done_s = 0.0
         if megatron and par.overlap_param_gather:
             params = self.ops.take_once(lambda kind, phase, name: kind == "coll" and phase == "optim"
@@ -317,7 +431,9 @@ class _Program:
             total = sum(op.size_bytes for op, _ in params)
             needed = 0.0
             for op, j in params:
-                self.param_buckets.append((needed * self._forward_s(), self.comm(op, j, [], "async")))
+                ids: list[int] = []
+                self.param_buckets.append((needed * self._forward_s(), ids))
+                self.overlapped([(op, j)], [], ids)
                 needed += op.size_bytes / total if total else 1 / len(params)
 
     def _window_s(self) -> float:
@@ -340,13 +456,15 @@ class _Program:
         self.window_done_s += time_s
         while self.window and self.window[0][0] <= self.window_done_s * (1 + 1e-9) + 1e-15:
             _, op, j = self.window.pop(0)
-            self.optimizer_deps.append(self.comm(op, j, [nid], "async"))
+            self.overlapped([(op, j)], [nid], self.optimizer_deps)
 
     def _params_needed(self) -> list[int]:
-        out = []
+        needed = []
         while self.param_buckets and self.param_buckets[0][0] <= self.fwd0_done_s * (1 + 1e-9) + 1e-15:
-            out.append(self.param_buckets.pop(0)[1])
-        return out
+            needed.append(self.param_buckets.pop(0)[1])
+        if self.deferred and needed:
+            self.flush(needed)
+        return [nid for ids in needed for nid in ids]
 
     # ------------------------------------------------------------------------- per-layer parameter gathers
 
@@ -368,59 +486,88 @@ class _Program:
 
     def _gathers(self, phase: str, mb: int, unit: Any) -> list[tuple[CommOp, int]]:
         if self.fsdp:
-            name = "root" if unit is None else f"layer{unit}"
-            if self.fsdp_sharded.get(name, True):
-                got = self.ops.take_all("coll", "fwd", None, None, f"{name}_params")
-                if got:  # one gather of the unit's repeats; the rest stay for later passes
-                    first, rest = got[0], got[1:]
-                    if rest:
-                        self.ops.slots[("coll", "fwd", None, None, f"{name}_params")] = deque(rest)
-                    self.fsdp_sharded[name] = False
-                    return [first]
-            return []
+            name = _unit_name(unit)
+            if not self.fsdp_sharded.get(name, True):
+                return []
+            got = self._take_fsdp_gather(name)
+            if got:
+                self.fsdp_sharded[name] = False
+            return got
         out = []
         for name in ("params_fwd", "expert_params_fwd") if phase == "fwd" else ("params_bwd", "expert_params_bwd"):
             out += self.ops.take_all("coll", phase, mb, unit, name)
         return out
 
     def _start_gathers(self, phase: str, mb: int, vs: int, layers: list[int]) -> None:
-        """Issue the pass's first unit's gathers now and chain the others one unit ahead (see the docstring)."""
+        """Chain the pass's gathers one unit ahead: the first unit's were issued during the pass before (or go now),
+        each next unit's when the one before it starts, the next pass's first unit's when this pass's last starts."""
         units = self._units(phase, vs, layers)
-        gathers = [(u, self._gathers(phase, mb, u)) for u in units]
+        carried, self.carry = self.carry, None
+        gathers = [(u, [] if i == 0 and carried is not None else self._gathers(phase, mb, u)) for i, u in enumerate(units)]
         self.pending, self.prefetch = {}, {}
-        if not any(g for _, g in gathers):
+        if not units:
             return
-        u0, g0 = gathers[0]
-        self.pending[u0] = [self.comm(op, j, [], "async") for op, j in g0]
+        if carried is not None:
+            self.pending[units[0]] = carried
+            if self.fsdp:
+                self.fsdp_sharded[_unit_name(units[0])] = False
+        elif gathers[0][1]:
+            self.pending[units[0]] = []
+            self.overlapped(gathers[0][1], [], self.pending[units[0]])
         for (u, _), (nxt, g) in pairwise(gathers):
             if g:
                 self.prefetch[u] = (nxt, g)
+        if self.next_pass is not None:
+            kind, mb2, chunk = self.next_pass
+            vs2 = chunk * self.p + self.stage
+            following = self._units(kind, vs2, self.chunks[chunk])
+            if following:
+                first = following[0]
+                if self.fsdp:  # what this pass leaves the unit in decides whether the next one gathers it
+                    sharded = self._sharded_after(phase, mb, first) if first in units else self.fsdp_sharded.get(
+                        _unit_name(first), True)
+                    ahead = self._take_fsdp_gather(_unit_name(first)) if sharded else []
+                else:
+                    ahead = self._gathers(kind, mb2, first)
+                if ahead:
+                    self.prefetch[units[-1]] = (_NEXT_PASS, ahead)
 
     def _end_pass(self, phase: str, mb: int, vs: int, layers: list[int]) -> None:
         """Gathers of the pass no compute issued (a unit without kernels) go now; FSDP2's units reshard."""
-        for unit, (_, instances) in list(self.prefetch.items()):
-            self.optimizer_deps += [self.comm(op, j, [], "async") for op, j in instances]
+        for unit, (nxt, instances) in list(self.prefetch.items()):
+            issued: list[int] = []
+            self.overlapped(instances, [], issued)
+            if nxt == _NEXT_PASS:
+                self.carry = issued
+            else:
+                self.unwaited.append(issued)
             del self.prefetch[unit]
-        self.optimizer_deps += [nid for ids in self.pending.values() for nid in ids]
+        self.unwaited += list(self.pending.values())
         self.pending = {}
-        if not self.fsdp:
-            return
-        for unit in self._units(phase, vs, layers):
-            name = "root" if unit is None else f"layer{unit}"
-            if phase == "fwd":
-                self.fsdp_sharded[name] = unit is not None  # blocks reshard after forward; the root keeps them
-            else:  # pipelining keeps them after every backward but the last micro-batch's
-                self.fsdp_sharded[name] = mb == self.m - 1 or self.p == 1
+        if self.fsdp:
+            for unit in self._units(phase, vs, layers):
+                self.fsdp_sharded[_unit_name(unit)] = self._sharded_after(phase, mb, unit)
+
+    def _sharded_after(self, phase: str, mb: int, unit: Any) -> bool:
+        """FSDP2: whether a unit a pass used is sharded after it. Blocks reshard after forward, the root keeps its
+        parameters; pipelining keeps them after every backward but the last micro-batch's."""
+        if phase == "fwd":
+            return unit is not None
+        return mb == self.m - 1 or self.p == 1
+
+    def _take_fsdp_gather(self, name: str) -> list[tuple[CommOp, int]]:
+        """One of the unit's all-gathers (an op of count k: k gathers over the iteration)."""
+        q = self.ops.slots.get(("coll", "fwd", None, None, f"{name}_params"))
+        return [q.popleft()] if q else []
 
     def _reduce_scatters(self, mb: int, unit: Any, after: int) -> None:
         """The gradient reduce-scatters of a unit after its backward: ZeRO-3 every micro-batch, FSDP2 the last."""
         if self.fsdp:
-            found = (self.ops.take_all("coll", "bwd", None, None, f"{'root' if unit is None else f'layer{unit}'}_grads")
-                     if mb == self.m - 1 else [])
+            found = self.ops.take_all("coll", "bwd", None, None, f"{_unit_name(unit)}_grads") if mb == self.m - 1 else []
         else:
             found = self.ops.take_all("coll", "bwd", mb, unit, "grads") + self.ops.take_all(
                 "coll", "bwd", mb, unit, "expert_grads")
-        self.optimizer_deps += [self.comm(op, j, [after], "async") for op, j in found]
+        self.overlapped(found, [after], self.optimizer_deps)
 
     # --------------------------------------------------------------------------------------- layers
 
@@ -576,6 +723,7 @@ class _Program:
                 s = self.comm(*got, x)
                 if self.blocking_p2p:
                     self.block.append(s)
+        self.flush()
 
     def head_forward(self, mb: int, x: list[int], chunk: int) -> list[int]:
         where: dict[str, Any] = dict(phase="fwd", mb=mb, chunk=chunk)
@@ -636,9 +784,12 @@ class _Program:
                     self.block.append(s)
         elif x and self.nodes[x[0]].type != "comp":
             self.block += x  # the pass ends in a collective: the next compute waits for it
+        self.flush()
 
     def tail(self) -> None:
         """Gradient reduction, the sync of replicated parameters, the optimizer step, the parameter gathers."""
+        self.flush()
+        self.optimizer_deps += [nid for ids in self.unwaited for nid in ids]
         last = [] if self.comp_tail is None else [self.comp_tail]
         for _, op, j in self.window:  # buckets the window did not reach (rounding): at its end
             self.optimizer_deps.append(self.comm(op, j, last, "async"))
@@ -649,8 +800,8 @@ class _Program:
             for phase in ("bwd", "optim"):
                 for op, j in self.ops.take_all("coll", phase, None, None, name):
                     self.optimizer_deps.append(self.comm(op, j, last))
-        for _, nid in self.param_buckets:  # gathers the first forward never reached (none of its kernels take time)
-            self.optimizer_deps.append(nid)
+        for _, ids in self.param_buckets:  # gathers the first forward never reached (none of its kernels take time)
+            self.optimizer_deps += ids
         self.param_buckets = []
         opt = self.comp(self.k.optimizer, self.optimizer_deps, phase="optim", mb=None)
         for op, j in self.ops.take_once(lambda kind, phase, name: kind == "coll" and phase == "optim"
@@ -664,9 +815,20 @@ class _Program:
                 self.comm(op, j, [opt])
 
     def build(self) -> None:
-        for kind, mb, chunk in stage_order(self.job.schedule, self.p, self.m, self.stage, self.v):
+        order = stage_order(self.job.schedule, self.p, self.m, self.stage, self.v)
+        for i, (kind, mb, chunk) in enumerate(order):
+            self.next_pass = order[i + 1] if i + 1 < len(order) else None
             (self.forward if kind == "fwd" else self.backward)(mb, chunk)
         self.tail()
+
+
+#: The "unit" after a pass's last: the next pass's first, whose gathers run during this pass's last unit.
+_NEXT_PASS = "next pass"
+
+
+def _unit_name(unit: Any) -> str:
+    """FSDP2's name of a unit: ``root`` (embedding, head) or ``layer<i>``."""
+    return "root" if unit is None else f"layer{unit}"
 
 
 def _comm_name(op: CommOp, index: int) -> str:
