@@ -310,6 +310,36 @@ def test_gradient_buckets_reduce_during_the_last_backward_with_overlap_grad_redu
     assert (firsts == {last_bwd.name}) is not overlap  # the first buckets start before the backward ends
 
 
+@pytest.mark.parametrize("overlap", [False, True])
+def test_parameter_gathers_start_the_iteration_with_overlap_param_gather(tmp_path, overlap):
+    g, _ = _graph(tmp_path, TINY, tp=2, dp=2, distributed_optimizer=True, overlap_param_gather=overlap,
+                  grad_bucket_size=300_000, global_batch_size=4, micro_batch_size=1)
+    gathers = [n for n in g.nodes if n.type == COMM_COLL_NODE and "params_bucket" in n.name]
+    first_fwd = next(n for n in g.nodes if n.type == COMP_NODE)
+    assert len(gathers) >= 3
+    if overlap:  # the previous optimizer step's gathers, each needed where its share of the first forward begins
+        assert not any(a.startswith(("bwd", "optim")) for n in gathers for a in g.ancestors(n.name))
+        waiting = [n for n in g.nodes if n.type == COMP_NODE and set(n.data_deps) & {x.id for x in gathers}]
+        assert {w.name.split(":")[0] + ":" + w.name.split(":")[1] for w in waiting} == {"fwd:mb0"}
+        assert len(waiting) >= 2 and waiting[0].name == first_fwd.name  # bucket 0 at once, the others later
+    else:  # after the optimizer step, which waits for the gradients' reduce-scatters
+        assert all(g.waits_for(n.name, "optim:mbNone:optimizer_step") for n in gathers)
+
+
+def test_two_communication_streams_keep_dp_traffic_on_its_own_chain(tmp_path):
+    par = ParallelSpec(tp=2, dp=2, overlap_grad_reduce=True, grad_bucket_size=300_000, global_batch_size=4,
+                       micro_batch_size=1)
+    pred = predict(TINY, par, cluster_preset("dgx-h100"))
+    export_chakra(pred, estimate(pred), tmp_path, comm_streams=2)
+    nodes = _read(tmp_path / "commscope.0.et")[1]
+    axis = {n.id: _attrs(n).get("commscope_axis") for n in nodes}
+    buckets = [n for n in nodes if n.type == COMM_COLL_NODE and axis[n.id] == "dp"]
+    assert len(buckets) >= 3
+    assert all(axis[d] == "dp" for n in buckets for d in n.ctrl_deps)  # chained to DP traffic only
+    with pytest.raises(ValueError, match="comm_streams=3: valid: 1"):
+        export_chakra(pred, estimate(pred), tmp_path / "x", comm_streams=3)
+
+
 def test_zero3_gathers_a_layer_ahead_and_reduce_scatters_behind(tmp_path):
     g, _ = _graph(tmp_path, TINY, dp=2, zero_stage=3, global_batch_size=4, micro_batch_size=2)
     ag = "dp:all_gather:fwd:mb0:layer3:params_fwd"

@@ -21,7 +21,7 @@ from commscope.errors import ConfigError
 from commscope.estimate import estimate
 from commscope.io.chakra import COMM_TYPES, export_chakra
 from commscope.io.chakra_replay import bandwidth_timer, read_traces, replay
-from commscope.io.chakra_trace import rank_ops
+from commscope.io.chakra_ops import rank_ops
 from commscope.presets import cluster_preset, model_preset
 from commscope.spec.parallel import ParallelSpec
 

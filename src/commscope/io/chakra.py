@@ -116,7 +116,8 @@ def export_chakra(prediction: Any, estimate: Any, out: str | Path, *, prefix: st
     ``out`` holding an earlier export (:func:`check_chakra_out`)."""
     from commscope.io.chakra_compute import job_kernels
     from commscope.io.chakra_replay import bandwidth_timer
-    from commscope.io.chakra_trace import TraceJob, rank_program
+    from commscope.io.chakra_ops import TraceJob
+    from commscope.io.chakra_trace import rank_program
 
     et, protolib = _require_chakra()
     check_chakra_out(out, prefix)
