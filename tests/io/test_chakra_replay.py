@@ -141,6 +141,27 @@ def test_no_configuration_deadlocks(job, gpus_per_node):
     assert res.iteration_time_s >= max(res.compute_s)
 
 
+@pytest.mark.parametrize("moe", [False, True])
+def test_configurations_plan_ranks_replay_to_the_end(moe):
+    """What `commscope plan` proposes, from its fastest to its slowest configuration, exports and replays on every
+    rank (GPUs 4 to a node, so that groups cross nodes)."""
+    from commscope.plan import PlanSpace, plan
+    from commscope.spec.model import ModelSpec
+
+    model = ModelSpec(name="tiny", num_layers=8, hidden_size=256, num_heads=8, vocab_size=1000, seq_len=256)
+    if moe:
+        model = replace(model, name="tiny-moe", num_experts=4, top_k=2)
+    cluster = replace(cluster_preset("dgx-h100"), gpus_per_node=4)
+    entries = plan(model, cluster, 8, 8, top=10_000, space=PlanSpace(cp_sizes=(1, 2))).entries
+    assert len(entries) > 100
+    for entry in entries[:: len(entries) // 5]:
+        pred = predict(model, entry.parallel, cluster)
+        with tempfile.TemporaryDirectory() as out:
+            export = export_chakra(pred, entry.estimate, out)
+            res = replay(out, bandwidth_timer(cluster))
+        assert res.finished and not res.problems and export.unplaced == (), entry.parallel
+
+
 #: The issue's jobs: each schedule and parallelism it names, on one network (the H100 preset's alpha-beta tiers).
 MIXTRAL_4 = replace(model_preset("mixtral-8x7b"), name="mixtral-8x7b-4l", num_layers=4)
 ESTIMATE_JOBS = {
