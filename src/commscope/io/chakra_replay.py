@@ -92,9 +92,13 @@ def _value(attr: Any) -> Any:
     return getattr(attr, attr.WhichOneof("value"))
 
 
-def read_traces(directory: str | Path, prefix: str = "commscope") -> tuple[list[list[TraceNodeRecord]], dict[str, tuple[int, ...]]]:
+def read_traces(directory: str | Path, prefix: str = "commscope", *,
+                roofline: tuple[float, float] | None = None) -> tuple[list[list[TraceNodeRecord]], dict[str, tuple[int, ...]]]:
     """Every rank's nodes (rank order, ``<prefix>.<rank>.et`` from 0 on) and the process groups, read with Chakra's
-    own reader. Raises ConfigError for a directory without traces, a damaged file or a node of an unknown type."""
+    own reader. ``roofline`` (peak FLOP/s, memory bytes/s): compute nodes take ASTRA-sim's roofline time,
+    ``num_ops / min(bandwidth x num_ops / tensor_size, peak)`` (0 for a node without ``tensor_size``, which ASTRA-sim
+    skips), instead of their ``duration_micros``. Raises ConfigError for a directory without traces or a file that is
+    not a Chakra trace."""
     try:
         from chakra.schema.protobuf import et_def_pb2 as et
         from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
@@ -132,14 +136,25 @@ def read_traces(directory: str | Path, prefix: str = "commscope") -> tuple[list[
                         size_bytes=int(a.get("comm_size", 0)), src=int(a.get("comm_src", -1)),
                         dst=int(a.get("comm_dst", -1)), tag=int(a.get("comm_tag", 0)), pg_name=str(a.get("pg_name", ""))))
                 else:
+                    if roofline is None:
+                        duration_s = node.duration_micros * 1e-6 if node.duration_micros else ZERO_DURATION_S
+                    else:
+                        a = {x.name: _value(x) for x in node.attr if x.name in ("num_ops", "tensor_size")}
+                        duration_s = _roofline_s(float(a.get("num_ops", 0)), float(a.get("tensor_size", 0)), *roofline)
                     nodes.append(TraceNodeRecord(id=int(node.id), name=node.name, kind=kind, deps=deps,
-                                                 duration_s=node.duration_micros * 1e-6 if node.duration_micros
-                                                 else ZERO_DURATION_S))
+                                                 duration_s=duration_s))
                 node = et.Node()
         finally:
             fh.close()
         out.append(nodes)
     return out, groups
+
+
+def _roofline_s(num_ops: float, tensor_size: float, peak_flops: float, bandwidth_bytes_per_s: float) -> float:
+    """ASTRA-sim's Roofline::get_perf and Workload::issue_comp: FLOP over min(bandwidth x intensity, peak)."""
+    if tensor_size <= 0 or num_ops <= 0:
+        return 0.0
+    return num_ops / min(bandwidth_bytes_per_s * num_ops / tensor_size, peak_flops)
 
 
 def bandwidth_timer(cluster: Any, bandwidth: Any = None) -> CommTime:
@@ -336,10 +351,11 @@ class _Sim:
 
 
 def replay(traces: str | Path | tuple[list[list[TraceNodeRecord]], dict[str, tuple[int, ...]]], comm_time_s: CommTime, *,
-           prefix: str = "commscope", max_comm_in_flight: int | None = 1) -> ReplayResult:
+           prefix: str = "commscope", max_comm_in_flight: int | None = 1,
+           roofline: tuple[float, float] | None = None) -> ReplayResult:
     """Replay the traces in directory ``traces`` (or what :func:`read_traces` returned) with op times from
-    ``comm_time_s`` (:func:`bandwidth_timer`); see the module docstring."""
-    ranks, groups = read_traces(traces, prefix) if isinstance(traces, (str, Path)) else traces
+    ``comm_time_s`` (:func:`bandwidth_timer`); see the module docstring (``roofline``: :func:`read_traces`)."""
+    ranks, groups = read_traces(traces, prefix, roofline=roofline) if isinstance(traces, (str, Path)) else traces
     if max_comm_in_flight is not None and max_comm_in_flight < 1:
         raise ConfigError("max_comm_in_flight", max_comm_in_flight, "must be >= 1, or None for no limit")
     return _Sim(ranks, groups, comm_time_s, max_comm_in_flight).run()
