@@ -34,13 +34,21 @@ Dependencies, as two CUDA streams and the events between them:
   ``overlap_param_gather``                the parameter all-gathers start the iteration, each needed by the
                                           forward kernel where its share of the first forward begins
   ZeRO-3 / FSDP2 per layer               a layer's parameters are gathered one layer ahead (issued when the
-                                          layer before starts), its gradients reduce-scattered after its
-                                          backward, waited for only by the optimizer step
+                                          layer before starts; a pass's first layer's during the pass before),
+                                          its gradients reduce-scattered after its backward, waited for only by
+                                          the optimizer step
   context parallelism                     the attention core runs in cp steps, each beside the ring transfer
                                           of the next step's K/V
   interleaved, ``overlap_p2p_comm``       pipeline sends are not waited for; 1F1B's (and GPipe's) are: the next
                                           compute waits for the send as Megatron's blocking p2p does
   ======================================  ====================================================================
+
+With one chain, overlapped communication (the DP buckets, parameter and ZeRO-3 gathers, reduce-scatters) is not put
+in front of the blocking ops that follow its ready point: before each blocking op, the deferred ops that end before
+the rank reaches it go first, a small list schedule on a clock of the rank's own compute and blocking communication
+(the compute model's kernel times and the bandwidth model's op times, each op timed at its op set's slowest group so
+that every rank of a stage decides alike); an op that fits no gap goes after the next blocking op, and a gather goes
+at the latest right before the compute that needs it.
 
 Every op of the op list (:meth:`commscope.workload.base.Workload.ops`), ``count`` expanded, is placed once on every
 rank it involves: by name where the rules of Megatron-LM or PyTorch give it a place, else (an op this module does not
