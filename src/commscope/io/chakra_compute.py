@@ -47,9 +47,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from commscope.compute.attention import BACKWARD_RATIO
 from commscope.compute.gemm import Gemm, layer_gemms, time_gemms
 from commscope.compute.kernels import (
-    FLASH_BACKWARD_RATIO,
     adam_bytes_per_param,
     grad_accumulation_bytes_per_param,
     layer_kernels,
@@ -57,7 +57,7 @@ from commscope.compute.kernels import (
     optimizer_step_time_s,
     stage_extra_bytes,
 )
-from commscope.compute.model import stage_compute, timed_attention
+from commscope.compute.model import _kind, stage_compute, timed_attention
 from commscope.flops import token_flops
 from commscope.spec.model import ModelSpec
 from commscope.spec.params import stage_params
@@ -68,7 +68,7 @@ from commscope.workload.stages import stage_layers
 __all__ = ["KERNEL_CLASSES", "Kernel", "LayerPlan", "StageKernels", "job_kernels"]
 
 #: The kernel class of a compute node (its ``commscope_kernel`` attribute).
-KERNEL_CLASSES = ("gemm", "attention", "memory_bound", "optimizer")
+KERNEL_CLASSES = ("gemm", "attention", "memory_bound", "optimizer", "launch_gap")
 
 #: The kernel groups of one layer's forward, in order (see the module docstring).
 DENSE_SLOTS = ("attn_norm", "qkv", "attention", "attn_proj", "mlp_norm", "mlp_up", "mlp_act", "mlp_down", "residual")
@@ -209,7 +209,7 @@ def _gpu_layer(model: ModelSpec, parallel: ParallelSpec, gpu: Any, kind: str) ->
     q = model.num_heads // parallel.tp * model.head_size
     g = max(1, model.kv_heads // parallel.tp) * model.head_size
     for pass_, time_s, flop in (("fwd", k.attention_fwd_s, k.attention_flop),
-                                ("bwd", k.attention_bwd_s, FLASH_BACKWARD_RATIO * k.attention_flop)):
+                                ("bwd", k.attention_bwd_s, BACKWARD_RATIO * k.attention_flop)):
         acc = work.setdefault(("attention", pass_), [0.0, 0.0, 0.0])
         acc[0] += time_s
         acc[1] += flop
@@ -230,7 +230,26 @@ def _gpu_layer(model: ModelSpec, parallel: ParallelSpec, gpu: Any, kind: str) ->
 
     forward = tuple(kernel(s, "fwd") for s in slots)
     backward = tuple(kernel(s, "bwd") for s in slots)
+    # the in-training effects, as the compute model has them per layer (compute.effects): each class brought to the
+    # model's own time (sustained clock, Transformer Engine's GEMM pieces), and the host launch gaps as nodes of
+    # their own, a class a roofline does not re-time
+    k_ = _kind(model, parallel, gpu, kind)
+    forward = _to_classes(forward, {"gemm": k_.lin_fwd, "attention": k_.att_fwd, "memory_bound": k_.mem_fwd})
+    backward = _to_classes(backward, {"gemm": k_.lin_bwd, "attention": k_.att_bwd, "memory_bound": k_.mem_bwd})
+    if k_.gaps_fwd > 0:
+        forward += (_kernel("launch_gap", "launch_gap", k_.gaps_fwd, 1.0, 1.0),)
+    if k_.gaps_bwd > 0:
+        backward += (_kernel("launch_gap", "launch_gap", k_.gaps_bwd, 1.0, 1.0),)
     return LayerPlan(forward=forward, backward=backward, recompute=_recompute(forward, parallel.recompute))
+
+
+def _to_classes(kernels: tuple[Kernel, ...], targets: dict[str, float]) -> tuple[Kernel, ...]:
+    """``kernels`` with each class's times scaled to sum to ``targets[class]`` (a class without time kept)."""
+    sums: dict[str, float] = {}
+    for k in kernels:
+        sums[k.kernel] = sums.get(k.kernel, 0.0) + k.time_s
+    return tuple(k.scaled(targets[k.kernel] / sums[k.kernel]) if sums.get(k.kernel, 0.0) > 0 and k.kernel in targets
+                 else k for k in kernels)
 
 
 def _recompute(forward: tuple[Kernel, ...], recompute: str) -> tuple[Kernel, ...]:
