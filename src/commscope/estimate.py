@@ -20,13 +20,19 @@ GPU's own compute model (:mod:`commscope.compute`: every GEMM by the tile/wave m
 memory-bound kernels at the HBM roofline, recomputation, the optimizer step), and takes the slowest stage as
 the critical path of the 1F1B schedule:
 
-    t_mb(s)  = fwd(s) + bwd(s) + [tp_exp(s) + pp_exp(s) + cp_exp(s) + ep(s) + dp_exp(s)] / m
+    t_mb(s)  = fwd(s) + bwd(s) + [sm(s) + tp_exp(s) + pp_exp(s) + cp_exp(s) + ep(s) + dp_exp(s)] / m
+
+fwd and bwd are the kernels of :mod:`commscope.compute` with their in-training effects (sustained clock, Transformer
+Engine's GEMM pieces, host launch gaps) and, where the job names one, its software stack's efficiency; sm(s) is the
+compute lost to the SMs that overlapped collectives take (:mod:`commscope.compute.effects`): every one of them is in
+``compute_breakdown_s`` (``clock_s``, ``overlap_chunks_s``, ``launch_gaps_s``, ``comm_sms_s``, ``stack_s``).
     T_bubble = sum_{s != s*} t_mb(s) / v         s* = the slowest stage, v = virtual pipeline size
 
 The first micro-batch's forward and the last one's backward pass through every stage other than the slowest
 (the fill and the drain), each stage in 1/v of its time with interleaving: (p - 1)/v x t_mb for even stages,
 less when the other stages are lighter than the slowest (a last stage with the logits, uneven splits).
     tail(s)  = grad reduction exposed + optimizer step + parameter all-gather exposed + embedding sync
+               + the last backward's SMs taken by the gradient buckets reduced beside it
     T_iter   = m t_mb(s*) + T_bubble + max_s [tail(s) - s bwd(s) / v]
 
 Stage s finishes its last backward pass s bwd(s)/v before stage 0 does, so its tail hides that much.
@@ -70,6 +76,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import numpy as np
 
 from commscope.bandwidth import AlphaBeta, BandwidthModel, GroupSpan, _alpha_beta_terms
+from commscope.compute.effects import comm_sm_time_s
 from commscope.compute.model import StageCompute, first_max, stage_compute
 from commscope.flops import iteration_flops, token_flops
 from commscope.layout import Layout
@@ -215,12 +222,13 @@ def _estimate(prediction: Prediction, method: str, gpu_util: float | None, bandw
     if method == "seed":
         return _seed(prediction, u, peak, bw)
     spec, notes = compute_gpu(cluster, gpu_util, gpu)
-    compute = stage_compute(prediction.model, prediction.parallel, spec) if spec is not None else None
+    compute = (stage_compute(prediction.model, prediction.parallel, spec, efficiency=cluster.compute_efficiency)
+               if spec is not None else None)
     if closed_form and bandwidth is None and prediction.balanced_megatron:
-        est = estimate_one(prediction.model, cluster, prediction.parallel, compute, u, notes)
+        est = estimate_one(prediction.model, cluster, prediction.parallel, compute, u, notes, spec)
         if est is not None:
             return est
-    return _refined(prediction, u, peak, bw, compute, notes)
+    return _refined(prediction, u, peak, bw, compute, notes, spec)
 
 
 def compute_gpu(cluster: ClusterSpec, gpu_util: float | None,
@@ -394,7 +402,7 @@ def _late_gathers(times: Sequence[Any], window: Any) -> Any:
 
 
 def _refined(prediction: Prediction, u: float, peak: float, bw: BandwidthModel, compute: StageCompute | None,
-             notes: list[str]) -> Estimate:
+             notes: list[str], gpu: GpuSpec | None = None) -> Estimate:
     model, par, wl = prediction.model, prediction.parallel, prediction.workload
     gpn = prediction.cluster.gpus_per_node
     p, m, v = par.pp, par.num_micro_batches, par.virtual_pipeline_size
@@ -462,7 +470,10 @@ def _refined(prediction: Prediction, u: float, peak: float, bw: BandwidthModel, 
     # ZeRO-3 / FSDP2 gathers and reduce-scatters per layer, prefetched under the compute of their pass
     dp_layer = comm["dp"]["fwd"] + comm["dp"]["bwd"]
     dp_layer_exp = np.maximum(0.0, comm["dp"]["fwd"] - m * fwd) + np.maximum(0.0, comm["dp"]["bwd"] - m * bwd)
-    per_mb = fwd + bwd + (tp_exp + pp_exp + cp_exp + ep_all + dp_layer_exp) / m
+    # compute slowed by the SMs that overlapped collectives take (compute.effects, point 2)
+    sm = np.asarray(comm_sm_time_s(gpu if compute is not None else None, tp=tp_all - tp_exp, cp=cp_all - cp_exp,
+                                   pp=pp_all - pp_exp, dp=dp_layer - dp_layer_exp)) * np.ones(p)
+    per_mb = fwd + bwd + (sm + tp_exp + pp_exp + cp_exp + ep_all + dp_layer_exp) / m
     crit = int(first_max(per_mb))
     # fill and drain: the first micro-batch's forward and the last one's backward pass through every other stage
     bubble = (float(per_mb.sum()) - per_mb[crit]) / v
@@ -480,14 +491,17 @@ def _refined(prediction: Prediction, u: float, peak: float, bw: BandwidthModel, 
     grad_all = np.array([sum(b) for b in grad_buckets])
     param_all = np.array([sum(b) for b in param_buckets])
     dp_tail = grad_exp + param_exp + comm["dp"]["iter"]
-    tail = dp_tail + comm["emb"]["iter"] + comm["tp"]["iter"] + comm["cp"]["iter"] + comm["ep"]["iter"] + opt
+    # the last backward (and the next forward) slowed by the buckets reduced (gathered) beside them
+    sm_tail = np.asarray(comm_sm_time_s(gpu if compute is not None else None,
+                                        dp=grad_all - grad_exp + param_all - param_exp)) * np.ones(p)
+    tail = dp_tail + comm["emb"]["iter"] + comm["tp"]["iter"] + comm["cp"]["iter"] + comm["ep"]["iter"] + sm_tail + opt
     lead = np.arange(p) * bwd / v  # stage s ends its last backward this much before stage 0
     end = int(first_max(tail - lead))
     # what the lead hides comes off the tail's terms in the order they run: DP, embedding sync, the rest, optimizer
     hide = min(float(lead[end]), float(tail[end]))
     terms = {"dp": float(dp_tail[end]), "emb": float(comm["emb"]["iter"][end]),
              "tp": float(comm["tp"]["iter"][end] + comm["cp"]["iter"][end] + comm["ep"]["iter"][end]),
-             "opt": float(opt[end])}
+             "sm": float(sm_tail[end]), "opt": float(opt[end])}
     for term, value in terms.items():
         cut = min(hide, value)
         terms[term] = value - cut
@@ -503,10 +517,13 @@ def _refined(prediction: Prediction, u: float, peak: float, bw: BandwidthModel, 
         notes.append(split_note)
     eff = {a: float(np.mean(v_)) for a, v_ in busbw_sum.items()}
     breakdown = compute.breakdown(crit, m) if compute is not None else {}
+    if compute is not None:
+        breakdown["comm_sms_s"] = float(sm[crit]) + terms["sm"]
     if compute is not None and fwd[crit] + bwd[crit] > 0:
         # the compute model's own utilisation: FLOP its kernels execute over their time at the dtype's peak
         u = float(compute.flop[crit] / ((fwd[crit] + bwd[crit]) * peak))
-    return _finish(prediction, "refined", u, peak, comp=float(m * (fwd[crit] + bwd[crit])), tp=float(tp_exp[crit]) + terms["tp"],
+    return _finish(prediction, "refined", u, peak, comp=float(m * (fwd[crit] + bwd[crit]) + sm[crit]) + terms["sm"],
+                   tp=float(tp_exp[crit]) + terms["tp"],
                    pp=float(pp_exp[crit]), dp=float(dp_layer_exp[crit]) + terms["dp"], ep=float(ep_all[crit]),
                    cp=float(cp_exp[crit]), emb=terms["emb"], bubble=float(bubble), stage=crit, eff=eff,
                    notes=notes + list(bw.notes), optimizer=terms["opt"], hidden=hidden, breakdown=breakdown,
@@ -734,7 +751,7 @@ _FIELDS = ("tp", "pp", "dp", "cp", "ep", "virtual_pipeline_size", "order", "pipe
            "global_batch_size", "sequence_parallel", "recompute", "zero_stage", "shards_optimizer", "framework",
            "attention", "fp8_format", "grad_reduce_dtype", "gradient_accumulation_fusion",
            "scatter_gather_tensors_in_pipeline", "tp_comm_overlap", "overlap_p2p_comm", "overlap_grad_reduce",
-           "overlap_param_gather", "grad_bucket_elements", "world_size")
+           "overlap_param_gather", "grad_bucket_elements", "world_size", "stack")
 _ROW = attrgetter(*_FIELDS)
 #: The columns each key is made of: the layout (spans), the layer split (stages), the job's validity
 #: (:func:`commscope.workload.dense.check_job`).
@@ -775,9 +792,9 @@ def _first_rows(index: np.ndarray, count: int) -> list[int]:
 
 
 def estimate_one(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, compute: StageCompute | None, u: float,
-                 notes: list[str]) -> Estimate | None:
-    """:func:`commscope.estimate.estimate` of one Megatron job with balanced routing, whose compute per stage the
-    caller has (``compute``: the GPU's model; None: FLOP / (u x peak)) and whose job is checked; None where the op-by-op
+                 notes: list[str], gpu: GpuSpec | None = None) -> Estimate | None:
+    """:func:`estimate` of one Megatron job with balanced routing, whose compute per stage the caller has
+    (``compute``: ``gpu``'s compute model; None: FLOP / (u x peak)) and whose job is checked; None where the op-by-op
     path must answer (more than :data:`MAX_GRAD_BUCKETS` gradient buckets on a stage)."""
     st = _stages(model, par)
     if st.num_buckets(par.grad_bucket_elements) > MAX_GRAD_BUCKETS:
@@ -788,12 +805,15 @@ def estimate_one(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, comp
                 zero, [st], zero)
     if compute is None:
         peak = cluster.peak_flops_for(model.dtype)
-        return _evaluate(model, cluster, a, _flop_arrays(model, a, u, peak), [()], False, u, notes)[0]
-    c = {key: np.asarray(value, dtype=np.float64)[None, :] for key, value in (
+        return _evaluate(model, cluster, a, _flop_arrays(model, a, u, peak), [()], None, u, notes)[0]
+    zeros = np.zeros(par.pp)
+    c = {key: np.asarray(zeros if value is None else value, dtype=np.float64)[None, :] for key, value in (
         ("fwd", compute.forward_s), ("bwd", compute.backward_s), ("att", compute.attention_s),
         ("lin_f", compute.linear_forward_s), ("lin_b", compute.linear_backward_s), ("opt", compute.optimizer_s),
-        ("gemm", compute.gemm_s), ("mem", compute.memory_s), ("rec", compute.recompute_s), ("flop", compute.flop))}
-    return _evaluate(model, cluster, a, c, [compute.notes], True, u, notes)[0]
+        ("gemm", compute.gemm_s), ("mem", compute.memory_s), ("rec", compute.recompute_s), ("flop", compute.flop),
+        ("clock", compute.clock_s), ("chunks", compute.chunks_s), ("gaps", compute.gaps_s), ("stack", compute.stack_s),
+        ("stack_opt", compute.stack_opt_s))}
+    return _evaluate(model, cluster, a, c, [compute.notes], gpu, u, notes)[0]
 
 
 # ------------------------------------------------------------------------------------- arrays of configurations
@@ -926,9 +946,11 @@ def _flop_arrays(model: ModelSpec, a: _Arrays, u: float, peak: float) -> dict[st
 
 
 def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, np.ndarray],
-              compute_notes: Sequence[tuple[str, ...]], gpu: bool, u_flops: float, base_notes: list[str]) -> list[Estimate]:
+              compute_notes: Sequence[tuple[str, ...]], gpu: GpuSpec | None, u_flops: float,
+              base_notes: list[str]) -> list[Estimate]:
     """Every configuration's communication op by op in closed form, and the pipeline schedule of
-    :func:`commscope.estimate.estimate_op_by_op`, on (configurations, stages) arrays."""
+    :func:`commscope.estimate.estimate_op_by_op`, on (configurations, stages) arrays. ``c``: the compute per stage
+    (``gpu``: the GPU whose compute model gave it, None for FLOP / (u x peak))."""
     n, p = a.n, a.p
     peak = cluster.peak_flops_for(model.dtype)
     fwd, bwd, m = c["fwd"], c["bwd"], a.m
@@ -1067,7 +1089,10 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
     ep_all = comm["ep"]["fwd"] + comm["ep"]["bwd"]
     dp_layer = comm["dp"]["fwd"] + comm["dp"]["bwd"]
     dp_layer_exp = np.maximum(0.0, comm["dp"]["fwd"] - m * fwd) + np.maximum(0.0, comm["dp"]["bwd"] - m * bwd)
-    per_mb = fwd + bwd + (tp_exp + pp_exp + cp_exp + ep_all + dp_layer_exp) / m
+    # compute slowed by the SMs that overlapped collectives take (compute.effects, point 2)
+    sm = np.asarray(comm_sm_time_s(gpu, tp=tp_all - tp_exp, cp=cp_all - cp_exp, pp=pp_all - pp_exp,
+                                   dp=dp_layer - dp_layer_exp)) * np.ones((n, p))
+    per_mb = fwd + bwd + (sm + tp_exp + pp_exp + cp_exp + ep_all + dp_layer_exp) / m
     rows = np.arange(n)
     crit = first_max(per_mb)
     bubble = (per_mb.sum(axis=1) - per_mb[rows, crit]) / v[:, 0]
@@ -1075,13 +1100,16 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
     grad_exp = np.where(a.flags("overlap_grad_reduce"), _overlapped_buckets(grad_buckets, bwd), grad_t) if grad_buckets else z
     param_exp = np.where(a.flags("overlap_param_gather"), _late_gathers(param_buckets, fwd), param_t) if param_buckets else z
     dp_tail = grad_exp + param_exp + comm["dp"]["iter"]
-    tail = dp_tail + comm["emb"]["iter"] + comm["tp"]["iter"] + comm["cp"]["iter"] + comm["ep"]["iter"] + c["opt"]
+    # the last backward (and the next forward) slowed by the buckets reduced (gathered) beside them
+    sm_tail = np.asarray(comm_sm_time_s(gpu, dp=grad_t - grad_exp + param_t - param_exp)) * np.ones((n, p))
+    tail = (dp_tail + comm["emb"]["iter"] + comm["tp"]["iter"] + comm["cp"]["iter"] + comm["ep"]["iter"] + sm_tail
+            + c["opt"])
     lead = np.arange(p)[None, :] * bwd / v
     end = first_max(tail - lead)
     hide = np.minimum(lead[rows, end], tail[rows, end])
     terms = {"dp": dp_tail[rows, end], "emb": comm["emb"]["iter"][rows, end],
              "tp": comm["tp"]["iter"][rows, end] + comm["cp"]["iter"][rows, end] + comm["ep"]["iter"][rows, end],
-             "opt": c["opt"][rows, end]}
+             "sm": sm_tail[rows, end], "opt": c["opt"][rows, end]}
     for key, value in terms.items():
         cut = np.minimum(hide, value)
         terms[key] = value - cut
@@ -1092,12 +1120,17 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
                           + comm["dp"]["iter"][rows, end] - terms["dp"])}
     m_col = m[:, 0]
     work = fwd[rows, crit] + bwd[rows, crit]
-    comp = m_col * work
-    if gpu:
+    comp = m_col * work + sm[rows, crit] + terms["sm"]
+    if gpu is not None:
         u: Any = np.where(work > 0, c["flop"][rows, crit] / (np.where(work > 0, work, 1.0) * peak), u_flops)
-        parts = [(name, (c[key][rows, crit] * (m_col if key != "opt" else 1)).tolist()) for name, key in (
-            ("gemm_s", "gemm"), ("attention_s", "att"), ("memory_bound_s", "mem"), ("recompute_s", "rec"),
-            ("optimizer_s", "opt"))]
+        # StageCompute.breakdown's order, then what the collectives' SMs took
+        parts = [(name, (c[key][rows, crit] * m_col).tolist()) for name, key in (
+            ("gemm_s", "gemm"), ("attention_s", "att"), ("memory_bound_s", "mem"), ("recompute_s", "rec"))]
+        parts += [("optimizer_s", c["opt"][rows, crit].tolist())]
+        parts += [(name, (c[key][rows, crit] * m_col).tolist()) for name, key in (
+            ("clock_s", "clock"), ("overlap_chunks_s", "chunks"), ("launch_gaps_s", "gaps"))]
+        parts += [("stack_s", (c["stack"][rows, crit] * m_col + c["stack_opt"][rows, crit]).tolist()),
+                  ("comm_sms_s", (sm[rows, crit] + terms["sm"]).tolist())]
         names = [name for name, _ in parts]
         breakdown = [dict(zip(names, values)) for values in zip(*(values for _, values in parts))]
     else:
@@ -1108,9 +1141,11 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
                        recompute=a.values("recompute"), comp=comp, tp=tp_exp[rows, crit] + terms["tp"],
                        pp=pp_exp[rows, crit], dp=dp_layer_exp[rows, crit] + terms["dp"], ep=ep_all[rows, crit],
                        cp=cp_exp[rows, crit], emb=terms["emb"], bubble=bubble, optimizer=terms["opt"],
-                       micro_batch=per_mb[rows, crit], tail=terms["dp"] + terms["emb"] + terms["tp"] + terms["opt"],
+                       micro_batch=per_mb[rows, crit],
+                       tail=terms["dp"] + terms["emb"] + terms["tp"] + terms["sm"] + terms["opt"],
                        stage=crit, eff=_dicts(_EFF_AXES, bb_sum, bb_cnt, n), notes=_notes(base_notes, compute_notes, flags, a.split_notes),
-                       hidden=_hidden(hidden_cols, n), breakdown=breakdown, compute_model="gpu" if gpu else "flops",
+                       hidden=_hidden(hidden_cols, n), breakdown=breakdown,
+                       compute_model="gpu" if gpu is not None else "flops",
                        stage_micro_batch=per_mb)
 
 

@@ -33,7 +33,7 @@ from commscope.compute.kernels import (
     linear_gemm_dtype,
     stage_extra_bytes,
 )
-from commscope.compute.model import first_max
+from commscope.compute.model import TIME_ARRAYS, compute_efficiency, compute_note, effects_notes, first_max
 from commscope.errors import ConfigError
 from commscope.estimate import (
     _CHECK_KEY,
@@ -112,11 +112,11 @@ def estimate_many(model: ModelSpec, cluster: ClusterSpec, parallels: Sequence[Pa
                                       alike)
             a = _Arrays(model, parallels, numeric, columns, rows, spans, spans_index[rows], stages, stage_index[rows])
             if layer_compute is not None:
-                c, compute_notes = _gpu_compute(model, a, gpu_spec, layer_compute)
+                c, compute_notes = _gpu_compute(model, a, gpu_spec, layer_compute, cluster.compute_efficiency)
             else:
                 c, compute_notes = _flop_arrays(model, a, u, peak), [()] * len(rows)
-            for i, e in zip(rows.tolist(), _evaluate(model, cluster, a, c, compute_notes, layer_compute is not None, u,
-                                                     base_notes)):
+            for i, e in zip(rows.tolist(), _evaluate(model, cluster, a, c, compute_notes,
+                                                     gpu_spec if layer_compute is not None else None, u, base_notes)):
                 out[i] = e
     for i in np.flatnonzero(~ok).tolist():
         out[i] = _op_by_op(model, cluster, parallels[i], gpu_util, gpu)
@@ -149,7 +149,7 @@ def _op_by_op(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, gpu_uti
 
 
 _KIND_FIELDS = ("fwd", "bwd", "recompute", "lin_fwd", "lin_bwd", "att_fwd", "att_bwd", "mem_fwd", "mem_bwd",
-                "recompute_linear", "flop", "lin_flop", "lin_time")
+                "recompute_linear", "flop", "lin_flop", "lin_time", "clock", "chunks", "gaps_fwd", "gaps_bwd")
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,14 +166,16 @@ class _LayerCompute:
     """(keys, 4, 2): memory-bound (forward, backward) bytes of the first stage, a middle one, the last, and the one
     stage of pp 1 (first and last)."""
     lin_dtype: list[str]
-    attention: list[str]
+    specs: dict[int, ParallelSpec]
+    """A ParallelSpec of each key, attention as the GPU runs it (what the compute note names)."""
     notes: list[tuple[str, ...]]
     index: np.ndarray
     """Every configuration's key."""
 
 
 #: What one layer's compute depends on (the compute model's inputs of a ParallelSpec).
-_COMPUTE_KEY = ("tp", "cp", "ep", "micro_batch_size", "sequence_parallel", "recompute", "attention", "fp8_format")
+_COMPUTE_KEY = ("tp", "cp", "ep", "micro_batch_size", "sequence_parallel", "recompute", "attention", "fp8_format",
+                "tp_comm_overlap", "framework")
 
 
 def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec],
@@ -182,7 +184,7 @@ def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec],
     the keys and each configuration's) among ``rows``, their GEMMs timed together
     (:class:`~commscope.compute.gemm.GemmTimer`)."""
     from commscope.compute.gemm import GemmTimer, layer_gemms
-    from commscope.compute.model import _by_pass, _kind, timed_attention
+    from commscope.compute.model import _kind, logits_times, timed_attention
 
     keys, index = compute_keys
     wanted = set(index[rows].tolist())
@@ -196,7 +198,8 @@ def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec],
         specs[k], attention_notes[k] = timed_attention(model, ParallelSpec(
             tp=par.tp, cp=par.cp, ep=par.ep, dp=par.ep, micro_batch_size=par.micro_batch_size,
             global_batch_size=par.micro_batch_size * par.ep, sequence_parallel=par.sequence_parallel,
-            recompute=par.recompute, attention=par.attention, fp8_format=par.fp8_format), gpu)
+            recompute=par.recompute, attention=par.attention, fp8_format=par.fp8_format,
+            tp_comm_overlap=par.tp_comm_overlap and par.tp > 1, framework=par.framework), gpu)
     kinds = [k for k, present in (("dense", model.num_layers > model.num_moe_layers), ("moe", model.is_moe)) if present]
     timer = GemmTimer(gpu)
     logits_gemms = {k: layer_gemms(model, spec, logits=True) for k, spec in specs.items()}
@@ -206,7 +209,7 @@ def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec],
         # a layer's GEMM shapes do not change with recomputation (only how often they run): announced once per
         # (tp, cp, ep, micro-batch, sp, attention, fp8); a shape missed here the timer would still time when asked
         shapes_key = (spec.tp, spec.cp, spec.ep, spec.micro_batch_size, spec.sequence_parallel, spec.attention,
-                      spec.fp8_format)
+                      spec.fp8_format, spec.tp_comm_overlap)
         if shapes_key in announced:
             continue
         announced.add(shapes_key)
@@ -216,24 +219,24 @@ def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec],
     width = len(keys)
     per_kind = {kind: np.zeros((width, len(_KIND_FIELDS))) for kind in ("dense", "moe")}
     logits, logits_flop, extra = np.zeros((width, 3)), np.zeros(width), np.zeros((width, 4, 2))
-    lin_dtype, attention = [""] * width, [""] * width
+    lin_dtype = [""] * width
     notes: list[tuple[str, ...]] = [()] * width
     for k, spec in specs.items():
         for kind in kinds:
             layer = _kind(model, spec, gpu, kind, timer)
             per_kind[kind][k] = [getattr(layer, f) for f in _KIND_FIELDS]
-        by_pass = _by_pass(timer(tuple((g, 1) for g in logits_gemms[k]), gpu, model.dtype))
+        by_pass = logits_times(model, spec, gpu, timer)
         logits[k] = [by_pass["fwd"], by_pass["dgrad"], by_pass["wgrad"]]
         logits_flop[k] = sum(g.flop for g in logits_gemms[k])
         extra[k] = [stage_extra_bytes(model, spec, first=f, last=la)
                     for f, la in ((True, False), (False, False), (False, True), (True, True))]
-        lin_dtype[k], attention[k], notes[k] = linear_gemm_dtype(model, spec), spec.attention, attention_notes[k]
+        lin_dtype[k], notes[k] = linear_gemm_dtype(model, spec), attention_notes[k]
     return _LayerCompute(dense=per_kind["dense"], moe=per_kind["moe"], logits=logits, logits_flop=logits_flop,
-                         extra=extra, lin_dtype=lin_dtype, attention=attention, notes=notes, index=index)
+                         extra=extra, lin_dtype=lin_dtype, specs=specs, notes=notes, index=index)
 
 
-def _gpu_compute(model: ModelSpec, a: _Arrays, gpu: Any, lc: _LayerCompute) -> tuple[dict[str, np.ndarray],
-                                                                                     list[tuple[str, ...]]]:
+def _gpu_compute(model: ModelSpec, a: _Arrays, gpu: Any, lc: _LayerCompute,
+                 cluster_efficiency: float = 1.0) -> tuple[dict[str, np.ndarray], list[tuple[str, ...]]]:
     """Per-stage arrays of :class:`~commscope.compute.model.StageCompute` for every configuration (n, p)."""
     p = a.p
     key = lc.index[a.rows]
@@ -261,6 +264,9 @@ def _gpu_compute(model: ModelSpec, a: _Arrays, gpu: Any, lc: _LayerCompute) -> t
     c["lin_b"] = layer("lin_bwd") + layer("recompute_linear")
     c["flop"] = layer("flop") + last * lc.logits_flop[key][:, None]
     lin_flop, lin_time = layer("lin_flop"), layer("lin_time")
+    c["clock"] = layer("clock") + last * (lg[:, 0:1] + lg[:, 1:2] + lg[:, 2:3]) * (1.0 - 1.0 / gpu.clock_factor)
+    c["chunks"] = layer("chunks")
+    c["gaps"] = layer("gaps_fwd") + layer("gaps_bwd")
     # without gradient accumulation fusion, each micro-batch's backward adds its weight gradients into the
     # accumulated ones (compute.kernels.grad_accumulation_bytes_per_param)
     # (gradient accumulation depends on the fusion flag, the gradients' dtype and the micro-batches)
@@ -276,23 +282,37 @@ def _gpu_compute(model: ModelSpec, a: _Arrays, gpu: Any, lc: _LayerCompute) -> t
     c["opt"] = adam_step_time_s(model, gpu, dense_params=a.st_dense_params, expert_params=a.st_expert_params,
                                 dense_shard=np.where(a.shards, a.dp * a.cp, 1),
                                 expert_shard=np.where(a.shards, a.dp * a.cp // a.ep, 1))
-    # the compute model's note: FLOP-weighted GEMM efficiency of its slowest stage, in whole percent (as "{:.0%}"
-    # formats it: the product by 100 rounded half to even)
+    # the stack's and the cluster's compute efficiency (compute.model.apply_efficiency), per configuration
+    stacks = a.values("stack")
+    efficiency = {st: compute_efficiency(par, cluster_efficiency) for st, par in zip(stacks, a.pars)}
+    effs = np.array([efficiency[st] for st in stacks])[:, None]
+    scale = 1.0 / effs
+    c["stack"] = (c["fwd"] + c["bwd"]) * (scale - 1.0)
+    c["stack_opt"] = c["opt"] * (scale - 1.0)
+    for name in TIME_ARRAYS:
+        c[name] = c[name] * scale
+    # the compute model's notes: FLOP-weighted GEMM efficiency of its slowest stage (one note per whole percent, as
+    # "{:.0%}" formats it: the product by 100 rounded half to even), and the in-training effects on that stage
     crit = first_max(c["fwd"] + c["bwd"])
     rows = np.arange(a.n)
     lin_flop, lin_time = lin_flop[rows, crit], lin_time[rows, crit]
     peak = np.array([gpu.peak_flops_for(dt) if dt else 1.0 for dt in lc.lin_dtype])[key]
-    percent = np.rint(np.where(lin_time > 0, lin_flop / (np.where(lin_time > 0, lin_time, 1.0) * peak), 0.0) * 100)
+    eff = np.where(lin_time > 0, lin_flop / (np.where(lin_time > 0, lin_time, 1.0) * peak), 0.0)
+    effects = {name: c[name][rows, crit].tolist() for name in ("fwd", "bwd", "clock", "chunks", "gaps", "stack")}
+    lines: dict[tuple[Any, ...], str] = {}
     made: dict[tuple[Any, ...], tuple[str, ...]] = {}
     notes = []
-    for note_key in zip(key.tolist(), percent.tolist(), [accumulation[k][1] for k in akeys]):
+    for j, (k, e, pct, akey, st) in enumerate(zip(key.tolist(), eff.tolist(), np.rint(eff * 100).tolist(), akeys,
+                                                   stacks)):
+        if (k, pct) not in lines:
+            lines[(k, pct)] = compute_note(gpu, lc.lin_dtype[k], e, lc.specs[k])
+        row = tuple(effects[name][j] for name in ("fwd", "bwd", "clock", "chunks", "gaps", "stack"))
+        note_key = (k, pct, accumulation[akey][1], st, row)
         if note_key not in made:
-            k, pct, note = note_key
-            line = (f"compute: per-GEMM tile/wave model on {gpu.name} ({lc.lin_dtype[k]} linear GEMMs at {pct:.0f}% of "
-                    f"peak), {lc.attention[k]} attention, memory-bound kernels at "
-                    f"{round(gpu.memory_efficiency * 100, 1):g}% of {gpu.memory_bandwidth_bytes_per_s / 1e9:.0f} GB/s, "
-                    "Adam step")
-            made[note_key] = (*lc.notes[k], *((note,) if note else ()), line)
+            arrays = {name: np.array([value]) for name, value in zip(("fwd", "bwd", "clock", "chunks", "gaps", "stack"), row)}
+            note = accumulation[akey][1]
+            made[note_key] = (*lc.notes[k], *((note,) if note else ()), lines[(k, pct)],
+                              *effects_notes(model, a.pars[j], gpu, arrays, 0, efficiency[st]))
         notes.append(made[note_key])
     return c, notes
 
