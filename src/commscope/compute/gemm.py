@@ -412,42 +412,47 @@ def gemm_timing(gpu: GpuSpec, m: Any, n: Any, k: Any, batch: Any = 1, *, dtype: 
     t_mem = operand_bytes / bandwidth
     k_step = k_step_elements(gpu, elem)
 
-    shape = m.shape
-    best_t = np.full(shape, np.inf)
-    picked: dict[str, np.ndarray] = {key: np.zeros(shape) for key in (
-        "t_comp", "tile_m", "tile_n", "split", "tiles", "waves", "tile_eff", "wave_eff", "k_eff", "thr")}
-    for (tm, tn), thr in zip(gpu.tile_sizes, gpu.tile_throughputs):
-        tiles_m, tiles_n = _ceil_div(m, tm), _ceil_div(n, tn)
-        tiles = tiles_m * tiles_n * batch
-        for split in gpu.split_k:
-            k_split = _ceil_div(k, split)
-            k_steps = _ceil_div(k_split, k_step)
-            allowed = np.ones(shape, dtype=bool) if split == 1 else (tiles < slots) & (k_split >= 2 * k_step)
-            ctas = tiles * split
-            waves = _ceil_div(ctas, slots)
-            t_step = 2.0 * tm * tn * k_step / (rate_per_slot * thr * align)
-            # one CTA per tile fills its pipeline and writes its tile alone; a persistent kernel's CTA fills once
-            # and hides all but epilogue_steps of each tile's epilogue under the next tile's main loop
-            t_comp = np.where(persistent, (waves * (k_steps + gpu.epilogue_steps) + gpu.cta_fill_steps) * t_step,
-                              waves * (k_steps + gpu.cta_fill_steps) * t_step)
-            # split-K: every split writes fp32 partial tiles that a reduction reads back and sums
-            t_reduce = 0.0 if split == 1 else 4.0 * batch * m * n * (split + 1) / bandwidth
-            t = np.maximum(t_comp, t_mem) + t_reduce + gpu.kernel_overhead_s
-            better = allowed & (t < best_t)
-            best_t = np.where(better, t, best_t)
-            for key, value in (("t_comp", t_comp), ("tile_m", tm), ("tile_n", tn), ("split", split), ("tiles", tiles),
-                               ("waves", waves), ("tile_eff", (m * n) / (tiles_m * tm * tiles_n * tn)),
-                               ("wave_eff", ctas / (waves * slots)), ("k_eff", k / (split * k_steps * k_step)),
-                               ("thr", thr)):
-                picked[key] = np.where(better, value, picked[key])
+    # every (tile, split-K) candidate on a last axis, in the order cuBLAS's heuristics are read here (tiles outer,
+    # splits inner): the first fastest allowed candidate is the one picked
+    tm, tn, thr, split = _candidates(gpu)
+    M, N, K, Bt = m[..., None], n[..., None], k[..., None], batch[..., None]
+    tiles_m, tiles_n = _ceil_div(M, tm), _ceil_div(N, tn)
+    tiles = tiles_m * tiles_n * Bt
+    k_split = _ceil_div(K, split)
+    k_steps = _ceil_div(k_split, k_step)
+    allowed = (split == 1) | ((tiles < slots) & (k_split >= 2 * k_step))
+    ctas = tiles * split
+    waves = _ceil_div(ctas, slots)
+    t_step = 2.0 * tm * tn * k_step / (rate_per_slot * thr * align[..., None])
+    # one CTA per tile fills its pipeline and writes its tile alone; a persistent kernel's CTA fills once and hides
+    # all but epilogue_steps of each tile's epilogue under the next tile's main loop
+    t_comp = np.where(persistent[..., None], (waves * (k_steps + gpu.epilogue_steps) + gpu.cta_fill_steps) * t_step,
+                      waves * (k_steps + gpu.cta_fill_steps) * t_step)
+    # split-K: every split writes fp32 partial tiles that a reduction reads back and sums
+    t_reduce = np.where(split == 1, 0.0, 4.0 * Bt * M * N * (split + 1) / bandwidth)
+    t = np.maximum(t_comp, t_mem[..., None]) + t_reduce + gpu.kernel_overhead_s
+    i = np.argmin(np.where(allowed, t, np.inf), axis=-1)  # the picked candidate of each GEMM
+    best_t = np.take_along_axis(t, i[..., None], axis=-1)[..., 0]
+    comp = np.take_along_axis(t_comp, i[..., None], axis=-1)[..., 0]
+    # the picked candidate's own numbers, recomputed from its tile and split (cheaper than picking each array)
+    ptm, ptn, pthr, psplit = tm[i], tn[i], thr[i], split[i]
+    p_tiles_m, p_tiles_n = _ceil_div(m, ptm), _ceil_div(n, ptn)
+    p_tiles = p_tiles_m * p_tiles_n * batch
+    p_ksteps = _ceil_div(_ceil_div(k, psplit), k_step)
+    p_waves = _ceil_div(p_tiles * psplit, slots)
     return GemmTiming(
-        time_s=best_t, compute_time_s=picked["t_comp"], memory_time_s=t_mem, flop=flop,
-        efficiency=flop / (best_t * peak), tile_m=picked["tile_m"].astype(np.int64),
-        tile_n=picked["tile_n"].astype(np.int64), split_k=picked["split"].astype(np.int64),
-        num_tiles=picked["tiles"].astype(np.int64), num_waves=picked["waves"].astype(np.int64),
-        tile_efficiency=picked["tile_eff"], wave_efficiency=picked["wave_eff"], k_efficiency=picked["k_eff"],
-        tile_throughput=picked["thr"], alignment_factor=align, arithmetic_intensity=flop / operand_bytes,
-        memory_bound=t_mem > picked["t_comp"], peak_flops=peak)
+        time_s=best_t, compute_time_s=comp, memory_time_s=t_mem, flop=flop, efficiency=flop / (best_t * peak),
+        tile_m=ptm, tile_n=ptn, split_k=psplit, num_tiles=p_tiles, num_waves=p_waves,
+        tile_efficiency=(m * n) / (p_tiles_m * ptm * p_tiles_n * ptn), wave_efficiency=p_tiles * psplit / (p_waves * slots),
+        k_efficiency=k / (psplit * p_ksteps * k_step), tile_throughput=pthr, alignment_factor=align,
+        arithmetic_intensity=flop / operand_bytes, memory_bound=t_mem > comp, peak_flops=peak)
+
+
+def _candidates(gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(tile_m, tile_n, relative throughput, split-K) of every candidate kernel of ``gpu``, tiles outer."""
+    pairs = [(t, thr, sk) for t, thr in zip(gpu.tile_sizes, gpu.tile_throughputs) for sk in gpu.split_k]
+    return (np.array([t[0] for t, _, _ in pairs], dtype=np.int64), np.array([t[1] for t, _, _ in pairs], dtype=np.int64),
+            np.array([thr for _, thr, _ in pairs], dtype=float), np.array([sk for _, _, sk in pairs], dtype=np.int64))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

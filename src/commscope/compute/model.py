@@ -49,7 +49,7 @@ from commscope.gpus import GpuSpec
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 from commscope.spec.params import stage_params
-from commscope.workload.stages import stage_layers
+from commscope.workload.stages import virtual_stage_layers
 
 __all__ = ["StageCompute", "stage_compute", "timed_attention"]
 
@@ -296,6 +296,43 @@ def apply_efficiency(arrays: dict[str, np.ndarray], efficiency: float) -> None:
             arrays[key] = arrays[key] * scale
 
 
+def _stage_row(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kinds: dict[str, _Kind],
+               chunks: list[range], moe_counts: tuple[int, ...], *, first: bool, last: bool,
+               logits: dict[str, float], logits_flop: float, accumulation_bytes: int) -> dict[str, float]:
+    """One stage's entries of :func:`stage_compute`'s arrays, per micro-batch (the optimizer step per iteration)."""
+    bandwidth = gpu.streaming_bandwidth_bytes_per_s
+    row = dict.fromkeys(("fwd", "bwd", "rec", "gemm", "att", "mem", "lin_f", "lin_b", "opt", "flop", "lin_flop",
+                         "lin_time", "clock", "chunks", "gaps"), 0.0)
+    num_moe = sum(moe_counts)
+    counts = {"moe": num_moe, "dense": sum(len(chunk) for chunk in chunks) - num_moe}
+    for kind, k in kinds.items():
+        n = counts[kind]
+        for key, value in (("fwd", k.fwd), ("bwd", k.bwd), ("rec", k.recompute), ("gemm", k.lin_fwd + k.lin_bwd),
+                           ("att", k.att_fwd + k.att_bwd), ("mem", k.mem_fwd + k.mem_bwd), ("lin_f", k.lin_fwd),
+                           ("lin_b", k.lin_bwd + k.recompute_linear), ("flop", k.flop), ("lin_flop", k.lin_flop),
+                           ("lin_time", k.lin_time), ("clock", k.clock), ("chunks", k.chunks),
+                           ("gaps", k.gaps_fwd + k.gaps_bwd)):
+            row[key] += n * value
+    extra_fwd, extra_bwd = stage_extra_bytes(model, parallel, first=first, last=last)
+    row["fwd"] += extra_fwd / bandwidth
+    row["bwd"] += extra_bwd / bandwidth
+    row["mem"] += (extra_fwd + extra_bwd) / bandwidth
+    if last:
+        row["fwd"] += logits["fwd"]
+        row["bwd"] += logits["dgrad"] + logits["wgrad"]
+        row["gemm"] += logits["fwd"] + logits["dgrad"] + logits["wgrad"]
+        row["clock"] += sum(logits.values()) * (1.0 - 1.0 / gpu.clock_factor)
+        row["flop"] += logits_flop
+    params = [stage_params(model, chunk, tp=parallel.tp, ep=parallel.ep, first=first and i == 0,
+                           last=last and i == len(chunks) - 1) for i, chunk in enumerate(chunks)]
+    dense_params, expert_params = sum(s.dense for s in params), sum(s.expert for s in params)
+    row["opt"] = optimizer_step_time_s(model, parallel, gpu, dense_params=dense_params, expert_params=expert_params)
+    accumulate = (dense_params + expert_params) * accumulation_bytes / bandwidth
+    row["bwd"] += accumulate
+    row["mem"] += accumulate
+    return row
+
+
 def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, efficiency: float = 1.0) -> StageCompute:
     """Per-stage compute of ``model`` under ``parallel`` on ``gpu`` (see the module docstring); ``efficiency``
     is the cluster's own compute efficiency (the stack's is read from ``parallel.stack``)."""
@@ -308,44 +345,26 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, eff
     logits_gemms = layer_gemms(model, parallel, logits=True)
     logits = logits_times(model, parallel, gpu)
     logits_flop = sum(g.flop for g in logits_gemms)
-    bandwidth = gpu.streaming_bandwidth_bytes_per_s
     accumulation_bytes = grad_accumulation_bytes_per_param(model, parallel)
     accumulation_note = grad_accumulation_note(model, parallel)
     if accumulation_note:
         notes.append(accumulation_note)
     arrays = {key: np.zeros(p) for key in ("fwd", "bwd", "rec", "gemm", "att", "mem", "lin_f", "lin_b", "opt", "flop",
                                            "lin_flop", "lin_time", "clock", "chunks", "gaps")}
+    rows: dict[tuple[Any, ...], dict[str, float]] = {}  # one row per distinct stage: the cost grows with them, not pp
+    virtual = virtual_stage_layers(model, parallel)  # (stage_layers would split the layers again for every stage)
     for stage in range(p):
-        chunks = stage_layers(model, parallel, stage)
+        chunks = [virtual[chunk * p + stage] for chunk in range(parallel.virtual_pipeline_size)]
         first, last = stage == 0, stage == p - 1
-        num_moe = sum(1 for chunk in chunks for layer in chunk if model.is_moe_layer(layer))
-        counts = {"moe": num_moe, "dense": sum(len(chunk) for chunk in chunks) - num_moe}
-        for kind, k in kinds.items():
-            n = counts[kind]
-            for key, value in (("fwd", k.fwd), ("bwd", k.bwd), ("rec", k.recompute), ("gemm", k.lin_fwd + k.lin_bwd),
-                               ("att", k.att_fwd + k.att_bwd), ("mem", k.mem_fwd + k.mem_bwd), ("lin_f", k.lin_fwd),
-                               ("lin_b", k.lin_bwd + k.recompute_linear), ("flop", k.flop), ("lin_flop", k.lin_flop),
-                               ("lin_time", k.lin_time), ("clock", k.clock), ("chunks", k.chunks),
-                               ("gaps", k.gaps_fwd + k.gaps_bwd)):
-                arrays[key][stage] += n * value
-        extra_fwd, extra_bwd = stage_extra_bytes(model, parallel, first=first, last=last)
-        arrays["fwd"][stage] += extra_fwd / bandwidth
-        arrays["bwd"][stage] += extra_bwd / bandwidth
-        arrays["mem"][stage] += (extra_fwd + extra_bwd) / bandwidth
-        if last:
-            arrays["fwd"][stage] += logits["fwd"]
-            arrays["bwd"][stage] += logits["dgrad"] + logits["wgrad"]
-            arrays["gemm"][stage] += logits["fwd"] + logits["dgrad"] + logits["wgrad"]
-            arrays["clock"][stage] += sum(logits.values()) * (1.0 - 1.0 / gpu.clock_factor)
-            arrays["flop"][stage] += logits_flop
-        params = [stage_params(model, chunk, tp=parallel.tp, ep=parallel.ep, first=first and i == 0,
-                               last=last and i == len(chunks) - 1) for i, chunk in enumerate(chunks)]
-        dense_params, expert_params = sum(s.dense for s in params), sum(s.expert for s in params)
-        arrays["opt"][stage] = optimizer_step_time_s(model, parallel, gpu, dense_params=dense_params,
-                                                     expert_params=expert_params)
-        accumulate = (dense_params + expert_params) * accumulation_bytes / bandwidth
-        arrays["bwd"][stage] += accumulate
-        arrays["mem"][stage] += accumulate
+        moe_counts = tuple(sum(1 for layer in chunk if model.is_moe_layer(layer)) for chunk in chunks) \
+            if model.is_moe else (0,) * len(chunks)
+        key = (tuple(len(c) for c in chunks), moe_counts, first, last)
+        row = rows.get(key)
+        if row is None:
+            row = rows[key] = _stage_row(model, parallel, gpu, kinds, chunks, moe_counts, first=first, last=last,
+                                         logits=logits, logits_flop=logits_flop, accumulation_bytes=accumulation_bytes)
+        for name, value in row.items():
+            arrays[name][stage] = value
     eff_total = compute_efficiency(parallel, efficiency)
     apply_efficiency(arrays, eff_total)
     crit = int(first_max(arrays["fwd"] + arrays["bwd"]))
