@@ -152,29 +152,23 @@ def format_report(report) -> str:
     model, par, gpu = report.model, report.parallel, report.gpu
     lines = [_header(model, par, report.cluster, gpu),
              f"GEMMs one GPU runs per layer and micro-batch (forward, dgrad, wgrad), {model.dtype}:", ""]
-    rows: list[tuple[Any, ...]] = []
-    sections: dict[int, str] = {}
+    rows: list[tuple[Any, ...] | str] = []
     kind_seen = None
     for r in report.gemms:
         g = r.gemm
-        if g.layer_kind != kind_seen:
-            sections[len(rows)] = ({"dense": "-- dense layer", "moe": "-- MoE layer",
-                                    "model": "-- output layer (once per model)"}[g.layer_kind]
-                                   + (f" (x{r.layers} layers)" if g.layer_kind != "model" else ""))
+        if g.layer_kind != kind_seen:  # a layer kind's rows under its label
+            rows.append({"dense": "-- dense layer", "moe": "-- MoE layer",
+                         "model": "-- output layer (once per model)"}[g.layer_kind]
+                        + (f" (x{r.layers} layers)" if g.layer_kind != "model" else ""))
             kind_seen = g.layer_kind
         rows.append((g.name, g.pass_, (f"{g.count}x" if g.count > 1 else "") + str(g.batch), g.m, g.n, g.k,
                      f"{g.flop / 1e9:.1f}", f"{r.tile[0]}x{r.tile[1]}", r.split_k, r.num_waves,
                      f"{r.tile_efficiency:.0%}", f"{r.wave_efficiency:.0%}", f"{r.alignment_factor:.2f}",
                      "memory" if r.memory_bound else "compute", f"{r.time_s * 1e6:.1f}", f"{r.efficiency:.0%}",
                      ", ".join(r.broken_rules)))
-    table = format_table(("gemm", "pass", "batch", "M", "N", "K", "GFLOP", "tile", "split", "waves", "tile%", "wave%",
-                          "align", "bound", "time us", "eff", "rule"), rows,
-                         left=("gemm", "pass", "tile", "bound", "rule")).split("\n")
-    lines.append(table[0])
-    for i, line in enumerate(table[1:]):
-        if i in sections:  # a layer kind's rows under its label, a blank line between kinds
-            lines += ([""] if i else []) + [sections[i]]
-        lines.append(line)
+    lines.append(format_table(("gemm", "pass", "batch", "M", "N", "K", "GFLOP", "tile", "split", "waves", "tile%",
+                               "wave%", "align", "bound", "time us", "eff", "rule"), rows,
+                              left=("gemm", "pass", "tile", "bound", "rule"), keys=2))
     kind = "moe" if model.is_moe else "dense"
     layer_results = [r for r in report.gemms if r.gemm.layer_kind == kind]
     layer_t = sum(r.time_s for r in layer_results)
@@ -241,7 +235,7 @@ def format_suggestions(s) -> str:
                      e.changes + (" | broken: " + ", ".join(e.broken_rules) if e.broken_rules else "")))
     lines.append(format_table(("#", "layers", "hidden", "heads", "head", "ffn", "params", "dparams", "iter s", "speedup",
                                "compute", "GEMM eff", "dcomm B", "dcomm ms", "changes / broken rules"), rows,
-                              left=("changes / broken rules",)))
+                              left=("changes / broken rules",), wrap=("changes / broken rules",)))
     if not s.entries:
         lines.append("   (no nearby shape is faster by the model)")
     lines += [f"note: {n}" for n in s.notes]
@@ -257,7 +251,7 @@ def format_measured(measured, gpu) -> str:
              f"{m.result.gemm.flop / m.measured_s / 1e12:.1f}") for m in measured]
     lines = ["measured with torch.matmul on this GPU (CUDA events):", "",
              format_table(("gemm", "pass", "M", "N", "K", "predicted us", "measured us", "pred/meas", "TFLOP/s"), rows,
-                          left=("gemm", "pass"))]
+                          left=("gemm", "pass"), keys=2)]
     cal = calibrated_achievable_fraction(measured, gpu)
     if cal is not None:
         lines += ["", (f"calibration: achievable_fraction {gpu.achievable_fraction:.2f} -> {cal:.2f} matches the median "
@@ -290,7 +284,7 @@ def _run_sweep(args, sweep: tuple[str, list[int]], model, parallel, cluster, gpu
                 [(int(v), f"{result.num_parameters[i] / 1e9:.3f}B", f"{result.gemm_tflops_per_gpu[i]:.1f}",
                   f"{result.gemm_efficiency[i]:.1%}", f"{result.iteration_time_s[i]:.3f}",
                   f"{result.model_tflops_per_gpu[i]:.1f}", ", ".join(result.broken_rules[i]))
-                 for i, v in enumerate(result.values) if result.valid[i]], left=("broken rules",))
+                 for i, v in enumerate(result.values) if result.valid[i]], left=("broken rules",), wrap=("broken rules",))
     if result.skipped:
         print(f"\nskipped {len(result.skipped)}: " + "; ".join(result.skipped[:5]) + (" ..." if len(result.skipped) > 5 else ""))
     if png:

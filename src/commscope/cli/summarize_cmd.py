@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from commscope.cli.common import add_jobs_arg, add_parallel_args, out_path
+from commscope.cli.terminal import print_table
 from commscope.units import format_bytes
 
 
@@ -86,12 +87,16 @@ def run(args: argparse.Namespace) -> int:
     print(f"{args.logdir}: {s['files']} file(s) ({', '.join(s['formats'])}), {len(s['ranks_logged'])} rank(s), "
           f"world size {s['world_size'] or 'unknown'}, {s['records']:,} records, {s['logical_ops']:,} ops")
     print_run_findings(s)
-    print(f"\n{'axis':<7}{'op':<16}{'count':>9}{'bytes':>14}  group sizes")
-    for row in s["ops"]:
-        print(f"{row['axis']:<7}{row['op']:<16}{row['count']:>9,}{format_bytes(row['bytes']):>14}  {row['group_sizes']}")
-    print(f"\n{'message size <=':>16}{'ops':>9}{'bytes':>14}")
-    for row in s["size_histogram"]:
-        print(f"{format_bytes(row['le_bytes']):>16}{row['ops']:>9,}{format_bytes(row['bytes']):>14}")
+    print()
+    print_table(("axis", "op", "count", "bytes", "group sizes"),
+                [(row["axis"], row["op"], f"{row['count']:,}", format_bytes(row["bytes"]),
+                  ", ".join(map(str, row["group_sizes"])) if isinstance(row["group_sizes"], list | tuple)
+                  else row["group_sizes"]) for row in s["ops"]],
+                left=("axis", "op", "group sizes"), wrap=("group sizes",), keys=2)
+    print()
+    print_table(("message size <=", "ops", "bytes"),
+                [(format_bytes(row["le_bytes"]), f"{row['ops']:,}", format_bytes(row["bytes"]))
+                 for row in s["size_histogram"]])
     if s["traffic"]["omitted"]:
         print(f"\ntraffic matrix omitted: {s['traffic']['omitted']}")
         return 0
