@@ -78,6 +78,7 @@ def config_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace, command: str | None = None) -> int:
+    from commscope.cli.bench_cmd import short_table
     from commscope.cli.terminal import Progress
     from commscope.launch import LaunchError, ranks_from_env
     from commscope.tune.suite import run_tuning
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
         try:
             with Progress("tune", quiet=bool(args.json)) as progress:
                 table = run_tuning(cfg, args.nproc, timeout_s=args.timeout, quiet=bool(args.json), command=command,
-                                   progress=progress, oversubscribe=args.oversubscribe)
+                                   progress=progress, oversubscribe=args.oversubscribe, short=short_table(args))
         except LaunchError as exc:
             print(f"commscope tune: error: {exc.summary}", file=sys.stderr)
             return EXIT_FAILED
@@ -113,6 +114,7 @@ def _in_job(cfg, env, args: argparse.Namespace, command: str):
     import torch.distributed as dist
 
     from commscope.bench.sweep import check_memory, check_world
+    from commscope.cli.bench_cmd import short_table
     from commscope.cli.terminal import Progress
     from commscope.tune.suite import default_group_sizes, measure, num_gpus, plan_candidates, table_from_rows
     from commscope.tune.table import machine_here
@@ -128,7 +130,8 @@ def _in_job(cfg, env, args: argparse.Namespace, command: str):
     dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout))
     try:
         with Progress("tune", quiet=bool(args.json) or env.rank != 0) as progress:
-            rows, hosts = measure(cfg, candidates, emit=None if args.json else print, command=command, progress=progress)
+            rows, hosts = measure(cfg, candidates, emit=None if args.json else print, command=command, progress=progress,
+                                  short=short_table(args))
     finally:
         dist.destroy_process_group()
     return table_from_rows(rows, machine=machine, hosts=hosts, world_size=env.world_size, group_sizes=group_sizes,
