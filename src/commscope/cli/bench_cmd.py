@@ -56,7 +56,7 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     from commscope.bench.sweep import OPS, REDOPS
 
     g = p.add_argument_group("what to measure (nccl-tests' flags)")
-    g.add_argument("--ops", default=",".join(OPS), help=f"comma-separated collectives (default: all of {','.join(OPS)})")
+    g.add_argument("--ops", default=",".join(OPS), help=f"comma-separated collectives (default: all of {', '.join(OPS)})")
     g.add_argument("-b", "--minbytes", type=_size, default=8, metavar="SIZE", help="smallest size, K/M/G suffixes (default 8)")
     g.add_argument("-e", "--maxbytes", type=_size, default=64 << 20, metavar="SIZE", help="largest size (default 64M)")
     g.add_argument("-f", "--stepfactor", type=float, default=2.0, help="size multiplier (default 2; 1: add -i)")

@@ -43,7 +43,7 @@ def add_tune_args(p: argparse.ArgumentParser) -> None:
 
     add_bench_args(p)
     p.set_defaults(ops=",".join(TUNABLE_OPS[:4]), out=Path("tuning.json"))
-    _help(p, "ops", f"comma-separated collectives among {','.join(TUNABLE_OPS)} "
+    _help(p, "ops", f"comma-separated collectives among {', '.join(TUNABLE_OPS)} "
                     f"(default {','.join(TUNABLE_OPS[:4])})")
     _help(p, "backend", "comma-separated backends to measure: gloo, nccl, and the algorithms ring, "
                         "recursive_doubling, recursive_halving, pairwise, bruck, binomial (default: all that can run)")
