@@ -411,7 +411,7 @@ def test_a_meaningless_fit_is_flagged_and_kept_out_of_the_estimate(capsys: pytes
     warning = [line for line in err.splitlines() if "warning" in line]
     assert len(warning) == 1 and "sendrecv over 2 ranks: unreliable fit" in warning[0]
     assert "infinite" in warning[0] or "outside any real link's range" in warning[0]
-    assert "UNRELIABLE sendrecv" in out and "fitted to 6 of 6 rows flagged noisy" in out
+    assert "unreliable: sendrecv" in out and "fitted to 6 of 6 rows flagged noisy" in out
     code, out, err = _run(capsys, f"estimate --tp 1 --pp 2 --dp 2 --global-batch-size 8 --bandwidth {fitted} --json")
     assert code == 0, err
     notes = json.loads(out)["notes"]

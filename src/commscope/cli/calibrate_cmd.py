@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from commscope.bench.calibrate import calibrate, cluster_toml, default_sweep
-    from commscope.bench.fit import _points_from_bench, fit, format_fit
+    from commscope.bench.fit import _points_from_bench, fit
+    from commscope.cli.fit_cmd import format_fit
     from commscope.launch import LaunchError
 
     if args.nproc < 2:
@@ -98,8 +99,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"{args.nproc} {backend} ranks on {cal.probes[0].device}, {cal.wall_s:.1f} s")
     print(f"matmul (fp32, n={cal.probes[0].matmul_n}) per rank: {cal.matmul_flops_per_s / 1e9:.2f} GFLOP/s; "
           f"copy {cal.memory_bandwidth_bytes_per_s / 1e9:.2f} GB/s; small op {cal.op_overhead_s * 1e6:.1f} us")
-    print(format_fit(fitted))
-    print(f"wrote {args.out} (use: --cluster {args.out} --bandwidth {args.out})")
+    print(format_fit(fitted, hint=False))
+    print(f"wrote {args.out} (use: --cluster {args.out} --bandwidth {args.out}; each row's error: its [fit] table)")
     return 0
 
 
