@@ -54,7 +54,7 @@ def add_tune_args(p: argparse.ArgumentParser) -> None:
     t = p.add_argument_group("selection")
     t.add_argument("--tie-tolerance", type=float, default=0.05, metavar="F",
                    help="candidates within this fraction of the fastest count as tied; a tie goes to the native "
-                        "backend (default 0.05)")
+                        "backend, and another must also beat it by more than the rows' measured spread (default 0.05)")
     t.add_argument("--show", type=Path, default=None, metavar="TABLE",
                    help="measure nothing: print the selection of this tuning table, after checking that it was "
                         "measured on a machine like this one")
@@ -141,11 +141,11 @@ def _in_job(cfg, env, args: argparse.Namespace, command: str):
 def format_selection(table) -> list[str]:
     """The selection as lines: per op and group size, each backend and the largest size it gets."""
     from commscope.cli.terminal import format_table
-    from commscope.tune.select import selection_summary
+    from commscope.tune.select import selection_notes, selection_summary
 
     lines = [(f"# selection ({table.machine.device}, torch {table.machine.torch_version}, "
-             f"{table.world_size} ranks on {table.num_hosts} host(s); ties within {table.tie_tolerance:.0%} go to "
-             "the native backend)")]
+             f"{table.world_size} ranks on {table.num_hosts} host(s); another backend than the native one only where "
+             f"it is faster by more than {table.tie_tolerance:.0%} and than the measured spread)")]
     rows = []
     for entry in selection_summary(table):
         parts = [f"{seg['backend']} up to {format_bytes(seg['max_size_bytes'])}" if seg["max_size_bytes"] is not None
@@ -153,9 +153,10 @@ def format_selection(table) -> list[str]:
                  for seg in entry["segments"]]
         rows.append((entry["op"], f"n={entry['group_size']}", entry["device"], ", ".join(parts)))
     columns = ("op", "group", "device", "backend per size")
-    lines += format_table(columns, rows, left=columns).split("\n")
+    lines += format_table(columns, rows, left=columns, wrap=("backend per size",)).split("\n")
     for name, why in table.skipped.items():
         lines.append(f"# not measured: {name} ({why})")
+    lines += [f"note: {note}" for note in selection_notes(table)]
     return lines
 
 
