@@ -278,8 +278,8 @@ def print_table(columns: Sequence[str], rows: Iterable[Sequence[Any] | str], *, 
 
 
 class _FittedStdout(io.TextIOBase):
-    """stdout on a terminal, whose lines wider than the screen wrap at a blank (prose; tables are fitted before
-    they get here), each continuation indented as its line is (two more after ``note:`` and the like; a ``# ``
+    """stdout on a terminal, whose prose lines wider than the screen wrap at a blank (tables fit themselves
+    before they get here, and a line that looks like a table's row is left alone), each continuation indented as its line is (two more after ``note:`` and the like; a ``# ``
     comment, as nccl-tests' headers are, continues as one)."""
 
     def __init__(self, out: TextIO, width: int) -> None:
@@ -297,8 +297,8 @@ class _FittedStdout(io.TextIOBase):
 
         from rich.cells import cell_len
 
-        if "\x1b" in line or cell_len(line) <= self.width:
-            return line
+        if "\x1b" in line or cell_len(line) <= self.width or _TABLE_ROW.search(line):
+            return line  # a table's row is never wrapped as prose: tables fit themselves (format_table)
         lead = line[:len(line) - len(line.lstrip(" "))]
         hang = "#   " if line.startswith("# ") else lead + ("  " if _LABEL.match(line[len(lead):]) else "")
         glued = _NUMBER_UNIT.sub("\\1\xa0\\2", line)  # a number stays on the line of its unit (textwrap breaks at ASCII blanks)
@@ -322,6 +322,8 @@ class _FittedStdout(io.TextIOBase):
         return self.out.encoding
 
 
+#: A line with two gaps of several blanks between words: a table's row, not prose.
+_TABLE_ROW = re.compile(r"\S {2,}\S.* {2,}\S")
 #: A number and the unit after it (``1.12 MiB``, ``3 ms``), kept together when a line wraps.
 _NUMBER_UNIT = re.compile(r"(\d) ((?:[KMGT]i?)?B(?:/s)?|[munp]?s|[KMGPT]?FLOP(?:/s)?|%|GB/s|x)(?=\W|$)")
 #: A line that starts with a label (``note: ``, ``warning: ``, ``#3: ``): its continuations hang under the text.
