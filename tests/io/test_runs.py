@@ -124,12 +124,12 @@ def test_one_bad_record_is_reported_with_file_and_line_and_skipped(logs, capsys,
     assert len(found) == 1 and message in found[0] and found[0].endswith("skipped"), run.problems
     assert len(run.ops_by_rank[2]) == len(run.ops_by_rank[1]) - 1
     # every command shows it, and none crashes
-    code, out, err = _cli(capsys, "summarize", str(logs))
-    assert code == 0 and where in out and "Traceback" not in err
-    code, out, err = _cli(capsys, "compare", str(logs), *JOB)
-    assert code == 0 and where in out, err
+    code, _, err = _cli(capsys, "summarize", str(logs))
+    assert code == 0 and where in err and "Traceback" not in err
+    code, _, err = _cli(capsys, "compare", str(logs), *JOB)
+    assert code == 0 and where in err, err
     report = logs.parent / "r.html"
-    code, out, err = _cli(capsys, "report", *JOB, "--measured", str(logs), "--out", str(report))
+    code, _, _ = _cli(capsys, "report", *JOB, "--measured", str(logs), "--out", str(report))
     assert code == 0 and where in report.read_text()
 
 
@@ -142,8 +142,8 @@ def test_partial_step_is_left_out_of_the_comparison_not_counted_as_less(logs, ca
     result = compare(predict(MODEL, PARALLEL, CLUSTER), run)
     assert result["num_steps"] == 2 and result["max_rel_error"] == 0.0  # not -33%
     assert any("partial steps left out of the comparison (step 2: rank(s) 0)" in p for p in result["problems"])
-    code, out, _ = _cli(capsys, "compare", str(logs), *JOB)
-    assert code == 0 and "step 2: [0]" in out and "partial steps left out of the comparison" in out
+    code, _, err = _cli(capsys, "compare", str(logs), *JOB)
+    assert code == 0 and "step 2: [0]" in err and "partial steps left out of the comparison" in err
 
 
 def test_run_level_problems(logs, capsys):

@@ -44,8 +44,9 @@ def test_a_killed_rank_is_named_in_the_recording_and_by_summarize(tmp_path: Path
     assert marker["stopped_after"] == [0, 2] and marker["world_size"] == 3
 
     assert main(["summarize", str(logdir)]) == 0
-    out = capsys.readouterr().out
-    assert "failed: rank 1 was killed by signal SIGKILL first; ranks [0, 2] were stopped because of it" in out
+    err = capsys.readouterr().err
+    assert ("commscope summarize: failed: rank 1 was killed by signal SIGKILL first; ranks [0, 2] were stopped because "
+            "of it") in err
     assert main(["summarize", str(logdir), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["failure"]["rank"] == 1
 

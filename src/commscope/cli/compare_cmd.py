@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{args.logdir} vs prediction for {model.name} ({parallel.world_size} ranks), per iteration over "
           f"{result['num_steps']} step(s)" + (f"; job from {', '.join(job_files)}" if job_files else ""))
-    print_run_findings(result)
+    print_run_findings(result, command="compare")
     print_comparison(result)
     if args.time:
         print_time(result["time"])

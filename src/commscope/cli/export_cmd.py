@@ -4,6 +4,7 @@ recorded run's records as Parquet tables, one per rank file, for DuckDB, Dask or
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from commscope.cli.common import add_job_args, check_out_dir, estimate_job, out_path, resolve_job
@@ -83,9 +84,9 @@ def _parquet(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError("run", str(args.run), str(exc)) from None
     for line in problems[:20]:
-        print(f"problem: {line}")
+        print(f"commscope export: problem: {line}", file=sys.stderr)
     if len(problems) > 20:
-        print(f"problem: ... and {len(problems) - 20} more")
+        print(f"commscope export: problem: ... and {len(problems) - 20} more", file=sys.stderr)
     print(f"wrote {rows:,} records of {len(files)} rank file(s) to {args.out}/ ({files[0].name} ...): one row per "
           "record of every rank, so a collective appears once per member; the README's DuckDB query counts the "
           f"logical ops as summarize does, e.g. over '{args.out}/*.parquet'")

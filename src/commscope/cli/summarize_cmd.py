@@ -124,32 +124,38 @@ def load_run(path: Path, *, layout=None, jobs: int | None = None):
         raise ConfigError("logdir", str(path), text.removeprefix(f"{path}: ")) from None
 
 
-def print_run_findings(s: dict, *, limit: int = 10) -> None:
+def print_run_findings(s: dict, *, command: str = "summarize", limit: int = 10) -> None:
     """What a reader found and assumed, as summarize, compare and report show it: the rank that failed first
-    (``failure``, the launcher's marker) or unfinished ranks, partial steps, fields the format lacks, notes and problems (the first ``limit``, then a count)."""
+    (``failure``, the launcher's marker) or unfinished ranks, partial steps and problems (the first ``limit``, then
+    a count) on stderr, each line led by ``commscope <command>:``; the fields the format lacks and the notes
+    (what was assumed) with the results on stdout."""
     failure = s.get("failure")
+    said: list[str] = []
     if failure is not None and failure.get("rank") is None and failure.get("timed_out"):  # no first one to name
-        print(f"failed: ranks {failure.get('stopped_after')} were still running at the launcher's timeout and were killed")
+        said.append(f"failed: ranks {failure.get('stopped_after')} were still running at the launcher's timeout and "
+                    "were killed")
     elif failure is not None and failure.get("rank") is None:  # `commscope record`: only the command's status is known
         unfinished = s.get("unfinished_ranks")
-        print(f"failed: the recorded command {failure.get('how')}; "
-              + (f"ranks {unfinished} did not finish their logs" if unfinished else
-                 "every rank closed its log, but what the job did after its failure may be missing"))
+        said.append(f"failed: the recorded command {failure.get('how')}; "
+                    + (f"ranks {unfinished} did not finish their logs" if unfinished else
+                       "every rank closed its log, but what the job did after its failure may be missing"))
     elif failure is not None:
         stopped = [r for r in s.get("unfinished_ranks", []) if r != failure.get("rank")]
-        print(f"failed: rank {failure.get('rank')} {failure.get('how')} first; "
-              f"{f'ranks {stopped} were stopped because of it' if stopped else 'no other rank was cut short'}")
+        said.append(f"failed: rank {failure.get('rank')} {failure.get('how')} first; "
+                    f"{f'ranks {stopped} were stopped because of it' if stopped else 'no other rank was cut short'}")
     elif s.get("unfinished_ranks"):
-        print(f"warning: ranks {s['unfinished_ranks']} did not finish (no completion marker): their logs may be cut short")
+        said.append(f"warning: ranks {s['unfinished_ranks']} did not finish (no completion marker): their logs may be "
+                    "cut short")
     if s.get("partial_steps"):
-        print("warning: partial steps (ranks that miss them or were cut short in them): "
-              + "; ".join(f"step {k}: {v}" for k, v in s["partial_steps"].items()))
+        said.append("warning: partial steps (ranks that miss them or were cut short in them): "
+                    + "; ".join(f"step {k}: {v}" for k, v in s["partial_steps"].items()))
+    problems = s.get("problems", [])
+    said += [f"problem: {p}" for p in problems[:limit]]
+    if len(problems) > limit:
+        said.append(f"problem: ... and {len(problems) - limit} more (--json lists them all)")
+    for line in said:
+        print(f"commscope {command}: {line}", file=sys.stderr)
     if s.get("missing_fields"):
         print(f"not in these records: {', '.join(s['missing_fields'])}")
     for note in s.get("notes", []):
         print(f"note: {note}")
-    problems = s.get("problems", [])
-    for p in problems[:limit]:
-        print(f"problem: {p}")
-    if len(problems) > limit:
-        print(f"... and {len(problems) - limit} more problems (--json lists them all)")
