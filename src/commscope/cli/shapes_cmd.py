@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from commscope.cli.common import add_job_args, check_out_dir, check_out_file, resolve_job
+from commscope.cli.common import add_job_args, check_out_dir, check_out_file, resolve_job, warn
 from commscope.errors import ConfigError
 
 
@@ -105,6 +105,9 @@ def run(args: argparse.Namespace) -> int:
                                                  "estimated in full (default 48); --no-suggest skips them")
     model, parallel, cluster = resolve_job(args)
     gpu = gpu_for_cluster(cluster, args.gpu)
+    problem = gpu.dtype_problem(model.dtype)  # bf16 on a V100: as estimate says it
+    if problem is not None:
+        warn(args, problem)
     if sweep is not None:
         return _run_sweep(args, sweep, model, parallel, cluster, gpu)
 
@@ -141,7 +144,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _header(model, parallel, cluster, gpu) -> str:
     peak = gpu.peak_flops_for(model.dtype) / 1e12
-    return (f"{model.name} on {cluster.name}: {gpu.name} ({gpu.num_sms} SMs, {peak:.0f} TFLOP/s {model.dtype} peak, "
+    dtype = model.dtype if gpu.dtype_problem(model.dtype) is None else f"fp16 (no {model.dtype} on this GPU)"
+    return (f"{model.name} on {cluster.name}: {gpu.name} ({gpu.num_sms} SMs, {peak:.0f} TFLOP/s {dtype} peak, "
             f"{gpu.memory_bandwidth_bytes_per_s / 1e9:.0f} GB/s), tp={parallel.tp} pp={parallel.pp} dp={parallel.dp} "
             f"cp={parallel.cp} ep={parallel.ep}, micro-batch {parallel.micro_batch_size} x {model.seq_len} tokens")
 

@@ -84,7 +84,9 @@ def run(args: argparse.Namespace) -> int:
         json.dump(s, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    print(f"{args.logdir}: {s['files']} file(s) ({', '.join(s['formats'])}), {len(s['ranks_logged'])} rank(s), "
+    ranks = len(s["ranks_logged"])  # nccl-tests, DeepSpeed: one record for a whole group, no rank of its own
+    print(f"{args.logdir}: {s['files']} file(s) ({', '.join(s['formats'])}), "
+          f"{f'{ranks} rank(s)' if ranks else 'no per-rank records'}, "
           f"world size {s['world_size'] or 'unknown'}, {s['records']:,} records, {s['logical_ops']:,} ops")
     print_run_findings(s)
     print()
