@@ -88,13 +88,13 @@ def _parquet(args: argparse.Namespace) -> int:
     if len(problems) > 20:
         print(f"commscope export: problem: ... and {len(problems) - 20} more", file=sys.stderr)
     print(f"wrote {rows:,} records of {len(files)} rank file(s) to {args.out}/ ({files[0].name} ...): one row per "
-          "record of every rank, so a collective appears once per member; the README's DuckDB query counts the "
+          "record of every rank, so a collective appears once per member; the guide's DuckDB query (docs/guide.md) counts the "
           f"logical ops as summarize does, e.g. over '{args.out}/*.parquet'")
     return 0
 
 
 def check_parquet_out(out: Path) -> None:
-    """Refuse an ``out`` that already holds Parquet tables: a query over ``out/*.parquet`` (the README's DuckDB
+    """Refuse an ``out`` that already holds Parquet tables: a query over ``out/*.parquet`` (the guide's DuckDB
     glob) would read the rows of both runs, and an earlier run's ranks beyond this one's would survive."""
     from commscope.errors import ConfigError
 
