@@ -70,6 +70,7 @@ DETERMINISTIC = {
                  "--micro-batch-size", "1", "--cluster", "dgx-h100"],
     "traffic": ["traffic", "--model", "llama3-70b", "--tp", "8", "--pp", "4", "--gpus", "512", "--sequence-parallel",
                 "--global-batch-size", "1024", "--micro-batch-size", "1", "--cluster", "dgx-h100"],
+    "compare": ["compare", "logs"],
     "compare --time": ["compare", "logs", "--time"],
     "summarize": ["summarize", "logs"],
     "shapes": ["shapes", "--model", "gpt-3b", "--cluster", "dgx-a100", "--tp", "2", "--micro-batch-size", "4"],
@@ -118,3 +119,12 @@ def test_measuring_commands_fit(columns: int, tmp_path: Path) -> None:
     assert code == 0, err
     _check_screen(screen, columns)
     assert "all_reduce" in screen and "backend per size" in screen
+
+
+def test_json_on_a_terminal_is_printed_whole() -> None:
+    """Prose wraps on a terminal, JSON does not: a line cut in two would not parse when copied from the screen."""
+    import json
+
+    code, screen, err = run_on_terminal([*CLI, "estimate", "--json"], 80)
+    assert code == 0, err
+    assert json.loads(visible(screen))["notes"] and max(map(len, visible(screen).splitlines())) > 80

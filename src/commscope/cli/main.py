@@ -78,7 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from commscope.errors import ConfigError, JobFailed
 
     try:
-        with fitted_stdout():  # on a terminal, prose wider than the screen wraps at a blank
+        # on a terminal, prose wider than the screen wraps at a blank; JSON is printed as it is, to be copied whole
+        with fitted_stdout(enabled=not getattr(args, "json", False)):
             return int(args.func(args) or 0)
     except ConfigError as exc:
         print(f"commscope {args.command}: error: {exc}", file=sys.stderr)

@@ -331,9 +331,10 @@ _LABEL = re.compile(r"[\w#][\w .'(),/-]{0,60}: ")
 
 
 @contextlib.contextmanager
-def fitted_stdout() -> Iterator[None]:
-    """While inside, lines printed to stdout wider than its terminal wrap at a blank (nothing changes in a pipe)."""
-    width = terminal_width()
+def fitted_stdout(*, enabled: bool = True) -> Iterator[None]:
+    """While inside, lines printed to stdout wider than its terminal wrap at a blank (nothing changes in a pipe, or
+    when not ``enabled``)."""
+    width = terminal_width() if enabled else None
     if width is None:
         yield
         return
