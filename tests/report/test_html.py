@@ -504,3 +504,11 @@ def test_validation_plot_labels_log_ticks_as_plain_numbers():
 
     assert [_minor_label(v, None) for v in (2.0, 3.0, 4.0, 5.0, 20.0, 30.0, 0.5, 0.7)] == \
         ["2", "3", "", "5", "20", "30", "0.5", ""]
+
+
+def test_bandwidth_pictures_go_log_where_their_values_span_orders_of_magnitude(tmp_path):
+    """busbw.png drew gloo's MB/s flat on zero under a V100 preset's 100 GB/s, as the page did."""
+    from commscope.report.png import spans_orders_of_magnitude
+
+    assert spans_orders_of_magnitude([2e5, 1e9, 1.1e11, None, 0.0])
+    assert not spans_orders_of_magnitude([1e9, 2e10, None]) and not spans_orders_of_magnitude([None])
