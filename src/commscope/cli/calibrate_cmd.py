@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"matmul (fp32, n={cal.probes[0].matmul_n}) per rank: {cal.matmul_flops_per_s / 1e9:.2f} GFLOP/s; "
           f"copy {cal.memory_bandwidth_bytes_per_s / 1e9:.2f} GB/s; small op {cal.op_overhead_s * 1e6:.1f} us")
     print(format_fit(fitted, hint=False))
-    print(f"wrote {args.out} (use: --cluster {args.out} --bandwidth {args.out}; each row's error: its [fit] table)")
+    print(f"wrote {args.out} (use: --cluster {args.out} --bandwidth {args.out}; each row's error: its [collectives.fit] table)")
     return 0
 
 

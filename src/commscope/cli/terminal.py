@@ -13,7 +13,11 @@ stderr is a terminal and the command does not print JSON (``quiet``); otherwise 
 after ``delay_s`` (short work shows none) and starts in the process that first reports: a callback handed to a
 rank that :func:`commscope.launch.spawn` forks draws from that rank (it pickles without its bar, for ``spawn``).
 
-Tables go through :func:`format_table` / :func:`print_table`, so that every command's rows line up the same way.
+Tables go through :func:`format_table` / :func:`print_table`, so that every command's rows line up the same way
+and fit the terminal they are printed on: no number, name or header is ever cut (rich's own tables cut ``dp=128``
+to ``1…`` at 120 columns); columns a narrow terminal cannot hold move to a block of their own, prose columns wrap.
+Prose lines wider than the terminal wrap at a blank (:func:`fitted_stdout`, which the command line wraps around
+every command). Piped, a table is one row a line and nothing wraps.
 """
 
 from __future__ import annotations
@@ -279,8 +283,9 @@ def print_table(columns: Sequence[str], rows: Iterable[Sequence[Any] | str], *, 
 
 class _FittedStdout(io.TextIOBase):
     """stdout on a terminal, whose prose lines wider than the screen wrap at a blank (tables fit themselves
-    before they get here, and a line that looks like a table's row is left alone), each continuation indented as its line is (two more after ``note:`` and the like; a ``# ``
-    comment, as nccl-tests' headers are, continues as one)."""
+    before they get here, and a line that looks like a table's row is left alone), each continuation indented as
+    its line is (two more after ``note:`` and the like; a ``# `` comment, as nccl-tests' headers are, continues as
+    one)."""
 
     def __init__(self, out: TextIO, width: int) -> None:
         self.out, self.width, self.pending = out, width, ""
