@@ -183,9 +183,12 @@ class _Layout:
 
 
 def _wrap_cell(text: str, width: int) -> list[str]:
+    """``text`` wrapped at blanks to ``width``, a number kept on the line of its unit (``141 GB``)."""
     import textwrap
 
-    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [""]
+    glued = _NUMBER_UNIT.sub("\\1\xa0\\2", text)
+    lines = textwrap.wrap(glued, width, break_long_words=False, break_on_hyphens=False) or [""]
+    return [line.replace("\xa0", " ") for line in lines]
 
 
 def _render(layout: _Layout, indices: Sequence[int], widths: Sequence[int], gap: int,
@@ -330,7 +333,7 @@ class _FittedStdout(io.TextIOBase):
 #: A line with two gaps of several blanks between words: a table's row, not prose.
 _TABLE_ROW = re.compile(r"\S {2,}\S.* {2,}\S")
 #: A number and the unit after it (``1.12 MiB``, ``3 ms``), kept together when a line wraps.
-_NUMBER_UNIT = re.compile(r"(\d) ((?:[KMGT]i?)?B(?:/s)?|[munp]?s|[KMGPT]?FLOP(?:/s)?|%|GB/s|x)(?=\W|$)")
+_NUMBER_UNIT = re.compile(r"(\d) ((?:[KMGT]i?)?B(?:/s)?|[munp]?s|[KMGPT]?FLOP(?:/s)?|%|GB/s|Gb/s|x)(?=\W|$)")
 #: A line that starts with a label (``note: ``, ``warning: ``, ``#3: ``): its continuations hang under the text.
 _LABEL = re.compile(r"[\w#][\w .'(),/-]{0,60}: ")
 
