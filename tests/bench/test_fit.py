@@ -10,7 +10,8 @@ import pytest
 from conftest import SHARED, requires_shared
 
 from commscope.bandwidth import AlphaBeta, GroupSpan
-from commscope.bench.fit import FitPoint, fit, fit_curve, format_fit, load_points, to_toml
+from commscope.bench.fit import FitPoint, fit, fit_curve, load_points, to_toml
+from commscope.cli.fit_cmd import format_fit
 from commscope.bench.fitted import Curve, FittedModel, Segment, canonical_op, read_fitted
 from commscope.cli.main import main
 from commscope.errors import ConfigError
@@ -72,7 +73,10 @@ def test_a100_nccl_tests_log_fits_in_three_pieces_within_tolerance():
     assert top.busbw_bytes_per_s / GB == pytest.approx(210.9, abs=0.5)  # the module docstring's worked number
     assert top.alpha_s / US == pytest.approx(144.8, abs=0.5)
     text = format_fit(res)
-    assert "134217728" in text and "rel err" in text
+    assert "33,554,432-134,217,728" in text and "rel err" not in text  # the lines; the rows on request
+    assert "25 rows fitted; --rows prints each" in text
+    text = format_fit(res, rows=True)
+    assert "rel err" in text and len(text.splitlines()) > 25
 
 
 @requires_shared(*LOGS, A100_NAME)
@@ -171,9 +175,9 @@ def test_a_failed_nccl_tests_log_is_refused():
 @requires_shared(*LOGS, A100_NAME)
 def test_fit_command_on_nccl_tests_output(tmp_path, capsys):
     out = tmp_path / "a100.toml"
-    assert main(["fit", str(A100), "--out", str(out)]) == 0
+    assert main(["fit", str(A100), "--out", str(out), "--rows"]) == 0
     text = capsys.readouterr().out
-    assert "alpha (us)" in text and "+3.5%" in text  # 8 B: 34.84 us measured, 36.06 us fitted
+    assert "alpha us" in text and "+3.5%" in text  # 8 B: 34.84 us measured, 36.06 us fitted
     assert read_fitted(out).curves[0].group_size == 8
     assert main(["fit", str(A100), "--json", "--max-pieces", "1"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -325,3 +329,61 @@ def test_damaged_rows_are_named_and_skipped_alike_in_both_formats(tmp_path, caps
     code, data, err = _fit_cli(capsys, big)
     assert code == 0 and len(err) == 1 and "size 2199023255552 B is larger than any real message (> 1 TiB): row skipped" in err[0]
     assert sorted(r["size_bytes"] for r in data["rows"]) == sizes
+
+
+def _toml_segments(text: str) -> list[dict]:
+    return [seg for curve in tomllib.loads(text)["curves"] for seg in curve["segments"]]
+
+
+def _physical(seg: dict) -> bool:
+    """A segment a link could have: a bus bandwidth in the cluster files' range, or flat (latency only)."""
+    return math.isinf(seg["busbw_GBps"]) or 0.01 <= seg["busbw_GBps"] <= 10_000
+
+
+def test_a_size_range_whose_line_no_link_has_is_merged_and_its_rows_named(tmp_path, capsys):
+    # two ranks sharing cores: the smallest messages' times climb by tens of microseconds over a hundred bytes
+    # (noise), a line through them alone is a bus bandwidth of MB/s; then a real slope (2 GB/s) from 64 KiB on
+    small = {8: 100e-6, 32: 140e-6, 128: 180e-6, 512: 300e-6, 2048: 302e-6, 8192: 301e-6}
+    large = {s: 310e-6 + s / (2 * GB) for s in (1 << 16, 1 << 18, 1 << 20, 1 << 22)}
+    pts = [FitPoint(op="all_reduce", group_size=2, size_bytes=s, time_s=t) for s, t in {**small, **large}.items()]
+    res = fit(pts, source="noisy.json")
+    (curve,) = res.curves
+    assert all(s.busbw_bytes_per_s == math.inf or 0.01 * GB <= s.busbw_bytes_per_s <= 10_000 * GB
+               for s in curve.segments), curve.segments
+    assert res.merged and res.merged[0].startswith("all_reduce over 2 ranks: the rows of 8, 32, 128 B alone give a "
+                                                   "line whose bus bandwidth")
+    assert "outside any real link's range" in res.merged[0] and res.merged[0].endswith("fitted within 8-8,192 B instead")
+    assert curve.segments[-1].busbw_bytes_per_s == pytest.approx(2 * GB, rel=1e-6)  # the large messages' own line kept
+    assert all(_physical(seg) for seg in _toml_segments(to_toml(res)))
+    _write(tmp_path / "noisy.json", [_row(size=s, t=t) for s, t in {**small, **large}.items()])
+    assert main(["fit", str(tmp_path / "noisy.json"), "--out", str(tmp_path / "fit.toml")]) == 0
+    err = capsys.readouterr().err
+    assert "commscope fit: note: all_reduce over 2 ranks: the rows of 8, 32, 128 B alone give" in err
+    assert all(_physical(seg) for seg in _toml_segments((tmp_path / "fit.toml").read_text()))
+
+
+def test_an_unreliable_curve_keeps_its_lines_as_a_comment_only(tmp_path):
+    sizes = [2 ** k for k in range(3, 12)]
+    pts = [FitPoint(op="all_reduce", group_size=2, size_bytes=s, time_s=100e-6) for s in sizes]  # flat: infinite busbw
+    res = fit(pts, source="flat")
+    assert res.why_unreliable(res.curves[0]) is not None
+    text = to_toml(res)
+    assert _toml_segments(text) == [] and "# what the rows fitted, not a link's bandwidth:" in text
+    (tmp_path / "flat.toml").write_text(text)
+    with pytest.raises(ConfigError, match="every fitted curve is unreliable"):
+        read_fitted(tmp_path / "flat.toml")
+
+
+def test_fit_of_a_real_sweep_writes_only_lines_a_link_could_have(tmp_path, capsys):
+    """A real 2-rank gloo sweep of small messages (the noisiest there is on 2 shared cores), fitted."""
+    pytest.importorskip("torch")
+    bench = tmp_path / "bench.json"
+    assert main(["bench", "--nproc", "2", "--ops", "all_reduce,all_gather", "-b", "8", "-e", "64K", "-f", "4",
+                 "-n", "20", "-w", "2", "--out", str(bench), "--no-plot"]) == 0
+    capsys.readouterr()
+    assert main(["fit", str(bench), "--out", str(tmp_path / "fit.toml")]) == 0
+    out, _ = capsys.readouterr()
+    assert all(_physical(seg) for seg in _toml_segments((tmp_path / "fit.toml").read_text()))
+    assert "rows fitted; --rows prints each beside its fitted time" in out and "measured us" not in out
+    assert main(["fit", str(bench), "--rows"]) == 0
+    assert "measured us" in capsys.readouterr().out

@@ -91,7 +91,7 @@ def test_a_rank_that_raises_is_named_beside_the_logs(tmp_path: Path):
     failure = json.loads((logs / "failure.json").read_text())
     assert failure["rank"] == 1 and failure["how"] == "raised ValueError: bad batch at step 1"
     out = _commscope("summarize", str(logs))
-    assert out.returncode == 0 and "failed: rank 1 raised ValueError: bad batch at step 1 first" in out.stdout
+    assert out.returncode == 0 and "failed: rank 1 raised ValueError: bad batch at step 1 first" in out.stderr
 
 
 def test_a_command_that_records_nothing_says_so(tmp_path: Path):

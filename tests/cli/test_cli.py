@@ -370,3 +370,37 @@ def test_plan_takes_the_jobs_attention_and_fp8(capsys, tmp_path):
                                 re.DOTALL).group(1))["breakdown"]
     same = [e for e in data["plan"]["entries"] if e["label"] == data["label"]]
     assert same and same[0]["iteration_time_s"] == pytest.approx(data["iteration_time_s"], rel=1e-9)
+
+
+def test_what_a_new_user_tripped_on_reads_right_now(capsys):
+    """Smaller things a new user met (issue 35): '1 nodes x 8', an nccl-tests summary of '0 rank(s)', shapes quiet
+    about a bf16 peak on a V100 that estimate warns about."""
+    assert main(["traffic", "--tp", "2", "--pp", "1", "--dp", "4", "--cluster", "dgx-a100"]) == 0
+    assert "(1 node x 8)" in capsys.readouterr().out
+    assert main(["shapes", "--model", "llama3-8b", "--cluster", "dgx1-v100", "--tp", "8", "--micro-batch-size", "1",
+                 "--no-suggest"]) == 0
+    out, err = capsys.readouterr()
+    assert "commscope shapes: warning: dtype=bf16 on V100-SXM2-32GB" in err
+    assert "125 TFLOP/s fp16 (no bf16 on this GPU) peak" in out
+
+
+def test_a_summary_of_records_without_ranks_says_so():
+    """nccl-tests output holds one row per size for the whole group: no rank logged, not '0 rank(s)'."""
+    from conftest import shared_or_skip
+
+    log = shared_or_skip("data", "real-logs", "nccl-tests_allreduce_a100x8_single-node_v2.19.4.txt")
+    out = subprocess.run([sys.executable, "-m", "commscope.cli.main", "summarize", str(log)], capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    first = out.splitlines()[0]
+    assert "0 rank(s)" not in first and "no per-rank records, world size 8" in first
+
+
+def test_bench_curves_never_share_a_look():
+    pytest.importorskip("matplotlib")
+    from commscope.bench.plot import curve_styles
+
+    curves = [(op, n) for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv", "broadcast",
+                                 "reduce") for n in (2, 4, 8)]
+    looks = curve_styles(curves)
+    assert len(set(looks.values())) == len(curves) == 21
+    assert len({looks[op, 2][0] for op, _ in curves}) == 7  # a colour per op

@@ -1,5 +1,5 @@
-"""A recorded run exported rank file by rank file to Parquet, and queried with DuckDB as one table: the
-README's example for logs too large for one machine's memory, checked against commscope's own summary."""
+"""A recorded run exported rank file by rank file to Parquet, and queried with DuckDB as one table:
+the guide's example for logs too large for one machine's memory, checked against commscope's own summary."""
 
 from __future__ import annotations
 
@@ -18,13 +18,13 @@ from commscope.spec.parallel import ParallelSpec
 
 pytest.importorskip("pyarrow")
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide.md"
 
 
-def _readme_query() -> str:
-    """The README's DuckDB example (bytes per axis of the logical ops: a collective once, from its group's lowest
+def _guide_query() -> str:
+    """The guide's DuckDB example (bytes per axis of the logical ops: a collective once, from its group's lowest
     rank; sends and all_to_all on every issuing rank; receives never), as it is printed there."""
-    text = README.read_text()
+    text = GUIDE.read_text()
     block = text[text.index("```python\nimport duckdb"):]
     block = block[len("```python\n"):block.index("```", 3)]
     return block[block.index('"""') + 3:block.rindex('"""')]
@@ -59,7 +59,7 @@ def test_duckdb_over_the_exported_tables_matches_the_summary(tmp_path: Path) -> 
     tp, pp, dp = synthetic_parallel(32)
     assert main(["export", "parquet", "--run", str(logs), "--out", str(out), "--tp", str(tp), "--pp", str(pp),
                  "--dp", str(dp)]) == 0
-    query = _readme_query()
+    query = _guide_query()
     assert "'logs-parquet/*.parquet'" in query
     got = duckdb.sql(query.replace("logs-parquet/", f"{out}/")).fetchall()
     layout = Layout(ParallelSpec(tp=tp, pp=pp, dp=dp, global_batch_size=dp))
@@ -84,7 +84,7 @@ def test_export_parquet_bad_input_is_one_line(tmp_path: Path, capsys: pytest.Cap
 
 
 def test_an_export_is_never_mixed_with_an_earlier_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """An export of 4 ranks into the folder of an 8-rank one once kept rank00004-7.parquet: the README's glob then
+    """An export of 4 ranks into the folder of an 8-rank one once kept rank00004-7.parquet: the guide's glob then
     read both runs."""
     first, second, out = tmp_path / "w8", tmp_path / "r4", tmp_path / "pq"
     for logs, ranks in ((first, 8), (second, 4)):

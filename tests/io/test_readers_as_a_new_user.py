@@ -62,7 +62,7 @@ def test_two_pasted_outputs_of_other_gpus_are_said_to_be_kept_apart(tmp_path, ca
     assert ("problem: both.txt:69: the tables from line 18 and from line 69 both time all_reduce over 8 ranks but on "
             "other hardware (NVIDIA A100-SXM4-80GB x 8 on dkh; then AMD Instinct MI300X x 8 on host): their rows are "
             "not pooled (fit and --bandwidth refuse them together; fit --run 1 or --run 2 takes one machine's tables)"
-            in capsys.readouterr().out)
+            in capsys.readouterr().err)
     assert main(["fit", str(path)]) == 2
 
 
@@ -73,7 +73,7 @@ def test_one_output_pasted_twice_is_said(tmp_path, capsys):
     path.write_text((REAL_LOGS / A100).read_text() * 2)
     assert main(["summarize", str(path)]) == 0
     assert "their rows are pooled as one measurement, each size's median (a run repeated, or one output pasted " \
-           "twice?)" in capsys.readouterr().out
+           "twice?)" in capsys.readouterr().err
 
 
 EFA = "nccl-tests_allreduce_t4x2_2node_efa_nccl-info.txt"
@@ -88,8 +88,8 @@ def test_an_mpirun_prefixed_output_cut_before_its_summary_is_still_nccl_tests(tm
     path = tmp_path / "cut.txt"
     path.write_text("".join(lines[:cut]) + lines[cut][:30])
     assert main(["summarize", str(path)]) == 0
-    out = capsys.readouterr().out
-    assert "(nccl_tests)" in out and "the table stops without nccl-tests' summary" in out
+    out, err = capsys.readouterr()
+    assert "(nccl_tests)" in out and "the table stops without nccl-tests' summary" in err
 
 
 DS_VERBOSE = "deepspeed_comms_verbose_1_megatron-zero3.txt"
@@ -151,7 +151,7 @@ def test_an_nccl_tests_row_faster_than_any_link_is_named(tmp_path, capsys):
                                           "5872025.60       0"))
     assert main(["summarize", str(path)]) == 0
     assert "fast.txt:40: all_reduce 33554432 B out-of-place: time 0.01 us gives 5,872,025.60 GB/s, above any real " \
-           "link (10,000 GB/s)" in capsys.readouterr().out
+           "link (10,000 GB/s)" in capsys.readouterr().err
 
 
 RTX1 = "nccl-tests_allreduce_rtx3090x1_single-gpu_column-overflow.txt"

@@ -17,7 +17,7 @@ from conftest import SHARED, requires_shared
 from commscope.api import predict
 from commscope.capture.analysis import compare, summary
 from commscope.cli.main import main
-from commscope.io.runs import read_run
+from commscope.io.runs import op_step, read_run
 from commscope.spec.cluster import ClusterSpec, LinkTier
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
@@ -124,12 +124,12 @@ def test_one_bad_record_is_reported_with_file_and_line_and_skipped(logs, capsys,
     assert len(found) == 1 and message in found[0] and found[0].endswith("skipped"), run.problems
     assert len(run.ops_by_rank[2]) == len(run.ops_by_rank[1]) - 1
     # every command shows it, and none crashes
-    code, out, err = _cli(capsys, "summarize", str(logs))
-    assert code == 0 and where in out and "Traceback" not in err
-    code, out, err = _cli(capsys, "compare", str(logs), *JOB)
-    assert code == 0 and where in out, err
+    code, _, err = _cli(capsys, "summarize", str(logs))
+    assert code == 0 and where in err and "Traceback" not in err
+    code, _, err = _cli(capsys, "compare", str(logs), *JOB)
+    assert code == 0 and where in err, err
     report = logs.parent / "r.html"
-    code, out, err = _cli(capsys, "report", *JOB, "--measured", str(logs), "--out", str(report))
+    code, _, _ = _cli(capsys, "report", *JOB, "--measured", str(logs), "--out", str(report))
     assert code == 0 and where in report.read_text()
 
 
@@ -142,8 +142,8 @@ def test_partial_step_is_left_out_of_the_comparison_not_counted_as_less(logs, ca
     result = compare(predict(MODEL, PARALLEL, CLUSTER), run)
     assert result["num_steps"] == 2 and result["max_rel_error"] == 0.0  # not -33%
     assert any("partial steps left out of the comparison (step 2: rank(s) 0)" in p for p in result["problems"])
-    code, out, _ = _cli(capsys, "compare", str(logs), *JOB)
-    assert code == 0 and "step 2: [0]" in out and "partial steps left out of the comparison" in out
+    code, _, err = _cli(capsys, "compare", str(logs), *JOB)
+    assert code == 0 and "step 2: [0]" in err and "partial steps left out of the comparison" in err
 
 
 def test_run_level_problems(logs, capsys):
@@ -201,3 +201,60 @@ def test_deepspeed_records_take_the_world_as_group_only_when_unambiguous(capsys)
     assert summary(run)["traffic"]["logical"]["total_bytes"] > 0
     code, out, _ = _cli(capsys, "summarize", str(path), "--tp", "2", "--dp", "8", "--pp", "1")
     assert code == 0 and "traffic matrix omitted:" in out and "tp=2" in out
+
+
+def _ddp_job(rank: int, world: int, logdir: str, store: str) -> None:
+    """A user's DDP script, recorded with capture.record() and its steps marked with capture.step(i)."""
+    import torch
+    import torch.distributed as dist
+
+    import commscope.capture
+
+    with commscope.capture.record(logdir):
+        dist.init_process_group("gloo", store=dist.FileStore(store, world), rank=rank, world_size=world)
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+        ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.001)  # a bucket per parameter
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        for i in range(3):
+            commscope.capture.step(i)
+            opt.zero_grad()
+            ddp(torch.randn(8, 16)).sum().backward()
+            opt.step()
+        dist.destroy_process_group()
+
+
+def test_a_complete_ddp_run_has_no_partial_step(tmp_path, capsys):
+    """DDP rebuilds its buckets during its second step, which then holds more ops than the others: the last of
+    three steps held fewer than the median of the other two and was called partial on every rank."""
+    pytest.importorskip("torch")
+    import multiprocessing
+
+    from commscope.io.runs import read_run_totals
+
+    logs = tmp_path / "logs"
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_ddp_job, args=(r, 2, str(logs), str(tmp_path / "store"))) for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    run = read_run(logs)
+    per_step = [sum(1 for op in run.ops_by_rank[0] if op_step(op) == i) for i in range(3)]
+    assert per_step[1] > per_step[2], per_step  # the bucket rebuild: what misled the reader
+    assert run.partial_steps == {} and read_run_totals(logs).partial_steps == {}
+    assert main(["summarize", str(logs)]) == 0
+    out, err = capsys.readouterr()
+    assert "partial" not in out + err
+
+
+def test_a_rank_stopped_in_its_last_step_is_still_found():
+    from commscope.io.runs import _partial_steps_of
+
+    ddp_like = {0: {0: 2, 1: 5, 2: 3}, 1: {0: 2, 1: 5, 2: 3}}
+    assert _partial_steps_of(ddp_like) == {}  # 3 is no fewer than the fewest of the other steps
+    killed = {0: {0: 4, 1: 4, 2: 4}, 1: {0: 4, 1: 4, 2: 1}}
+    assert _partial_steps_of(killed) == {2: (1,)}
+    assert _partial_steps_of(killed, finished={1}) == {}  # its log ended normally: the step is whole
+    assert _partial_steps_of({0: {0: 4, 1: 4}, 1: {0: 4}}) == {1: (1,)}  # a step one rank lacks

@@ -203,3 +203,66 @@ def test_screenshot(tmp_path, full_report, capsys):
         shutil.copy(html, Path(artifacts) / "report.html")
     with capsys.disabled():
         print(f"\nreport screenshot: {shot}")
+
+
+@pytest.fixture(scope="module")
+def measured_reports(tmp_path_factory):
+    """A real recorded job (tp 2 on 2 gloo ranks, 3 steps) and a real gloo sweep, put in reports as a user does:
+    with the prediction of the job saved beside the logs (its preset V100 links dwarf gloo's), and without."""
+    pytest.importorskip("torch")
+    from commscope.cli.main import main
+
+    tmp = tmp_path_factory.mktemp("measured-report")
+    logs, bench = tmp / "logs", tmp / "bench.json"
+    assert main(["workload", "gpt", "--tp", "2", "--dp", "1", "--steps", "3", "--record", str(logs), "--json"]) == 0
+    assert main(["bench", "--nproc", "2", "--ops", "all_reduce,all_gather", "-b", "1K", "-e", "1M", "-f", "8",
+                 "-n", "5", "-w", "1", "--out", str(bench), "--no-plot", "--json"]) == 0
+    full, measured_only = tmp / "full.html", tmp / "measured.html"
+    assert main(["report", "--measured", str(logs), "--bench", str(bench), "--out", str(full)]) == 0
+    assert main(["report", "--no-predicted", "--measured", str(logs), "--out", str(measured_only)]) == 0
+    return full, measured_only
+
+
+def _svg(dom: str, svg_id: str) -> str:
+    start = dom.index(f'id="{svg_id}"')
+    return dom[dom.rindex("<svg", 0, start):dom.index("</svg>", start)]
+
+
+def test_time_chart_draws_the_models_curves_and_keeps_its_whiskers_inside(tmp_path, measured_reports):
+    """The time chart drew no dashed model curve (one size bin per op: a line of one point), its p95 whiskers ran
+    off the plot, and its log axis had one tick."""
+    dom, err = _dom(tmp_path, measured_reports[0])
+    _assert_clean(dom, err)
+    svg = _svg(dom, "time-chart")
+    series = int(_attr(svg, 'svg id="time-chart"', "data-model-curves"))
+    curves = re.findall(r'<polyline[^>]*class="model-curve"[^>]*>', svg)
+    assert series >= 2 and len(curves) == series
+    assert all(len(re.search(r'points="([^"]*)"', c).group(1).split()) >= 4 for c in curves)  # a curve, not a dot
+    top, bottom = float(_attr(svg, 'svg id="time-chart"', "data-plot-top")), float(_attr(svg, 'svg id="time-chart"', "data-plot-bottom"))
+    whiskers = re.findall(r'<line[^>]*class="whisker"[^>]*>', svg)
+    assert whiskers
+    for w in whiskers:
+        y1, y2 = (float(re.search(rf'{k}="([^"]*)"', w).group(1)) for k in ("y1", "y2"))
+        assert top <= min(y1, y2) and max(y1, y2) <= bottom, (w, top, bottom)
+    assert len(re.findall(r'class="y-tick"', svg)) >= 3
+
+
+def test_bandwidth_chart_goes_log_where_measured_and_preset_differ_by_orders_of_magnitude(tmp_path, measured_reports):
+    """Measured gloo curves lay flat at 0 on a linear axis scaled to the preset's NVLink."""
+    dom, err = _dom(tmp_path, measured_reports[0])
+    _assert_clean(dom, err)
+    svg = _svg(dom, "bench-chart")
+    assert _attr(svg, 'svg id="bench-chart"', "data-scale") == "log"
+    assert len(re.findall(r'class="measured-curve"', svg)) == 2 and re.search(r'class="model-curve"', svg)
+    ticks = re.findall(r'class="y-tick"[^>]*>([^<]*)<', svg)
+    assert len(ticks) >= 3 and "0" not in ticks  # small values keep their digits: 0.001, not 0
+
+
+def test_a_report_without_prediction_shows_no_predicted_columns(tmp_path, measured_reports):
+    dom, err = _dom(tmp_path, measured_reports[1])
+    _assert_clean(dom, err)
+    card = dom[dom.index('<section class="card" id="measured"'):]
+    card = card[:card.index("</section>")]
+    table = card[card.index("<table"):card.index("</table>")]  # the notes below it may name ranges (steps 0-2)
+    assert "<h2>Measured bytes by axis</h2>" in card
+    assert "predicted" not in table and "\u2013" not in table  # no column of dashes

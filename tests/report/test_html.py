@@ -467,3 +467,48 @@ def test_png_without_matplotlib_says_how_to_install(tmp_path, monkeypatch, pred3
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     with pytest.raises(ImportError, match=r"pip install commscope\[plots\]"):
         write_pngs(data, tmp_path)
+
+
+def test_the_page_counts_ops_once_and_says_how_the_estimate_timed_what_it_was_given(pred32, est32):
+    """A new user read 16,016 ops per iteration in the summary and 14,480 in the message sizes; gpu_util 0.4 and
+    0.596 both as inputs; and 'flash' attention on a V100 whose notes said unfused."""
+    data = build_report_data(prediction=pred32, estimate=est32)
+    ops = next(card for card in data["summary"] if card["label"] == "ops per iteration")
+    assert ops["value"] == data["message_sizes"]["predicted"]["total_ops"] < pred32.num_ops
+    assert f"{pred32.num_ops:,} records with the receives" in ops["detail"]
+    gpus = next(card for card in data["summary"] if card["label"] == "GPUs")
+    assert gpus["detail"] == "4 nodes \u00d7 8"
+    inputs = data["inputs"]
+    assert "gpu_util" not in inputs and inputs["cluster"]["gpu_util"] == 0.4  # the input once, the result said apart
+    assert inputs["estimate_method"].startswith("refined: the GPU's compute model, ") and "of 125 TFLOP/s peak" in \
+        inputs["estimate_method"]
+    assert inputs["parallel"]["attention"] == "flash"
+    assert inputs["attention_timed"] == "unfused: V100-SXM2-32GB has no fused (flash) attention kernels"
+    one_node = predict("gpt-1.5b", ParallelSpec(tp=2, dp=4, global_batch_size=512, micro_batch_size=4), "dgx-a100")
+    data = build_report_data(prediction=one_node, estimate=estimate(one_node))
+    assert next(c for c in data["summary"] if c["label"] == "GPUs")["detail"] == "1 node \u00d7 8"
+    assert "attention_timed" not in data["inputs"]  # an A100 runs flash attention as asked
+
+
+def test_report_refuses_an_out_in_a_folder_that_does_not_exist(tmp_path, capsys):
+    """`report --out /nonexistent/dir/r.html` made the whole tree, silently."""
+    out = tmp_path / "no" / "such" / "r.html"
+    assert main(["report", *JOB_32, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"its folder {out.parent} does not exist" in err and err.count("\n") == 1
+    assert not (tmp_path / "no").exists()
+
+
+def test_validation_plot_labels_log_ticks_as_plain_numbers():
+    from commscope.report.validation_plot import _minor_label
+
+    assert [_minor_label(v, None) for v in (2.0, 3.0, 4.0, 5.0, 20.0, 30.0, 0.5, 0.7)] == \
+        ["2", "3", "", "5", "20", "30", "0.5", ""]
+
+
+def test_bandwidth_pictures_go_log_where_their_values_span_orders_of_magnitude(tmp_path):
+    """busbw.png drew gloo's MB/s flat on zero under a V100 preset's 100 GB/s, as the page did."""
+    from commscope.report.png import spans_orders_of_magnitude
+
+    assert spans_orders_of_magnitude([2e5, 1e9, 1.1e11, None, 0.0])
+    assert not spans_orders_of_magnitude([1e9, 2e10, None]) and not spans_orders_of_magnitude([None])

@@ -10,15 +10,15 @@ import pytest
 pytest.importorskip("torch")  # which algorithms run on which group sizes comes from the algorithm registry
 
 from commscope.tune.files import table_document
-from commscope.tune.select import nearest_group_size, select_backend, selection_for, winner
+from commscope.tune.select import beats, nearest_group_size, select_backend, selection_for, selection_notes, winner
 from commscope.tune.table import Measurement
 
 from tune_tables import SIZES, WINNERS, synthetic_table
 
 
-def _row(backend: str, time_s: float, *, size: int = 1024, wrong: int | None = 0) -> Measurement:
+def _row(backend: str, time_s: float, *, size: int = 1024, wrong: int | None = 0, cv: float = 0.0) -> Measurement:
     return Measurement(op="all_reduce", group_size=4, size_bytes=size, backend=backend, time_s=time_s,
-                       algbw_bytes_per_s=1.0, busbw_bytes_per_s=1.0, cv=0.0, iters=1, wrong=wrong)
+                       algbw_bytes_per_s=1.0, busbw_bytes_per_s=1.0, cv=cv, iters=1, wrong=wrong, noisy=cv > 0.2)
 
 
 def test_winners_and_crossovers_at_geometric_means():
@@ -94,3 +94,50 @@ def test_summary_lists_every_op_and_group_size():
     assert ar["crossovers_bytes"] == [1024, 16384]
     assert [s["backend"] for s in ar["segments"]] == list(WINNERS["all_reduce"])
     assert SIZES[0] < ar["crossovers_bytes"][0] < SIZES[1]
+
+
+def test_another_backend_wins_only_beyond_the_measured_spread():
+    order = ["gloo", "ring"]
+    # the module docstring's worked example: ring 50 us faster, but the rows spread 100 + 30 us
+    noisy = [_row("gloo", 200e-6, cv=0.5), _row("ring", 150e-6, cv=0.2)]
+    assert winner(noisy, order, 0.05) == "gloo" and not beats(noisy[1], noisy[0], 0.05)
+    steady = [_row("gloo", 200e-6, cv=0.05), _row("ring", 150e-6, cv=0.02)]
+    assert winner(steady, order, 0.05) == "ring" and beats(steady[1], steady[0], 0.05)
+
+
+def test_a_noisy_sweep_keeps_the_default_and_says_so():
+    """Two ranks on shared cores: ring's and gloo's medians cross back and forth across sizes within their spread."""
+    sizes = [2 ** k for k in range(10, 18)]
+    rows = [row for i, s in enumerate(sizes)
+            for row in (_row("gloo", 300e-6, size=s, cv=0.9), _row("ring", (200e-6 if i % 2 else 400e-6), size=s, cv=0.9))]
+    table = replace(synthetic_table(), measurements=tuple(rows))
+    sel = selection_for(table, "all_reduce", 4)
+    assert [seg.backend for seg in sel.segments] == ["gloo"]  # not eight switches
+    notes = selection_notes(table)
+    assert any(n.startswith("all_reduce n=4: gloo kept at 4 of 8 sizes where another backend's median was faster by "
+                            "less than the rows' spread") for n in notes), notes
+    assert any(n.startswith("all_reduce n=4: too noisy to choose: 16 of 16 rows flagged noisy") for n in notes), notes
+    # the same medians measured steadily: ring wins where it is faster
+    steady = replace(table, measurements=tuple(replace(m, cv=0.01, noisy=False) for m in rows))
+    assert [seg.backend for seg in selection_for(steady, "all_reduce", 4).segments] == ["gloo", "ring"] * 4
+    assert not selection_notes(steady)
+
+
+def test_a_real_noisy_sweep_switches_only_beyond_the_spread(tmp_path, capsys):
+    """A real 2-rank gloo tuning of small messages: wherever the selection leaves gloo, the winner's row beats
+    gloo's by more than both rows' spread; the notes say where the noise kept gloo."""
+    from commscope.cli.main import main
+    from commscope.tune.files import read_table
+
+    out = tmp_path / "tuning.json"
+    assert main(["tune", "--nproc", "2", "--ops", "all_reduce", "-b", "1K", "-e", "64K", "-f", "2", "-n", "20",
+                 "-w", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    table = read_table(out)
+    sel = selection_for(table, "all_reduce", 2)
+    rows = {(m.size_bytes, m.backend): m for m in table.measurements}
+    for size in sorted({m.size_bytes for m in table.measurements}):
+        chosen = sel.backend_for(size)
+        if chosen != "gloo":
+            assert beats(rows[size, chosen], rows[size, "gloo"], table.tie_tolerance)
+    assert all(f"note: {note}" in printed for note in selection_notes(table))

@@ -44,8 +44,9 @@ def test_a_killed_rank_is_named_in_the_recording_and_by_summarize(tmp_path: Path
     assert marker["stopped_after"] == [0, 2] and marker["world_size"] == 3
 
     assert main(["summarize", str(logdir)]) == 0
-    out = capsys.readouterr().out
-    assert "failed: rank 1 was killed by signal SIGKILL first; ranks [0, 2] were stopped because of it" in out
+    err = capsys.readouterr().err
+    assert ("commscope summarize: failed: rank 1 was killed by signal SIGKILL first; ranks [0, 2] were stopped because "
+            "of it") in err
     assert main(["summarize", str(logdir), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["failure"]["rank"] == 1
 
@@ -55,7 +56,8 @@ def test_a_failed_workload_is_one_line_and_its_job_is_written_first(tmp_path: Pa
     # a timeout no training meets: the ranks are killed, the launcher explains in one line, exit status 1
     assert main(["workload", "gpt", "--record", str(logdir), "--timeout", "0.05"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("commscope workload: error: rank(s) 0, 1 of 2 still running")
+    assert err[0] == "commscope workload: starting 2 ranks (dp 2; dp 2 by default: --dp to choose)"
+    assert len(err) == 2 and err[1].startswith("commscope workload: error: rank(s) 0, 1 of 2 still running")
     assert (logdir / "model.toml").is_file() and (logdir / "parallel.toml").is_file()  # written before the start
     marker = json.loads((logdir / FAILURE_FILE).read_text())
     assert marker["timed_out"] and marker["rank"] is None and marker["stopped_after"] == [0, 1]

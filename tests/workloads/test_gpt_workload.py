@@ -54,8 +54,10 @@ def test_3d_on_eight_ranks_from_the_cli(tmp_path, capsys):
     code = main(["workload", "gpt", "--tp", "2", "--pp", "2", "--dp", "2", "--sequence-parallel",
                  "--framework", "torch-fsdp2", "--steps", "1", "--record", str(tmp_path), "--json"])
     assert code == 0
-    out = json.loads(capsys.readouterr().out)
+    printed, err = capsys.readouterr()
+    out = json.loads(printed)
     assert out["world_size"] == 8 and out["framework"] == "torch-fsdp2"
+    assert "starting" not in err  # every size given: nothing chosen for the user
     _exact(out["comparison"])
     axes = {r["axis"] for r in out["comparison"]["by_op"]}
     assert axes == {"tp", "pp", "dp"}
@@ -66,6 +68,14 @@ def test_3d_on_eight_ranks_from_the_cli(tmp_path, capsys):
     _exact(again)
     # setup (DTensor's shard distribution, the warm-up iteration) is reported apart, not mixed into the step
     assert any(s["op"] == "scatter" for s in again["setup"])
+
+
+def test_a_world_size_chosen_by_default_is_said_before_the_ranks_start(capsys):
+    """`workload gpt --tp 2 --pp 2` took dp 2 by default and started 8 ranks without a word."""
+    assert main(["workload", "gpt", "--tp", "2", "--steps", "1", "--json"]) == 0
+    printed, err = capsys.readouterr()
+    assert json.loads(printed)["world_size"] == 4
+    assert "commscope workload: starting 4 ranks (tp 2 x dp 2; dp 2 by default: --dp to choose)" in err
 
 
 def test_ddp_bucket_rule_is_torchs():

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,7 +49,7 @@ from commscope.record import MAX_MESSAGE_BYTES
 from commscope.spec.cluster import implausible_link
 from commscope.units import GB, US
 
-__all__ = ["FIT_OPS", "FitPoint", "FitResult", "Residual", "check_op", "fit", "fit_curve", "format_fit", "load_points",
+__all__ = ["FIT_OPS", "FitPoint", "FitResult", "Residual", "check_op", "fit", "fit_curve", "load_points",
            "problem_lines", "to_toml"]
 
 
@@ -98,6 +98,8 @@ class FitResult:
     link's range (infinite: time did not grow with size). Such curves are left out of ``estimate --bandwidth``."""
     noisy: dict[tuple[str, int, bool | None], str] = field(default_factory=dict)
     """Curves fitted mostly to rows the measurement flagged noisy (``7 of 7 rows``): used, with a note."""
+    merged: tuple[str, ...] = ()
+    """Rows whose own line had a bus bandwidth no link has, named, and the plausible piece that took them in."""
 
     def model(self, **kwargs: Any) -> FittedModel:
         return FittedModel(curves=list(self.curves), source=self.source, **kwargs)
@@ -511,12 +513,13 @@ def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
 
 
 def fit_curve(sizes: Sequence[float], times: Sequence[float], *, tolerance: float = 0.1, max_pieces: int = 3,
-              min_points: int = 3) -> list[tuple[int, int, float, float]]:
+              min_points: int = 3, plausible: Callable[[float], bool] | None = None) -> list[tuple[int, int, float, float]]:
     """Piecewise fit of one curve: ``[(first_index, last_index, alpha_s, beta_s_per_byte), ...]``.
 
     ``sizes`` ascending and distinct. With more than one piece, each covers at least ``min_points`` sizes
-    (two points always fit a line exactly, so two-point pieces would chase noise). See the module
-    docstring for the criterion.
+    (two points always fit a line exactly, so two-point pieces would chase noise) and, given ``plausible``, has
+    a slope it accepts (a bus bandwidth some link could have); one piece over every size is always a candidate.
+    See the module docstring for the criterion.
     """
     x = np.asarray(sizes, dtype=float)
     y = np.asarray(times, dtype=float)
@@ -524,9 +527,11 @@ def fit_curve(sizes: Sequence[float], times: Sequence[float], *, tolerance: floa
     if k < 2:
         raise ValueError("need at least 2 sizes")
     cost: dict[tuple[int, int], tuple[float, float, float]] = {}
+    split_cost: dict[tuple[int, int], float] = {}  # a piece's error when it is one of several: inf if implausible
     for i in range(k):
         for j in range(i + 1, k):
             cost[i, j] = _line(x[i:j + 1], y[i:j + 1])
+            split_cost[i, j] = cost[i, j][2] if plausible is None or plausible(cost[i, j][1]) else math.inf
     best_pieces = None
     m = max(2, min_points)
     for pieces in range(1, max(1, max_pieces) + 1):
@@ -536,14 +541,16 @@ def fit_curve(sizes: Sequence[float], times: Sequence[float], *, tolerance: floa
         dp = [[math.inf] * k for _ in range(pieces + 1)]
         back = [[-1] * k for _ in range(pieces + 1)]
         for j in range(1, k):
-            dp[1][j] = cost[0, j][2]
+            dp[1][j] = cost[0, j][2] if pieces == 1 else split_cost[0, j]
             back[1][j] = 0
         for p in range(2, pieces + 1):
             for j in range(m * p - 1, k):
                 for s in range(m * (p - 1), j - m + 2):  # last piece is s..j (>= m points)
-                    v = dp[p - 1][s - 1] + cost[s, j][2]
+                    v = dp[p - 1][s - 1] + split_cost[s, j]
                     if v < dp[p][j]:
                         dp[p][j], back[p][j] = v, s
+        if math.isinf(dp[pieces][k - 1]):
+            continue  # no split into this many plausible pieces
         segs, j = [], k - 1
         for p in range(pieces, 0, -1):
             s = back[p][j]
@@ -577,6 +584,7 @@ def fit(points: Iterable[FitPoint], *, source: str = "measurements", time_kind: 
     curves, residuals = [], []
     unreliable: dict[tuple[str, int, bool | None], str] = {}
     noisy_rows: dict[tuple[str, int, bool | None], str] = {}
+    merged: list[str] = []
     for (op, n, intra), by_size in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], str(kv[0][2]))):
         if len(by_size) < 2:
             only = next(iter(by_size))
@@ -585,7 +593,8 @@ def fit(points: Iterable[FitPoint], *, source: str = "measurements", time_kind: 
         sizes = sorted(by_size)
         times = [float(np.median(by_size[s])) for s in sizes]  # repeated sizes: their median
         f = _factor(op, n)
-        pieces = fit_curve(sizes, times, tolerance=tolerance, max_pieces=max_pieces)
+        pieces = _physical(sizes, times, f, f"{op} over {n} ranks", merged, tolerance=tolerance,
+                           max_pieces=max_pieces)
         segs = tuple(Segment(size_min_bytes=int(sizes[s]), size_max_bytes=int(sizes[e]), alpha_s=a,
                              busbw_bytes_per_s=f / b if b > 0 else math.inf) for s, e, a, b in pieces)
         curve = Curve(op=op, group_size=n, segments=segs, intra_node=intra)
@@ -600,7 +609,32 @@ def fit(points: Iterable[FitPoint], *, source: str = "measurements", time_kind: 
             residuals.append(Residual(op=op, group_size=n, size_bytes=int(s), measured_time_s=t,
                                       fitted_time_s=curve.time_s(s, f)))
     return FitResult(curves=tuple(curves), residuals=tuple(residuals), source=source, time_kind=time_kind,
-                     backend=backend, tolerance=tolerance, max_pieces=max_pieces, unreliable=unreliable, noisy=noisy_rows)
+                     backend=backend, tolerance=tolerance, max_pieces=max_pieces, unreliable=unreliable, noisy=noisy_rows,
+                     merged=tuple(merged))
+
+
+def _physical(sizes: Sequence[int], times: Sequence[float], factor: float, curve: str, said: list[str], *,
+              tolerance: float, max_pieces: int) -> list[tuple[int, int, float, float]]:
+    """:func:`fit_curve`'s pieces, none with a bus bandwidth no link has: where the best split holds such a piece
+    (a line through a few noisy small-message times can rise by microseconds over tens of bytes, a bus bandwidth
+    of kB/s that would time a real message of that size wrongly), the curve is split again among plausible pieces
+    only, and ``said`` names the rows. A flat piece (infinite bus bandwidth: latency-bound messages) is plausible;
+    one piece over every size is always kept (then the curve itself may be unreliable, see :func:`_unreliable`)."""
+
+    def why(beta: float) -> str | None:
+        return None if beta <= 0 else implausible_link(factor / beta)
+
+    pieces = fit_curve(sizes, times, tolerance=tolerance, max_pieces=max_pieces)
+    bad = [p for p in pieces if why(p[3])]
+    if not bad or len(pieces) == 1:
+        return pieces
+    kept = fit_curve(sizes, times, tolerance=tolerance, max_pieces=max_pieces, plausible=lambda b: why(b) is None)
+    for s, e, _, beta in bad:
+        into = next(p for p in kept if p[0] <= s <= p[1])
+        rows = ", ".join(f"{int(sizes[i]):,}" for i in range(s, e + 1))
+        said.append(f"{curve}: the rows of {rows} B alone give a line whose bus bandwidth {why(beta)}: fitted "
+                    f"within {int(sizes[into[0]]):,}-{int(sizes[into[1]]):,} B instead")
+    return kept
 
 
 def _unreliable(largest: Segment) -> str | None:
@@ -662,11 +696,15 @@ def to_toml(result: FitResult, *, command: str | None = None, table_prefix: str 
         noisy = result.noisy_rows(c)
         if noisy is not None:  # read back, a note in the estimate
             out.append(f"noisy_rows = {_toml_str(noisy)}")
-        out.append("segments = [")
+        # an unreliable curve's lines are no link's: kept as a comment, never as a model a reader could use
+        lead = "# " if why is not None else ""
+        if why is not None:
+            out += ["segments = []", "# what the rows fitted, not a link's bandwidth:"]
+        out.append(f"{lead}segments = [")
         for s in c.segments:
-            out.append(f"  {{ size_min_bytes = {s.size_min_bytes}, size_max_bytes = {s.size_max_bytes}, "
+            out.append(f"{lead}  {{ size_min_bytes = {s.size_min_bytes}, size_max_bytes = {s.size_max_bytes}, "
                        f"alpha_us = {_toml_float(s.alpha_s / US)}, busbw_GBps = {_toml_float(s.busbw_bytes_per_s / GB)} }},")
-        out.append("]")
+        out.append(f"{lead}]")
     out += ["", "# Each measured row against the fit: rel_error = (fitted - measured) / measured.", f"[{table_prefix}fit]",
             'columns = ["op", "group_size", "size_bytes", "measured_us", "fitted_us", "rel_error"]', "rows = ["]
     for r in result.residuals:
@@ -674,26 +712,3 @@ def to_toml(result: FitResult, *, command: str | None = None, table_prefix: str 
                    f"{_toml_float(r.fitted_time_s / US)}, {_toml_float(r.rel_error)}],")
     out += ["]", ""]
     return "\n".join(out)
-
-
-def format_fit(result: FitResult) -> str:
-    """Segments per curve, then every row with its fitted time and relative error."""
-    lines = [f"# fit of {result.source} ({result.time_kind} times): t = alpha + size x f / busbw", "#",
-             f"#{'op':>15}  {'n':>4}  {'sizes (B)':>21}  {'alpha (us)':>10}  {'busbw (GB/s)':>12}  {'max |err|':>9}"]
-    for c in result.curves:
-        worst = result.max_rel_error(c.op, c.group_size)
-        for i, s in enumerate(c.segments):
-            rng = f"{s.size_min_bytes}-{s.size_max_bytes}"
-            err = f"{worst:>9.1%}" if i == 0 else ""
-            lines.append(f"{c.op if i == 0 else '':>16}  {c.group_size if i == 0 else '':>4}  {rng:>21}  "
-                         f"{s.alpha_s / US:>10.2f}  {s.busbw_bytes_per_s / GB:>12.4g}  {err}")
-    lines += [f"# UNRELIABLE {c.op} over {c.group_size} ranks: {result.why_unreliable(c)}" for c in result.curves
-              if result.why_unreliable(c)]
-    lines += [f"# noisy: {c.op} over {c.group_size} ranks fitted to {result.noisy_rows(c)} rows flagged noisy"
-              for c in result.curves if result.noisy_rows(c)]
-    lines += ["#", (f"#{'op':>15}  {'n':>4}  {'size (B)':>12}  {'measured (us)':>13}  {'fitted (us)':>11}  "
-                   f"{'rel err':>8}")]
-    for r in result.residuals:
-        lines.append(f"{r.op:>16}  {r.group_size:>4}  {r.size_bytes:>12}  {r.measured_time_s / US:>13.2f}  "
-                     f"{r.fitted_time_s / US:>11.2f}  {r.rel_error:>+8.1%}")
-    return "\n".join(lines)

@@ -263,9 +263,9 @@ def curves_from_mapping(data: dict, source: str, notes: list[str] | None = None)
             segs.append(Segment(size_min_bytes=int(_num(seg, "size_min_bytes", w, source)),
                                 size_max_bytes=int(_num(seg, "size_max_bytes", w, source)),
                                 alpha_s=_num(seg, "alpha_us", w, source) * US, busbw_bytes_per_s=busbw))
-        if not segs:
+        unreliable = item.get("unreliable") or (_implausible_segment(segs) if segs else None)
+        if not segs and not unreliable:  # `commscope fit` writes an unreliable curve's segments as a comment
             raise ConfigError(where, item["op"], "has no segments", source=source)
-        unreliable = item.get("unreliable") or _implausible_segment(segs)
         if unreliable:
             skipped = f"{source}: {item['op']} over {item['group_size']} ranks left out: unreliable fit ({unreliable})"
             if notes is not None:

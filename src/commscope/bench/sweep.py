@@ -77,6 +77,7 @@ from commscope.units import GB, MiB, US, canonical_dtype, dtype_bytes, format_by
 __all__ = [
     "AVERAGE_MODES",
     "DTYPES",
+    "FULL_ROW_WIDTH",
     "MAX_ITERS",
     "OPS",
     "REDOPS",
@@ -383,41 +384,58 @@ def _time_text(time_s: float) -> str:
 
 
 def format_header(op: str, n: int, num_groups: int, *, backend: str, group_mode: str, dtype: str,
-                  redop: str, iters_text: str, average: int = 3) -> str:
-    """nccl-tests' block header for one op and group size, with what commscope adds (p95, cv)."""
+                  redop: str, iters_text: str, average: int = 3, short: bool = False) -> str:
+    """nccl-tests' block header for one op and group size, with what commscope adds (p95, cv). ``short``: the
+    columns of :func:`format_row`'s short form, for a narrow terminal."""
     runs = backend_op(backend, op)
     executes = f"; {backend} executes it as {runs}" if runs != op else ""
     groups = f"{num_groups} groups of {n} ranks ({group_mode})" if num_groups > 1 else f"1 group of {n} ranks"
+    head = [f"# {op}: {groups}, backend {backend}{executes}",
+            f"# type {DTYPES[dtype]}, redop {redop if op in _REDUCING else 'none'}, {iters_text}",
+            (f"# time = median over iterations ({AVERAGE_MODES[average]} over ranks per iteration); busbw = algbw x "
+             f"{busbw_factor(op, n):.4g} (nccl-tests' factor for n={n})"), "#"]
+    if short:
+        root = (f"  {'root':>6}", f"  {'':>6}") if op in _ROOTED else ("", "")
+        return "\n".join([*head, (f"#{'size':>11}{root[0]}  {'time':>7}  {'algbw':>6}  {'busbw':>6}  {'#wrong':>6}  "
+                                   f"{'p95':>7}  {'cv':>5}"),
+                           f"#{'(B)':>11}{root[1]}  {'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}  {'':>6}  {'(us)':>7}"])
     return "\n".join([
-        f"# {op}: {groups}, backend {backend}{executes}",
-        f"# type {DTYPES[dtype]}, redop {redop if op in _REDUCING else 'none'}, {iters_text}",
-        (f"# time = median over iterations ({AVERAGE_MODES[average]} over ranks per iteration); busbw = algbw x "
-        f"{busbw_factor(op, n):.4g} (nccl-tests' factor for n={n})"),
-        "#",
+        *head,
         (f"#{'size':>11}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  {'time':>7}  {'algbw':>6}  "
         f"{'busbw':>6}  {'#wrong':>6}  {'p95':>7}  {'cv':>5}"),
         (f"#{'(B)':>11}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  "
-        f"{'(GB/s)':>6}  {'':>6}  {'(us)':>7}  {'':>5}"),
+        f"{'(GB/s)':>6}  {'':>6}  {'(us)':>7}"),
     ])
 
 
-def format_row(row: BenchRow) -> str:
-    """One table line, in nccl-tests' column order; ``noisy`` appended when flagged."""
+#: Width of :func:`format_row`'s nccl-tests line (``noisy`` included); a terminal narrower gets the short form.
+FULL_ROW_WIDTH = 126
+
+
+def format_row(row: BenchRow, *, short: bool = False) -> str:
+    """One table line, in nccl-tests' column order; ``noisy`` appended when flagged. ``short``: without the
+    columns the block's header states (count, type, redop; root but for broadcast and reduce), 70 columns."""
     wrong = "N/A" if row.wrong is None else str(row.wrong)
-    line = (f"{row.size_bytes:>12}  {row.count:>12}  {DTYPES.get(row.dtype, row.dtype):>8}  {row.redop:>6}  "
-            f"{row.root:>6}  {_time_text(row.time_s)}  {row.algbw_bytes_per_s / GB:>6.2f}  "
-            f"{row.busbw_bytes_per_s / GB:>6.2f}  {wrong:>6}  {_time_text(row.p95_s)}  {row.cv:>5.2f}")
+    if short:
+        root = f"  {row.root:>6}" if row.op in _ROOTED else ""
+        line = (f"{row.size_bytes:>12}{root}  {_time_text(row.time_s)}  {row.algbw_bytes_per_s / GB:>6.2f}  "
+                f"{row.busbw_bytes_per_s / GB:>6.2f}  {wrong:>6}  {_time_text(row.p95_s)}  {row.cv:>5.2f}")
+    else:
+        line = (f"{row.size_bytes:>12}  {row.count:>12}  {DTYPES.get(row.dtype, row.dtype):>8}  {row.redop:>6}  "
+                f"{row.root:>6}  {_time_text(row.time_s)}  {row.algbw_bytes_per_s / GB:>6.2f}  "
+                f"{row.busbw_bytes_per_s / GB:>6.2f}  {wrong:>6}  {_time_text(row.p95_s)}  {row.cv:>5.2f}")
     return line + ("  noisy" if row.noisy else "")
 
 
-def format_footer(rows: Sequence[BenchRow], noisy_cv: float) -> str:
+def format_footer(rows: Sequence[BenchRow], noisy_cv: float, *, short: bool = False) -> str:
     """nccl-tests' closing lines: out-of-bounds count and average bus bandwidth; plus the noisy rows."""
     wrong = sum(r.wrong or 0 for r in rows)
     avg = float(np.mean([r.busbw_bytes_per_s for r in rows])) / GB if rows else 0.0
     noisy = sum(r.noisy for r in rows)
+    narrow = ["# count, type, redop: in each header; --wide for nccl-tests' columns"] if short else []
     return "\n".join([f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}",
                       f"# Avg bus bandwidth    : {avg:.6g} ",
-                      f"# Noisy rows (cv > {noisy_cv:g}): {noisy} of {len(rows)}", "#"])
+                      f"# Noisy rows (cv > {noisy_cv:g}): {noisy} of {len(rows)}", *narrow, "#"])
 
 
 def format_table(result: SweepResult) -> str:
@@ -788,11 +806,12 @@ class GroupBackend:
 
 def run_sweep(cfg: SweepConfig, *, emit: Callable[[str], None] | None = None, command: str | None = None,
               group_backend: GroupBackend | None = None,
-              progress: Callable[[int, int], None] | None = None) -> SweepResult:
+              progress: Callable[[int, int], None] | None = None, short: bool = False) -> SweepResult:
     """Measure ``cfg`` on the current default process group; every rank calls it and gets the same result.
 
     ``group_backend``: measure on the groups it makes instead (the default group still synchronises).
-    ``emit`` (rank 0 only) receives the table line by line as rows are measured; ``progress`` (rank 0 only) is
+    ``emit`` (rank 0 only) receives the table line by line as rows are measured (``short``: the narrow form of
+    :func:`format_row`, for a terminal narrower than nccl-tests' lines); ``progress`` (rank 0 only) is
     called as ``progress(done, total)`` after each (op, group size, size). Raises ConfigError for a
     configuration the world cannot run, WrongResultsError (after the whole sweep) when ``cfg.check`` found
     wrong elements.
@@ -850,7 +869,7 @@ def run_sweep(cfg: SweepConfig, *, emit: Callable[[str], None] | None = None, co
             groups, group, gi = layouts[g]
             if say:
                 say(format_header(op, g, len(groups), backend=backend, group_mode=cfg.group_mode, dtype=cfg.dtype,
-                                  redop=cfg.redop, iters_text=iters_text, average=cfg.average))
+                                  redop=cfg.redop, iters_text=iters_text, average=cfg.average, short=short))
             local = groups[gi].index(me)
             for size in cfg.sizes:
                 done += 1
@@ -863,12 +882,12 @@ def run_sweep(cfg: SweepConfig, *, emit: Callable[[str], None] | None = None, co
                                _intra_node(groups, hosts))
                 rows.append(row)
                 if say:
-                    say(format_row(row))
+                    say(format_row(row, short=short))
     result = SweepResult(rows=tuple(rows), meta=meta)
     if report:
         report(total, total)
     if say:
-        say(format_footer(rows, cfg.noisy_cv))
+        say(format_footer(rows, cfg.noisy_cv, short=short))
     if cfg.check and result.num_wrong:
         raise WrongResultsError(result)
     return result

@@ -78,11 +78,32 @@ def op_timings(run: RunLog, layout, bandwidth: BandwidthModel, gpus_per_node: in
             predicted = bandwidth.op_time_s(op.op, op.size_bytes, span) if op.size_bytes > 0 and span.n > 1 else 0.0
             f = _factor(op.op, span.n)
             rows.append({"rank": rank, "step": op_step(op), "axis": op.axis, "op": op.op, "size_bytes": op.size_bytes,
-                         "group_size": span.n, "t_start_ns": op.t_start_ns, "t_end_ns": op.t_end_ns,
+                         "group_size": span.n, "span": span, "t_start_ns": op.t_start_ns, "t_end_ns": op.t_end_ns,
                          "measured_s": measured, "predicted_s": predicted,
                          "achieved_busbw_bytes_per_s": op.size_bytes * f / measured if f and measured > 0 else None,
                          "model_busbw_bytes_per_s": op.size_bytes * f / predicted if f and predicted > 0 else None})
     return rows
+
+
+def model_curves(timings: list[dict[str, Any]], bandwidth: BandwidthModel) -> list[dict[str, Any]]:
+    """The bandwidth model's time of each (axis, op, group size) of ``timings`` at every power of two from half
+    the smallest size of any of them to twice the largest (the span of its groups as the first record's): the
+    curves the measured durations are compared with, over the whole range they are drawn on."""
+    first: dict[tuple, dict[str, Any]] = {}
+    for t in timings:
+        if t["size_bytes"] > 0 and t["group_size"] > 1:
+            first.setdefault((t["axis"], t["op"], t["group_size"]), t)
+    if not first:
+        return []
+    sizes = [t["size_bytes"] for t in timings if t["size_bytes"] > 0]
+    lo, hi = max(1, min(sizes) // 2), 2 * max(sizes)
+    points = [1 << e for e in range(lo.bit_length() - 1, hi.bit_length())]
+    out = []
+    for key in sorted(first, key=lambda k: (_axis_order(k[0]), *k[1:])):
+        row = first[key]
+        out.append({"axis": key[0], "op": key[1], "group_size": key[2], "size_bytes": points,
+                    "predicted_s": [bandwidth.op_time_s(row["op"], float(s), row["span"]) for s in points]})
+    return out
 
 
 def _median(values: list[float]) -> float | None:
@@ -104,7 +125,8 @@ def duration_table(timings: list[dict[str, Any]]) -> dict[str, list[dict[str, An
         ratios = [r["predicted_s"] / r["measured_s"] for r in rows if r["measured_s"] > 0 and r["predicted_s"] > 0]
         ach = [r["achieved_busbw_bytes_per_s"] for r in rows if r["achieved_busbw_bytes_per_s"] is not None]
         mod = [r["model_busbw_bytes_per_s"] for r in rows if r["model_busbw_bytes_per_s"] is not None]
-        return {"count": len(rows), "measured_median_s": _median(meas),
+        return {"count": len(rows), "median_size_bytes": int(np.median([r["size_bytes"] for r in rows])),
+                "measured_median_s": _median(meas),
                 "measured_p95_s": float(np.percentile(meas, 95)) if meas else None,
                 "predicted_median_s": _median([r["predicted_s"] for r in rows]),
                 "measured_total_s": float(sum(meas)), "predicted_total_s": float(sum(r["predicted_s"] for r in rows)),
@@ -228,6 +250,7 @@ def compare_time(prediction, run: RunLog, bandwidth: BandwidthModel, estimate) -
         "num_timed_records": len(measured), "num_setup_records": len(timings) - len(measured),
         "records_without_prediction": missing,
         "durations": duration_table(measured),
+        "model_curves": model_curves(measured, bandwidth),
         "exposed": exposed, "steps": steps,
         "step": {"predicted_s": estimate.iteration_time_s, "measured_median_s": spread["median"],
                  "measured_min_s": spread["min"], "measured_max_s": spread["max"], "num_steps": len(steps),

@@ -56,7 +56,7 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     from commscope.bench.sweep import OPS, REDOPS
 
     g = p.add_argument_group("what to measure (nccl-tests' flags)")
-    g.add_argument("--ops", default=",".join(OPS), help=f"comma-separated collectives (default: all of {','.join(OPS)})")
+    g.add_argument("--ops", default=",".join(OPS), help=f"comma-separated collectives (default: all of {', '.join(OPS)})")
     g.add_argument("-b", "--minbytes", type=_size, default=8, metavar="SIZE", help="smallest size, K/M/G suffixes (default 8)")
     g.add_argument("-e", "--maxbytes", type=_size, default=64 << 20, metavar="SIZE", help="largest size (default 64M)")
     g.add_argument("-f", "--stepfactor", type=float, default=2.0, help="size multiplier (default 2; 1: add -i)")
@@ -92,6 +92,8 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     o.add_argument("--out", type=Path, default=None, help="write rows and metadata as JSON (and the plot beside it, .png)")
     o.add_argument("--no-plot", action="store_true", help="do not write the busbw plot")
     o.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    o.add_argument("--wide", action="store_true",
+                   help="nccl-tests' every column even on a terminal narrower than its lines (a pipe always gets them)")
 
 
 def config_from_args(args: argparse.Namespace):
@@ -109,14 +111,24 @@ def _print_line(line: str) -> None:
     print(line, flush=True)
 
 
-def _rank_main(rank: int, world_size: int, cfg, quiet: bool, command: str):
+def short_table(args: argparse.Namespace) -> bool:
+    """Whether the table goes out in its short form: on a terminal narrower than nccl-tests' lines, unless --wide."""
+    from commscope.bench.sweep import FULL_ROW_WIDTH
+    from commscope.cli.terminal import terminal_width
+
+    width = terminal_width()
+    return not args.wide and width is not None and width < FULL_ROW_WIDTH
+
+
+def _rank_main(rank: int, world_size: int, cfg, quiet: bool, command: str, short: bool = False):
     """One rank's sweep; returns (result on rank 0 else None, whether the data check failed)."""
     from commscope.bench.sweep import WrongResultsError, run_sweep
     from commscope.cli.terminal import Progress
 
     try:
         with Progress("bench", quiet=quiet or rank != 0) as progress:
-            result = run_sweep(cfg, emit=None if quiet else _print_line, command=command, progress=progress)
+            result = run_sweep(cfg, emit=None if quiet else _print_line, command=command, progress=progress,
+                               short=short)
         failed = False
     except WrongResultsError as exc:
         result, failed = exc.result, True
@@ -174,7 +186,8 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
         from commscope.launch import spawn
 
         try:
-            outs = spawn(_rank_main, args.nproc, args=(cfg, quiet, command), backend=backend, timeout_s=args.timeout,
+            outs = spawn(_rank_main, args.nproc, args=(cfg, quiet, command, short_table(args)), backend=backend,
+                         timeout_s=args.timeout,
                          oversubscribe=args.oversubscribe)
         except LaunchError as exc:
             print(f"commscope bench: error: {exc.summary}", file=sys.stderr)
@@ -203,7 +216,7 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
         dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout), device_id=device_id)
         created = True
     try:
-        result, failed = _rank_main(env.rank, env.world_size, cfg, quiet, command)
+        result, failed = _rank_main(env.rank, env.world_size, cfg, quiet, command, short_table(args))
     finally:
         if created:
             dist.destroy_process_group()

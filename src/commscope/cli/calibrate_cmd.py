@@ -347,7 +347,8 @@ def _run_cluster(args: argparse.Namespace) -> int:
     import json
 
     from commscope.bench.calibrate import calibrate, cluster_toml, default_sweep
-    from commscope.bench.fit import _points_from_bench, fit, format_fit
+    from commscope.bench.fit import _points_from_bench, fit
+    from commscope.cli.fit_cmd import format_fit
     from commscope.launch import LaunchError
 
     if args.nproc < 2:
@@ -408,8 +409,9 @@ def _run_cluster(args: argparse.Namespace) -> int:
         print(f"{probes} (kept in [meta]; no GPU model)")
         print(f"GPU: {gpu.name}, its datasheet; its kernels: commscope calibrate --model MODEL --tp TP --out GPU.toml, "
               "then --gpu GPU.toml")
-    print(format_fit(fitted))
-    print(f"wrote {args.out} (use: --cluster {args.out} --bandwidth {args.out})")
+    print(format_fit(fitted, hint=False))
+    print(f"wrote {args.out} (use: --cluster {args.out} --bandwidth {args.out}; each row's error: its "
+          "[collectives.fit] table)")
     return 0
 
 

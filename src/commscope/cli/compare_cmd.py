@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{args.logdir} vs prediction for {model.name} ({parallel.world_size} ranks), per iteration over "
           f"{result['num_steps']} step(s)" + (f"; job from {', '.join(job_files)}" if job_files else ""))
-    print_run_findings(result)
+    print_run_findings(result, command="compare")
     print_comparison(result)
     if args.time:
         print_time(result["time"])
@@ -126,7 +126,7 @@ def print_comparison(result: dict) -> None:
     print_table(("axis", "op", "pred count", "meas count", "pred bytes", "meas bytes", "diff"),
                 [(r["axis"], r["op"], f"{r['predicted_count']:,.0f}", f"{r['measured_count']:,}",
                   format_bytes(r["predicted_bytes"]), format_bytes(r["measured_bytes"]), format_bytes(r["diff_bytes"]))
-                 for r in result["by_op"]], left=("axis", "op"))
+                 for r in result["by_op"]], left=("axis", "op"), keys=2)
     if result["setup"]:
         print("\nsetup (before the first step): " + ", ".join(f"{s['axis']}/{s['op']} x{s['count']} "
                                                             f"{format_bytes(s['bytes'])}" for s in result["setup"]))
@@ -149,6 +149,12 @@ def _x(x: float | None, scale: float = 1.0, digits: int = 2) -> str:
     return "-" if x is None else f"{x * scale:.{digits}f}"
 
 
+def _factor(x: float | None) -> str:
+    """A ratio with two significant digits however small (0.0031, not 0.00: gloo's small ops reach a few tenths
+    of a percent of the benchmarked bandwidth)."""
+    return "-" if x is None else f"{x:.2f}" if x >= 0.1 else f"{x:.2g}"
+
+
 def _ms(x: float | None) -> str:
     return "-" if x is None else f"{x * 1e3:,.2f}"
 
@@ -162,10 +168,10 @@ def print_time(t: dict) -> None:
                 [(r["axis"], r["op"], format_bytes(r["le_bytes"]), r["group_size"], r["count"],
                   _us(r["measured_median_s"]), _us(r["measured_p95_s"]), _us(r["predicted_median_s"]),
                   _x(r["achieved_busbw_bytes_per_s"], 1e-9, 3), _x(r["model_busbw_bytes_per_s"], 1e-9, 3),
-                  _x(r["factor"])) for r in t["durations"]["by_bin"]], left=("axis", "op"))
+                  _factor(r["factor"])) for r in t["durations"]["by_bin"]], left=("axis", "op"), keys=3)
     print("\neffective-bandwidth factor per op kind (model time / measured time; median, and total over total):")
     for r in t["durations"]["by_op"]:
-        print(f"  {r['axis']}/{r['op']}: {_x(r['factor'])} (time-weighted {_x(r['time_weighted_factor'])}) over "
+        print(f"  {r['axis']}/{r['op']}: {_factor(r['factor'])} (time-weighted {_factor(r['time_weighted_factor'])}) over "
               f"{r['count']:,} records")
     s = t["step"]
     if s["num_steps"]:

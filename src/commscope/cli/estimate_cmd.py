@@ -57,11 +57,8 @@ def run(args: argparse.Namespace) -> int:
         print(format_estimate(est, title=f"{model.name} on {cluster.name}: {parallel.world_size} GPUs, tp={parallel.tp} "
                                          f"pp={parallel.pp}{v_label(parallel.virtual_pipeline_size)} dp={parallel.dp} cp={parallel.cp} ep={parallel.ep}, "
                                          f"{parallel.num_micro_batches} micro-batches"))
-        for message in warnings:
-            print(f"warning: {message}")
-    if args.json:
-        for message in warnings:
-            warn(args, message)
+    for message in warnings:  # beside the numbers, on stderr
+        warn(args, message)
     return 0
 
 

@@ -4,6 +4,7 @@ recorded run's records as Parquet tables, one per rank file, for DuckDB, Dask or
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -134,17 +135,17 @@ def _parquet(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError("run", str(args.run), str(exc)) from None
     for line in problems[:20]:
-        print(f"problem: {line}")
+        print(f"commscope export: problem: {line}", file=sys.stderr)
     if len(problems) > 20:
-        print(f"problem: ... and {len(problems) - 20} more")
+        print(f"commscope export: problem: ... and {len(problems) - 20} more", file=sys.stderr)
     print(f"wrote {rows:,} records of {len(files)} rank file(s) to {args.out}/ ({files[0].name} ...): one row per "
-          "record of every rank, so a collective appears once per member; the README's DuckDB query counts the "
+          "record of every rank, so a collective appears once per member; the guide's DuckDB query (docs/guide.md) counts the "
           f"logical ops as summarize does, e.g. over '{args.out}/*.parquet'")
     return 0
 
 
 def check_parquet_out(out: Path) -> None:
-    """Refuse an ``out`` that already holds Parquet tables: a query over ``out/*.parquet`` (the README's DuckDB
+    """Refuse an ``out`` that already holds Parquet tables: a query over ``out/*.parquet`` (the guide's DuckDB
     glob) would read the rows of both runs, and an earlier run's ranks beyond this one's would survive."""
     from commscope.errors import ConfigError
 

@@ -18,7 +18,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fit", help="fit latency and bandwidth per op and group size from bench or nccl-tests output",
                        description="Fit t = alpha + size x f(op, n) / busbw per op and group size (piecewise in size "
                                    "where one line does not fit) from `commscope bench` JSON or nccl-tests stdout; "
-                                   "print each row's error; write a TOML model for `commscope estimate --bandwidth`.")
+                                   "print the fitted lines and their worst error (each row's with --rows); write a TOML "
+                                   "model for `commscope estimate --bandwidth`.")
     p.add_argument("input", type=Path, help="bench JSON (commscope bench --out) or nccl-tests/rccl-tests output")
     p.add_argument("--out", type=Path, default=None, help="write the fitted model (TOML)")
     p.add_argument("--group-size", type=int, default=None,
@@ -40,12 +41,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tolerance", type=float, default=0.1,
                    help="largest relative error one piece may leave before the sizes are split (default 0.1)")
     p.add_argument("--max-pieces", type=int, default=3, help="most size ranges per op and group size (default 3)")
+    p.add_argument("--rows", action="store_true",
+                   help="also print every measured row beside its fitted time and error (the TOML's [fit] table)")
     p.add_argument("--json", action="store_true", help="print the fit as JSON instead of the table")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from commscope.bench.fit import fit, format_fit, load_points, problem_lines, to_toml
+    from commscope.bench.fit import fit, load_points, problem_lines, to_toml
     from commscope.cli.common import check_out_file, warn
 
     check_out_file(args.out, "out")  # before the input is read and fitted
@@ -63,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
     source = Path(args.input).name + (f" ({', '.join(picked)})" if picked else "")
     result = fit(points, source=source, time_kind=info["time_kind"], backend=info.get("backend"),
                  tolerance=args.tolerance, max_pieces=args.max_pieces)
+    for line in result.merged:  # size ranges whose own line no link could have
+        print(f"commscope fit: note: {line}", file=sys.stderr)
     for c in result.curves:
         why = result.why_unreliable(c)
         if why is not None:
@@ -86,5 +91,38 @@ def run(args: argparse.Namespace) -> int:
                              "rel_error": r.rel_error} for r in result.residuals]}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(format_fit(result))
+        print(format_fit(result, rows=args.rows))
     return 0
+
+
+def format_fit(result, *, rows: bool = False, hint: bool = True) -> str:
+    """The fitted lines per op and group size with their worst error, what is unreliable or noisy, and with
+    ``rows`` every measured row against the fit (a summary by default, ``hint`` saying how to get them: a sweep
+    has hundreds of rows)."""
+    from commscope.cli.terminal import format_table
+    from commscope.units import GB, US
+
+    cells = []
+    for c in result.curves:
+        worst = result.max_rel_error(c.op, c.group_size)
+        flag = "unreliable" if result.why_unreliable(c) else "noisy" if result.noisy_rows(c) else ""
+        for i, s in enumerate(c.segments):
+            first = i == 0
+            cells.append((c.op if first else "", c.group_size if first else "",
+                          f"{s.size_min_bytes:,}-{s.size_max_bytes:,}", f"{s.alpha_s / US:.2f}",
+                          f"{s.busbw_bytes_per_s / GB:.4g}", f"{worst:.1%}" if first else "", flag if first else ""))
+    lines = [f"fit of {result.source} ({result.time_kind} times): t = alpha + size x f / busbw, per op and group size", "",
+             format_table(("op", "n", "sizes B", "alpha us", "busbw GB/s", "max |err|", "note"), cells,
+                          left=("op", "sizes B", "note"))]
+    lines += [f"unreliable: {c.op} over {c.group_size} ranks: {result.why_unreliable(c)}" for c in result.curves
+              if result.why_unreliable(c)]
+    lines += [f"noisy: {c.op} over {c.group_size} ranks fitted to {result.noisy_rows(c)} rows flagged noisy"
+              for c in result.curves if result.noisy_rows(c)]
+    if rows:
+        lines += ["", format_table(("op", "n", "size B", "measured us", "fitted us", "rel err"),
+                                   [(r.op, r.group_size, f"{r.size_bytes:,}", f"{r.measured_time_s / US:.2f}",
+                                     f"{r.fitted_time_s / US:.2f}", f"{r.rel_error:+.1%}") for r in result.residuals],
+                                   left=("op",), keys=3)]
+    elif hint:
+        lines.append(f"{len(result.residuals)} rows fitted; --rows prints each beside its fitted time")
+    return "\n".join(lines)

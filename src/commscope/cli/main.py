@@ -74,10 +74,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "command", None):
         parser.error(f"give a command: {', '.join(_COMMANDS)}")
+    from commscope.cli.terminal import fitted_stdout
     from commscope.errors import ConfigError, JobFailed
 
     try:
-        return int(args.func(args) or 0)
+        # on a terminal, prose wider than the screen wraps at a blank; JSON is printed as it is, to be copied whole
+        with fitted_stdout(enabled=not getattr(args, "json", False)):
+            return int(args.func(args) or 0)
     except ConfigError as exc:
         print(f"commscope {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -12,10 +12,19 @@ __all__ = ["Parser", "os_error_message"]
 
 
 class _Formatter(argparse.HelpFormatter):
-    """Help whose placeholders are the field's name (``--tp TP``), not where the value is kept (``PARALLEL.TP``)."""
+    """Help whose placeholders are the field's name (``--tp TP``), not where the value is kept (``PARALLEL.TP``),
+    wrapped between words only."""
 
     def _get_default_metavar_for_optional(self, action: argparse.Action) -> str:
         return action.dest.rsplit(".", 1)[-1].upper()
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        """argparse's wrapping of a help text, which never breaks inside a word, a flag or a list (argparse's own
+        cut ``all_reduce,all_gather,...`` mid-word and would cut ``--time-budget`` at its hyphen)."""
+        import textwrap
+
+        return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width, break_long_words=False,
+                             break_on_hyphens=False)
 
 
 class _StoreSaid(argparse._StoreAction):

@@ -29,6 +29,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for kind, rows in table.items():
         print_table((kind[:-1], "description"), [(row["name"], row.get("description", "")) for row in rows],
-                    left=(kind[:-1], "description"))
+                    left=(kind[:-1], "description"), wrap=("description",))
         print()
     return 0

@@ -58,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
     from commscope.report import html as report_html
 
     check_out_file(args.out)
+    if args.out is not None and not args.out.parent.is_dir():  # a mistyped folder is said, not made
+        raise ConfigError("out", str(args.out), f"its folder {args.out.parent} does not exist; create it first, or "
+                                                "give a file in an existing folder")
     check_out_dir(args.png, "png")  # both before anything is written: never a report without its pictures
     if args.out is None and args.png is None:
         raise ConfigError("out", None, "give --out FILE.html and/or --png DIR")

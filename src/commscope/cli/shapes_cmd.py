@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from commscope.cli.common import add_job_args, check_out_dir, check_out_file, out_path, resolve_job
+from commscope.cli.common import add_job_args, check_out_dir, check_out_file, out_path, resolve_job, warn
 from commscope.errors import ConfigError
 
 
@@ -116,6 +116,9 @@ def run(args: argparse.Namespace) -> int:
                                                  "estimated in full (default 48); --no-suggest skips them")
     model, parallel, cluster = resolve_job(args)
     gpu = gpu_for_cluster(cluster, args.gpu)
+    problem = gpu.dtype_problem(model.dtype)  # bf16 on a V100: as estimate says it
+    if problem is not None:
+        warn(args, problem)
     if sweep is not None:
         return _run_sweep(args, sweep, model, parallel, cluster, gpu)
 
@@ -188,7 +191,8 @@ def _write_kernels_csv(path: Path, measured, model, parallel) -> None:
 
 def _header(model, parallel, cluster, gpu) -> str:
     peak = gpu.peak_flops_for(model.dtype) / 1e12
-    return (f"{model.name} on {cluster.name}: {gpu.name} ({gpu.num_sms} SMs, {peak:.0f} TFLOP/s {model.dtype} peak, "
+    dtype = model.dtype if gpu.dtype_problem(model.dtype) is None else f"fp16 (no {model.dtype} on this GPU)"
+    return (f"{model.name} on {cluster.name}: {gpu.name} ({gpu.num_sms} SMs, {peak:.0f} TFLOP/s {dtype} peak, "
             f"{gpu.memory_bandwidth_bytes_per_s / 1e9:.0f} GB/s), tp={parallel.tp} pp={parallel.pp} dp={parallel.dp} "
             f"cp={parallel.cp} ep={parallel.ep}, micro-batch {parallel.micro_batch_size} x {model.seq_len} tokens")
 
@@ -199,29 +203,23 @@ def format_report(report) -> str:
     model, par, gpu = report.model, report.parallel, report.gpu
     lines = [_header(model, par, report.cluster, gpu),
              f"GEMMs one GPU runs per layer and micro-batch (forward, dgrad, wgrad), {model.dtype}:", ""]
-    rows: list[tuple[Any, ...]] = []
-    sections: dict[int, str] = {}
+    rows: list[tuple[Any, ...] | str] = []
     kind_seen = None
     for r in report.gemms:
         g = r.gemm
-        if g.layer_kind != kind_seen:
-            sections[len(rows)] = ({"dense": "-- dense layer", "moe": "-- MoE layer",
-                                    "model": "-- output layer (once per model)"}[g.layer_kind]
-                                   + (f" (x{r.layers} layers)" if g.layer_kind != "model" else ""))
+        if g.layer_kind != kind_seen:  # a layer kind's rows under its label
+            rows.append({"dense": "-- dense layer", "moe": "-- MoE layer",
+                         "model": "-- output layer (once per model)"}[g.layer_kind]
+                        + (f" (x{r.layers} layers)" if g.layer_kind != "model" else ""))
             kind_seen = g.layer_kind
         rows.append((g.name, g.pass_, (f"{g.count}x" if g.count > 1 else "") + str(g.batch), g.m, g.n, g.k,
                      f"{g.flop / 1e9:.1f}", f"{r.tile[0]}x{r.tile[1]}", r.split_k, r.num_waves,
                      f"{r.tile_efficiency:.0%}", f"{r.wave_efficiency:.0%}", f"{r.alignment_factor:.2f}",
                      "memory" if r.memory_bound else "compute", f"{r.time_s * 1e6:.1f}", f"{r.efficiency:.0%}",
                      ", ".join(r.broken_rules)))
-    table = format_table(("gemm", "pass", "batch", "M", "N", "K", "GFLOP", "tile", "split", "waves", "tile%", "wave%",
-                          "align", "bound", "time us", "eff", "rule"), rows,
-                         left=("gemm", "pass", "tile", "bound", "rule")).split("\n")
-    lines.append(table[0])
-    for i, line in enumerate(table[1:]):
-        if i in sections:  # a layer kind's rows under its label, a blank line between kinds
-            lines += ([""] if i else []) + [sections[i]]
-        lines.append(line)
+    lines.append(format_table(("gemm", "pass", "batch", "M", "N", "K", "GFLOP", "tile", "split", "waves", "tile%",
+                               "wave%", "align", "bound", "time us", "eff", "rule"), rows,
+                              left=("gemm", "pass", "tile", "bound", "rule"), keys=2))
     kind = "moe" if model.is_moe else "dense"
     layer_results = [r for r in report.gemms if r.gemm.layer_kind == kind]
     layer_t = sum(r.time_s for r in layer_results)
@@ -288,7 +286,7 @@ def format_suggestions(s) -> str:
                      e.changes + (" | broken: " + ", ".join(e.broken_rules) if e.broken_rules else "")))
     lines.append(format_table(("#", "layers", "hidden", "heads", "head", "ffn", "params", "dparams", "iter s", "speedup",
                                "compute", "GEMM eff", "dcomm B", "dcomm ms", "changes / broken rules"), rows,
-                              left=("changes / broken rules",)))
+                              left=("changes / broken rules",), wrap=("changes / broken rules",)))
     if not s.entries:
         lines.append("   (no nearby shape is faster by the model)")
     lines += [f"note: {n}" for n in s.notes]
@@ -304,7 +302,7 @@ def format_measured(measured, gpu, *, csv_path: Path | None = None, base: str = 
              f"{m.result.gemm.flop / m.measured_s / 1e12:.1f}") for m in measured]
     lines = ["measured with torch.matmul on this GPU (CUDA events):", "",
              format_table(("gemm", "pass", "M", "N", "K", "predicted us", "measured us", "pred/meas", "TFLOP/s"), rows,
-                          left=("gemm", "pass"))]
+                          left=("gemm", "pass"), keys=2)]
     ratio = measured_over_predicted(measured)
     if ratio is not None:
         lines += ["", f"measured / predicted: median {ratio:.2f} over the compute-bound GEMMs (>= 1 GFLOP) on {gpu.name}"]
@@ -344,7 +342,7 @@ def _run_sweep(args, sweep: tuple[str, list[int]], model, parallel, cluster, gpu
                 [(int(v), f"{result.num_parameters[i] / 1e9:.3f}B", f"{result.gemm_tflops_per_gpu[i]:.1f}",
                   f"{result.gemm_efficiency[i]:.1%}", f"{result.iteration_time_s[i]:.3f}",
                   f"{result.model_tflops_per_gpu[i]:.1f}", ", ".join(result.broken_rules[i]))
-                 for i, v in enumerate(result.values) if result.valid[i]], left=("broken rules",))
+                 for i, v in enumerate(result.values) if result.valid[i]], left=("broken rules",), wrap=("broken rules",))
     if result.skipped:
         print(f"\nskipped {len(result.skipped)}: " + "; ".join(result.skipped[:5]) + (" ..." if len(result.skipped) > 5 else ""))
     if png:

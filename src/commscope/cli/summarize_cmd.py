@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from commscope.cli.common import add_jobs_arg, add_parallel_args, out_path
+from commscope.cli.terminal import print_table
 from commscope.units import format_bytes
 
 
@@ -83,15 +84,21 @@ def run(args: argparse.Namespace) -> int:
         json.dump(s, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    print(f"{args.logdir}: {s['files']} file(s) ({', '.join(s['formats'])}), {len(s['ranks_logged'])} rank(s), "
+    ranks = len(s["ranks_logged"])  # nccl-tests, DeepSpeed: one record for a whole group, no rank of its own
+    print(f"{args.logdir}: {s['files']} file(s) ({', '.join(s['formats'])}), "
+          f"{f'{ranks} rank(s)' if ranks else 'no per-rank records'}, "
           f"world size {s['world_size'] or 'unknown'}, {s['records']:,} records, {s['logical_ops']:,} ops")
     print_run_findings(s)
-    print(f"\n{'axis':<7}{'op':<16}{'count':>9}{'bytes':>14}  group sizes")
-    for row in s["ops"]:
-        print(f"{row['axis']:<7}{row['op']:<16}{row['count']:>9,}{format_bytes(row['bytes']):>14}  {row['group_sizes']}")
-    print(f"\n{'message size <=':>16}{'ops':>9}{'bytes':>14}")
-    for row in s["size_histogram"]:
-        print(f"{format_bytes(row['le_bytes']):>16}{row['ops']:>9,}{format_bytes(row['bytes']):>14}")
+    print()
+    print_table(("axis", "op", "count", "bytes", "group sizes"),
+                [(row["axis"], row["op"], f"{row['count']:,}", format_bytes(row["bytes"]),
+                  ", ".join(map(str, row["group_sizes"])) if isinstance(row["group_sizes"], list | tuple)
+                  else row["group_sizes"]) for row in s["ops"]],
+                left=("axis", "op", "group sizes"), wrap=("group sizes",), keys=2)
+    print()
+    print_table(("message size <=", "ops", "bytes"),
+                [(format_bytes(row["le_bytes"]), f"{row['ops']:,}", format_bytes(row["bytes"]))
+                 for row in s["size_histogram"]])
     if s["traffic"]["omitted"]:
         print(f"\ntraffic matrix omitted: {s['traffic']['omitted']}")
         return 0
@@ -119,32 +126,38 @@ def load_run(path: Path, *, layout=None, jobs: int | None = None):
         raise ConfigError("logdir", str(path), text.removeprefix(f"{path}: ")) from None
 
 
-def print_run_findings(s: dict, *, limit: int = 10) -> None:
+def print_run_findings(s: dict, *, command: str = "summarize", limit: int = 10) -> None:
     """What a reader found and assumed, as summarize, compare and report show it: the rank that failed first
-    (``failure``, the launcher's marker) or unfinished ranks, partial steps, fields the format lacks, notes and problems (the first ``limit``, then a count)."""
+    (``failure``, the launcher's marker) or unfinished ranks, partial steps and problems (the first ``limit``, then
+    a count) on stderr, each line led by ``commscope <command>:``; the fields the format lacks and the notes
+    (what was assumed) with the results on stdout."""
     failure = s.get("failure")
+    said: list[str] = []
     if failure is not None and failure.get("rank") is None and failure.get("timed_out"):  # no first one to name
-        print(f"failed: ranks {failure.get('stopped_after')} were still running at the launcher's timeout and were killed")
+        said.append(f"failed: ranks {failure.get('stopped_after')} were still running at the launcher's timeout and "
+                    "were killed")
     elif failure is not None and failure.get("rank") is None:  # `commscope record`: only the command's status is known
         unfinished = s.get("unfinished_ranks")
-        print(f"failed: the recorded command {failure.get('how')}; "
-              + (f"ranks {unfinished} did not finish their logs" if unfinished else
-                 "every rank closed its log, but what the job did after its failure may be missing"))
+        said.append(f"failed: the recorded command {failure.get('how')}; "
+                    + (f"ranks {unfinished} did not finish their logs" if unfinished else
+                       "every rank closed its log, but what the job did after its failure may be missing"))
     elif failure is not None:
         stopped = [r for r in s.get("unfinished_ranks", []) if r != failure.get("rank")]
-        print(f"failed: rank {failure.get('rank')} {failure.get('how')} first; "
-              f"{f'ranks {stopped} were stopped because of it' if stopped else 'no other rank was cut short'}")
+        said.append(f"failed: rank {failure.get('rank')} {failure.get('how')} first; "
+                    f"{f'ranks {stopped} were stopped because of it' if stopped else 'no other rank was cut short'}")
     elif s.get("unfinished_ranks"):
-        print(f"warning: ranks {s['unfinished_ranks']} did not finish (no completion marker): their logs may be cut short")
+        said.append(f"warning: ranks {s['unfinished_ranks']} did not finish (no completion marker): their logs may be "
+                    "cut short")
     if s.get("partial_steps"):
-        print("warning: partial steps (ranks that miss them or were cut short in them): "
-              + "; ".join(f"step {k}: {v}" for k, v in s["partial_steps"].items()))
+        said.append("warning: partial steps (ranks that miss them or were cut short in them): "
+                    + "; ".join(f"step {k}: {v}" for k, v in s["partial_steps"].items()))
+    problems = s.get("problems", [])
+    said += [f"problem: {p}" for p in problems[:limit]]
+    if len(problems) > limit:
+        said.append(f"problem: ... and {len(problems) - limit} more (--json lists them all)")
+    for line in said:
+        print(f"commscope {command}: {line}", file=sys.stderr)
     if s.get("missing_fields"):
         print(f"not in these records: {', '.join(s['missing_fields'])}")
     for note in s.get("notes", []):
         print(f"note: {note}")
-    problems = s.get("problems", [])
-    for p in problems[:limit]:
-        print(f"problem: {p}")
-    if len(problems) > limit:
-        print(f"... and {len(problems) - limit} more problems (--json lists them all)")

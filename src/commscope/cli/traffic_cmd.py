@@ -143,7 +143,7 @@ def format_summary(s: dict[str, Any]) -> str:
     """The human-readable table of `commscope traffic`."""
     p = s["parallel"]
     lines = [
-        (f"{s['model']} on {s['cluster']}: {s['world_size']} GPUs ({s['num_nodes']} nodes x {s['gpus_per_node']}), "
+        (f"{s['model']} on {s['cluster']}: {s['world_size']} GPUs ({s['num_nodes']} node{'s' if s['num_nodes'] != 1 else ''} x {s['gpus_per_node']}), "
         f"{_config_label(s).split(',')[0]}, {p['num_micro_batches']} micro-batches, order {p['order']}, {s['algorithm']} algorithm"),
         "",
     ]

@@ -43,7 +43,7 @@ def add_tune_args(p: argparse.ArgumentParser) -> None:
 
     add_bench_args(p)
     p.set_defaults(ops=",".join(TUNABLE_OPS[:4]), out=Path("tuning.json"))
-    _help(p, "ops", f"comma-separated collectives among {','.join(TUNABLE_OPS)} "
+    _help(p, "ops", f"comma-separated collectives among {', '.join(TUNABLE_OPS)} "
                     f"(default {','.join(TUNABLE_OPS[:4])})")
     _help(p, "backend", "comma-separated backends to measure: gloo, nccl, and the algorithms ring, "
                         "recursive_doubling, recursive_halving, pairwise, bruck, binomial (default: all that can run)")
@@ -54,7 +54,7 @@ def add_tune_args(p: argparse.ArgumentParser) -> None:
     t = p.add_argument_group("selection")
     t.add_argument("--tie-tolerance", type=float, default=0.05, metavar="F",
                    help="candidates within this fraction of the fastest count as tied; a tie goes to the native "
-                        "backend (default 0.05)")
+                        "backend, and another must also beat it by more than the rows' measured spread (default 0.05)")
     t.add_argument("--show", type=Path, default=None, metavar="TABLE",
                    help="measure nothing: print the selection of this tuning table, after checking that it was "
                         "measured on a machine like this one")
@@ -78,6 +78,7 @@ def config_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace, command: str | None = None) -> int:
+    from commscope.cli.bench_cmd import short_table
     from commscope.cli.terminal import Progress
     from commscope.launch import LaunchError, ranks_from_env
     from commscope.tune.suite import run_tuning
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
         try:
             with Progress("tune", quiet=bool(args.json)) as progress:
                 table = run_tuning(cfg, args.nproc, timeout_s=args.timeout, quiet=bool(args.json), command=command,
-                                   progress=progress, oversubscribe=args.oversubscribe)
+                                   progress=progress, oversubscribe=args.oversubscribe, short=short_table(args))
         except LaunchError as exc:
             print(f"commscope tune: error: {exc.summary}", file=sys.stderr)
             return EXIT_FAILED
@@ -113,6 +114,7 @@ def _in_job(cfg, env, args: argparse.Namespace, command: str):
     import torch.distributed as dist
 
     from commscope.bench.sweep import check_memory, check_world
+    from commscope.cli.bench_cmd import short_table
     from commscope.cli.terminal import Progress
     from commscope.tune.suite import default_group_sizes, measure, num_gpus, plan_candidates, table_from_rows
     from commscope.tune.table import machine_here
@@ -128,7 +130,8 @@ def _in_job(cfg, env, args: argparse.Namespace, command: str):
     dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout))
     try:
         with Progress("tune", quiet=bool(args.json) or env.rank != 0) as progress:
-            rows, hosts = measure(cfg, candidates, emit=None if args.json else print, command=command, progress=progress)
+            rows, hosts = measure(cfg, candidates, emit=None if args.json else print, command=command, progress=progress,
+                                  short=short_table(args))
     finally:
         dist.destroy_process_group()
     return table_from_rows(rows, machine=machine, hosts=hosts, world_size=env.world_size, group_sizes=group_sizes,
@@ -138,11 +141,11 @@ def _in_job(cfg, env, args: argparse.Namespace, command: str):
 def format_selection(table) -> list[str]:
     """The selection as lines: per op and group size, each backend and the largest size it gets."""
     from commscope.cli.terminal import format_table
-    from commscope.tune.select import selection_summary
+    from commscope.tune.select import selection_notes, selection_summary
 
     lines = [(f"# selection ({table.machine.device}, torch {table.machine.torch_version}, "
-             f"{table.world_size} ranks on {table.num_hosts} host(s); ties within {table.tie_tolerance:.0%} go to "
-             "the native backend)")]
+             f"{table.world_size} ranks on {table.num_hosts} host(s); another backend than the native one only where "
+             f"it is faster by more than {table.tie_tolerance:.0%} and than the measured spread)")]
     rows = []
     for entry in selection_summary(table):
         parts = [f"{seg['backend']} up to {format_bytes(seg['max_size_bytes'])}" if seg["max_size_bytes"] is not None
@@ -150,9 +153,10 @@ def format_selection(table) -> list[str]:
                  for seg in entry["segments"]]
         rows.append((entry["op"], f"n={entry['group_size']}", entry["device"], ", ".join(parts)))
     columns = ("op", "group", "device", "backend per size")
-    lines += format_table(columns, rows, left=columns).split("\n")
+    lines += format_table(columns, rows, left=columns, wrap=("backend per size",)).split("\n")
     for name, why in table.skipped.items():
         lines.append(f"# not measured: {name} ({why})")
+    lines += [f"note: {note}" for note in selection_notes(table)]
     return lines
 
 

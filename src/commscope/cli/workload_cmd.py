@@ -146,7 +146,24 @@ def _refuse_unrunnable(model, parallel, args: argparse.Namespace,
         if path is not None and path.exists() and any(path.rglob(pattern)):
             raise ConfigError(field, str(path), f"already holds {pattern} files of an earlier run; choose an empty "
                                                 "directory (recordings are never appended to)")
+    _say_world(args, parallel)
     return str(backend)
+
+
+def _say_world(args: argparse.Namespace, parallel) -> None:
+    """Say on stderr how many ranks the run starts when a size that sets it was not given (``workload gpt --tp 2
+    --pp 2`` took dp 2 by default and started 8 ranks without a word)."""
+    from commscope.cli.common import _given, parallel_file_values
+
+    given = {**(parallel_file_values(args.parallel) if args.parallel else {}), **_given(args, "parallel")}
+    sizes = [(axis, getattr(parallel, axis)) for axis in ("tp", "pp", "dp", "cp") if getattr(parallel, axis) > 1]
+    chosen = [f"{axis} {getattr(parallel, axis)}" for axis in ("tp", "pp", "dp", "cp", "ep")
+              if axis not in given and getattr(parallel, axis) > 1]
+    if chosen:
+        product = " x ".join(f"{axis} {size}" for axis, size in sizes) or "1"
+        flags = ", ".join(f"--{c.split()[0]}" for c in chosen)
+        print(f"commscope workload: starting {parallel.world_size} ranks ({product}; {', '.join(chosen)} by default: "
+              f"{flags} to choose)", file=sys.stderr)
 
 
 def run_gpt(args: argparse.Namespace) -> int:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -539,14 +539,16 @@ class _Reader:
         ops_by_rank, unranked, omitted = self._groups(ops_by_rank, unranked, world, results, layout)
         all_ops = [op for ops in ops_by_rank.values() for op in ops] + unranked
         always = tuple(sorted({name for _, r, _ in results for name in r.missing_fields}))
+        failure = read_failure(self.root) if self.root.is_dir() else None
+        finished = _finished_ranks(self.headers, self.unfinished, failure)
         return RunLog(ops_by_rank=ops_by_rank, world_size=world, problems=tuple(self.problems),
                       unfinished_ranks=tuple(sorted(self.unfinished)), headers=self.headers,
                       unranked=tuple(unranked), files=tuple(str(f) for f, _, _ in results),
                       formats=tuple(sorted({r.format for _, r, _ in results})),
                       missing_fields=missing_fields(all_ops, always) if all_ops else always,
                       notes=tuple(self.notes), matrix_omitted=omitted,
-                      partial_steps=_partial_steps(ops_by_rank), steps_by_rank=self.steps_by_rank,
-                      failure=read_failure(self.root) if self.root.is_dir() else None)
+                      partial_steps=_partial_steps(ops_by_rank, finished), steps_by_rank=self.steps_by_rank,
+                      failure=failure)
 
     def _note_whole_group_a2a(self, unranked: list[CommOp], results: list[tuple[Path, ImportResult, int | None]]) -> None:
         """Say that all_to_all rows for a whole group (nccl-tests') are counted per sending rank, and what that is."""
@@ -615,11 +617,14 @@ class _Reader:
         omitted = _why_no_matrix(fold.groupless, fold.p2p_groupless, "jsonl", layout, world,
                                  a2a_unranked=fold.a2a_unranked)
         always = tuple(sorted({name for _, r, _ in results for name in r.missing_fields}))
+        failure = read_failure(self.root) if self.root.is_dir() else None
+        finished = _finished_ranks(self.headers, self.unfinished, failure)
         return RunTotals(world_size=world, problems=tuple(self.problems), unfinished_ranks=tuple(sorted(self.unfinished)),
                          headers=self.headers, files=tuple(str(f) for f, _, _ in results), formats=("jsonl",),
                          missing_fields=missing_of(fold.relevant, fold.known, always) if fold.records else always,
-                         notes=tuple(self.notes), matrix_omitted=omitted, partial_steps=_partial_steps_of(fold.rank_steps),
-                         steps_by_rank=self.steps_by_rank, failure=read_failure(self.root) if self.root.is_dir() else None,
+                         notes=tuple(self.notes), matrix_omitted=omitted,
+                         partial_steps=_partial_steps_of(fold.rank_steps, finished), steps_by_rank=self.steps_by_rank,
+                         failure=failure,
                          ranks_logged=tuple(sorted({r for r in fold.records if r is not None} | set(self.owner))),
                          num_records=sum(fold.records.values()), num_unranked=fold.records.get(None, 0),
                          logical=fold.logical_ops(), by_step=fold.step_rows(), axes_layout=layout)
@@ -813,14 +818,17 @@ def _rank_of(f: Path, header: dict[str, Any], meta: dict[str, Any], fmt: str) ->
     return None, problems
 
 
-def _partial_steps(ops_by_rank: dict[int, list[CommOp]]) -> dict[int, tuple[int, ...]]:
-    """Steps that some rank with step tags lacks, and a rank's last step when it holds fewer records than the
-    median of that rank's other steps (a rank killed in the middle of it)."""
+def _partial_steps(ops_by_rank: dict[int, list[CommOp]], finished: Collection[int] = ()) -> dict[int, tuple[int, ...]]:
+    """Steps that some rank with step tags lacks, and a rank's last step when the rank may have been stopped in
+    it (it is not among ``finished``, the ranks whose log ended normally) and it holds fewer records than every
+    other step of that rank. Steps differ in their ops: DDP rebuilds its buckets in its second step, which then
+    holds more ops than the rest (a median of the others took the last of 3 steps as short)."""
     return _partial_steps_of({r: Counter(s for s in map(op_step, ops) if s is not None)
-                              for r, ops in ops_by_rank.items()})
+                              for r, ops in ops_by_rank.items()}, finished)
 
 
-def _partial_steps_of(counts: Mapping[int, Mapping[int, int] | tuple[tuple[int, int], ...]]) -> dict[int, tuple[int, ...]]:
+def _partial_steps_of(counts: Mapping[int, Mapping[int, int] | tuple[tuple[int, int], ...]],
+                      finished: Collection[int] = ()) -> dict[int, tuple[int, ...]]:
     """:func:`_partial_steps` from each rank's records per step (a mapping or (step, records) pairs; ranks whose
     counts are one object are looked at once)."""
     seen: dict[int, tuple[frozenset[int], int | None]] = {}  # id of counts -> (steps, the last step when short)
@@ -832,9 +840,9 @@ def _partial_steps_of(counts: Mapping[int, Mapping[int, int] | tuple[tuple[int, 
         if view is None:
             d = dict(c)
             last = max(d)
-            others = sorted(n for s, n in d.items() if s != last)
-            view = seen[id(c)] = (frozenset(d), last if others and d[last] < others[len(others) // 2] else None)
-        tagged[r] = view
+            others = [n for s, n in d.items() if s != last]
+            view = seen[id(c)] = (frozenset(d), last if others and d[last] < min(others) else None)
+        tagged[r] = view if r not in finished else (view[0], None)
     every = frozenset().union(*(v[0] for v in tagged.values())) if tagged else frozenset()
     out: dict[int, set[int]] = defaultdict(set)
     for r, (steps, short) in tagged.items():
@@ -843,3 +851,9 @@ def _partial_steps_of(counts: Mapping[int, Mapping[int, int] | tuple[tuple[int, 
         if short is not None:
             out[short].add(r)
     return {s: tuple(sorted(rs)) for s, rs in sorted(out.items())}
+
+
+def _finished_ranks(headers: Mapping[int, Any], unfinished: Collection[int], failure: dict[str, Any] | None) -> set[int]:
+    """Ranks whose commscope log ended normally (its completion marker written) in a run that did not fail: their
+    last step is whole, however few ops it holds."""
+    return set() if failure is not None else set(headers) - set(unfinished)

@@ -17,6 +17,19 @@ def frame_iterations(iterations: int, frames: int) -> list[int]:
     return sorted({int(x) for x in np.linspace(0, iterations - 1, max(1, min(frames, iterations))).round()})
 
 
+def _count_formatter():
+    """Colour-bar ticks as counts people read: 400k, 1.2M."""
+    from matplotlib.ticker import FuncFormatter
+
+    def label(value: float, _: object) -> str:
+        for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+            if abs(value) >= scale:
+                return f"{value / scale:g}{unit}"
+        return f"{value:g}"
+
+    return FuncFormatter(label)
+
+
 def plot_traffic_frames(pair_tokens: np.ndarray, path: str | Path, *, frames: int = 6,
                         iterations: list[int] | None = None, title: str | None = None) -> Path:
     """A row of (ep, ep) heatmaps, ``pair_tokens[it, i, j]`` tokens EP rank i (row) sends to EP rank j (column),
@@ -39,7 +52,10 @@ def plot_traffic_frames(pair_tokens: np.ndarray, path: str | Path, *, frames: in
     axes[0].set_ylabel("sending EP rank", fontsize=8)
     for ax in axes:
         ax.set_xlabel("receiving EP rank", fontsize=8)
-    fig.colorbar(image, ax=list(axes), shrink=0.85, label="tokens (all layers and micro-batches)")
+    # a short label, its ticks in k/M: the long one ran off the figure's 2.7 inches
+    bar = fig.colorbar(image, ax=list(axes), shrink=0.85, format=_count_formatter())
+    bar.set_label("tokens (all layers)", fontsize=8)
+    bar.ax.tick_params(labelsize=7)
     fig.suptitle(title or "EP all-to-all traffic over iterations (one colour scale)", fontsize=10)
     return _save(fig, path)
 

@@ -741,10 +741,14 @@ def time_section(time_result: dict[str, Any]) -> dict[str, Any]:
         se = series.setdefault(key, {"label": f"{r['axis']}/{r['op']} n={r['group_size']}", "axis": r["axis"],
                                      "size_bytes": [], "measured_median_s": [], "measured_p95_s": [],
                                      "predicted_median_s": [], "count": [], "factor": []})
-        for k, v in (("size_bytes", r["le_bytes"]), ("measured_median_s", r["measured_median_s"]),
+        for k, v in (("size_bytes", r["median_size_bytes"]), ("measured_median_s", r["measured_median_s"]),
                      ("measured_p95_s", r["measured_p95_s"]), ("predicted_median_s", r["predicted_median_s"]),
                      ("count", r["count"]), ("factor", r["factor"])):
             se[k].append(v)
+    for curve in time_result.get("model_curves", []):  # the model over the sizes around the bins, dashed
+        key = (curve["axis"], curve["op"], curve["group_size"])
+        if key in series:
+            series[key]["model_size_bytes"], series[key]["model_s"] = curve["size_bytes"], curve["predicted_s"]
     return {"series": list(series.values()), "factors": time_result["durations"]["by_op"],
             "steps": time_result["steps"], "step": time_result["step"], "terms": time_result["terms"],
             "bandwidth": time_result.get("bandwidth"),
@@ -855,10 +859,13 @@ def _summary(prediction, estimate) -> list[dict[str, Any]]:
         link = tm.bytes_by_link()
         out += [
             {"label": "GPUs", "value": tm.world_size, "kind": "count",
-             "detail": f"{tm.num_nodes:,} nodes \u00d7 {tm.gpus_per_node}"},
+             "detail": f"{tm.num_nodes:,} node{'s' if tm.num_nodes != 1 else ''} \u00d7 {tm.gpus_per_node}"},
             {"label": "bytes sent per iteration", "value": tm.total_bytes, "kind": "bytes",
              "detail": f"{link['inter_node'] / tm.total_bytes:.1%} inter-node" if tm.total_bytes else ""},
-            {"label": "ops per iteration", "value": prediction.num_ops, "kind": "count", "detail": f"{tm.num_pairs:,} GPU pairs talk"},
+            # counted as the message-size chart counts them (a transfer once, at its send), so that the page has one
+            # number of ops; the op list's records count each receive too
+            {"label": "ops per iteration", "value": sum(s.num_ops for s in prediction.workload.opsets if s.op != "recv"),
+             "kind": "count", "detail": f"{prediction.num_ops:,} records with the receives; {tm.num_pairs:,} GPU pairs talk"},
         ]
     if estimate is not None:
         out += [
@@ -880,8 +887,30 @@ def _inputs(prediction, estimate, *, command_line: str | None, files: dict[str, 
         out.update(model=model_to_mapping(prediction.model), parallel=parallel_to_mapping(prediction.parallel),
                    cluster=cluster_to_mapping(prediction.cluster), algorithm=prediction.traffic.algorithm)
     if estimate is not None:
-        out.update(estimate_method=estimate.method, gpu_util=estimate.gpu_util)
+        if estimate.compute_model == "gpu":  # a result, not an input: said as one (the cluster's gpu_util is the input)
+            out["estimate_method"] = (f"{estimate.method}: the GPU's compute model, {estimate.gpu_util:.1%} of "
+                                      f"{estimate.peak_flops / 1e12:.0f} TFLOP/s peak while computing")
+        else:
+            out.update(estimate_method=estimate.method, gpu_util=estimate.gpu_util)
+    if prediction is not None:
+        timed = _timed_attention(prediction)
+        if timed is not None:
+            out["attention_timed"] = timed
     return out
+
+
+def _timed_attention(prediction) -> str | None:
+    """How the estimate times attention where it is not as the job asked (flash on a GPU without fused kernels)."""
+    from commscope.compute.model import timed_attention
+    from commscope.gpus import gpu_for_cluster
+
+    try:
+        gpu = gpu_for_cluster(prediction.cluster)
+    except ConfigError:  # no GPU preset: the estimate says how it copes
+        return None
+    asked = prediction.parallel.attention
+    timed, notes = timed_attention(prediction.model, prediction.parallel, gpu)
+    return None if timed.attention == asked else f"{timed.attention}: {notes[0].split(':')[0]}"
 
 
 def build_report_data(*, prediction=None, estimate=None, plan=None, measured: MeasuredLogs | None = None,

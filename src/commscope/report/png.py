@@ -248,8 +248,20 @@ def plot_measured(section: dict[str, Any], path: str | Path) -> Path:
     ax.set_xlabel(f"{unit} per iteration (sum of message sizes)")
     ax.legend(handles=handles, fontsize=8, frameon=False, loc="lower right")
     _style(ax)
-    fig.suptitle(f"Measured vs predicted ({section['num_iterations']} measured iteration(s))", fontsize=10)
+    what = "Measured vs predicted" if has_pred else "Measured bytes by axis"  # --no-predicted: no empty half
+    fig.suptitle(f"{what} ({section['num_iterations']} measured iteration(s))", fontsize=10)
     return _save(fig, path)
+
+
+#: Bus bandwidths that span more than this ratio are drawn on a log axis (the page's report.js does the same): on a
+#: linear one scaled to the largest, the smaller curves lie flat on zero.
+LOG_AXIS_RATIO = 30
+
+
+def spans_orders_of_magnitude(values: Any) -> bool:
+    """Whether the positive ``values`` (None and zero left out) span more than :data:`LOG_AXIS_RATIO`."""
+    positive = [v for v in values if v is not None and v > 0]
+    return bool(positive) and max(positive) / min(positive) > LOG_AXIS_RATIO
 
 
 def plot_bench(section: dict[str, Any], path: str | Path) -> Path:
@@ -267,8 +279,14 @@ def plot_bench(section: dict[str, Any], path: str | Path) -> Path:
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(_formatter(bytes_label))
     ax.set_xlabel("message size")
-    ax.set_ylabel("bus bandwidth (GB/s)")
-    ax.set_ylim(bottom=0)
+    values = [v for s in section["series"] for v in [*s["busbw_bytes_per_s"], *(s.get("model_busbw_bytes_per_s") or [])]]
+    if spans_orders_of_magnitude(values):  # gloo's MB/s beside a preset's 100 GB/s
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(_formatter(lambda v: f"{v:g}"))
+        ax.set_ylabel("bus bandwidth (GB/s, log scale)")
+    else:
+        ax.set_ylabel("bus bandwidth (GB/s)")
+        ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     _style(ax)
@@ -340,6 +358,7 @@ def write_pngs(data: dict[str, Any], out_dir: str | Path, *, traffic: Any = None
 
 
 __all__ = [
+    "LOG_AXIS_RATIO",
     "plot_bench",
     "plot_breakdown",
     "plot_bytes",
@@ -348,5 +367,6 @@ __all__ = [
     "plot_moe",
     "plot_plan",
     "plot_schedule",
+    "spans_orders_of_magnitude",
     "write_pngs",
 ]

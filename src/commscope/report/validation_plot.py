@@ -29,6 +29,16 @@ def check_matplotlib() -> tuple[Any, Any]:
     return Figure, FigureCanvasAgg
 
 
+def _minor_label(value: float, _: Any) -> str:
+    """A log axis's minor tick labelled where it is 2, 3 or 5 times a power of ten (else unlabelled)."""
+    import math
+
+    if value <= 0:
+        return ""
+    lead = value / 10 ** math.floor(math.log10(value))
+    return f"{value:g}" if any(abs(lead - d) < 1e-6 for d in (2, 3, 5)) else ""
+
+
 def plot_validation(validation: Any, path: str | Path, *, title: str | None = None) -> Path:
     """Scatter each run's predicted (y) against measured (x) seconds per iteration on log axes, with the line
     y = x and the +-10% band around it; one colour per cluster. Returns the path written (``.png`` added
@@ -56,8 +66,9 @@ def plot_validation(validation: Any, path: str | Path, *, title: str | None = No
                         fontsize=6, color="0.25")
     from matplotlib.ticker import FuncFormatter
 
-    for axis in (ax.xaxis, ax.yaxis):
+    for axis in (ax.xaxis, ax.yaxis):  # plain numbers (3, 5, 10, 20), never matplotlib's 3x10^0 on the minor ticks
         axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(FuncFormatter(_minor_label))
     ax.set_xlim(low, high)
     ax.set_ylim(low, high)
     ax.set_aspect("equal")

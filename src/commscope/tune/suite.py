@@ -122,10 +122,11 @@ def _shifted(progress: Callable[[int, int], None], base: int, total: int, done: 
 
 
 def measure(cfg: TuneConfig, candidates: Sequence[Candidate], *, emit: Callable[[str], None] | None = None,
-            command: str | None = None,
-            progress: Callable[[int, int], None] | None = None) -> tuple[list[Any], list[str]]:
+            command: str | None = None, progress: Callable[[int, int], None] | None = None,
+            short: bool = False) -> tuple[list[Any], list[str]]:
     """Every rank of an initialised default group calls this; returns (bench rows, host of each rank).
-    ``progress(done, total)`` (rank 0) counts the (op, group size, size) points of all the candidates' sweeps.
+    ``progress(done, total)`` (rank 0) counts the (op, group size, size) points of all the candidates' sweeps;
+    ``emit`` gets the bench table's lines (``short``: their narrow form, see :func:`commscope.bench.sweep.run_sweep`).
 
     Rows whose data check failed are kept (with ``wrong`` set); they never win a selection.
     """
@@ -158,7 +159,8 @@ def measure(cfg: TuneConfig, candidates: Sequence[Candidate], *, emit: Callable[
             try:
                 result = run_sweep(sweep, emit=emit, command=command,
                                    group_backend=GroupBackend(name=candidate.name, new_group=new_group),
-                                   progress=None if progress is None else partial(_shifted, progress, finished, total))
+                                   progress=None if progress is None else partial(_shifted, progress, finished, total),
+                                   short=short)
             except WrongResultsError as exc:
                 result = exc.result
             rows += result.rows
@@ -186,9 +188,10 @@ def table_from_rows(rows: Sequence[Any], *, machine: Machine, hosts: Sequence[st
 
 
 def _rank_main(rank: int, world: int, cfg: TuneConfig, candidates: list[Candidate], quiet: bool, command: str,
-               progress: Callable[[int, int], None] | None = None):
+               progress: Callable[[int, int], None] | None = None, short: bool = False):
     emit = None if quiet else _print_line
-    rows, hosts = measure(cfg, candidates, emit=emit, command=command, progress=progress if rank == 0 else None)
+    rows, hosts = measure(cfg, candidates, emit=emit, command=command, progress=progress if rank == 0 else None,
+                          short=short)
     return (rows, hosts) if rank == 0 else None
 
 
@@ -198,9 +201,9 @@ def _print_line(line: str) -> None:
 
 def run_tuning(cfg: TuneConfig, nproc: int, *, timeout_s: float = 1800.0, quiet: bool = True,
                command: str = "", progress: Callable[[int, int], None] | None = None,
-               oversubscribe: bool = False) -> TuningTable:
-    """Start ``nproc`` local ranks, measure every candidate, return the table (rank 0 prints rows unless ``quiet``);
-    ``oversubscribe``: start them even beyond :func:`commscope.launch.max_local_ranks`."""
+               oversubscribe: bool = False, short: bool = False) -> TuningTable:
+    """Start ``nproc`` local ranks, measure every candidate, return the table (rank 0 prints rows unless ``quiet``,
+    ``short``: in their narrow form); ``oversubscribe``: start them even beyond :func:`commscope.launch.max_local_ranks`."""
     from commscope.bench.sweep import check_memory, check_world
     from commscope.launch import check_nproc, spawn
 
@@ -218,7 +221,8 @@ def run_tuning(cfg: TuneConfig, nproc: int, *, timeout_s: float = 1800.0, quiet:
         raise ConfigError("backend", ",".join(cfg.candidates or ()), "nothing left to measure")
     # a CUDA context does not survive fork (machine_here has made one where there is a GPU)
     start = "spawn" if machine.device != "cpu" else None
-    out = spawn(_rank_main, nproc, args=(cfg, candidates, quiet, command, progress), backend="gloo", timeout_s=timeout_s,
+    out = spawn(_rank_main, nproc, args=(cfg, candidates, quiet, command, progress, short), backend="gloo",
+                timeout_s=timeout_s,
                 start_method=start, oversubscribe=oversubscribe)
     rows, hosts = out[0]
     return table_from_rows(rows, machine=machine, hosts=hosts or [socket.gethostname()] * nproc, world_size=nproc,

@@ -51,6 +51,9 @@ function fmtCount(n) {
   return n.toLocaleString("en-US", {maximumFractionDigits: Math.abs(n) >= 100 ? 0 : 2});
 }
 function fmtGBps(b) { return b === null || b === undefined ? "\u2013" : sig(b / 1e9) + " GB/s"; }
+function fmtFactor(x) {  /* a ratio with two significant digits however small (0.0031, not 0.00) */
+  return x === null || x === undefined ? "\u2013" : x >= 0.1 ? x.toFixed(2) : String(parseFloat(x.toPrecision(2)));
+}
 function fmtRatio(x) { return x === null || x === undefined ? "\u2013" : "\u00d7" + x.toFixed(x >= 10 ? 1 : 3); }
 function fmt(kind, v) {
   return kind === "bytes" ? fmtBytes(v) : kind === "seconds" ? fmtSec(v) : kind === "ratio" ? fmtPct(v) : fmtCount(v);
@@ -647,9 +650,12 @@ function drawSchedule(S) {
 
 /* ---------------------------------------------------------------- measured vs predicted */
 function drawMeasured(Mm) {
-  var c = card("measured", "Measured vs predicted",
-    "Bytes per iteration of each axis's ops (sum of message sizes), from the measured ranks' op logs and from the prediction.");
   var rows = Mm.rows, hasPred = rows.some(function (r) { return r.predicted_bytes !== null; });
+  /* without a prediction (report --no-predicted) the panel shows what was measured, no column of dashes */
+  var c = hasPred ? card("measured", "Measured vs predicted",
+    "Bytes per iteration of each axis's ops (sum of message sizes), from the measured ranks' op logs and from the prediction.")
+    : card("measured", "Measured bytes by axis",
+    "Bytes per iteration of each axis's ops (sum of message sizes), from the measured ranks' op logs.");
   var W = 1120, lh = hasPred ? 44 : 28, L = 70, R = 380, H = rows.length * lh + 16;
   var s = svgRoot(c, W, H), defs = sv("defs", null, s), bw = W - L - R;
   var max = Math.max.apply(null, rows.map(function (r) { return Math.max(r.measured_bytes || 0, r.predicted_bytes || 0); }).concat([1]));
@@ -673,42 +679,62 @@ function drawMeasured(Mm) {
   });
   legend(c, (hasPred ? [{label: "predicted", color: "#7b8794"}] : []).concat([{label: "measured (striped)", color: "repeating-linear-gradient(45deg,#7b8794 0 3px,#d9dde2 3px 6px)"}]));
   var t = el("table", null, c), hr = el("tr", null, el("thead", null, t));
-  ["axis", "measured bytes", "predicted bytes", "ratio", "measured ops", "predicted ops"].forEach(function (h) { el("th", null, hr, h); });
+  (hasPred ? ["axis", "measured bytes", "predicted bytes", "ratio", "measured ops", "predicted ops"] : ["axis", "measured bytes", "measured ops"])
+    .forEach(function (h) { el("th", null, hr, h); });
   var tb = el("tbody", null, t);
   rows.forEach(function (r) {
     var tr = el("tr", null, tb), td = el("td", null, tr);
     el("span", {class: "sw"}, td).style.background = r.color;
     td.appendChild(document.createTextNode(r.label));
-    [fmtBytes(r.measured_bytes), fmtBytes(r.predicted_bytes), fmtRatio(r.ratio), fmtCount(r.measured_ops),
-     fmtCount(r.predicted_ops)].forEach(function (v) { el("td", null, tr, v); });
+    (hasPred ? [fmtBytes(r.measured_bytes), fmtBytes(r.predicted_bytes), fmtRatio(r.ratio), fmtCount(r.measured_ops), fmtCount(r.predicted_ops)]
+     : [fmtBytes(r.measured_bytes), fmtCount(r.measured_ops)]).forEach(function (v) { el("td", null, tr, v); });
   });
   var tr = el("tr", null, tb);
-  ["all", fmtBytes(Mm.measured_total_bytes), fmtBytes(Mm.predicted_total_bytes), fmtRatio(Mm.ratio), "", ""].forEach(function (v) { el("td", null, tr, v); });
+  (hasPred ? ["all", fmtBytes(Mm.measured_total_bytes), fmtBytes(Mm.predicted_total_bytes), fmtRatio(Mm.ratio), "", ""]
+   : ["all", fmtBytes(Mm.measured_total_bytes), ""]).forEach(function (v) { el("td", null, tr, v); });
   notesList(c, Mm.notes);
 }
 
 /* ---------------------------------------------------------------- bandwidth curves */
-var PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#9c755f", "#ff9da7", "#bab0ac"];
+/* Tableau 10, then its lighter ten: twenty series before a colour repeats (a bench of 12 groups repeated two) */
+var PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#9c755f", "#ff9da7", "#bab0ac",
+               "#a0cbe8", "#ffbe7d", "#8cd17d", "#b6992d", "#f1ce63", "#86bcb6", "#d37295", "#fabfd2", "#d4a6c8", "#79706e"];
+function seriesColor(i) { return PALETTE[i % PALETTE.length]; }
+/* Busbw values that span more than this ratio (measured gloo at MB/s beside a preset's NVLink at 100 GB/s) go on a
+   log axis: on a linear one scaled to the largest, the smaller curves lie flat on zero. */
+var LOG_AXIS_RATIO = 30;
 function drawBench(Bn) {
   var c = card("bench", "Bus bandwidth against message size",
     "Measured busbw of each collective and group size (nccl-tests' definition); dashed: what the cluster model assumes.");
   var W = 1120, H = 380, M = {l: 70, r: 210, t: 14, b: 46}, pw = W - M.l - M.r, ph = H - M.t - M.b;
   var s = svgRoot(c, W, H), series = Bn.series, hidden = {};
-  var sizes = [], ymax = 1;
+  s.setAttribute("id", "bench-chart");
+  var sizes = [], values = [];
   series.forEach(function (se) {
     sizes = sizes.concat(se.size_bytes);
-    se.busbw_bytes_per_s.concat(se.model_busbw_bytes_per_s || []).forEach(function (v) { if (v > ymax) ymax = v; });
+    values = values.concat(positive(se.busbw_bytes_per_s.concat(se.model_busbw_bytes_per_s || [])));
   });
   var lx0 = Math.log2(Math.max(1, Math.min.apply(null, sizes))), lx1 = Math.log2(Math.max.apply(null, sizes));
   if (lx1 - lx0 < 1) { lx0 -= 1; lx1 += 1; }
-  var ticks = niceTicks(ymax / 1e9, 6), top = ticks[ticks.length - 1] * 1e9;
-  var X = function (b) { return M.l + pw * (Math.log2(b) - lx0) / (lx1 - lx0); }, Y = function (v) { return M.t + ph - ph * v / top; };
+  var vmin = values.length ? Math.min.apply(null, values) : 1, vmax = values.length ? Math.max.apply(null, values) : 1e9;
+  var log = vmax / vmin > LOG_AXIS_RATIO, Y, ticks;
+  if (log) {
+    Y = logScale(vmin, vmax, M.t + ph, M.t, 0.08);
+    ticks = logTicks(Y.l0, Y.l1);
+  } else {
+    ticks = niceTicks(vmax / 1e9, 6).map(function (t) { return t * 1e9; });
+    var top = ticks[ticks.length - 1];
+    Y = function (v) { return M.t + ph - ph * v / top; };
+  }
+  s.setAttribute("data-scale", log ? "log" : "linear");
+  var X = function (b) { return M.l + pw * (Math.log2(b) - lx0) / (lx1 - lx0); };
+  function shown(v) { return v !== null && v !== undefined && (!log || v > 0); }
   var plot = sv("g", null, s);
   function draw() {
     plot.textContent = "";
     ticks.forEach(function (t) {
-      sv("line", {x1: M.l, x2: M.l + pw, y1: Y(t * 1e9), y2: Y(t * 1e9), stroke: "#eef0f3"}, plot);
-      sv("text", {x: M.l - 8, y: Y(t * 1e9) + 4, "text-anchor": "end", "font-size": 11, fill: "#616e7c"}, plot, sig(t) + "");
+      sv("line", {x1: M.l, x2: M.l + pw, y1: Y(t), y2: Y(t), stroke: "#eef0f3"}, plot);
+      sv("text", {x: M.l - 8, y: Y(t) + 4, "text-anchor": "end", "font-size": 11, fill: "#616e7c", class: "y-tick"}, plot, fmtTick(t / 1e9));
     });
     var stepE = Math.max(1, Math.ceil((lx1 - lx0) / 10));
     for (var e = Math.ceil(lx0); e <= lx1; e += stepE) {
@@ -718,19 +744,22 @@ function drawBench(Bn) {
     sv("line", {x1: M.l, x2: M.l + pw, y1: M.t + ph + 0.5, y2: M.t + ph + 0.5, stroke: "#9aa5b1"}, plot);
     sv("text", {x: M.l + pw / 2, y: H - 6, "text-anchor": "middle", "font-size": 12, fill: "#323f4b"}, plot, "message size (log scale)");
     sv("text", {x: 16, y: M.t + ph / 2, "text-anchor": "middle", "font-size": 12, fill: "#323f4b",
-                transform: "rotate(-90 16 " + (M.t + ph / 2) + ")"}, plot, "bus bandwidth (GB/s)");
+                transform: "rotate(-90 16 " + (M.t + ph / 2) + ")"}, plot, "bus bandwidth (GB/s" + (log ? ", log scale)" : ")"));
     series.forEach(function (se, i) {
       if (hidden[i]) return;
-      var col = PALETTE[i % PALETTE.length];
+      var col = seriesColor(i);
       if (se.model_busbw_bytes_per_s) {
         var pts = [];
-        se.size_bytes.forEach(function (b, j) { var v = se.model_busbw_bytes_per_s[j]; if (v !== null) pts.push(X(b) + "," + Y(v)); });
-        sv("polyline", {points: pts.join(" "), fill: "none", stroke: col, "stroke-width": 1.5, "stroke-dasharray": "5 4", opacity: 0.75}, plot);
+        se.size_bytes.forEach(function (b, j) { var v = se.model_busbw_bytes_per_s[j]; if (shown(v)) pts.push(X(b) + "," + Y(v)); });
+        sv("polyline", {points: pts.join(" "), fill: "none", stroke: col, "stroke-width": 1.5, "stroke-dasharray": "5 4", opacity: 0.75,
+                        class: "model-curve"}, plot);
       }
-      sv("polyline", {points: se.size_bytes.map(function (b, j) { return X(b) + "," + Y(se.busbw_bytes_per_s[j]); }).join(" "),
-                      fill: "none", stroke: col, "stroke-width": 2.2}, plot);
+      var line = [];
+      se.size_bytes.forEach(function (b, j) { var v = se.busbw_bytes_per_s[j]; if (shown(v)) line.push(X(b) + "," + Y(v)); });
+      sv("polyline", {points: line.join(" "), fill: "none", stroke: col, "stroke-width": 2.2, class: "measured-curve"}, plot);
       se.size_bytes.forEach(function (b, j) {
         var noisy = se.noisy && se.noisy[j];
+        if (!shown(se.busbw_bytes_per_s[j])) return;
         titled(sv("circle", {cx: X(b), cy: Y(se.busbw_bytes_per_s[j]), r: noisy ? 3.5 : 3, fill: noisy ? "#fff" : col, stroke: col,
                              "stroke-width": noisy ? 1.5 : 0}, plot),
                se.label + ": " + fmtBytes(b) + " \u2192 " + fmtGBps(se.busbw_bytes_per_s[j]) +
@@ -742,7 +771,7 @@ function drawBench(Bn) {
   var lg = sv("g", null, s);
   series.forEach(function (se, i) {
     var y = M.t + 6 + i * 18, g = sv("g", {style: "cursor:pointer"}, lg);
-    var swatch = sv("rect", {x: M.l + pw + 16, y: y - 6, width: 14, height: 4, fill: PALETTE[i % PALETTE.length]}, g);
+    var swatch = sv("rect", {x: M.l + pw + 16, y: y - 6, width: 14, height: 4, fill: seriesColor(i)}, g);
     var label = sv("text", {x: M.l + pw + 36, y: y, "font-size": 12, fill: "#323f4b"}, g, se.label);
     g.addEventListener("click", function () {
       hidden[i] = !hidden[i]; label.setAttribute("opacity", hidden[i] ? 0.35 : 1); swatch.setAttribute("opacity", hidden[i] ? 0.35 : 1); draw();
@@ -762,13 +791,25 @@ function drawBench(Bn) {
 }
 
 /* ---------------------------------------------------------------- time: measured vs predicted */
-function logScale(lo, hi, a, b) {  /* log10 axis from value lo..hi onto pixels a..b */
-  var l0 = Math.log10(lo), l1 = Math.log10(hi);
-  if (l1 - l0 < 0.5) { l0 -= 0.25; l1 += 0.25; }
+function logScale(lo, hi, a, b, pad) {  /* log10 axis from value lo..hi (widened by pad decades) onto pixels a..b */
+  var l0 = Math.log10(lo) - (pad || 0), l1 = Math.log10(hi) + (pad || 0);
+  if (l1 - l0 < 0.5) { var mid = (l0 + l1) / 2; l0 = mid - 0.25; l1 = mid + 0.25; }
   var f = function (v) { return a + (b - a) * (Math.log10(v) - l0) / (l1 - l0); };
   f.l0 = l0; f.l1 = l1;
   return f;
 }
+function logTicks(l0, l1) {  /* round values between 10^l0 and 10^l1: decades, with 2 and 5 between when few */
+  var steps = l1 - l0 > 3 ? [1] : l1 - l0 > 1.2 ? [1, 3] : [1, 2, 5], out = [];
+  for (var e = Math.floor(l0); e <= Math.ceil(l1); e++) {
+    steps.forEach(function (m) { var v = m * Math.pow(10, e); if (Math.log10(v) >= l0 - 1e-9 && Math.log10(v) <= l1 + 1e-9) out.push(v); });
+  }
+  return out;
+}
+function fmtTick(v) {  /* an axis value as short as it can be and still itself: 0.001, 1e-5, 20, 1.5 */
+  if (v === 0 || v >= 0.01) return sig(v);
+  return v >= 1e-4 ? String(parseFloat(v.toPrecision(2))) : v.toExponential(0).replace("e-", "e\u2212");
+}
+function positive(values) { return values.filter(function (v) { return v !== null && v !== undefined && v > 0; }); }
 function drawTime(T) {
   var c = card("time", "Time: measured vs predicted",
     "Each recorded op's duration (issue to completion seen) against the bandwidth model's time for the same op, size and " +
@@ -777,41 +818,56 @@ function drawTime(T) {
   var W = 1120, H = 380, M = {l: 80, r: 230, t: 14, b: 46}, pw = W - M.l - M.r, ph = H - M.t - M.b;
   var xs = [], ys = [];
   T.series.forEach(function (se) {
-    xs = xs.concat(se.size_bytes);
-    se.measured_p95_s.concat(se.measured_median_s, se.predicted_median_s).forEach(function (v) { if (v > 0) ys.push(v); });
+    xs = xs.concat(se.size_bytes, se.model_size_bytes || []);
+    ys = ys.concat(positive(se.measured_p95_s.concat(se.measured_median_s, se.predicted_median_s, se.model_s || [])));
   });
+  xs = positive(xs);
   if (xs.length && ys.length) {
-    var s = svgRoot(c, W, H);
-    var X = logScale(Math.max(1, Math.min.apply(null, xs)), Math.max.apply(null, xs), M.l, M.l + pw);
-    var Y = logScale(Math.min.apply(null, ys), Math.max.apply(null, ys), M.t + ph, M.t);
-    for (var e = Math.ceil(Y.l0); e <= Y.l1; e++) {
-      sv("line", {x1: M.l, x2: M.l + pw, y1: Y(Math.pow(10, e)), y2: Y(Math.pow(10, e)), stroke: "#eef0f3"}, s);
-      sv("text", {x: M.l - 8, y: Y(Math.pow(10, e)) + 4, "text-anchor": "end", "font-size": 11, fill: "#616e7c"}, s, fmtSec(Math.pow(10, e)));
+    var s = svgRoot(c, W, H), plot = sv("g", null, s);
+    s.setAttribute("id", "time-chart");
+    var X = logScale(Math.min.apply(null, xs), Math.max.apply(null, xs), M.l, M.l + pw);
+    var Y = logScale(Math.min.apply(null, ys), Math.max.apply(null, ys), M.t + ph, M.t, 0.08);  /* whiskers inside */
+    var yt = logTicks(Y.l0, Y.l1);
+    yt.forEach(function (v) {
+      sv("line", {x1: M.l, x2: M.l + pw, y1: Y(v), y2: Y(v), stroke: "#eef0f3"}, plot);
+      sv("text", {x: M.l - 8, y: Y(v) + 4, "text-anchor": "end", "font-size": 11, fill: "#616e7c", class: "y-tick"}, plot, fmtSec(v));
+    });
+    var b0 = Math.ceil(X.l0 / Math.log10(2)), b1 = Math.floor(X.l1 / Math.log10(2)), bstep = Math.max(1, Math.ceil((b1 - b0) / 10));
+    for (var b = b0; b <= b1; b += bstep) {
+      sv("text", {x: X(Math.pow(2, b)), y: M.t + ph + 16, "text-anchor": "middle", "font-size": 11, fill: "#616e7c"}, plot, fmtBytes(Math.pow(2, b)));
     }
-    for (var b = Math.ceil(X.l0 / Math.log10(2)); b <= X.l1 / Math.log10(2); b += 2) {
-      sv("text", {x: X(Math.pow(2, b)), y: M.t + ph + 16, "text-anchor": "middle", "font-size": 11, fill: "#616e7c"}, s, fmtBytes(Math.pow(2, b)));
-    }
-    sv("line", {x1: M.l, x2: M.l + pw, y1: M.t + ph + 0.5, y2: M.t + ph + 0.5, stroke: "#9aa5b1"}, s);
-    sv("text", {x: M.l + pw / 2, y: H - 6, "text-anchor": "middle", "font-size": 12, fill: "#323f4b"}, s, "message size (bin upper bound, log scale)");
+    sv("line", {x1: M.l, x2: M.l + pw, y1: M.t + ph + 0.5, y2: M.t + ph + 0.5, stroke: "#9aa5b1"}, plot);
+    sv("text", {x: M.l + pw / 2, y: H - 6, "text-anchor": "middle", "font-size": 12, fill: "#323f4b"}, plot, "message size (the median of each power-of-two bin, log scale)");
     sv("text", {x: 16, y: M.t + ph / 2, "text-anchor": "middle", "font-size": 12, fill: "#323f4b",
-                transform: "rotate(-90 16 " + (M.t + ph / 2) + ")"}, s, "op duration (log scale)");
+                transform: "rotate(-90 16 " + (M.t + ph / 2) + ")"}, plot, "op duration (log scale)");
+    var curves = 0;
     T.series.forEach(function (se, i) {
-      var col = PALETTE[i % PALETTE.length], model = [];
+      var col = seriesColor(i), model = [];
+      (se.model_size_bytes || []).forEach(function (sz, j) { if (se.model_s[j] > 0) model.push(X(sz) + "," + Y(se.model_s[j])); });
+      if (model.length > 1) {
+        sv("polyline", {points: model.join(" "), fill: "none", stroke: col, "stroke-width": 1.5, "stroke-dasharray": "5 4",
+                        class: "model-curve"}, plot);
+        curves++;
+      }
       se.size_bytes.forEach(function (sz, j) {
         var p = se.predicted_median_s[j], m = se.measured_median_s[j], q = se.measured_p95_s[j];
-        if (p > 0) model.push(X(sz) + "," + Y(p));
-        if (q > 0 && m > 0) sv("line", {x1: X(sz), x2: X(sz), y1: Y(m), y2: Y(q), stroke: col, "stroke-width": 1.2}, s);
-        if (m > 0) titled(sv("circle", {cx: X(sz), cy: Y(m), r: 3.5, fill: col}, s),
-                          se.label + " \u2264 " + fmtBytes(sz) + ": median " + fmtSec(m) + ", p95 " + fmtSec(q) + ", model " +
-                          fmtSec(p) + ", factor " + (se.factor[j] === null ? "\u2013" : se.factor[j].toFixed(2)) + " (" + se.count[j] + " records)");
+        if (q > 0 && m > 0) sv("line", {x1: X(sz), x2: X(sz), y1: Y(m), y2: Y(q), stroke: col, "stroke-width": 1.2, class: "whisker"}, plot);
+        if (p > 0) titled(sv("rect", {x: X(sz) - 3.5, y: Y(p) - 3.5, width: 7, height: 7, fill: "#fff", stroke: col, "stroke-width": 1.5,
+                                      class: "model-point"}, plot), se.label + " at " + fmtBytes(sz) + ": model " + fmtSec(p));
+        if (m > 0) titled(sv("circle", {cx: X(sz), cy: Y(m), r: 3.5, fill: col}, plot),
+                          se.label + " at " + fmtBytes(sz) + " (its bin's median size): median " + fmtSec(m) + ", p95 " + fmtSec(q) + ", model " +
+                          fmtSec(p) + ", factor " + fmtFactor(se.factor[j]) + " (" + se.count[j] + " records)");
       });
-      if (model.length) sv("polyline", {points: model.join(" "), fill: "none", stroke: col, "stroke-width": 1.5, "stroke-dasharray": "5 4"}, s);
       var y = M.t + 6 + i * 18;
       sv("rect", {x: M.l + pw + 16, y: y - 6, width: 14, height: 4, fill: col}, s);
       sv("text", {x: M.l + pw + 36, y: y, "font-size": 12, fill: "#323f4b"}, s, se.label);
     });
+    s.setAttribute("data-model-curves", String(curves));
+    s.setAttribute("data-plot-top", String(M.t));
+    s.setAttribute("data-plot-bottom", String(M.t + ph));
     legend(c, [{label: "measured median (dot) to p95 (line)", color: "#7b8794"},
-               {label: "bandwidth model (dashed)", color: "repeating-linear-gradient(90deg,#7b8794 0 5px,#fff 5px 9px)"}]);
+               {label: "bandwidth model at the same sizes (hollow square) and between them (dashed)",
+                color: "repeating-linear-gradient(90deg,#7b8794 0 5px,#fff 5px 9px)"}]);
   }
   /* effective-bandwidth factors per op kind */
   el("h3", null, c, "Effective-bandwidth factor per op kind (model time / measured time)");
@@ -823,7 +879,7 @@ function drawTime(T) {
     var tr = el("tr", null, tb);
     [r.axis + "/" + r.op, fmtCount(r.count), fmtSec(r.measured_median_s), fmtSec(r.measured_p95_s), fmtSec(r.predicted_median_s),
      fmtGBps(r.achieved_busbw_bytes_per_s), fmtGBps(r.model_busbw_bytes_per_s),
-     r.factor === null ? "\u2013" : r.factor.toFixed(2), r.time_weighted_factor === null ? "\u2013" : r.time_weighted_factor.toFixed(2)]
+     fmtFactor(r.factor), fmtFactor(r.time_weighted_factor)]
       .forEach(function (v) { el("td", null, tr, v); });
   });
   /* exposed communication per step and axis */
@@ -874,6 +930,7 @@ function matrixCanvas(parent, mat, vmax, px, id) {
   }
   return cv;
 }
+var MOE_MAP_PX = 340;  /* the MoE heatmap's side; .moe-map in report.css is as wide */
 function drawMoe(Mo) {
   var c = card("moe", "MoE routing over iterations",
     "Tokens each expert-parallel rank (row) sends to each (column) per iteration: how the all-to-all pattern moves as training goes on.");
@@ -881,7 +938,8 @@ function drawMoe(Mo) {
     var box = el("div", {style: idx ? "margin-top:18px;border-top:1px solid #e4e7eb;padding-top:12px" : ""}, c);
     el("div", {class: "stat"}, box).textContent = it.name + " \u2014 ep = " + it.ep + ", " + fmtCount(it.num_iterations) +
       " iterations (" + it.frames.length + " shown)";
-    var row = el("div", {class: "row"}, box), left = el("div", null, row), right = el("div", {class: "side"}, row);
+    /* the heatmap's column is as wide as the heatmap (its controls wrap under it), the chart takes the rest: no gap */
+    var row = el("div", {class: "row"}, box), left = el("div", {class: "moe-map"}, row), right = el("div", {class: "side"}, row);
     var big = el("div", null, left), ctl = el("div", {class: "controls"}, left);
     el("span", {class: "lab"}, ctl, "iteration");
     var slider = el("input", {type: "range", min: 0, max: it.frames.length - 1, value: 0, step: 1}, ctl);
@@ -902,7 +960,7 @@ function drawMoe(Mo) {
     var marker;
     function show(f) {
       big.textContent = "";
-      var cv = matrixCanvas(big, it.matrices[f], it.max_tokens, 300, "moe-" + idx);
+      var cv = matrixCanvas(big, it.matrices[f], it.max_tokens, MOE_MAP_PX, "moe-" + idx);
       el("div", {class: "muted", style: "font-size:11px"}, big, "row: sending EP rank (0 at the top) \u00b7 column: receiving EP rank");
       cv.addEventListener("mousemove", function (evt) {
         var p = canvasPoint(cv, evt), n = it.ep, i = Math.floor(p[1] / (cv.cssHeight / n)), j = Math.floor(p[0] / (cv.cssWidth / n));
@@ -927,8 +985,9 @@ function drawMoe(Mo) {
     "cross-rank: share of tokens leaving their rank; entropy: of the (src, dst) distribution, 1 = uniform"]));
 }
 function metricChart(parent, it) {
-  var W = 520, H = 220, M = {l: 46, r: 12, t: 10, b: 30}, pw = W - M.l - M.r, ph = H - M.t - M.b, n = it.num_iterations;
+  var W = 720, H = 300, M = {l: 46, r: 12, t: 10, b: 30}, pw = W - M.l - M.r, ph = H - M.t - M.b, n = it.num_iterations;
   var s = svgRoot(parent, W, H), m = it.metrics;
+  s.style.width = "100%";  /* fills the column beside the heatmap */
   var series = it.series || [{key: "load_imbalance", label: "load imbalance (max / mean)", color: "#e15759"},
     {key: "cross_rank_fraction", label: "cross-rank fraction", color: "#4e79a7"},
     {key: "entropy", label: "normalised entropy", color: "#59a14f"}];
@@ -985,7 +1044,11 @@ function drawInputs(I) {
       if (k === "source") return;  /* long citations: in the JSON below */
       var v = pair[1][k], tr = el("tr", null, tb);
       el("td", null, tr, k);
-      el("td", null, tr, plain(v));
+      /* what the job asked, and beside it how the estimate times it where they differ (flash on a V100) */
+      var said = k === "attention" && I.attention_timed ? " \u2014 timed " + I.attention_timed
+        : k === "gpu_util" && pair[0] === "cluster" && I.estimate_method && I.gpu_util === undefined
+          ? " (the flat u of --method seed; this estimate uses the GPU's compute model)" : "";
+      el("td", null, tr, plain(v) + said);
     });
   });
   var extra = {commscope_version: I.commscope_version, algorithm: I.algorithm, estimate_method: I.estimate_method, gpu_util: I.gpu_util};
