@@ -36,6 +36,7 @@ from typing import Any
 from commscope.bench.fit import FitResult
 from commscope.bench.sweep import SweepConfig, SweepResult
 from commscope.gpus import GpuSpec
+from commscope.spec.cluster import LINK_LATENCY_RANGE_S
 from commscope.units import GB, TFLOP, US, GiB, MiB
 
 __all__ = ["CALIBRATION_OPS", "Calibration", "ComputeProbe", "calibrate", "cluster_toml", "default_sweep", "probe_compute"]
@@ -186,12 +187,20 @@ def cluster_toml(cal: Calibration, fitted: FitResult, *, name: str = "local", co
     curve = next(c for c in fitted.curves if c.op == "all_reduce" and c.group_size == n)
     steps = 2 * (n - 1)
     where = f"{cal.nproc} {cal.backend} ranks on {platform.node() or 'this host'}"
+    latency_s = curve.segments[0].alpha_s / steps
+    how = f"the fitted small-message alpha {_round(curve.segments[0].alpha_s / US)} us over its {steps} ring steps"
+    if latency_s < LINK_LATENCY_RANGE_S[0]:
+        # a noisy sweep can fit the small sizes with no alpha at all: no link has none, so take the smallest
+        # message's whole time instead (it is all latency), still over the ring's steps
+        smallest = rows[0]
+        latency_s = max(smallest.time_s / steps, LINK_LATENCY_RANGE_S[0])
+        how = (f"the {smallest.size_bytes:,} B all_reduce's {_round(smallest.time_s / US)} us over its {steps} ring steps "
+               f"(the fit gave {_round(curve.segments[0].alpha_s / US)} us of alpha, under any real link's)")
     tier_source = (f"commscope calibrate: all_reduce over {n} ranks in the sweep ([collectives]): busbw "
                    f"{_round(busbw / GB)} GB/s (median of the {', '.join(f'{r.size_bytes:,}' for r in rows[-2:])} B rows), "
-                   f"latency = the fitted small-message alpha {_round(curve.segments[0].alpha_s / US)} us over "
-                   f"its {steps} ring steps")
+                   f"latency = {how}")
     tier = {"name": f"{cal.backend} between local ranks", "bandwidth_GBps": _round(busbw / GB),
-            "latency_us": _round(curve.segments[0].alpha_s / US / steps), "source": tier_source}
+            "latency_us": _round(latency_s / US), "source": tier_source}
     probes = [asdict(p) for p in cal.probes]
     measurements = {
         "created": datetime.now(UTC).isoformat(timespec="seconds"), "command": command or "",
