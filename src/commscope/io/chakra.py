@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from commscope.errors import ConfigError
+from commscope.io.atomic import atomic_open, write_text
 from commscope.record import CommOp
 
 __all__ = ["COMM_TYPES", "GROUP_FILE", "ChakraOp", "check_chakra_out", "check_prefix", "rank_schedule", "write_chakra"]
@@ -178,7 +179,7 @@ def write_chakra(prediction: Any, estimate: Any, out: str | Path, *, prefix: str
     paths = []
     for rank in range(world):
         path = out / f"{prefix}.{rank}.et"
-        with path.open("wb") as fh:
+        with atomic_open(path, "wb") as fh:
             meta = et.GlobalMetadata(version=SCHEMA, attr=[
                 attr("schema", string_val=SCHEMA), attr("producer", string_val="commscope"),
                 attr("rank", int64_val=rank), attr("world_size", int64_val=world),
@@ -218,5 +219,5 @@ def write_chakra(prediction: Any, estimate: Any, out: str | Path, *, prefix: str
                 prev = node_id
         paths.append(path)
     group_file = out / GROUP_FILE
-    group_file.write_text(json.dumps({name: list(g) for g, name in groups.items()}, indent=1) + "\n")
+    write_text(group_file, json.dumps({name: list(g) for g, name in groups.items()}, indent=1) + "\n")
     return [*paths, group_file]

@@ -98,10 +98,19 @@ def _is_gzip(path: Path) -> bool:
     return path.suffix == ".gz"
 
 
-def _open_text_write(path: Path) -> IO[str]:
-    if _is_gzip(path):
-        return gzip.open(path, "wt", encoding="utf-8", newline="\n", compresslevel=6)
-    return open(path, "w", encoding="utf-8", newline="\n")
+@contextlib.contextmanager
+def _open_text_write(path: Path) -> Iterator[IO[str]]:
+    """A text file to write ``path`` through (gzip for ``.gz``): a temporary file renamed over it when complete
+    (:func:`commscope.io.atomic.atomic_path`), so a full disk or a kill never leaves a cut log."""
+    from commscope.io.atomic import atomic_path
+
+    with atomic_path(path) as tmp:
+        if _is_gzip(path):
+            with gzip.open(tmp, "wt", encoding="utf-8", newline="\n", compresslevel=6) as fh:
+                yield fh
+        else:
+            with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+                yield fh
 
 
 def _open_binary_read(path: Path) -> gzip.GzipFile | io.BufferedReader:

@@ -1007,7 +1007,9 @@ def write_html(data: dict[str, Any], path: str | Path) -> Path:
     """Render ``data`` and write it to ``path`` (parents created); returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(data), encoding="utf-8")
+    from commscope.io.atomic import write_text
+
+    write_text(path, render_html(data))
     return path
 
 

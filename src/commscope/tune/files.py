@@ -26,7 +26,9 @@ def table_document(table: TuningTable) -> dict[str, Any]:
 def write_table(table: TuningTable, path: str | Path) -> Path:
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(table_document(table), indent=1) + "\n")
+    from commscope.io.atomic import write_text
+
+    write_text(out, json.dumps(table_document(table), indent=1) + "\n")
     return out
 
 
