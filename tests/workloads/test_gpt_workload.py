@@ -124,3 +124,20 @@ def test_cli_refuses_a_model_too_large_to_train_here(capsys):
     assert main(["workload", "gpt", "--model", "llama3-8b", "--num-layers", "2", "--steps", "1"]) == 2
     err = capsys.readouterr().err
     assert "commscope workload: error:" in err and "model.bias" not in err
+
+
+def test_a_world_of_one_records_gracefully(tmp_path, capsys):
+    """`workload gpt --tp 1 --pp 1 --dp 1 --record DIR` once ended in a traceback (read_run: an empty directory):
+    one rank sends nothing, so no log was written. Its log now holds its header and step lines, and the comparison
+    says there was nothing to communicate."""
+    rec = tmp_path / "w1"
+    assert main(["workload", "gpt", "--tp", "1", "--pp", "1", "--dp", "1", "--steps", "2", "--record", str(rec)]) == 0
+    out = capsys.readouterr().out
+    assert f"recorded in {rec}/: no communication, as predicted (one rank talks to no one)" in out
+    assert sorted(p.name for p in rec.iterdir()) == ["model.toml", "parallel.toml", "rank00000.done", "rank00000.jsonl"]
+    lines = (rec / "rank00000.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and '"world_size": 1' in lines[0] and all('"commscope_step"' in x for x in lines[1:])
+    assert main(["summarize", str(rec)]) == 0
+    out = capsys.readouterr().out
+    assert "world size 1, 0 records, 0 ops" in out and "a world of one rank talks to no one" in out
+    assert "problem" not in out

@@ -78,6 +78,9 @@ class RunFindings:
     failure: dict[str, Any] | None = None
     """The launcher's marker of a failed run (:data:`commscope.io.oplog.FAILURE_FILE`): the rank that failed
     first and how; None when the run did not fail under a commscope launcher."""
+    silent_ranks: tuple[int, ...] = ()
+    """Ranks of a recording that logged no op: a log of their own holding none (only its header, or only damaged
+    records), or no log where the other ranks have theirs. What they sent is missing from every total."""
 
     def findings(self) -> dict[str, Any]:
         """These fields by name, to hand on to another kind of run."""
@@ -481,6 +484,7 @@ class _Reader:
         self.results: list[tuple[Path, ImportResult, int | None]] = []
         self.headers: dict[int, dict] = {}
         self.unfinished: list[int] = []
+        self.silent: set[int] = set()  # ranks that logged no op
         self.steps_by_rank: dict[int, list[dict[str, int]]] = {}
 
     def read(self, f: Path, *, alone: bool) -> None:
@@ -546,7 +550,8 @@ class _Reader:
                       missing_fields=missing_fields(all_ops, always) if all_ops else always,
                       notes=tuple(self.notes), matrix_omitted=omitted,
                       partial_steps=_partial_steps(ops_by_rank), steps_by_rank=self.steps_by_rank,
-                      failure=read_failure(self.root) if self.root.is_dir() else None)
+                      failure=read_failure(self.root) if self.root.is_dir() else None,
+                      silent_ranks=tuple(sorted(self.silent)))
 
     def _note_whole_group_a2a(self, unranked: list[CommOp], results: list[tuple[Path, ImportResult, int | None]]) -> None:
         """Say that all_to_all rows for a whole group (nccl-tests') are counted per sending rank, and what that is."""
@@ -565,7 +570,12 @@ class _Reader:
         self.headers[rank] = dict(result.meta.get("header") or {})
         if result.meta.get("steps"):
             self.steps_by_rank[rank] = sorted(result.meta["steps"], key=lambda m: m["step"])
-        if result.meta.get("num_ops") == 0:
+        if result.meta.get("num_ops") == 0 and self.headers[rank].get("world_size") == 1 \
+                and not result.meta.get("num_records"):
+            self.notes.append(f"{f.name}: a world of one rank talks to no one: the log holds its header and step "
+                              "lines, no op")
+        elif result.meta.get("num_ops") == 0:
+            self.silent.add(rank)
             written = result.meta.get("num_records") or 0
             self.problems.append(f"{f.name}: " + (f"none of its {written} op records is valid" if written else
                                                   "the log holds no op record, only its header")
@@ -620,7 +630,7 @@ class _Reader:
                          missing_fields=missing_of(fold.relevant, fold.known, always) if fold.records else always,
                          notes=tuple(self.notes), matrix_omitted=omitted, partial_steps=_partial_steps_of(fold.rank_steps),
                          steps_by_rank=self.steps_by_rank, failure=read_failure(self.root) if self.root.is_dir() else None,
-                         ranks_logged=tuple(sorted({r for r in fold.records if r is not None} | set(self.owner))),
+                         silent_ranks=tuple(sorted(self.silent)), ranks_logged=tuple(sorted({r for r in fold.records if r is not None} | set(self.owner))),
                          num_records=sum(fold.records.values()), num_unranked=fold.records.get(None, 0),
                          logical=fold.logical_ops(), by_step=fold.step_rows(), axes_layout=layout)
 
@@ -679,6 +689,7 @@ class _Reader:
             logged = {rank for _, r, rank in results if r.format == "jsonl" and rank is not None}
             missing = sorted(set(range(world)) - logged)
             if missing and logged:
+                self.silent.update(missing)
                 shown = ", ".join(map(str, missing[:16])) + (" ..." if len(missing) > 16 else "")
                 self.problems.append(f"no log for rank(s) {shown} of the {world} ranks: their ops are not counted")
 

@@ -262,7 +262,7 @@ def rank_setup(rank: int, cfg: RunConfig, backend: str):
         from commscope.capture import pg as cpg
         from commscope.capture.recorder import RankLog
 
-        log = RankLog(Path(cfg.record))
+        log = RankLog(Path(cfg.record), rank=rank, say_stop=False)  # the launcher says it, once for all ranks
         cpg.set_sink(log)
     if backend != "nccl":
         return log, torch.device("cpu")
@@ -399,7 +399,7 @@ def train_rank(rank: int, world: int, cfg: RunConfig, backend: str = "gloo",
     if log is not None:
         log.close()
     return {"rank": rank, "stage": pp_rank, "losses": losses, "step_s": times,
-            "ops": None if log is None else log.num_records}
+            "ops": None if log is None else log.num_records, "log_stopped": None if log is None else log.stopped}
 
 
 def _bucket_cap_mb(m: ModelSpec, p: ParallelSpec) -> float | None:
