@@ -141,7 +141,7 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("summarize {tmp}/saved2", "tp x pp x dp x cp=4: must equal the 1 ranks in the logs (read from {tmp}/saved2/parallel.toml)"),
     ("summarize {tmp}/saved-empty", "parallel='{tmp}/saved-empty/parallel.toml': is empty"),  # once: read as 1 rank
     ("summarize {tmp}/run --gpus-per-node 0", "gpus_per_node=0: must be a positive integer"),
-    ("fit {tmp}/bench.json --out /dev/full", "the disk is full"),
+    ("fit {tmp}/bench.json --out /dev/full", "out='/dev/full': is not a regular file (a device"),  # renamed over
     ("fit {tmp}/bench.json --out {tmp}/file.txt/fit.toml", "out='{tmp}/file.txt/fit.toml': {tmp}/file.txt is a file"),
     ("fit {tmp}/bench.json --out /proc/x.toml", "out='/proc/x.toml': cannot write into /proc"),  # once after the fit
     ("fit {tmp}/nope.json --out /proc/x.toml", "out='/proc/x.toml'"),  # the output first: checked before any work
@@ -168,7 +168,7 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("record --out {tmp}/file.txt -- true", "is a file, not a directory"),
     ("record --out {tmp}/new-run", "give the job to run after --"),
     ("record --out {tmp}/new-run-2 -- /nonexistent/cmd", "not found on PATH"),
-    ("workload gpt --record {tmp}/run", "already holds rank*.jsonl files"),
+    ("workload gpt --record {tmp}/run", "already holds a recording of an earlier run (rank00000.jsonl"),
     ("workload gpt --record {tmp}/file.txt", "is a file, not a directory"),
     # --- more ranks than the machine, backends this torch lacks: refused before anything forks
     ("bench --nproc 100000", "pass --oversubscribe"),

@@ -659,7 +659,7 @@ def _measured_pairs(tmp_path: Path, path: Path, jobs: list[str]) -> dict[tuple[i
     """(src, dst) -> bytes of the logical matrix `summarize --out` writes for ``path``."""
     from commscope.cli.main import main
 
-    out = tmp_path / f"out{len(jobs)}"
+    out = tmp_path / f"out{len(jobs)}-{path.stem}"
     assert main(["summarize", str(path), "--out", str(out), *jobs]) == 0
     rows = [line.split(",") for line in (out / "measured_logical.csv").read_text().splitlines()[1:]]
     return {(int(r[0]), int(r[1])): int(r[3]) for r in rows}

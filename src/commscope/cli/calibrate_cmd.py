@@ -39,16 +39,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="timed seconds per message size of the sweep (default 0.03)")
     p.add_argument("--timeout", type=float, default=600.0, metavar="S", help="wall-clock limit (default 600)")
     p.add_argument("--json", action="store_true", help="print the measurements as JSON")
+    p.add_argument("--force", action="store_true", help="replace the cluster file of an earlier run at --out")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     import dataclasses
-    import json
 
-    from commscope.bench.calibrate import calibrate, cluster_toml, default_sweep
-    from commscope.bench.fit import _points_from_bench, fit, format_fit
-    from commscope.launch import LaunchError
+    from commscope.bench.calibrate import default_sweep
 
     if args.nproc < 2:
         raise ConfigError("nproc", args.nproc, "a collective needs at least 2 ranks")
@@ -72,7 +70,20 @@ def run(args: argparse.Namespace) -> int:
 
     check_nproc(args.nproc)
     check_memory(sweep, check_world(sweep, args.nproc, backend), args.nproc, backend)
+    from commscope.cli.outputs import claim_file
+
+    with claim_file(args, args.out):  # before any rank starts: one run writes the cluster file
+        return _calibrate(args, backend, sweep, max_bytes)
+
+
+def _calibrate(args: argparse.Namespace, backend: str, sweep, max_bytes: int) -> int:
+    import dataclasses
+    import json
+
+    from commscope.bench.calibrate import calibrate, cluster_toml
+    from commscope.bench.fit import _points_from_bench, fit, format_fit
     from commscope.cli.terminal import Progress
+    from commscope.launch import LaunchError
 
     try:
         with Progress("calibrate", quiet=args.json) as progress:
@@ -123,26 +134,24 @@ def _write_checked(text: str, out: Path) -> str | None:
     """Write the cluster file ``text`` to ``out`` only if it reads back as a cluster (``--cluster``) and as a
     bandwidth model (``--bandwidth``), as the file says to use it; else leave ``out`` as it was and return why
     (the refused field, its measured value and the valid range)."""
-    import os
-    import tempfile
-
+    from commscope.io.atomic import atomic_path
     from commscope.io.bandwidth_file import read_bandwidth
     from commscope.spec.files import load_cluster
 
+    class Refused(Exception):
+        pass
+
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{out.stem}.", suffix=".toml", dir=out.parent)
-    tmp = Path(name)
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        try:
-            load_cluster(tmp)
-            read_bandwidth(tmp, fallback=None)
-        except ConfigError as exc:
-            return f"{exc.field}={exc.value!r}: {exc.expected}"
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+        with atomic_path(out) as tmp:  # renamed over out only when it reads back
+            tmp.write_text(text)
+            try:
+                load_cluster(tmp)
+                read_bandwidth(tmp, fallback=None)
+            except ConfigError as exc:
+                raise Refused(f"{exc.field}={exc.value!r}: {exc.expected}") from None
+    except Refused as why:
+        return str(why)
     return None
 
 

@@ -109,11 +109,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--png", type=out_path, default=None, metavar="OUT.png",
                    help="write predicted against measured, with y = x and a +-10%% band (needs matplotlib)")
     g.add_argument("--json", action="store_true", help="print the validation as JSON")
+    g.add_argument("--force", action="store_true", help="replace the plot of an earlier run at --png")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from commscope.validate import read_runs, validate
+    from contextlib import nullcontext
+
+    from commscope.cli.outputs import claim_file
 
     if args.png is not None:
         try:
@@ -123,6 +126,13 @@ def run(args: argparse.Namespace) -> int:
         except ImportError as exc:
             print(f"commscope validate: error: {exc}", file=sys.stderr)
             return 2
+    png = None if args.png is None else args.png if args.png.suffix else args.png.with_suffix(".png")
+    with nullcontext() if png is None else claim_file(args, png, field="png"):  # one run writes the plot
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from commscope.validate import read_runs, validate
     defaults = {name: getattr(args, name) for name in _DEFAULT_FLAGS if getattr(args, name) is not None}
     runs = read_runs(args.runs, defaults)
     used = frozenset().union(*(run.defaults_used for run in runs))
