@@ -45,7 +45,6 @@ from commscope.bench.fitted import (
     row_variants,
 )
 from commscope.errors import ConfigError
-from commscope.record import MAX_MESSAGE_BYTES
 from commscope.spec.cluster import implausible_link
 from commscope.units import GB, US
 
@@ -140,25 +139,14 @@ def check_op(op: str | None) -> str | None:
 
 
 def _damage(row: dict, i: int, source: str) -> str | None:
-    """Why bench-JSON row ``i`` is damaged (a value no measurement has), naming the row, field and value; else None."""
-    where = f"{source} rows[{i}]"
+    """Why bench-JSON row ``i`` is damaged (a value no measurement has), naming the row, field and value; else None
+    (the rules every reader applies: :func:`commscope.io.checks.bench_row_problem`)."""
+    from commscope.io.checks import bench_row_problem
+
     if _known_op(row["op"]) is None:
-        return f"{where}.op={row['op']!r}: not a collective fit knows ({', '.join(FIT_OPS)})"
-    for key, whole, low in (("size_bytes", True, 1), ("group_size", True, 2), ("time_s", False, 0)):
-        value = row[key]
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            return f"{where}.{key}={value!r}: not a number"
-        if isinstance(value, bool) or not math.isfinite(number) or (whole and number != int(number)):
-            return f"{where}.{key}={value!r}: not a {'whole ' if whole else ''}finite number"
-        if key == "time_s" and not number > 0:
-            return f"{where}.time_s={value!r}: not a measured time (must be > 0)"
-        if number < low:
-            return f"{where}.{key}={value!r}: must be >= {low}" + (" (one rank moves nothing)" if key == "group_size" else "")
-        if key == "size_bytes" and number > MAX_MESSAGE_BYTES:
-            return f"{where}.size_bytes={value!r}: larger than any real message (> 1 TiB)"
-    return None
+        return f"{source} rows[{i}].op={row['op']!r}: not a collective fit knows ({', '.join(FIT_OPS)})"
+    why = bench_row_problem(row)
+    return None if why is None else f"{source} rows[{i}].{why}"
 
 
 def _points_from_bench(data: dict, source: str, *, group_size: int | None = None, op: str | None = None,
@@ -304,6 +292,7 @@ def _points_from_nccl_tests(path: Path, group_size: int | None, op: str | None =
     ``-o all``, ``-r -1``). Tables that time one curve on one machine (a run repeated) are pooled, each size's
     median; tables of other machines (outputs pasted together) are refused together until ``run`` picks one
     machine's tables (their numbers from 1 in file order, ``"1,3"``)."""
+    from commscope.io.checks import row_time_problem
     from commscope.io.nccl_tests import describe_tables, mixed_hardware, parse_nccl_tests, pick_tables
 
     try:
@@ -385,12 +374,11 @@ def _points_from_nccl_tests(path: Path, group_size: int | None, op: str | None =
                               f"refit from a clean run{hint}", source=path.name)
         if row.size_bytes is None or row.size_bytes <= 0 or row.source in damaged:
             continue  # zero-byte rows say nothing about alpha and beta
-        t = row.time_s
-        if t is None or not t > 0 or not math.isfinite(t):
+        why = row_time_problem(row.op, row.size_bytes, row.time_s)
+        if why is not None:
             if not row.in_place:  # the line's measurement is damaged: the line is skipped, not its other half used
                 damaged.add(row.source)  # the out-of-place half comes first: the in-place half is not used
-                problems.append(f"{row.source}: {row.op} {row.size_bytes} B out-of-place time={t / US:.2f} us is no "
-                                "measurement (must be > 0): row skipped")
+                problems.append(f"{row.source}: {why}: row skipped")
             continue
         key = (canonical_op(row.op), int(n), int(row.size_bytes), row.intra_node, row.dtype, row.redop, row.root,
                row.source)
@@ -437,6 +425,9 @@ def _refuse_other_format(name: str, data: bytes) -> None:
                                          "compare, report) read this format")
 
 
+_NOT_JSON = object()
+
+
 def load_points(path: Path, *, group_size: int | None = None, op: str | None = None, dtype: str | None = None,
                 redop: str | None = None, root: int | None = None, run: str | Sequence[int] | None = None,
                 ) -> tuple[list[FitPoint], dict[str, Any]]:
@@ -461,12 +452,19 @@ def load_points(path: Path, *, group_size: int | None = None, op: str | None = N
         raise ConfigError("input", str(path), str(exc).removeprefix(f"{path}: ").removeprefix(f"{path.name}: ")) \
             from None
     text = data.decode("utf-8-sig", errors="replace")
-    if path.suffix.lower() == ".json" or text.lstrip().startswith(("{", "[")):
+    parsed: Any = _NOT_JSON
+    if path.suffix.lower() == ".json":
         try:
             parsed = json.loads(text)
         except json.JSONDecodeError as exc:
             _refuse_other_format(name, data)
             raise ConfigError("input", path.name, f"is not valid JSON: {exc}") from None
+    elif text.lstrip().startswith(("{", "[")):  # JSON under another name, or output whose first line is a
+        try:  # launcher's warning ("[1732812345.1] [host:1:0] ucp_context.c:1104 UCX WARN ...") above a table
+            parsed = json.loads(text)
+        except json.JSONDecodeError:
+            parsed = _NOT_JSON
+    if parsed is not _NOT_JSON:
         if not (isinstance(parsed, dict) and "rows" in parsed):
             _refuse_other_format(name, data)
         if not isinstance(parsed, dict):

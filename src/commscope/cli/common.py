@@ -492,7 +492,7 @@ def estimate_job(prediction, args: argparse.Namespace):
     if args.bandwidth is not None:
         from commscope.io.bandwidth_file import read_bandwidth
 
-        bw = read_bandwidth(args.bandwidth, fallback=AlphaBeta(prediction.cluster))
+        bw = read_bandwidth(args.bandwidth, fallback=AlphaBeta(prediction.cluster), warn=lambda m: warn(args, m))
     return estimate(prediction, method=args.method, gpu_util=args.gpu_util, bandwidth=bw)
 
 

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from commscope.cli.common import add_job_args, check_out_dir, check_out_file, estimate_job, out_path, resolve_job
+from commscope.cli.common import add_job_args, check_out_dir, check_out_file, estimate_job, out_path, resolve_job, warn
 from commscope.cli.outputs import add_force_arg
 from commscope.estimate import METHODS
 from commscope.traffic import ALGORITHMS
@@ -121,6 +121,8 @@ def _run(args: argparse.Namespace, earlier_pngs: list[Path]) -> int:
             time_result = _time_comparison(prediction, args)
     if args.bench is not None:
         bench = report_html.load_bench(args.bench)
+        for line in bench.problems:  # damaged rows skipped, as fit and --bandwidth skip them
+            warn(args, line)
         files["bench"] = str(args.bench)
     if args.moe is not None:
         moe = report_html.load_moe(args.moe)
