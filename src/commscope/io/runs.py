@@ -46,6 +46,10 @@ _RANK_IN_NAME = re.compile(r"(\d+)(?:\D*)$")
 _RECORDER_NAME = re.compile(r"rank(\d{5})(\.jsonl(?:\.gz)?)")
 #: Formats whose records without a group are the world's: DeepSpeed computes its bandwidths with the world size.
 _WORLD_GROUP_FORMATS = frozenset({"deepspeed"})
+#: Formats whose records name the rank that logged them, not the ranks of the job: DeepSpeed's verbose lines come
+#: from rank 0 alone (``log_dist(..., ranks=[0])``), so rank 0 says nothing of a world of 32. The world size is the
+#: log's own (from its bandwidths, or given), else unknown, never the ranks seen.
+_LOGGING_RANK_FORMATS = frozenset({"deepspeed"})
 _IGNORED_SUFFIXES = (".done", ".md", ".png", ".html", ".npz", ".csv", ".toml")  # .toml: the job saved beside the logs
 _IGNORED_NAMES = (FAILURE_FILE,)  # the launcher's marker of a failed run: read into RunLog.failure
 
@@ -516,6 +520,7 @@ class _Reader:
         ops_by_rank: dict[int, list[CommOp]] = {}
         unranked: list[CommOp] = []
         world = 0
+        only_logging = set()  # ranks seen only in logs written by one rank for all (DeepSpeed's: not the world)
         for f, result, rank in results:
             if f.name in self.duplicates:
                 self.problems.append(self.duplicates[f.name])
@@ -529,10 +534,12 @@ class _Reader:
                     unranked.append(op)
                 else:
                     ops_by_rank.setdefault(r, []).append(op if op.rank == r else op.with_(rank=r))
+                    if result.format in _LOGGING_RANK_FORMATS:
+                        only_logging.add(r)
             meta_world = result.meta.get("world_size") or (result.meta.get("header") or {}).get("world_size")
             if is_int(meta_world) and meta_world > 0:
                 world = max(world, meta_world)
-        world = max([world, *(r + 1 for r in ops_by_rank),
+        world = max([world, *(r + 1 for r in ops_by_rank if r not in only_logging),
                      *(max(op.group) + 1 for ops in ops_by_rank.values() for op in ops if op.group),
                      *(max(op.group) + 1 for op in unranked if op.group)])
         if layout is not None and world <= layout.world_size and {r.format for _, r, _ in results} - {"jsonl",
@@ -570,8 +577,9 @@ class _Reader:
         self.headers[rank] = dict(result.meta.get("header") or {})
         if result.meta.get("steps"):
             self.steps_by_rank[rank] = sorted(result.meta["steps"], key=lambda m: m["step"])
+        marker = _marker(f)
         if result.meta.get("num_ops") == 0 and self.headers[rank].get("world_size") == 1 \
-                and not result.meta.get("num_records"):
+                and not result.meta.get("num_records") and marker is not None:  # finished, as one rank finishes
             self.notes.append(f"{f.name}: a world of one rank talks to no one: the log holds its header and step "
                               "lines, no op")
         elif result.meta.get("num_ops") == 0:
@@ -580,7 +588,6 @@ class _Reader:
             self.problems.append(f"{f.name}: " + (f"none of its {written} op records is valid" if written else
                                                   "the log holds no op record, only its header")
                                  + f": rank {rank} is counted as logged, with no ops")
-        marker = _marker(f)
         if marker is None:
             self.unfinished.append(rank)
         else:
