@@ -53,6 +53,8 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("traffic --tp 8 --pp 1 --dp 0 --gpus 8", "dp=0: must be a positive integer"),  # not gpus=8
     ("plan --gpus 8 --global-batch-size 0", "global_batch_size=0"),  # once silently 512
     ("plan --gpus 8 --refine 0", "refine=0: must be >= 1"),
+    # once 165 s of silence: refused before any work (issue 36)
+    ("plan --gpus 8388608 --global-batch-size 67108864", "gpus=8388608: more GPUs than any cluster built or planned"),
     ("plan --gpus 8 --micro-batch-sizes 1,x", "expected comma-separated integers, e.g. 1,2,4; got '1,x'"),
     ("traffic --out /proc/nope/run", "out='/proc/nope/run': cannot create it in /proc"),
     ("traffic --out /proc", "out='/proc': cannot write into it"),  # root may write there, says access(); it may not

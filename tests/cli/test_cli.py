@@ -378,3 +378,11 @@ def test_plan_takes_the_jobs_attention_and_fp8(capsys, tmp_path):
                                 re.DOTALL).group(1))["breakdown"]
     same = [e for e in data["plan"]["entries"] if e["label"] == data["label"]]
     assert same and same[0]["iteration_time_s"] == pytest.approx(data["iteration_time_s"], rel=1e-9)
+
+
+def test_plan_of_a_large_world_says_so_before_it_searches(capsys):
+    """`plan --gpus 8388608` once printed nothing for 165 s: beyond 2^20 GPUs it is refused at once (test_bad_inputs),
+    and from 2^16 on a line on stderr says what the search is doing before it starts."""
+    assert main(["plan", "--gpus", "65536", "--global-batch-size", "65536", "--refine", "1", "--top", "1"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("commscope plan: planning 65,536 GPUs: every configuration that fits is estimated")
