@@ -209,7 +209,7 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("plan --gpus 32 --micro-batch-sizes 3", "micro-batch-sizes='3': no candidate"),  # once numpy's zero-size error
     ("plan --gpus 32 --ep-sizes 2", "ep-sizes='2': gpt-1.5b is dense (no experts)"),
     ("plan --model mixtral-8x7b --gpus 64 --cluster dgx-h100 --ep-sizes 3", "ep-sizes='3': ep must divide num_experts=8"),
-    ("plan --gpus 100000000", "gpus=100000000: no valid configuration"),  # the warning on the GPU count is not shown
+    ("plan --gpus 100000000", "gpus=100000000: more GPUs than any cluster built or planned"),  # the warning on the GPU count is not shown
     # --- values with no physical meaning
     ("estimate --seq-length 1002 --cp 2 --tp 1 --pp 1 --dp 4", "divisible by 2 x cp = 4"),
     ("estimate --fp8-format hybrid --cluster dgx-a100", "fp8_format='hybrid'"),
