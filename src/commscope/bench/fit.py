@@ -21,9 +21,11 @@ at most 4.4%, within the default tolerance of 10%.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
-from collections.abc import Iterable, Sequence
+import statistics
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -410,7 +412,8 @@ def _points_from_nccl_tests(path: Path, group_size: int | None, op: str | None =
                               f"refit from a clean run{hint}", source=path.name)
         if row.size_bytes is None or row.size_bytes <= 0 or row.source in damaged:
             continue  # zero-byte rows say nothing about alpha and beta
-        why = row_time_problem(row.op, row.size_bytes, row.time_s)
+        t = row.time_s
+        why = None if type(t) is float and 0 < t < math.inf else row_time_problem(row.op, row.size_bytes, t)
         if why is not None:
             if not row.in_place:  # the line's measurement is damaged: the line is skipped, not its other half used
                 damaged.add(row.source)  # the out-of-place half comes first: the in-place half is not used
@@ -544,24 +547,136 @@ def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
     return best
 
 
+#: Up to this many distinct sizes a curve's pieces may break at any size (every split is tried); beyond it, at
+#: this many evenly spread sizes (a sweep of nccl-tests' -f 1 -i 1M, or a million rows of random sizes, would
+#: otherwise cost k^2 lines and k^3 splits: a thousand sizes took minutes). Real sweeps (-f 2) have ~30 sizes.
+EXHAUSTIVE_SIZES = 64
+
+
+def _line_from_sums(s00: float, s01: float, s11: float, t0: float, t1: float, n: int) -> tuple[float, float, float]:
+    """:func:`_line` from the sums of its normal equations (1/y^2, x/y^2, x^2/y^2, 1/y, x/y over the points, and
+    their number): the same three candidates, and the sum of squares expanded from the sums."""
+    def sse(a: float, b: float) -> float:
+        return max(0.0, a * a * s00 + 2 * a * b * s01 + b * b * s11 - 2 * a * t0 - 2 * b * t1 + n)
+
+    cands = []
+    det = s00 * s11 - s01 * s01
+    if det > 0:
+        a, b = (t0 * s11 - t1 * s01) / det, (t1 * s00 - t0 * s01) / det
+        if a >= 0 and b >= 0:
+            cands.append((a, b))
+    cands.append((t0 / s00, 0.0))  # beta = 0: constant time
+    cands.append((0.0, t1 / s11))  # alpha = 0: through the origin
+    return min(((a, b, sse(a, b)) for a, b in cands), key=lambda c: c[2])
+
+
+def _sse_of_sums(s00: np.ndarray, s01: np.ndarray, s11: np.ndarray, t0: np.ndarray, t1: np.ndarray,
+                 n: np.ndarray) -> np.ndarray:
+    """:func:`_line_from_sums`' sum of squares for arrays of pieces at once."""
+    def sse(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.maximum(0.0, a * a * s00 + 2 * a * b * s01 + b * b * s11 - 2 * a * t0 - 2 * b * t1 + n)
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        det = s00 * s11 - s01 * s01
+        a, b = (t0 * s11 - t1 * s01) / det, (t1 * s00 - t0 * s01) / det
+        both = np.where((det > 0) & (a >= 0) & (b >= 0), sse(a, b), np.inf)
+        zero = np.zeros_like(s00)
+        out: np.ndarray = np.minimum(both, np.minimum(sse(t0 / s00, zero), sse(zero, t1 / s11)))
+    return out
+
+
+def _fewest_within(candidates: Iterable[list[tuple[int, int, float, float]]], x: np.ndarray, y: np.ndarray,
+                   tolerance: float) -> list[tuple[int, int, float, float]]:
+    """The first of ``candidates`` (fits of 1, 2, ... pieces) that misses no point by more than ``tolerance``,
+    else the one that misses its worst point least."""
+    best = None
+    for segs in candidates:
+        worst = max(float(np.max(np.abs((a + b * x[s:e + 1]) / y[s:e + 1] - 1))) for s, e, a, b in segs)
+        if best is None or worst < best[0] - 1e-12:
+            best = (worst, segs)
+        if worst <= tolerance:
+            return segs
+    assert best is not None
+    return best[1]
+
+
+def _grid_pieces(x: np.ndarray, y: np.ndarray, *, max_pieces: int,
+                 min_points: int) -> Iterator[list[tuple[int, int, float, float]]]:
+    """:func:`fit_curve` for a curve of more than :data:`EXHAUSTIVE_SIZES` sizes: the pieces are chosen breaking
+    only at :data:`EXHAUSTIVE_SIZES` evenly spread sizes, then each break is moved to the size between its
+    neighbours that fits best (all of them tried at once); each piece's line from prefix sums, O(1) a piece. Yields
+    the fit of 1, 2, ... ``max_pieces`` pieces."""
+    k = len(x)
+    inv = 1.0 / y
+    cols = [inv * inv, x * inv * inv, (x * inv) ** 2, inv, x * inv]
+    prefix = [np.concatenate([[0.0], np.cumsum(c)]) for c in cols]
+
+    def line(s: int, e: int) -> tuple[float, float, float]:  # points s..e
+        s00, s01, s11, t0, t1 = (float(p[e + 1] - p[s]) for p in prefix)
+        return _line_from_sums(s00, s01, s11, t0, t1, e - s + 1)
+
+    grid = sorted(set(np.linspace(0, k, EXHAUSTIVE_SIZES + 1).round().astype(int).tolist()))  # piece starts, and k
+    g = len(grid) - 1
+    m = max(2, min_points)
+    for pieces in range(1, max(1, max_pieces) + 1):
+        # dp[p][j]: least sse covering points 0..grid[j]-1 with p pieces, each from one grid position to another
+        dp = [[math.inf] * (g + 1) for _ in range(pieces + 1)]
+        back = [[-1] * (g + 1) for _ in range(pieces + 1)]
+        dp[0][0] = 0.0
+        for p in range(1, pieces + 1):
+            for j in range(1, g + 1):
+                for i in range(j):
+                    if dp[p - 1][i] < math.inf and (pieces == 1 or grid[j] - grid[i] >= m):
+                        v = dp[p - 1][i] + line(grid[i], grid[j] - 1)[2]
+                        if v < dp[p][j]:
+                            dp[p][j], back[p][j] = v, i
+        if dp[pieces][g] == math.inf:
+            break
+        starts, j = [], g
+        for p in range(pieces, 0, -1):
+            starts.append(grid[back[p][j]])
+            j = back[p][j]
+        starts = sorted(starts) + [k]
+        for _ in range(3):  # each break to its best place between its neighbours, a few rounds
+            for i in range(1, len(starts) - 1):
+                lo, hi = starts[i - 1] + m, starts[i + 1] - m
+                if hi <= lo:
+                    continue
+                c = np.arange(lo, hi + 1)
+                l00, l01, l11, l0, l1 = (p[c] - p[starts[i - 1]] for p in prefix)
+                r00, r01, r11, r0, r1 = (p[starts[i + 1]] - p[c] for p in prefix)
+                cost = (_sse_of_sums(l00, l01, l11, l0, l1, c - starts[i - 1])
+                        + _sse_of_sums(r00, r01, r11, r0, r1, starts[i + 1] - c))
+                starts[i] = int(c[int(np.argmin(cost))])
+        yield [(s, e - 1, *line(s, e - 1)[:2]) for s, e in itertools.pairwise(starts)]
+
+
 def fit_curve(sizes: Sequence[float], times: Sequence[float], *, tolerance: float = 0.1, max_pieces: int = 3,
               min_points: int = 3) -> list[tuple[int, int, float, float]]:
     """Piecewise fit of one curve: ``[(first_index, last_index, alpha_s, beta_s_per_byte), ...]``.
 
     ``sizes`` ascending and distinct. With more than one piece, each covers at least ``min_points`` sizes
     (two points always fit a line exactly, so two-point pieces would chase noise). See the module
-    docstring for the criterion.
+    docstring for the criterion. A curve of more than :data:`EXHAUSTIVE_SIZES` sizes is split as
+    :func:`_grid_pieces` says.
     """
     x = np.asarray(sizes, dtype=float)
     y = np.asarray(times, dtype=float)
-    k = len(x)
-    if k < 2:
+    if len(x) < 2:
         raise ValueError("need at least 2 sizes")
+    pieces = (_grid_pieces if len(x) > EXHAUSTIVE_SIZES else _exhaustive_pieces)(x, y, max_pieces=max_pieces,
+                                                                               min_points=min_points)
+    return _fewest_within(pieces, x, y, tolerance)
+
+
+def _exhaustive_pieces(x: np.ndarray, y: np.ndarray, *, max_pieces: int,
+                       min_points: int) -> Iterator[list[tuple[int, int, float, float]]]:
+    """The least-squares fits of 1, 2, ... ``max_pieces`` pieces, every split tried (dynamic programming)."""
+    k = len(x)
     cost: dict[tuple[int, int], tuple[float, float, float]] = {}
     for i in range(k):
         for j in range(i + 1, k):
             cost[i, j] = _line(x[i:j + 1], y[i:j + 1])
-    best_pieces = None
     m = max(2, min_points)
     for pieces in range(1, max(1, max_pieces) + 1):
         if pieces > 1 and m * pieces > k:
@@ -585,13 +700,7 @@ def fit_curve(sizes: Sequence[float], times: Sequence[float], *, tolerance: floa
             segs.append((s, j, a, b))
             j = s - 1
         segs.reverse()
-        worst = max(abs((a + b * x[i]) / y[i] - 1) for s, e, a, b in segs for i in range(s, e + 1))
-        if best_pieces is None or worst < best_pieces[0] - 1e-12:
-            best_pieces = (worst, segs)
-        if worst <= tolerance:
-            return segs
-    assert best_pieces is not None
-    return best_pieces[1]
+        yield segs
 
 
 def fit(points: Iterable[FitPoint], *, source: str = "measurements", time_kind: str = "median",
@@ -617,7 +726,7 @@ def fit(points: Iterable[FitPoint], *, source: str = "measurements", time_kind: 
             raise ConfigError(f"{op} over {n} ranks", f"{len(by_size)} size ({only} B)",
                               "need at least 2 message sizes to fit latency and bandwidth", source=source)
         sizes = sorted(by_size)
-        times = [float(np.median(by_size[s])) for s in sizes]  # repeated sizes: their median
+        times = [_median(by_size[s]) for s in sizes]  # repeated sizes: their median
         f = _factor(op, n)
         pieces = fit_curve(sizes, times, tolerance=tolerance, max_pieces=max_pieces)
         segs = tuple(Segment(size_min_bytes=int(sizes[s]), size_max_bytes=int(sizes[e]), alpha_s=a,
@@ -630,11 +739,23 @@ def fit(points: Iterable[FitPoint], *, source: str = "measurements", time_kind: 
         flags = noisy[(op, n, intra)]
         if sum(flags) * 2 > len(flags):
             noisy_rows[(op, n, intra)] = f"{sum(flags)} of {len(flags)}"
+        # Curve.time_s's segment for each size, found walking the sizes up (they are sorted) instead of searching
+        bounds = [math.sqrt(a.size_max_bytes * b.size_min_bytes) for a, b in itertools.pairwise(segs)]
+        j = 0
         for s, t in zip(sizes, times):
+            while j < len(bounds) and s > bounds[j]:
+                j += 1
             residuals.append(Residual(op=op, group_size=n, size_bytes=int(s), measured_time_s=t,
-                                      fitted_time_s=curve.time_s(s, f)))
+                                      fitted_time_s=segs[j].time_s(s, f)))
     return FitResult(curves=tuple(curves), residuals=tuple(residuals), source=source, time_kind=time_kind,
                      backend=backend, tolerance=tolerance, max_pieces=max_pieces, unreliable=unreliable, noisy=noisy_rows)
+
+
+def _median(values: list[float]) -> float:
+    """``float(np.median(values))``, without numpy's cost for the one or few times most sizes have."""
+    if len(values) == 1:
+        return float(values[0])
+    return float(statistics.median(values)) if len(values) < 64 else float(np.median(values))
 
 
 def _unreliable(largest: Segment) -> str | None:

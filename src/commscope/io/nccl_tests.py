@@ -40,6 +40,7 @@ all_reduce command) is overruled and reported; without a name the rows decide, a
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -148,6 +149,7 @@ def canonical_op(name: str) -> str:
     raise ValueError(f"unknown nccl-tests collective {name!r}; known: {known}")
 
 
+@functools.lru_cache(maxsize=4096)  # a million rows name a few types
 def _canonical_dtype(name: str) -> str:
     return _DTYPES.get(name.lower(), name.lower())
 
