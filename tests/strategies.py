@@ -24,8 +24,8 @@ def jobs(draw, *, max_world: int = 64, moe: bool | None = False):
     heads = tp * draw(st.sampled_from([1, 2, 3]))
     head_dim = draw(st.sampled_from([8, 16]))
     # now and then a pipeline that does not divide the layers (the chosen uneven split: lighter first and last
-    # stages, or chunks)
-    layers = pp * v * draw(st.integers(1, 3)) + (draw(st.sampled_from([0, 0, 0, 1])) if pp > 1 else 0)
+    # stages, or chunks; every remainder, so light middle stages before heavier ones too)
+    layers = pp * v * draw(st.integers(1, 3)) + (draw(st.sampled_from([0, 0, 0, *range(1, pp)])) if pp > 1 else 0)
     is_moe = draw(st.booleans()) if moe is None else moe
     ep = 1
     num_experts = 0
@@ -131,7 +131,8 @@ def estimate_jobs(draw, *, max_world: int = 64, moe: bool | None = None):
                   overlap_param_gather=par.shards_optimizer and draw(st.booleans()),
                   attention=draw(st.sampled_from(["flash", "unfused"])),
                   fp8_format=draw(st.sampled_from([None, None, "hybrid"])),
-                  gradient_accumulation_fusion=draw(st.booleans()))
+                  gradient_accumulation_fusion=draw(st.booleans()),
+                  stack=draw(st.sampled_from([None, None, "megatron-core-2024"])))
     variants = [par]
     for _ in range(draw(st.integers(0, 3))):
         mb = draw(st.sampled_from([1, 2]))
@@ -142,3 +143,24 @@ def estimate_jobs(draw, *, max_world: int = 64, moe: bool | None = None):
                                 zero_stage=draw(st.sampled_from([0, 1, 3])), overlap_param_gather=False,
                                 gradient_accumulation_fusion=draw(st.booleans())))
     return model, variants
+
+
+@st.composite
+def chakra_jobs(draw, *, max_world: int = 8):
+    """A random job of :func:`estimate_jobs` (pp with and without interleaving, cp, sp, ZeRO 1-3, ep, uneven
+    pipeline splits, the overlap flags, attention and precision), with what else the Chakra export branches on: the
+    distributed optimizer and its parameter-gather overlap, the scatter/gather of pipeline messages, GPipe, and
+    interleaving without p2p overlap."""
+    from dataclasses import replace
+
+    model, variants = draw(estimate_jobs(max_world=max_world, moe=None))
+    par = draw(st.sampled_from(variants))
+    if par.zero_stage == 0 and draw(st.booleans()):
+        par = replace(par, distributed_optimizer=True, overlap_param_gather=draw(st.booleans()))
+    if par.tp > 1 and par.pp > 1 and not par.sequence_parallel and draw(st.booleans()):
+        par = replace(par, scatter_gather_tensors_in_pipeline=True)
+    if par.pp > 1 and par.virtual_pipeline_size == 1 and draw(st.sampled_from([False, False, True])):
+        par = replace(par, schedule="gpipe")
+    if par.virtual_pipeline_size > 1:
+        par = replace(par, overlap_p2p_comm=draw(st.booleans()))
+    return model, par

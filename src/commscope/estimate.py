@@ -20,13 +20,19 @@ GPU's own compute model (:mod:`commscope.compute`: every GEMM by the tile/wave m
 memory-bound kernels at the HBM roofline, recomputation, the optimizer step), and takes the slowest stage as
 the critical path of the 1F1B schedule:
 
-    t_mb(s)  = fwd(s) + bwd(s) + [tp_exp(s) + pp_exp(s) + cp_exp(s) + ep(s) + dp_exp(s)] / m
+    t_mb(s)  = fwd(s) + bwd(s) + [sm(s) + tp_exp(s) + pp_exp(s) + cp_exp(s) + ep(s) + dp_exp(s)] / m
+
+fwd and bwd are the kernels of :mod:`commscope.compute` with their in-training effects (sustained clock, Transformer
+Engine's GEMM pieces, host launch gaps) and, where the job names one, its software stack's efficiency; sm(s) is the
+compute lost to the SMs that overlapped collectives take (:mod:`commscope.compute.effects`): every one of them is in
+``compute_breakdown_s`` (``clock_s``, ``overlap_chunks_s``, ``launch_gaps_s``, ``comm_sms_s``, ``stack_s``).
     T_bubble = sum_{s != s*} t_mb(s) / v         s* = the slowest stage, v = virtual pipeline size
 
 The first micro-batch's forward and the last one's backward pass through every stage other than the slowest
 (the fill and the drain), each stage in 1/v of its time with interleaving: (p - 1)/v x t_mb for even stages,
 less when the other stages are lighter than the slowest (a last stage with the logits, uneven splits).
     tail(s)  = grad reduction exposed + optimizer step + parameter all-gather exposed + embedding sync
+               + the last backward's SMs taken by the gradient buckets reduced beside it
     T_iter   = m t_mb(s*) + T_bubble + max_s [tail(s) - s bwd(s) / v]
 
 Stage s finishes its last backward pass s bwd(s)/v before stage 0 does, so its tail hides that much.
@@ -62,6 +68,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import numpy as np
 
 from commscope.bandwidth import AlphaBeta, BandwidthModel, GroupSpan
+from commscope.compute.effects import comm_sm_time_s
 from commscope.compute.model import StageCompute, first_max, stage_compute
 from commscope.flops import iteration_flops, token_flops
 from commscope.units import dtype_bytes
@@ -176,8 +183,9 @@ def estimate(prediction: Prediction, *, method: Method = "refined", gpu_util: fl
     if method == "seed":
         return _seed(prediction, u, peak, bw)
     spec, notes = compute_gpu(cluster, gpu_util, gpu)
-    compute = stage_compute(prediction.model, prediction.parallel, spec) if spec is not None else None
-    return _refined(prediction, u, peak, bw, compute, notes)
+    compute = (stage_compute(prediction.model, prediction.parallel, spec, efficiency=cluster.compute_efficiency)
+               if spec is not None else None)
+    return _refined(prediction, u, peak, bw, compute, notes, spec)
 
 
 def compute_gpu(cluster: ClusterSpec, gpu_util: float | None,
@@ -318,7 +326,7 @@ def _late_gathers(times: Sequence[Any], window: Any) -> Any:
 
 
 def _refined(prediction: Prediction, u: float, peak: float, bw: BandwidthModel, compute: StageCompute | None,
-             notes: list[str]) -> Estimate:
+             notes: list[str], gpu: GpuSpec | None = None) -> Estimate:
     model, par, wl = prediction.model, prediction.parallel, prediction.workload
     gpn = prediction.cluster.gpus_per_node
     p, m, v = par.pp, par.num_micro_batches, par.virtual_pipeline_size
@@ -387,7 +395,10 @@ def _refined(prediction: Prediction, u: float, peak: float, bw: BandwidthModel, 
     # ZeRO-3 / FSDP2 gathers and reduce-scatters per layer, prefetched under the compute of their pass
     dp_layer = comm["dp"]["fwd"] + comm["dp"]["bwd"]
     dp_layer_exp = np.maximum(0.0, comm["dp"]["fwd"] - m * fwd) + np.maximum(0.0, comm["dp"]["bwd"] - m * bwd)
-    per_mb = fwd + bwd + (tp_exp + pp_exp + cp_exp + ep_all + dp_layer_exp) / m
+    # compute slowed by the SMs that overlapped collectives take (compute.effects, point 2)
+    sm = np.asarray(comm_sm_time_s(gpu if compute is not None else None, tp=tp_all - tp_exp, cp=cp_all - cp_exp,
+                                   pp=pp_all - pp_exp, dp=dp_layer - dp_layer_exp)) * np.ones(p)
+    per_mb = fwd + bwd + (sm + tp_exp + pp_exp + cp_exp + ep_all + dp_layer_exp) / m
     crit = int(first_max(per_mb))
     # fill and drain: the first micro-batch's forward and the last one's backward pass through every other stage
     bubble = (float(per_mb.sum()) - per_mb[crit]) / v
@@ -405,14 +416,17 @@ def _refined(prediction: Prediction, u: float, peak: float, bw: BandwidthModel, 
     grad_all = np.array([sum(b) for b in grad_buckets])
     param_all = np.array([sum(b) for b in param_buckets])
     dp_tail = grad_exp + param_exp + comm["dp"]["iter"]
-    tail = dp_tail + comm["emb"]["iter"] + comm["tp"]["iter"] + comm["cp"]["iter"] + comm["ep"]["iter"] + opt
+    # the last backward (and the next forward) slowed by the buckets reduced (gathered) beside them
+    sm_tail = np.asarray(comm_sm_time_s(gpu if compute is not None else None,
+                                        dp=grad_all - grad_exp + param_all - param_exp)) * np.ones(p)
+    tail = dp_tail + comm["emb"]["iter"] + comm["tp"]["iter"] + comm["cp"]["iter"] + comm["ep"]["iter"] + sm_tail + opt
     lead = np.arange(p) * bwd / v  # stage s ends its last backward this much before stage 0
     end = int(first_max(tail - lead))
     # what the lead hides comes off the tail's terms in the order they run: DP, embedding sync, the rest, optimizer
     hide = min(float(lead[end]), float(tail[end]))
     terms = {"dp": float(dp_tail[end]), "emb": float(comm["emb"]["iter"][end]),
              "tp": float(comm["tp"]["iter"][end] + comm["cp"]["iter"][end] + comm["ep"]["iter"][end]),
-             "opt": float(opt[end])}
+             "sm": float(sm_tail[end]), "opt": float(opt[end])}
     for term, value in terms.items():
         cut = min(hide, value)
         terms[term] = value - cut
@@ -428,10 +442,13 @@ def _refined(prediction: Prediction, u: float, peak: float, bw: BandwidthModel, 
         notes.append(split_note)
     eff = {a: float(np.mean(v_)) for a, v_ in busbw_sum.items()}
     breakdown = compute.breakdown(crit, m) if compute is not None else {}
+    if compute is not None:
+        breakdown["comm_sms_s"] = float(sm[crit]) + terms["sm"]
     if compute is not None and fwd[crit] + bwd[crit] > 0:
         # the compute model's own utilisation: FLOP its kernels execute over their time at the dtype's peak
         u = float(compute.flop[crit] / ((fwd[crit] + bwd[crit]) * peak))
-    return _finish(prediction, "refined", u, peak, comp=float(m * (fwd[crit] + bwd[crit])), tp=float(tp_exp[crit]) + terms["tp"],
+    return _finish(prediction, "refined", u, peak, comp=float(m * (fwd[crit] + bwd[crit]) + sm[crit]) + terms["sm"],
+                   tp=float(tp_exp[crit]) + terms["tp"],
                    pp=float(pp_exp[crit]), dp=float(dp_layer_exp[crit]) + terms["dp"], ep=float(ep_all[crit]),
                    cp=float(cp_exp[crit]), emb=terms["emb"], bubble=float(bubble), stage=crit, eff=eff,
                    notes=notes + list(bw.notes), optimizer=terms["opt"], hidden=hidden, breakdown=breakdown,

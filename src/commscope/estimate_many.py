@@ -22,13 +22,14 @@ go through the scalar path, so every input gets its exact estimate.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from commscope.bandwidth import GroupSpan, alpha_beta_busbw_bytes_per_s, alpha_beta_time_s, slowest_row
-from commscope.compute.model import first_max
+from commscope.compute.effects import comm_sm_time_s
+from commscope.compute.model import TIME_ARRAYS, compute_efficiency, compute_note, effects_notes, first_max
 from commscope.compute.kernels import (
     adam_step_time_s,
     grad_accumulation_bytes_per_param,
@@ -267,20 +268,20 @@ def _fits_one_bucket(st: _Structure, p: ParallelSpec) -> bool:
 
 
 _KIND_FIELDS = ("fwd", "bwd", "recompute", "lin_fwd", "lin_bwd", "att_fwd", "att_bwd", "mem_fwd", "mem_bwd",
-                "recompute_linear", "flop", "lin_flop", "lin_time")
+                "recompute_linear", "flop", "lin_flop", "lin_time", "clock", "chunks", "gaps_fwd", "gaps_bwd")
 
 
 def _compute_key(par: ParallelSpec) -> tuple[Any, ...]:
     """What one layer's compute depends on."""
     return (par.tp, par.cp, par.ep, par.micro_batch_size, par.sequence_parallel, par.recompute, par.attention,
-            par.fp8_format)
+            par.fp8_format, par.tp_comm_overlap, par.framework)
 
 
 def _layer_computes(model: ModelSpec, pars: Sequence[ParallelSpec], gpu: Any) -> dict[tuple[Any, ...], dict[str, Any]]:
     """The compute model's per-layer and per-stage-end quantities of every distinct :func:`_compute_key`, their
     GEMMs timed together (:class:`~commscope.compute.gemm.GemmTimer`)."""
     from commscope.compute.gemm import GemmTimer, layer_gemms
-    from commscope.compute.model import _by_pass, _kind, timed_attention
+    from commscope.compute.model import _kind, logits_times, timed_attention
 
     specs: dict[tuple[Any, ...], ParallelSpec] = {}
     attention_notes: dict[tuple[Any, ...], tuple[str, ...]] = {}
@@ -291,7 +292,8 @@ def _layer_computes(model: ModelSpec, pars: Sequence[ParallelSpec], gpu: Any) ->
             specs[key], attention_notes[key] = timed_attention(model, ParallelSpec(
                 tp=par.tp, cp=par.cp, ep=par.ep, dp=par.ep, micro_batch_size=par.micro_batch_size,
                 global_batch_size=par.micro_batch_size * par.ep, sequence_parallel=par.sequence_parallel,
-                recompute=par.recompute, attention=par.attention, fp8_format=par.fp8_format), gpu)
+                recompute=par.recompute, attention=par.attention, fp8_format=par.fp8_format,
+                tp_comm_overlap=par.tp_comm_overlap and par.tp > 1, framework=par.framework), gpu)
     kinds = [k for k, present in (("dense", model.num_layers > model.num_moe_layers), ("moe", model.is_moe)) if present]
     timer = GemmTimer(gpu)
     for spec in specs.values():
@@ -307,7 +309,7 @@ def _layer_computes(model: ModelSpec, pars: Sequence[ParallelSpec], gpu: Any) ->
             per_kind[kind] = {f: getattr(k, f) for f in _KIND_FIELDS}
         logits_gemms = layer_gemms(model, spec, logits=True)
         out[key] = {
-            "kinds": per_kind, "logits": _by_pass(timer(tuple((g, 1) for g in logits_gemms), gpu, model.dtype)),
+            "kinds": per_kind, "logits": logits_times(model, spec, gpu, timer),
             "logits_flop": sum(g.flop for g in logits_gemms), "lin_dtype": linear_gemm_dtype(model, spec),
             "extra": {(f, la): stage_extra_bytes(model, spec, first=f, last=la) for f in (False, True) for la in (False, True)},
             "notes": list(attention_notes[key]), "attention": spec.attention}
@@ -315,7 +317,8 @@ def _layer_computes(model: ModelSpec, pars: Sequence[ParallelSpec], gpu: Any) ->
 
 
 def _gpu_compute(model: ModelSpec, pars: Sequence[ParallelSpec], st: _Structure, gpu: Any,
-                 layers: dict[tuple[Any, ...], dict[str, Any]]) -> tuple[dict[str, np.ndarray], list[tuple[str, ...]]]:
+                 layers: dict[tuple[Any, ...], dict[str, Any]],
+                 cluster_efficiency: float = 1.0) -> tuple[dict[str, np.ndarray], list[tuple[str, ...]]]:
     """Per-stage arrays of :class:`~commscope.compute.model.StageCompute` for every configuration (n, p)."""
     p = st.p
     per = [layers[_compute_key(par)] for par in pars]
@@ -348,6 +351,9 @@ def _gpu_compute(model: ModelSpec, pars: Sequence[ParallelSpec], st: _Structure,
     a["flop"] = layer("flop") + last * np.array([c["logits_flop"] for c in per])[:, None]
     a["lin_flop"] = layer("lin_flop")
     a["lin_time"] = layer("lin_time")
+    a["clock"] = layer("clock") + last * (lg["fwd"] + lg["dgrad"] + lg["wgrad"]) * (1.0 - 1.0 / gpu.clock_factor)
+    a["chunks"] = layer("chunks")
+    a["gaps"] = layer("gaps_fwd") + layer("gaps_bwd")
     # without gradient accumulation fusion, each micro-batch's backward adds its weight gradients into the
     # accumulated ones (compute.kernels.grad_accumulation_bytes_per_param)
     accumulate = ((st.dense_params + st.expert_params)[None, :]
@@ -357,6 +363,13 @@ def _gpu_compute(model: ModelSpec, pars: Sequence[ParallelSpec], st: _Structure,
     shards = np.array([par.shards_optimizer for par in pars])[:, None]
     a["opt"] = adam_step_time_s(model, gpu, dense_params=st.dense_params[None, :], expert_params=st.expert_params[None, :],
                                 dense_shard=np.where(shards, st.dp_size, 1), expert_shard=np.where(shards, st.edp_size, 1))
+    # the stack's and the cluster's compute efficiency (compute.model.apply_efficiency), per configuration
+    effs = np.array([compute_efficiency(par, cluster_efficiency) for par in pars])[:, None]
+    scale = 1.0 / effs
+    a["stack"] = (a["fwd"] + a["bwd"]) * (scale - 1.0)
+    a["stack_opt"] = a["opt"] * (scale - 1.0)
+    for key in TIME_ARRAYS:
+        a[key] = a[key] * scale
     # the compute model's note: FLOP-weighted GEMM efficiency of its slowest stage
     crit = first_max(a["fwd"] + a["bwd"])
     rows = np.arange(len(pars))
@@ -365,11 +378,10 @@ def _gpu_compute(model: ModelSpec, pars: Sequence[ParallelSpec], st: _Structure,
     for j, (par, c) in enumerate(zip(pars, per)):
         peak = gpu.peak_flops_for(c["lin_dtype"])
         eff = float(lin_flop[j] / (lin_time[j] * peak)) if lin_time[j] else 0.0
-        line = (f"compute: per-GEMM tile/wave model on {gpu.name} ({c['lin_dtype']} linear GEMMs at {eff:.0%} of peak), "
-                f"{c['attention']} attention, memory-bound kernels at {round(gpu.memory_efficiency * 100, 1):g}% of "
-                f"{gpu.memory_bandwidth_bytes_per_s / 1e9:.0f} GB/s, Adam step")
+        line = compute_note(gpu, c["lin_dtype"], eff, replace(par, attention=c["attention"]))
         accumulation = grad_accumulation_note(model, par)
-        notes.append((*c["notes"], *((accumulation,) if accumulation else ()), line))
+        effects = effects_notes(model, par, gpu, {k: v[j] for k, v in a.items()}, int(crit[j]), float(effs[j, 0]))
+        notes.append((*c["notes"], *((accumulation,) if accumulation else ()), line, *effects))
     return a, notes
 
 
@@ -398,7 +410,7 @@ def _group(model: ModelSpec, cluster: ClusterSpec, pars: list[ParallelSpec], st:
     T = _Times(cluster)
     peak = cluster.peak_flops_for(model.dtype)
     if gpu is not None:
-        c, compute_notes = _gpu_compute(model, pars, st, gpu, cache)
+        c, compute_notes = _gpu_compute(model, pars, st, gpu, cache, cluster.compute_efficiency)
     else:
         c, compute_notes = _flop_compute(model, pars, st, u_flops, peak), [()] * n
     fwd, bwd = c["fwd"], c["bwd"]
@@ -531,7 +543,9 @@ def _group(model: ModelSpec, cluster: ClusterSpec, pars: list[ParallelSpec], st:
     ep_all = comm["ep"]["fwd"] + comm["ep"]["bwd"]
     dp_layer = comm["dp"]["fwd"] + comm["dp"]["bwd"]
     dp_layer_exp = np.maximum(0.0, comm["dp"]["fwd"] - m * fwd) + np.maximum(0.0, comm["dp"]["bwd"] - m * bwd)
-    per_mb = fwd + bwd + (tp_exp + pp_exp + cp_exp + ep_all + dp_layer_exp) / m
+    sm = np.asarray(comm_sm_time_s(gpu, tp=tp_all - tp_exp, cp=cp_all - cp_exp, pp=pp_all - pp_exp,
+                                   dp=dp_layer - dp_layer_exp)) * np.ones((n, p))
+    per_mb = fwd + bwd + (sm + tp_exp + pp_exp + cp_exp + ep_all + dp_layer_exp) / m
     rows = np.arange(n)
     crit = first_max(per_mb)
     bubble = (per_mb.sum(axis=1) - per_mb[rows, crit]) / v[:, 0]
@@ -539,13 +553,15 @@ def _group(model: ModelSpec, cluster: ClusterSpec, pars: list[ParallelSpec], st:
     grad_exp = np.where(_col(pars, "overlap_grad_reduce", bool), _overlapped_buckets(grad_buckets, bwd), grad_t)
     param_exp = np.where(_col(pars, "overlap_param_gather", bool), _late_gathers(param_buckets, fwd), param_t)
     dp_tail = grad_exp + param_exp + comm["dp"]["iter"]
-    tail = dp_tail + comm["emb"]["iter"] + comm["tp"]["iter"] + comm["cp"]["iter"] + comm["ep"]["iter"] + c["opt"]
+    sm_tail = np.asarray(comm_sm_time_s(gpu, dp=grad_t - grad_exp + param_t - param_exp)) * np.ones((n, p))
+    tail = (dp_tail + comm["emb"]["iter"] + comm["tp"]["iter"] + comm["cp"]["iter"] + comm["ep"]["iter"] + sm_tail
+            + c["opt"])
     lead = np.arange(p)[None, :] * bwd / v
     end = first_max(tail - lead)
     hide = np.minimum(lead[rows, end], tail[rows, end])
     terms = {"dp": dp_tail[rows, end], "emb": comm["emb"]["iter"][rows, end],
              "tp": comm["tp"]["iter"][rows, end] + comm["cp"]["iter"][rows, end] + comm["ep"]["iter"][rows, end],
-             "opt": c["opt"][rows, end]}
+             "sm": sm_tail[rows, end], "opt": c["opt"][rows, end]}
     for key, value in terms.items():
         cut = np.minimum(hide, value)
         terms[key] = value - cut
@@ -578,13 +594,18 @@ def _group(model: ModelSpec, cluster: ClusterSpec, pars: list[ParallelSpec], st:
         if gpu is not None:
             breakdown = {"gemm_s": float(c["gemm"][j, k] * mj), "attention_s": float(c["att"][j, k] * mj),
                          "memory_bound_s": float(c["mem"][j, k] * mj), "recompute_s": float(c["rec"][j, k] * mj),
-                         "optimizer_s": float(c["opt"][j, k])}
+                         "optimizer_s": float(c["opt"][j, k]), "clock_s": float(c["clock"][j, k] * mj),
+                         "overlap_chunks_s": float(c["chunks"][j, k] * mj), "launch_gaps_s": float(c["gaps"][j, k] * mj),
+                         "stack_s": float(c["stack"][j, k] * mj + c["stack_opt"][j, k])}
             work = fwd[j, k] + bwd[j, k]
             u = float(c["flop"][j, k] / (work * peak)) if work > 0 else u_flops
         else:
             breakdown, u = {}, u_flops
         tj = {key: float(val[j]) for key, val in terms.items()}
-        out.append(_finish(_Job(model=model, parallel=par), "refined", u, peak, comp=float(mj * (fwd[j, k] + bwd[j, k])),
+        if gpu is not None:
+            breakdown["comm_sms_s"] = float(sm[j, k]) + tj["sm"]
+        out.append(_finish(_Job(model=model, parallel=par), "refined", u, peak,
+                           comp=float(mj * (fwd[j, k] + bwd[j, k]) + sm[j, k]) + tj["sm"],
                            tp=float(tp_exp[j, k]) + tj["tp"], pp=float(pp_exp[j, k]),
                            dp=float(dp_layer_exp[j, k]) + tj["dp"], ep=float(ep_all[j, k]), cp=float(cp_exp[j, k]),
                            emb=tj["emb"], bubble=float(bubble[j]), stage=k, eff=eff, notes=notes, optimizer=tj["opt"],

@@ -56,9 +56,48 @@ from commscope.errors import ConfigError, check
 from commscope.spec.cluster import ClusterSpec
 from commscope.units import GB, TFLOP, US, GiB, MiB, canonical_dtype
 
-__all__ = ["GpuSpec", "gpu_for_cluster", "gpu_from_mapping", "gpu_names", "gpu_preset", "load_gpu"]
+__all__ = ["AttentionKernel", "GpuSpec", "gpu_for_cluster", "gpu_from_mapping", "gpu_names", "gpu_preset", "load_gpu"]
 
 _US_PER_S = 1_000_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttentionKernel:
+    """One fused (flash) attention kernel as the tile/wave model of :mod:`commscope.compute.attention` times it.
+
+    The kernel cuts the queries of every (micro-batch x head) into tiles of ``tile_q`` rows; causal, query tile i
+    works through i + 1 key blocks of ``tile_q`` columns. The blocks are spread over the SMs (balanced), except a
+    ``tail`` share of the longest tile's blocks, which run at the end when nothing is left to balance them against.
+    Constants are per pass (forward, backward); the backward computes 2.5x the forward's FLOP.
+    """
+
+    fwd_fraction: float
+    """Fraction of the dense peak one SM reaches on the forward's blocks (of the FLOP the kernel computes)."""
+    bwd_fraction: float
+    fwd_tail: float = 0.0
+    """Share of the longest query tile's blocks that run unbalanced at the end of the forward (0: none)."""
+    bwd_tail: float = 0.0
+    fwd_overhead_s: float = 4e-6
+    """Fixed time of one forward call (launch, prologue, the softmax statistics written out)."""
+    bwd_overhead_s: float = 4e-6
+    """Fixed time of one backward call (its pre- and post-processing kernels included)."""
+    tile_q: int = 128
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("fwd_fraction", "bwd_fraction"):
+            value = getattr(self, name)
+            check(0 < value <= 1, name, value, "must be a fraction of the peak in (0, 1]")
+        for name in ("fwd_tail", "bwd_tail", "fwd_overhead_s", "bwd_overhead_s"):
+            value = getattr(self, name)
+            check(value >= 0 and math.isfinite(value), name, value, "must be a finite number >= 0")
+        check(isinstance(self.tile_q, int) and self.tile_q >= 1, "tile_q", self.tile_q, "must be a positive integer")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Human units, as in a GPU file's ``[attention.NAME]`` table."""
+        return {"fwd_fraction": self.fwd_fraction, "bwd_fraction": self.bwd_fraction, "fwd_tail": self.fwd_tail,
+                "bwd_tail": self.bwd_tail, "fwd_overhead_us": self.fwd_overhead_s / US,
+                "bwd_overhead_us": self.bwd_overhead_s / US, "tile_q": self.tile_q, "source": self.source}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,15 +123,24 @@ class GpuSpec:
                                                (128, 64), (64, 128), (64, 64))
     """CTA output tiles (tile_m, tile_n) the library chooses from [nvidia-matmul-guide]."""
     tile_throughput: tuple[float, ...] | None = None
-    """Throughput of each tile relative to the best (None: ``sqrt(I / I_max)``, I = m n / (m + n))."""
+    """Throughput of each tile relative to the best (None: ``(I / I_max) ** tile_reuse_exponent``, I = m n / (m + n))."""
+    tile_reuse_exponent: float = 0.5
+    """How strongly a smaller tile's lower operand reuse slows it: 0.5 is the square-root rule; Hopper's wgmma
+    kernels, which stage operands through TMA, lose far less on 128 x 128 tiles (calibration constant)."""
     tile_k: int = 32
     """K depth of one main-loop step: K is padded up to a multiple of it."""
     ctas_per_sm: int = 1
     """CTAs of the large tiles resident on one SM at once (one wave = num_sms x ctas_per_sm tiles)."""
-    cta_fill_steps: int = 0
+    cta_fill_steps: float = 0.0
     """K steps of work a CTA spends outside its steady main loop: filling the multi-stage operand pipeline before
     the first multiply and writing its output tile after the last (prologue and epilogue). Short-K GEMMs pay it
     relatively more (calibration constant)."""
+    persistent_gemm: bool = False
+    """Whether the GEMM library runs persistent, warp-specialised kernels (cuBLAS on Hopper): one CTA per SM loops
+    over output tiles, so ``cta_fill_steps`` are paid once per SM and kernel, and a tile's epilogue overlaps the
+    next tile's main loop except ``epilogue_steps``. False: every CTA fills its pipeline and writes its tile alone."""
+    epilogue_steps: float = 0.0
+    """K steps of each tile's epilogue that a persistent kernel does not hide (calibration constant)."""
     split_k: tuple[int, ...] = (1, 2, 4, 8)
     """Split-K factors the library may use when the output tiles fill less than one wave."""
     achievable_fraction: float = 0.8
@@ -117,6 +165,24 @@ class GpuSpec:
     """Throughput factor when every dimension is 16-byte aligned but some is not 128-byte aligned (assumed)."""
     unaligned_factor: float = 0.5
     """Throughput factor when some dimension is not 16-byte aligned (assumed; narrower loads, masked tiles)."""
+    tma_alignment_bytes: int = 0
+    """GPUs whose fast GEMM kernels load operands with the Tensor Memory Accelerator (Hopper: 16): TMA needs every
+    leading dimension to be a multiple of 16 bytes, else cuBLAS runs an older, non-persistent kernel of the
+    previous architecture (mma.sync, no TMA). 0: no such split."""
+    legacy_gemm_fraction: float = 1.0
+    """Per-SM rate of that older kernel relative to the TMA kernel's (Hopper: its mma.sync instructions issue at
+    half wgmma's rate per SM and clock [nvidia-h100-whitepaper]); ``unaligned_factor`` applies on top of it."""
+    attention_kernels: dict[str, AttentionKernel] = field(default_factory=dict)
+    """Fused attention kernels by name (``cudnn``: cuDNN's, which Transformer Engine prefers on Hopper; ``flash``:
+    FlashAttention-2, PyTorch's scaled_dot_product_attention); empty: one kernel built from the two
+    ``flash_attention_*_fraction`` fields."""
+    kernel_clock_MHz: float | None = None
+    """SM clock at which the kernel constants above hold: the clock the calibration's kernels ran at. None: the
+    constants are taken as what kernels reach inside training (no clock correction)."""
+    sustained_clock_MHz: float | None = None
+    """SM clock under sustained training load, at the GPU's power limit (H200/H100 SXM: 1,575 MHz median at 700 W,
+    measured). Compute-bound kernels take ``kernel_clock_MHz / sustained_clock_MHz`` times their calibrated time in
+    training; None: not measured for this GPU, no correction."""
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -143,6 +209,16 @@ class GpuSpec:
             value = getattr(self, name)
             check(0 < value <= 1, name, value, "must be in (0, 1]")
         check(self.kernel_overhead_s >= 0, "kernel_overhead_s", self.kernel_overhead_s, "must be >= 0")
+        check(0 <= self.tile_reuse_exponent <= 2, "tile_reuse_exponent", self.tile_reuse_exponent, "must be in [0, 2]")
+        check(0 <= self.cta_fill_steps <= 1000, "cta_fill_steps", self.cta_fill_steps, "must be in [0, 1000]")
+        check(0 <= self.epilogue_steps <= 1000, "epilogue_steps", self.epilogue_steps, "must be in [0, 1000]")
+        check(0 < self.legacy_gemm_fraction <= 1, "legacy_gemm_fraction", self.legacy_gemm_fraction, "must be in (0, 1]")
+        check(self.tma_alignment_bytes >= 0, "tma_alignment_bytes", self.tma_alignment_bytes, "must be >= 0 (0: no TMA)")
+        for name in ("kernel_clock_MHz", "sustained_clock_MHz"):
+            value = getattr(self, name)
+            check(value is None or 100 <= value <= 5000, name, value, "must be an SM clock in MHz (100 to 5000)")
+        for key, kernel in self.attention_kernels.items():
+            check(isinstance(kernel, AttentionKernel), f"attention.{key}", kernel, "must be an attention kernel table")
         check(self.alignment_required_bytes >= 1 and self.alignment_optimal_bytes % self.alignment_required_bytes == 0,
               "alignment_optimal_bytes", self.alignment_optimal_bytes,
               f"must be a multiple of alignment_required_bytes={self.alignment_required_bytes}")
@@ -160,7 +236,27 @@ class GpuSpec:
             return self.tile_throughput
         reuse = [m * n / (m + n) for m, n in self.tile_sizes]
         best = max(reuse)
-        return tuple(math.sqrt(r / best) for r in reuse)
+        return tuple((r / best) ** self.tile_reuse_exponent for r in reuse)
+
+    @property
+    def clock_factor(self) -> float:
+        """How much longer a compute-bound kernel takes in sustained training than as calibrated:
+        ``kernel_clock_MHz / sustained_clock_MHz`` (1 where either is unknown)."""
+        if self.kernel_clock_MHz is None or self.sustained_clock_MHz is None:
+            return 1.0
+        return self.kernel_clock_MHz / self.sustained_clock_MHz
+
+    def attention_kernel(self, name: str | None = None) -> tuple[str, AttentionKernel]:
+        """The fused attention kernel ``name`` (default: the first of :attr:`attention_kernels`), or one built from
+        the ``flash_attention_*_fraction`` fields where the file has no kernel table."""
+        if self.attention_kernels:
+            if name is not None and name in self.attention_kernels:
+                return name, self.attention_kernels[name]
+            first = next(iter(self.attention_kernels))
+            return first, self.attention_kernels[first]
+        return "flash", AttentionKernel(fwd_fraction=self.flash_attention_fwd_fraction,
+                                        bwd_fraction=self.flash_attention_bwd_fraction,
+                                        fwd_overhead_s=self.kernel_overhead_s, bwd_overhead_s=self.kernel_overhead_s)
 
     @property
     def streaming_bandwidth_bytes_per_s(self) -> float:
@@ -206,6 +302,11 @@ class GpuSpec:
                 "alignment_required_bytes": self.alignment_required_bytes,
                 "alignment_optimal_bytes": self.alignment_optimal_bytes,
                 "partial_alignment_factor": self.partial_alignment_factor, "unaligned_factor": self.unaligned_factor,
+                "tile_reuse_exponent": self.tile_reuse_exponent, "persistent_gemm": self.persistent_gemm,
+                "epilogue_steps": self.epilogue_steps, "tma_alignment_bytes": self.tma_alignment_bytes,
+                "legacy_gemm_fraction": self.legacy_gemm_fraction,
+                "attention": {k: v.to_dict() for k, v in self.attention_kernels.items()},
+                "kernel_clock_MHz": self.kernel_clock_MHz, "sustained_clock_MHz": self.sustained_clock_MHz,
                 "source": self.source}
 
 
@@ -221,14 +322,58 @@ GPU_UNIT_KEYS: dict[str, tuple[str, float]] = {
     "kernel_overhead_us": ("kernel_overhead_s", US),
     "peak_tflops": ("peak_flops", TFLOP),
 }
-_INT_FIELDS = {"num_sms", "tile_k", "ctas_per_sm", "cta_fill_steps", "alignment_required_bytes", "alignment_optimal_bytes", "memory_bytes",
-               "l2_cache_bytes"}
+_INT_FIELDS = {"num_sms", "tile_k", "ctas_per_sm", "alignment_required_bytes", "alignment_optimal_bytes", "memory_bytes",
+               "l2_cache_bytes", "tma_alignment_bytes"}
 _FLOAT_FIELDS = {"memory_bandwidth_bytes_per_s", "achievable_fraction", "memory_efficiency", "kernel_overhead_s",
                  "achievable_fraction_fp8", "flash_attention_fwd_fraction", "flash_attention_bwd_fraction",
-                 "partial_alignment_factor", "unaligned_factor"}
+                 "partial_alignment_factor", "unaligned_factor", "tile_reuse_exponent", "epilogue_steps",
+                 "legacy_gemm_fraction", "kernel_clock_MHz", "sustained_clock_MHz", "cta_fill_steps"}
 _STR_FIELDS = {"name", "architecture", "source"}
-_BOOL_FIELDS = {"flash_attention"}
-_FIELDS = _INT_FIELDS | _FLOAT_FIELDS | _STR_FIELDS | _BOOL_FIELDS | {"aliases", "peak_flops", "tile_sizes", "tile_throughput", "split_k"}
+_BOOL_FIELDS = {"flash_attention", "persistent_gemm"}
+_FIELDS = _INT_FIELDS | _FLOAT_FIELDS | _STR_FIELDS | _BOOL_FIELDS | {"aliases", "peak_flops", "tile_sizes", "tile_throughput",
+                                                                      "split_k", "attention"}
+#: Keys of a GPU file's ``[attention.NAME]`` table -> (AttentionKernel field, multiplier to SI).
+_ATTENTION_KEYS: dict[str, tuple[str, float]] = {
+    "fwd_fraction": ("fwd_fraction", 1.0), "bwd_fraction": ("bwd_fraction", 1.0), "fwd_tail": ("fwd_tail", 1.0),
+    "bwd_tail": ("bwd_tail", 1.0), "fwd_overhead_us": ("fwd_overhead_s", US), "bwd_overhead_us": ("bwd_overhead_s", US),
+    "tile_q": ("tile_q", 1.0), "source": ("source", 1.0)}
+
+
+def _attention_kernels(value: Any, source: str | None) -> dict[str, AttentionKernel]:
+    """The ``[attention.NAME]`` tables of a GPU file."""
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise ConfigError("attention", value, "expected tables [attention.NAME] of kernel constants, e.g. "
+                          "[attention.cudnn] fwd_fraction = 0.69", source=source)
+    out = {}
+    for name, table in value.items():
+        kwargs: dict[str, Any] = {}
+        for key, item in table.items():
+            if key not in _ATTENTION_KEYS:
+                close = difflib.get_close_matches(str(key), list(_ATTENTION_KEYS), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(f"attention.{name}.{key}", item, f"unknown key; valid: {', '.join(_ATTENTION_KEYS)}{hint}",
+                                  source=source)
+            field_name, scale = _ATTENTION_KEYS[key]
+            if key == "source":
+                if not isinstance(item, str):
+                    raise ConfigError(f"attention.{name}.{key}", item, "expected a string", source=source)
+                kwargs[field_name] = item
+            elif key == "tile_q":
+                if not (isinstance(item, int) and not isinstance(item, bool)):
+                    raise ConfigError(f"attention.{name}.{key}", item, "expected an integer", source=source)
+                kwargs[field_name] = item
+            elif not _is_number(item):
+                raise ConfigError(f"attention.{name}.{key}", item, f"expected a number, got {_type_name(item)}", source=source)
+            else:
+                kwargs[field_name] = float(item) * scale
+        for required in ("fwd_fraction", "bwd_fraction"):
+            if required not in kwargs:
+                raise ConfigError(f"attention.{name}.{required}", None, "required key missing", source=source)
+        try:
+            out[str(name)] = AttentionKernel(**kwargs)
+        except ConfigError as exc:
+            raise ConfigError(f"attention.{name}.{exc.field}", exc.value, exc.expected, source=source) from None
+    return out
 
 
 def _type_name(value: Any) -> str:
@@ -299,6 +444,8 @@ def gpu_from_mapping(d: dict[str, Any], *, source: str | None = None, name: str 
             if not isinstance(value, dict) or not all(_is_number(v) for v in value.values()):
                 raise ConfigError(key, value, "expected a table of dtype = FLOP/s", source=source)
             kwargs[key] = {canonical_dtype(k): float(v) for k, v in value.items()}
+        elif key == "attention":
+            kwargs["attention_kernels"] = _attention_kernels(value, source)
         elif key in ("tile_sizes",):
             if not isinstance(value, list) or not all(isinstance(t, list) and len(t) == 2 and all(
                     isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in t) for t in value) or not value:

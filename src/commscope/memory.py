@@ -368,11 +368,10 @@ def total_memory_bytes(
     this function does not check them. The layers are split as the workload splits them (evenly, or the balanced
     uneven split of :func:`commscope.workload.stages.pipeline_split`).
 
-    When all layers are of one kind (dense, or all MoE) only the first, the second and the last pipeline stage
-    are evaluated (later middle stages hold the second's layers with fewer micro-batches in flight); when dense
-    and MoE layers mix, every stage; the result is the largest. Parameters are
-    divided exactly by t where Megatron's integer shards round down (its shapes divide evenly, so both
-    agree). Returns float64 bytes.
+    When all layers are of one kind (dense, or all MoE) only the first, the last, and the first middle stage of each
+    run of middle stages that hold alike are evaluated (later stages of a run hold its layers with fewer micro-batches
+    in flight); when dense and MoE layers mix, every stage; the result is the largest. Parameters are divided exactly
+    by t where Megatron's integer shards round down (its shapes divide evenly, so both agree). Returns float64 bytes.
     """
     K = optimizer_bytes_per_param(model, optimizer)
     t, p, d, c, e, b, gb, v = (np.asarray(x, dtype=np.int64) for x in
@@ -409,6 +408,13 @@ def total_memory_bytes(
             sizes[u, :len(split)] = split
     starts = np.cumsum(sizes, axis=1) - sizes
     even = bool(np.all(L % (pairs[:, 0] * pairs[:, 1]) == 0))
+    # under an uneven split, the first middle stage of each run of stages whose chunks hold alike (stage 1, and
+    # where the heavier stages begin): later stages of a run hold its layers with fewer micro-batches in flight
+    runs = [[s for s in range(1, max(int(pu) - 1, 2)) if s == 1 or any(
+        sizes[u, c * pu + s] != sizes[u, c * pu + s - 1] for c in range(int(vu)))] for u, (pu, vu) in enumerate(pairs)]
+    run_starts = np.ones((len(pairs), max(len(r) for r in runs)), dtype=np.int64)
+    for u, r in enumerate(runs):
+        run_starts[u, :len(r)] = r
     n_even = L // (p * v)
     cum_moe = np.concatenate(([0], np.cumsum([model.is_moe_layer(i) for i in range(L)]))).astype(np.int64)
     v_max = int(np.max(v))
@@ -486,13 +492,15 @@ def total_memory_bytes(
         act = act + np.where(last, _chunk_count(passes, p, v, v - 1) * out_act, 0.0)
         return states(n_stage, n_moe, first, last) + act
 
-    # Middle stages hold alike (an even split, or the balanced split's equal middle stages) with fewer micro-batches
-    # in flight the later they are: with layers all of one kind only the first, the second (under an uneven
-    # split it holds more layers than the first), and the last stage can be the most loaded. With dense and MoE
-    # layers mixed (first_k_dense_layers, moe_layer_freq) a middle stage may hold more experts: every stage.
+    # Middle stages of a run hold alike (an even split; the balanced split's lighter, then heavier middle stages)
+    # with fewer micro-batches in flight the later they are: with layers all of one kind only the first, the first of
+    # each run of middle stages (under an uneven split they hold more layers than the first), and the last stage can
+    # be the most loaded. With dense and MoE layers mixed (first_k_dense_layers, moe_layer_freq) a middle stage may
+    # hold more experts: every stage.
     result = np.maximum(stage_total(np.zeros((), dtype=np.int64)), stage_total(p - 1))
     if not even:
-        result = np.maximum(result, stage_total(np.minimum(1, p - 1)))
+        for j in range(run_starts.shape[1]):
+            result = np.maximum(result, stage_total(np.minimum(run_starts[pair_index, j], p - 1)))
     if 0 < cum_moe[-1] < L:
         for stage in range(1, int(np.max(p)) - 1):
             result = np.where(stage < p - 1, np.maximum(result, stage_total(np.asarray(stage))), result)

@@ -316,11 +316,11 @@ def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_siz
          space: PlanSpace = PlanSpace(), refine: int | None = None, gpu_util: float | None = None,
          memory_fraction: float = USABLE_MEMORY_FRACTION, progress: Callable[[int, int], None] | None = None,
          gradient_accumulation_fusion: bool = True, attention: Attention = "flash",
-         fp8_format: Fp8Format | None = None) -> Plan:
+         fp8_format: Fp8Format | None = None, stack: str | None = None) -> Plan:
     """The ``top`` fastest configurations of ``model`` on ``num_gpus`` GPUs that fit in memory (``refine``: estimate
     only the best of the screen op by op instead of all of them).
 
-    ``gradient_accumulation_fusion``, ``attention`` and ``fp8_format`` are not searched but taken from the job (what
+    ``gradient_accumulation_fusion``, ``attention``, ``fp8_format`` and ``stack`` are not searched but taken from the job (what
     its framework and kernels do, see :class:`~commscope.spec.parallel.ParallelSpec`): every configuration is
     estimated with them, and the memory check holds unfused attention's score matrices, so that a plan compared with
     a job times the same kernels (the closed-form screen leaves them out, as it leaves out every memory-bound
@@ -335,7 +335,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_siz
         raise ConfigError("global_batch_size", global_batch_size, "must be a positive integer")
     if refine is not None and refine < 1:
         raise ConfigError("refine", refine, "must be >= 1 (None: every configuration that fits)")
-    ParallelSpec(attention=attention, fp8_format=fp8_format)  # the job's settings checked by the spec's own rules
+    ParallelSpec(attention=attention, fp8_format=fp8_format, stack=stack)  # the job's settings, by the spec's own rules
     t0 = time.perf_counter()
     c = candidates(model, num_gpus, cluster, global_batch_size, space)
     n_candidates = c["tp"].size
@@ -364,6 +364,8 @@ def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_siz
                      "memory, and GEMMs with softmax and dropout kernels in the time")
     if fp8_format is not None:
         notes.append(f"every configuration with FP8 linear-layer GEMMs (--fp8-format {fp8_format})")
+    if stack is not None:
+        notes.append(f"every configuration with the software stack {stack}'s compute efficiency (--stack {stack})")
     if n_fit == 0:
         reason = f"none of the {n_valid:,} valid configurations fits in {memory_fraction:.0%} of {cluster.memory_bytes / 2**30:.0f} GiB"
         raise ConfigError("gpus", num_gpus, f"{reason} for {model.name} with global_batch_size={global_batch_size}")
@@ -380,7 +382,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, num_gpus: int, global_batch_siz
                      recompute=RECOMPUTE_CODES[int(c["recompute"][idx])], zero_stage=int(c["zero"][idx]),
                      distributed_optimizer=bool(c["dist_opt"][idx]),
                      gradient_accumulation_fusion=gradient_accumulation_fusion, attention=attention,
-                     fp8_format=fp8_format)
+                     fp8_format=fp8_format, stack=stack)
         for idx in order]
     entries = []
     chunk = 1024  # configurations per estimate_many call (and per progress step)

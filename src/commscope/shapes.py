@@ -72,12 +72,12 @@ __all__ = [
     "SweepResult",
     "alignment_factor",
     "analyse_shapes",
-    "calibrated_achievable_fraction",
     "cuda_available",
     "gemm_timing",
     "layer_dims",
     "layer_gemms",
     "measure_gemms",
+    "measured_over_predicted",
     "model_gemms",
     "shape_rules",
     "shape_util",
@@ -454,7 +454,7 @@ def analyse_shapes(model: ModelSpec, parallel: ParallelSpec, cluster: ClusterSpe
     u = est.gpu_util
     base = estimate(pred, gpu_util=cluster.gpu_util, bandwidth=bandwidth)
     notes = [(f"GEMM model on {g.name}: achievable {g.achievable_fraction:.0%} of peak for large aligned GEMMs "
-             f"(calibration constant; `--measure` on a GPU refines it)"),
+             f"(a kernel constant: `commscope calibrate` fits it to this GPU's measured kernels)"),
              (f"the estimate times every kernel with the compute model (commscope.compute): {u:.3f} of peak during "
              f"compute; the baseline uses the cluster's flat u = {cluster.gpu_util:.2f}"),
              ("attention GEMMs: batched over b a/t; " + (
@@ -890,8 +890,11 @@ def cuda_available() -> tuple[bool, str]:
 
 
 def measure_gemms(results: Sequence[GemmResult], dtype: str, *, warmup: int = 3, iters: int = 10,
-                  device: str = "cuda") -> tuple[MeasuredGemm, ...]:
-    """Time each GEMM shape with ``torch.matmul`` (CUDA events after ``warmup`` calls); identical shapes once.
+                  device: str = "cuda", load_s: float = 0.3) -> tuple[MeasuredGemm, ...]:
+    """Time each GEMM shape with ``torch.matmul`` in the layout training runs its pass in (identical shapes once),
+    as ``commscope calibrate`` does (:func:`commscope.bench.kernels.time_gemm`): ``load_s`` of back-to-back calls
+    right before the timed ones (the GPU at its loaded clock), then at least ``iters`` calls, each between CUDA
+    events, and their median, after ``warmup`` calls.
 
     ``device="cuda"`` (what ``commscope shapes --measure`` uses) raises :class:`ConfigError` when torch or a
     CUDA GPU is missing; ``device="cpu"`` times with ``time.perf_counter`` (a smoke test of this code, not a
@@ -903,53 +906,26 @@ def measure_gemms(results: Sequence[GemmResult], dtype: str, *, warmup: int = 3,
             raise ConfigError("measure", True, f"needs a CUDA GPU: {why}; run without --measure for predictions only")
     elif device != "cpu":
         raise ConfigError("device", device, "valid: cuda, cpu")
-    import time
-
-    import torch
-
-    tdtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "tf32": torch.float32}.get(dtype)
-    if tdtype is None:
+    if dtype not in ("bf16", "fp16", "fp32", "tf32"):
         raise ConfigError("dtype", dtype, "measurable dtypes: bf16, fp16, fp32")
+    from commscope.bench.kernels import MeasureConfig, time_gemm
 
-    def sync() -> None:
-        if device == "cuda":
-            torch.cuda.synchronize()
-
-    cache: dict[tuple[int, int, int, int], float] = {}
+    config = MeasureConfig(load_s=load_s, min_calls=iters, max_calls=max(iters, 2000), warmup_calls=warmup)
+    cache: dict[tuple[str, int, int, int, int], float] = {}
     out = []
     for r in results:
         g = r.gemm
-        shape = (g.batch, g.m, g.n, g.k)
-        if shape not in cache:
-            lead = (g.batch,) if g.batch > 1 else ()
-            a = torch.randn((*lead, g.m, g.k), device=device, dtype=tdtype)  # (batch, M, K)
-            b = torch.randn((*lead, g.k, g.n), device=device, dtype=tdtype)  # (batch, K, N)
-            c = torch.empty((*lead, g.m, g.n), device=device, dtype=tdtype)  # (batch, M, N)
-            for _ in range(warmup):
-                torch.matmul(a, b, out=c)
-            sync()
-            if device == "cuda":
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                for _ in range(iters):
-                    torch.matmul(a, b, out=c)
-                end.record()
-                sync()
-                cache[shape] = start.elapsed_time(end) / 1000.0 / iters
-            else:
-                t0 = time.perf_counter()
-                for _ in range(iters):
-                    torch.matmul(a, b, out=c)
-                cache[shape] = (time.perf_counter() - t0) / iters
-            del a, b, c
-        out.append(MeasuredGemm(result=r, measured_s=cache[shape] * g.count))
+        key = (g.pass_, g.batch, g.m, g.n, g.k)
+        if key not in cache:
+            cache[key] = time_gemm(g.pass_, g.m, g.n, g.k, batch=g.batch, dtype=dtype, device=device, config=config)
+        out.append(MeasuredGemm(result=r, measured_s=cache[key] * g.count))
     return tuple(out)
 
 
-def calibrated_achievable_fraction(measured: Sequence[MeasuredGemm], gpu: GpuSpec, *, min_flop: float = 1e9) -> float | None:
-    """``achievable_fraction`` that makes the model match the median compute-bound GEMM of ``measured``."""
-    ratios = [m.predicted_over_measured for m in measured if not m.result.memory_bound and m.result.gemm.flop >= min_flop]
-    if not ratios:
-        return None
-    return float(min(1.0, gpu.achievable_fraction * statistics.median(ratios)))
-
+def measured_over_predicted(measured: Sequence[MeasuredGemm], *, min_flop: float = 1e9) -> float | None:
+    """Median measured / predicted time of the compute-bound GEMMs of ``measured`` above ``min_flop`` (None: none):
+    how far the GPU model is from this GPU on these shapes. ``commscope calibrate --kernels`` fits the model's
+    constants to such measurements (``shapes --measure --kernels-out DIR`` writes them)."""
+    ratios = [1.0 / m.predicted_over_measured for m in measured
+              if not m.result.memory_bound and m.result.gemm.flop >= min_flop]
+    return float(statistics.median(ratios)) if ratios else None

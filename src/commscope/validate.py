@@ -24,11 +24,18 @@ as ``_``)::
     cluster                   a cluster preset or cluster file (wins over gpu); gpus_per_node overrides it
     intra_node_GBps, inter_node_GBps      link tier bandwidths, GB/s per GPU (override the cluster's)
     dtype (bf16), attention (flash|unfused), fp8_format, framework, position_embedding, normalization
+    stack                     a software stack preset (commscope.stacks: megatron-core-2024, megatron-deepspeed)
+    grad_reduce_dtype (fp32 for bf16 models), zero_stage, schedule, order, grad_bucket_size, pipeline_layers
+                              (7;8;8;7), decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers:
+                              every other knob the estimate has
+    head_dim, bias, make_vocab_size_divisible_by, num_experts, top_k, moe_layer_freq, moe_ffn_hidden_size,
+    num_shared_experts, first_k_dense_layers, capacity_factor      the rest of the model's shape
     measured_iter_time_s|iteration_time_s      the measurement, seconds per iteration; or, when blank,
     measured_tflops_per_gpu   time = the iteration's hardware FLOPs (Megatron's count, recomputation
                               included: :func:`commscope.flops.iteration_flops`) / (TFLOP/s x GPUs)
 
-Other columns (source, notes, status, mfu, ...) are kept as text in :attr:`Run.extra`. A blank cell means "the
+Other columns (source, notes, status, mfu, ...) are kept as text in :attr:`Run.extra` and named (the command
+says which columns it did not read, so that a misspelt knob is never silently ignored). A blank cell means "the
 default": ``defaults`` (a command's flags) first, then the spec's own default; every such assumption is stated
 in :attr:`Run.notes`. Every bad cell raises :class:`~commscope.errors.ConfigError` naming the file, the row
 (1-based data row and line), the case, the column, the value and what would be valid:
@@ -151,6 +158,34 @@ def _fp8_format(text: str) -> str | None:
     return key
 
 
+def _int_list(text: str) -> tuple[int, ...]:
+    """``7 8 8 7``, ``7;8;8;7`` or a quoted ``7,8,8,7``: layers per pipeline stage."""
+    parts = [p for p in re.split(r"[\s,;]+", text.strip()) if p]
+    try:
+        values = tuple(int(p) for p in parts)
+    except ValueError:
+        raise ValueError("expected whole numbers of layers per stage, e.g. 7;8;8;7") from None
+    if not values or min(values) < 1:
+        raise ValueError("expected positive numbers of layers per stage, e.g. 7;8;8;7")
+    return values
+
+
+def _stack(text: str) -> str:
+    from commscope.stacks import stack_names
+
+    key = text.strip().lower()
+    if key not in stack_names():
+        raise ValueError(f"valid: {', '.join(stack_names())}")
+    return key
+
+
+def _zero_stage(text: str) -> int:
+    value = _positive_int(text) if text.strip() != "0" else 0
+    if value > 3:
+        raise ValueError("valid: 0, 1, 2, 3")
+    return value
+
+
 def _choice(valid: tuple[str, ...]) -> Callable[[str], str]:
     def parse(text: str) -> str:
         key = text.strip().lower()
@@ -199,6 +234,26 @@ COLUMNS: dict[str, tuple[tuple[str, ...], Callable[[str], Any]]] = {
     "scatter_gather_tensors_in_pipeline": (("scatter_gather_tensors_in_pipeline", "scatter_gather"), _bool),
     "gradient_accumulation_fusion": (("gradient_accumulation_fusion",), _bool),
     "framework": (("framework",), _choice(FRAMEWORKS)),
+    "stack": (("stack", "software_stack"), _stack),
+    "grad_reduce_dtype": (("grad_reduce_dtype", "grad_reduce_in", "gradient_reduce_dtype"),
+                          _choice(("fp32", "bf16", "fp16", "fp8"))),
+    "zero_stage": (("zero_stage",), _zero_stage),
+    "schedule": (("schedule", "pipeline_schedule"), _choice(("1f1b", "interleaved", "gpipe"))),
+    "order": (("order", "rank_order"), _text),
+    "grad_bucket_size": (("grad_bucket_size", "ddp_bucket_size"), _positive_int),
+    "pipeline_layers": (("pipeline_layers",), _int_list),
+    "decoder_first_pipeline_num_layers": (("decoder_first_pipeline_num_layers",), _positive_int),
+    "decoder_last_pipeline_num_layers": (("decoder_last_pipeline_num_layers",), _positive_int),
+    "head_dim": (("head_dim", "kv_channels"), _positive_int),
+    "bias": (("bias", "add_bias_linear"), _bool),
+    "make_vocab_size_divisible_by": (("make_vocab_size_divisible_by",), _positive_int),
+    "num_experts": (("num_experts",), _positive_int),
+    "top_k": (("top_k", "moe_router_topk"), _positive_int),
+    "moe_layer_freq": (("moe_layer_freq",), _positive_int),
+    "moe_ffn_hidden_size": (("moe_ffn_hidden_size",), _positive_int),
+    "num_shared_experts": (("num_shared_experts",), _positive_int),
+    "first_k_dense_layers": (("first_k_dense_layers",), _positive_int),
+    "capacity_factor": (("capacity_factor", "moe_expert_capacity_factor"), _positive_float),
     "gpu": (("gpu", "gpu_type"), _text),
     "cluster": (("cluster",), _text),
     "gpus_per_node": (("gpus_per_node",), _positive_int),
@@ -210,11 +265,15 @@ COLUMNS: dict[str, tuple[tuple[str, ...], Callable[[str], Any]]] = {
 _SPELLING = {spelling: name for name, (spellings, _) in COLUMNS.items() for spelling in spellings}
 _SHAPE = ("num_layers", "hidden_size", "num_heads")
 _MODEL_FIELDS = ("ffn_hidden_size", "num_query_groups", "vocab_size", "seq_len", "dtype", "position_embedding",
-                 "tied_embeddings", "gated_mlp", "normalization")
+                 "tied_embeddings", "gated_mlp", "normalization", "head_dim", "bias", "make_vocab_size_divisible_by",
+                 "num_experts", "top_k", "moe_layer_freq", "moe_ffn_hidden_size", "num_shared_experts",
+                 "first_k_dense_layers", "capacity_factor")
 _PARALLEL_FIELDS = ("tp", "pp", "dp", "cp", "ep", "global_batch_size", "micro_batch_size", "virtual_pipeline_size",
                     "recompute", "sequence_parallel", "distributed_optimizer", "attention", "fp8_format",
                     "tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p_comm",
-                    "scatter_gather_tensors_in_pipeline", "gradient_accumulation_fusion", "framework")
+                    "scatter_gather_tensors_in_pipeline", "gradient_accumulation_fusion", "framework", "stack",
+                    "grad_reduce_dtype", "zero_stage", "schedule", "order", "grad_bucket_size", "pipeline_layers",
+                    "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
 _NOT_DEFAULTS = ("case_id", "measured_iter_time_s", "measured_tflops_per_gpu")
 
 

@@ -53,3 +53,40 @@ def test_calibrate_writes_a_file_that_reads_back(tmp_path: Path, capsys: pytest.
     assert cluster.name == "local" and cluster.intra_node.bandwidth_bytes_per_s >= 1e7
     read_bandwidth(out)
     assert [p.name for p in tmp_path.iterdir()] == ["local.toml"]
+
+
+def test_on_gpus_the_fp32_probe_is_no_gpu_model(tmp_path: Path) -> None:
+    """A cluster file of ranks on GPUs names the GPU with its datasheet; the fp32 512^3 matmul and the copy probe
+    stay measurements in [meta] (the issue: "the fp32 512^3 probe is no GPU model"). The sweep is real (gloo ranks);
+    the probes are relabelled as an H200's, which is all the file writer sees of the device."""
+    import dataclasses
+    import tomllib
+
+    pytest.importorskip("torch")
+    from commscope.bench.calibrate import calibrate, cluster_toml
+    from commscope.bench.fit import _points_from_bench, fit
+    from commscope.bench.sweep import SweepConfig
+    from commscope.gpus import gpu_for_cluster, gpu_preset
+
+    sweep = SweepConfig(ops=("all_reduce",), min_bytes=4096, max_bytes=64 * 1024, step_factor=4.0, time_budget_s=0.005,
+                        warmup_iters=1, group_sizes=(2,))
+    cal = calibrate(2, sweep=sweep, probe_budget_s=0.05)
+    gpu_cal = dataclasses.replace(cal, probes=tuple(dataclasses.replace(p, device="NVIDIA H200") for p in cal.probes))
+    points, _ = _points_from_bench(cal.sweep.to_dict(), "test sweep")
+    path = tmp_path / "gpus.toml"
+    path.write_text(cluster_toml(gpu_cal, fit(points, source="test sweep", backend="gloo"), name="gpus"))
+    cluster = load_cluster(path)
+    h200 = gpu_preset("h200")
+    assert cluster.gpu == h200.name
+    assert cluster.peak_flops == pytest.approx(h200.peak_flops)  # the datasheet, not the probe over a fraction
+    assert cluster.memory_bandwidth_bytes_per_s == h200.memory_bandwidth_bytes_per_s
+    assert gpu_for_cluster(cluster).achievable_fraction == h200.achievable_fraction
+    meta = tomllib.loads(path.read_text())["meta"]
+    assert len(meta["measurements"]["matmul_GFLOPs_per_rank"]) == 2
+    assert "no GPU model" in meta["source"] and "commscope calibrate --model" in meta["source"]
+    # on CPU ranks the probes remain the cpu device's compute model
+    cpu_path = tmp_path / "cpu.toml"
+    cpu_path.write_text(cluster_toml(cal, fit(points, source="test sweep", backend="gloo"), name="cpu"))
+    cpu = load_cluster(cpu_path)
+    assert cpu.gpu == "CPU rank (calibrated)" and cpu.peak_flops["fp32"] == pytest.approx(
+        cal.matmul_flops_per_s, rel=1e-3)

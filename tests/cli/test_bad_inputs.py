@@ -70,7 +70,7 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("traffic --hidden-size 960000000 --num-attention-heads 24", "hidden_size=960000000: is beyond any real model"),
     ("estimate --seq-length 10000000000", "seq_len=10000000000: is beyond any real model: at most 134,217,728"),
     ("traffic --num-layers 100000000", "num_layers=100000000: is beyond any real model: at most 10,000"),
-    ("traffic --seq-length 134217728", "activations are 2.2 TiB per GPU: beyond any GPU"),
+    ("traffic --seq-length 134217728 --micro-batch-size 4", "activations are 2.2 TiB per GPU: beyond any GPU"),
     ("traffic --hidden-size 1048576 --num-attention-heads 16 --num-layers 10000", "1.32e+17 parameters: beyond any real"),
     ("report --measured {tmp}/run --out {tmp}/r.html", "holds the logs of 1 ranks, but the job to compare them with has 32"),
     ("estimate --dtype int8", "dtype='int8': valid training dtypes: bf16, fp16"),  # once: a peak-FLOP/s error later
@@ -164,6 +164,31 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("calibrate --out {tmp}/c.toml -e 4Q", "maxbytes='4Q': -e expected a number with an optional K, M, G or T suffix"),
     ("calibrate --out {tmp}/c.toml --time-budget nan", "time-budget=nan: must be > 0"),
     ("calibrate --out {tmp}/c.toml -e 1000T", "maxbytes=1099511627776000"),
+    # --- calibrate --kernels DIR / --model: a GPU file
+    ("calibrate --kernels {tmp}/nope --gpu h200 --out {tmp}/g.toml", "kernels='{tmp}/nope': is not a directory of kernel CSVs"),
+    ("calibrate --kernels {tmp}/dir --gpu h200 --out {tmp}/g.toml", "holds no usable kernel measurement"),
+    ("calibrate --kernels {tmp}/kernels-bad-header --gpu h200 --out {tmp}/g.toml",
+     "kernels='h200_gemms.csv line 1': header lacks measured_s"),
+    ("calibrate --kernels {tmp}/kernels-layers-only --gpu h200 --out {tmp}/g.toml", "nothing written"),
+    ("calibrate --kernels {tmp}/kernels-ok --out {tmp}/g.toml", "--kernels needs --gpu BASE"),
+    ("calibrate --kernels {tmp}/kernels-ok --gpu h900 --out {tmp}/g.toml", "gpu='h900': not a GPU preset"),
+    ("calibrate --kernels {tmp}/kernels-ok --gpu {tmp}/nope.toml --out {tmp}/g.toml", "gpu='{tmp}/nope.toml': no such file"),
+    ("calibrate --kernels {tmp}/kernels-ok --gpu h200 --out /proc/g.toml", "out='/proc/g.toml': cannot write into /proc"),
+    ("calibrate --kernels {tmp}/kernels-ok --gpu h200 --out {tmp}/dir.toml", "out='{tmp}/dir.toml': is a directory"),
+    ("calibrate --kernels {tmp}/kernels-ok --gpu h200 --out {tmp}/g.json", "out='{tmp}/g.json': must be a .toml file"),
+    ("calibrate --kernels {tmp}/kernels-ok --model llama3-8b --out {tmp}/g.toml", "give one of them"),
+    ("calibrate --kernels {tmp}/kernels-ok --gpu h200 --nproc 4 --out {tmp}/g.toml",
+     "nproc=4: --nproc belongs to the cluster calibration"),
+    ("calibrate --tp 8 --out {tmp}/c.toml", "tp=8: --tp describes the job whose kernels --model measures"),
+    ("calibrate --model llama3-8b --tp 3 --out {tmp}/g.toml", "tp=3: must divide num_heads=32"),
+    ("calibrate --model llama3-8b --micro-batch-size 0 --out {tmp}/g.toml", "micro-batch-size=0: must be a positive"),
+    ("calibrate --model llama3-8b --dtype fp32 --out {tmp}/g.toml", "dtype='fp32': the kernel calibration times bf16"),
+    ("calibrate --model llama3-8b --sustained-s -1 --out {tmp}/g.toml", "sustained-s=-1.0: must be 0 (none) to 600"),
+    ("calibrate --model nosuch --out {tmp}/g.toml", "nosuch"),
+    ("calibrate --model llama3-8b --kernels-out {tmp}/file.txt --out {tmp}/g.toml", "is a file, not a directory"),
+    ("shapes --kernels-out {tmp}/k", "kernels-out='{tmp}/k': writes what --measure measured: add --measure"),
+    ("estimate --gpu {tmp}/nope.toml", "gpu='{tmp}/nope.toml': no such file"),
+    ("estimate --gpu h900", "gpu='h900': not a GPU preset"),
     ("report", "give --out FILE.html"),
     # --- recordings are never appended to
     ("record --out {tmp}/run -- true", "already holds a recording"),
@@ -264,6 +289,15 @@ _PARALLEL_FILES = {"empty.toml": "", "meta-only.toml": "[meta]\nnote = 'nothing 
                    "unknown.toml": "tq = 2\n"}
 
 
+#: Kernel directories for `calibrate --kernels`: name -> the one CSV in it.
+KERNEL_DIRS = {
+    "kernels-ok": "model,tp,micro_batch,gemm,pass,m,n,k,measured_s\nx,1,1,qkv,fwd,2048,4608,12288,0.000338\n",
+    "kernels-bad-header": "model,tp,micro_batch,gemm,pass,m,n,k,seconds\nx,1,1,qkv,fwd,2048,4608,12288,0.000338\n",
+    "kernels-layers-only": ("model,tp,micro_batch,mode,fwd_s_per_layer,bwd_s_per_layer\n"
+                            "gpt3-175b,8,1,eager,0.00142201602,0.00348713982\n"),
+}
+
+
 def _cluster(intra_gbps: float, latency_us: float) -> str:
     return (f'name = "x"\ngpu = "A100"\ngpus_per_node = 8\nmemory_GiB = 80\n[peak_tflops]\nbf16 = 312\n'
             f'[intra_node]\nname = "nvlink"\nbandwidth_GBps = {intra_gbps}\nlatency_us = {latency_us}\n'
@@ -284,6 +318,9 @@ def fixtures(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (tmp / "dir.toml").mkdir()
     (tmp / "dir" / "x.png").mkdir()
     (tmp / "file.txt").write_text("not a log\n")
+    for name, text in KERNEL_DIRS.items():
+        (tmp / name).mkdir()
+        (tmp / name / ("h200_layers.csv" if "layers" in name else "h200_gemms.csv")).write_text(text)
     for name, text in _PARALLEL_FILES.items():
         (tmp / name).write_text(text)
     (tmp / "fast-cluster.toml").write_text(_cluster(1e9, 3))

@@ -44,12 +44,12 @@ def assert_same(scalar, batch, path="estimate"):
 
 @settings(max_examples=60, deadline=None)
 @given(estimate_jobs(), st.sampled_from(["X", "A100", "H100", "V100"]), st.sampled_from([2, 4, 8]),
-       st.sampled_from([None, 0.45]))
-def test_estimate_many_equals_the_scalar_path(job, gpu, gpus_per_node, gpu_util):
+       st.sampled_from([None, 0.45]), st.sampled_from([1.0, 1.0, 0.9]))
+def test_estimate_many_equals_the_scalar_path(job, gpu, gpus_per_node, gpu_util, compute_efficiency):
     model, parallels = job
     if gpu != "H100":  # FP8 GEMMs need a GPU with FP8 tensor cores
         parallels = [replace(p, fp8_format=None) for p in parallels]
-    cluster = replace(CLUSTER, gpu=gpu, gpus_per_node=gpus_per_node)
+    cluster = replace(CLUSTER, gpu=gpu, gpus_per_node=gpus_per_node, compute_efficiency=compute_efficiency)
     batch = estimate_many(model, cluster, parallels, gpu_util=gpu_util)
     assert len(batch) == len(parallels)
     for par, got in zip(parallels, batch):

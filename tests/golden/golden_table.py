@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from commscope.api import predict
 from commscope.estimate import Estimate, estimate
@@ -37,4 +39,34 @@ def run_cases(cases: list[Case], title: str) -> tuple[list[tuple[Case, Estimate,
     return rows, mean, worst
 
 
-__all__ = ["Case", "predict", "run_cases"]
+def with_stack(cases: list[Case], stack: str | None) -> list[Case]:
+    """The same runs estimated with the software stack ``stack`` named (``ParallelSpec.stack``)."""
+    out = []
+    for case in cases:
+        pred = case.prediction
+        out.append(replace(case, prediction=replace(pred, parallel=replace(pred.parallel, stack=stack))))
+    return out
+
+
+#: Compute efficiencies a stack preset is chosen from: steps of 0.01.
+EFFICIENCY_GRID = np.round(np.arange(0.50, 1.2001, 0.01), 2)
+
+
+def best_efficiency(cases: list[Case], grid: np.ndarray = EFFICIENCY_GRID) -> tuple[float, float]:
+    """(compute efficiency, mean absolute error): the efficiency of ``grid`` that minimises the mean error of the
+    runs (what a stack preset holds: see presets/stacks/), ties to the first."""
+    measured = np.array([c.measured_s for c in cases])
+    best = (1.0, float("inf"))
+    for e in grid:
+        times = []
+        for c in cases:
+            pred = c.prediction
+            cluster = replace(pred.cluster, compute_efficiency=float(e))
+            times.append(estimate(replace(pred, cluster=cluster), bandwidth=c.bandwidth).iteration_time_s)
+        mean = float(np.mean(np.abs(np.array(times) / measured - 1)))
+        if mean < best[1] - 1e-12:
+            best = (round(float(e), 2), mean)
+    return best
+
+
+__all__ = ["Case", "best_efficiency", "predict", "run_cases", "with_stack"]

@@ -1,9 +1,10 @@
 """Golden validation: predicted vs measured iteration times of GPT models on A100 clusters.
 
 Data: ../shared/data/measured_iteration_times.csv (vTrain, Bang et al. MICRO'24: Megatron-DeepSpeed,
-1F1B, activation checkpointing on). These ten runs are what the A100 preset's ``memory_efficiency`` was fitted
-on, once for the GPU, never per run; its ``achievable_fraction`` is set from the GEMM fractions Megatron-LM's large
-runs reach (presets/gpus/a100.toml says how), because along it these runs leave the mean error flat.
+1F1B, activation checkpointing on). The A100 preset's constants are kernel-level
+(presets/gpus/a100.toml says where each comes from), never fitted to this table; what the table still differs by is
+the ``megatron-deepspeed`` stack's efficiency (presets/stacks/), fitted once on these ten runs: the test prints the
+default's error and the stack's, and holds the preset's value to the best fit.
 Assumptions, stated because the file does not give them:
 - vocabulary 50257 (GPT-2 tokenizer, Megatron's default for GPT), padded to 128 x tp; tied embeddings;
   learned positions; LayerNorm; biases; fp16 training with fp16 gradient all-reduce (Megatron-DeepSpeed's
@@ -34,18 +35,22 @@ import csv
 from dataclasses import replace
 
 from conftest import SHARED, requires_shared
-from golden_table import Case, predict, run_cases
+from golden_table import Case, best_efficiency, predict, run_cases, with_stack
 
 from commscope.bandwidth import AlphaBeta, MeasuredTable, TableRow
 from commscope.spec.files import load_cluster
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
+from commscope.stacks import stack_preset
 from commscope.units import GBIT
 
 CSV = SHARED / "data" / "measured_iteration_times.csv"
 BUSBW = SHARED / "data" / "published_busbw.csv"
-MEAN_APE_LIMIT = 0.05  # the issue's target; reached: 4.3% (see the printed table)
-# the issue's target; reached: 14.9%, by vtrain_multi_07 (t4 p2, predicted 15% fast) against vtrain_multi_06 (t8 p1,
+STACK = "megatron-deepspeed"
+MEAN_APE_LIMIT = 0.05  # with the stack: the issue's target; reached: 4.6% (see the printed table)
+#: The default alone (kernels x in-training effects, no stack): 6.5% mean, 18.5% worst.
+DEFAULT_MEAN_APE_LIMIT = 0.08
+# the issue's target; reached: 13.3% with the stack, by vtrain_multi_07 (t4 p2, predicted 13% fast) against vtrain_multi_06 (t8 p1,
 # 4% slow) and vtrain_multi_08 (t1 p8, 6% slow) at the same model, batch and work per GPU: 07 does less TP and DP
 # communication than 06 and half its memory-bound work, yet measured 1.3 s slower; nothing in Megatron-DeepSpeed's
 # pipeline engine found so far (serial p2p, tied-embedding all-reduce, partitioned activations) adds over 0.3 s
@@ -89,9 +94,19 @@ def _cases() -> list[Case]:
 
 @requires_shared("data", "measured_iteration_times.csv")
 def test_measured_iteration_times(capsys):
+    cases = _cases()
     with capsys.disabled():
-        rows, mean, worst = run_cases(_cases(), "A100 (vTrain, Megatron-DeepSpeed): predicted vs measured")
+        _, default_mean, _ = run_cases(cases, "A100 (vTrain, Megatron-DeepSpeed), default (no stack): predicted vs measured")
+        rows, mean, worst = run_cases(with_stack(cases, STACK), f"A100 (vTrain, Megatron-DeepSpeed), --stack {STACK}")
     assert len(rows) == 10
     assert all(est.compute_model == "gpu" for _, est, _ in rows)
     assert mean < MEAN_APE_LIMIT
     assert worst < WORST_APE_LIMIT
+    assert default_mean < DEFAULT_MEAN_APE_LIMIT
+
+
+@requires_shared("data", "measured_iteration_times.csv")
+def test_the_stack_preset_is_the_tables_best_fit():
+    """presets/stacks/megatron-deepspeed.toml holds the efficiency that fits this table best (steps of 0.01)."""
+    best, _ = best_efficiency(_cases())
+    assert stack_preset(STACK).compute_efficiency == best

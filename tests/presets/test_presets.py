@@ -26,6 +26,8 @@ PUBLISHED_PARAMETERS = {
     "gpt3-6.7b": (6.7e9, 0.03, "Brown et al. 2020, Table 2.1"),
     "gpt3-13b": (13.0e9, 0.03, "Brown et al. 2020, Table 2.1"),
     "gpt3-175b": (175.0e9, 0.01, "Brown et al. 2020, Table 2.1"),
+    "megatron21-18b": (18.4e9, 0.01, "Narayanan et al. 2021 (SC'21), Table 1: 18.4B"),
+    "nemotron4-340b": (340e9, 0.01, "Nemotron-4 340B Technical Report, arXiv:2406.11704: 340B"),
     "llama2-7b": (6.74e9, 0.005, "Llama 2 model card (6,738,415,616 in the HF checkpoint)"),
     "llama2-70b": (69.0e9, 0.005, "HF checkpoint of Llama-2-70b (68,976,648,192)"),
     "llama3-8b": (8.03e9, 0.005, "Llama 3 model card, 8.03B"),
@@ -51,7 +53,7 @@ MACHINE_PATH = re.compile(r"(?<![\w.:/)\]])(?:/[A-Za-z_][\w.-]*/|~/|[A-Za-z]:\\)
 
 def test_all_named_presets_exist():
     assert set(MODEL_PRESETS) == set(PUBLISHED_PARAMETERS)
-    assert set(CLUSTER_PRESETS) == {"rtx3090-pcie", "dgx1-v100", "dgx-a100", "dgx-h100"}
+    assert set(CLUSTER_PRESETS) == {"rtx3090-pcie", "dgx1-v100", "dgx-a100", "dgx-h100", "dgx-h200"}
 
 
 @pytest.mark.parametrize("name", MODEL_PRESETS)

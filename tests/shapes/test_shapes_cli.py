@@ -128,22 +128,36 @@ def test_public_api():
             assert hasattr(module, name), name
 
 
-def test_measure_code_path_on_cpu():
-    """The torch timing path runs (on CPU, tiny shapes); on a GPU machine --measure uses the same code with CUDA."""
+def test_measure_code_path_on_cpu(tmp_path):
+    """The torch timing path runs (on CPU, tiny shapes); on a GPU machine --measure uses the same code with CUDA. What
+    --kernels-out writes is a kernel CSV that `calibrate --kernels` reads: one row per linear-layer GEMM, one call."""
     pytest.importorskip("torch")
+    from commscope.cli.shapes_cmd import _write_kernels_csv, format_measured
+    from commscope.compute.calibration import read_kernel_dir
     from commscope.gpus import gpu_preset
-    from commscope.shapes import calibrated_achievable_fraction, measure_gemms, model_gemms, time_gemms
+    from commscope.shapes import measure_gemms, measured_over_predicted, model_gemms, time_gemms
     from commscope.spec.model import ModelSpec
+    from commscope.spec.parallel import ParallelSpec
 
-    tiny = ModelSpec(num_layers=1, hidden_size=64, num_heads=2, seq_len=64, vocab_size=128, dtype="fp32")
+    tiny = ModelSpec(name="tiny", num_layers=1, hidden_size=64, num_heads=2, seq_len=64, vocab_size=128, dtype="fp32")
     gpu = gpu_preset("a100")
     results = time_gemms(model_gemms(tiny), gpu, "fp32")
-    measured = measure_gemms(results, "fp32", device="cpu", warmup=1, iters=2)
+    measured = measure_gemms(results, "fp32", device="cpu", warmup=1, iters=2, load_s=0.001)
     assert len(measured) == len(results)
     assert all(m.measured_s > 0 for m in measured)
     d = measured[0].to_dict()
     assert {"measured_s", "measured_tflops", "predicted_over_measured"} <= set(d)
-    assert calibrated_achievable_fraction(measured, gpu) is None  # nothing compute-bound above 1 GFLOP here
+    assert measured_over_predicted(measured) is None  # nothing compute-bound above 1 GFLOP here
+    path = tmp_path / "k" / "cpu_tiny_tp1_mb1_gemms.csv"
+    _write_kernels_csv(path, measured, tiny, ParallelSpec())
+    rows = read_kernel_dir(path.parent).gemms
+    linear = [m for m in measured if m.result.gemm.name not in ("attn_scores", "attn_values")]
+    assert [(r["m"], r["n"], r["k"]) for r in rows] == [(m.result.gemm.m, m.result.gemm.n, m.result.gemm.k) for m in linear]
+    assert [r["measured_s"] for r in rows] == pytest.approx([m.measured_s / m.result.gemm.count for m in linear])
+    text = format_measured(measured, gpu, csv_path=path, base="a100")
+    assert "achievable_fraction" not in text  # no second calibration beside the estimate's GPU model
+    assert f"wrote {path}" in text and f"commscope calibrate --kernels {path.parent} --gpu a100 --out GPU.toml" in text
+    assert "--kernels-out DIR keeps them" in format_measured(measured, gpu)
 
 
 def test_png_without_matplotlib_says_how_to_install(capsys, tmp_path, monkeypatch):
@@ -154,3 +168,22 @@ def test_png_without_matplotlib_says_how_to_install(capsys, tmp_path, monkeypatc
     assert code == 2
     assert "commscope[plots]" in err and len(err.strip().splitlines()) == 1
     assert not list(tmp_path.iterdir())
+
+
+def test_kernels_out_adds_one_file_per_job_and_mixes_no_devices(tmp_path):
+    from commscope.cli.shapes_cmd import _kernels_csv
+    from commscope.errors import ConfigError
+    from commscope.presets import model_preset
+    from commscope.spec.parallel import ParallelSpec
+
+    model, par = model_preset("llama3-8b"), ParallelSpec(tp=2, dp=4)
+    path = _kernels_csv(tmp_path / "k", model, par)
+    assert path.name.endswith("_llama3-8b_tp2_mb1_gemms.csv") and not path.parent.exists()  # nothing written yet
+    path.parent.mkdir()
+    path.write_text("model,tp,micro_batch,gemm,pass,m,n,k,measured_s\n")
+    with pytest.raises(ConfigError, match="already holds this job's measurements"):
+        _kernels_csv(path.parent, model, par)
+    assert _kernels_csv(path.parent, model, ParallelSpec(tp=4, dp=2)).name.endswith("_tp4_mb1_gemms.csv")
+    (path.parent / "h200_gemms.csv").write_text("model,tp,micro_batch,gemm,pass,m,n,k,measured_s\n")
+    with pytest.raises(ConfigError, match="holds measurements of another device"):
+        _kernels_csv(path.parent, model, ParallelSpec(tp=4, dp=2))

@@ -122,7 +122,10 @@ def test_a_default_no_row_takes_says_it_changes_nothing(capsys, tmp_path):
     assert code == 0, err
     said = "commscope validate: warning: {} changes nothing here: every row of {} gives its own {}"
     assert err.splitlines() == [said.format("--attention-backend unfused", path, "attention"),
-                                said.format("--gradient-accumulation-fusion", path, "gradient_accumulation_fusion")]
+                                said.format("--gradient-accumulation-fusion", path, "gradient_accumulation_fusion"),
+                                # a column the estimate does not read is named, never silently ignored
+                                (f"commscope validate: warning: columns of {path} the estimate does not read (kept as "
+                                 "text): source")]
     assert all(not r.parallel.gradient_accumulation_fusion for r in read_runs(path, {"gradient_accumulation_fusion": True}))
     # a default one row takes is no warning (--fp16 above: the rows leave dtype blank)
     half = write_runs(tmp_path / "half.csv", [[*ROWS[0], "no", ""], [*ROWS[1], "", ""]], header)

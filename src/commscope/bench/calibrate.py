@@ -12,12 +12,15 @@ rank at once (so each sees the share of the machine a rank of such a job gets):
    and send/recv, 1 KiB to 4 MiB by 4x, on groups of 2, 4, ... dividing N and of N), fitted by
    :func:`commscope.bench.fit.fit` into the bandwidth model ``estimate --bandwidth`` reads.
 
-The file is a cluster file (``--cluster``) whose GPU is the measured device: its ``peak_tflops`` and
-``memory_bandwidth_GBps`` are set so that the GPU preset's ``achievable_fraction`` x peak is the measured
-matmul rate and its ``memory_efficiency`` x bandwidth the measured copy bandwidth (the ``cpu`` preset has both
-fractions 1: one CPU rank is a "GPU" whose measured rate is its peak). Its ``[collectives]`` table is the
-fitted model (``--bandwidth``), and its link tiers are the fitted all_reduce over the most ranks. Every
-measurement is kept in ``[meta]`` (``source`` and ``measurements``).
+The file is a cluster file (``--cluster``). On CPU ranks its GPU is the ``cpu`` device and the probes are its
+compute model: ``peak_tflops`` and ``memory_bandwidth_GBps`` are the measured matmul rate and copy bandwidth (the
+``cpu`` preset has both fractions 1: one CPU rank is a "GPU" whose measured rate is its peak). On GPUs the probes
+are no GPU model -- an fp32 512^3 matmul says nothing of the bf16 GEMMs, attention and layers a training step
+runs, and a 32 MiB copy half fits in the L2 cache -- so the file names the GPU (a preset or GPU file, ``gpu``) with
+its datasheet peaks and memory bandwidth, and the probes are kept as measurements only; the GPU's kernels are
+calibrated by ``commscope calibrate --model M --tp T --out GPU.toml`` (:mod:`commscope.bench.kernels`), whose GPU
+file ``--gpu`` reads. Its ``[collectives]`` table is the fitted model (``--bandwidth``), and its link tiers are the
+fitted all_reduce over the most ranks. Every measurement is kept in ``[meta]`` (``source`` and ``measurements``).
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from typing import Any
 
 from commscope.bench.fit import FitResult
 from commscope.bench.sweep import SweepConfig, SweepResult
-from commscope.units import GB, TFLOP, US, MiB
+from commscope.gpus import GpuSpec
+from commscope.units import GB, TFLOP, US, GiB, MiB
 
 __all__ = ["CALIBRATION_OPS", "Calibration", "ComputeProbe", "calibrate", "cluster_toml", "default_sweep", "probe_compute"]
 
@@ -159,15 +163,19 @@ def _round(x: float, digits: int = 4) -> float:
     return float(f"{x:.{digits}g}")
 
 
-def cluster_toml(cal: Calibration, fitted: FitResult, *, name: str = "local", command: str | None = None) -> str:
+def cluster_toml(cal: Calibration, fitted: FitResult, *, name: str = "local", command: str | None = None,
+                 gpu: GpuSpec | None = None) -> str:
     """The cluster file of a calibration: cluster keys, ``[meta]`` with every measurement, and the fitted
-    collectives as ``[collectives.model]``/``[[collectives.curves]]`` (the format of ``commscope fit``)."""
+    collectives as ``[collectives.model]``/``[[collectives.curves]]`` (the format of ``commscope fit``). ``gpu``:
+    the GPU of ranks on GPUs (default: the preset matching the device's name), named with its datasheet."""
     from commscope.bench.fit import to_toml
     from commscope.gpus import gpu_preset
     from commscope.spec.files import dumps_toml
 
     device = cal.probes[0].device
-    gpu = gpu_preset("cpu" if device == "cpu" else device)
+    on_cpu = device == "cpu"
+    if gpu is None or on_cpu:
+        gpu = gpu_preset("cpu" if on_cpu else device)
     rate, mem = cal.matmul_flops_per_s, cal.memory_bandwidth_bytes_per_s
     # the link tiers: all_reduce over the most ranks; bus bandwidth = the median measured busbw of its two
     # largest sizes (a fitted segment can be flat, busbw inf, on a noisy machine), latency = the fitted
@@ -195,27 +203,38 @@ def cluster_toml(cal: Calibration, fitted: FitResult, *, name: str = "local", co
         "op_overhead_us_per_rank": [_round(p["op_overhead_s"] / US) for p in probes],
         "sweep_rows": len(cal.sweep.rows), "sweep_noisy_rows": sum(r.noisy for r in cal.sweep.rows),
     }
+    probed = (f"fp32 {cal.probes[0].matmul_n}^3 matmul {_round(rate / 1e9)} GFLOP/s per rank (median over ranks, all "
+              f"probing at once), {cal.probes[0].copy_bytes // MiB} MiB copy {_round(mem / GB)} GB/s per rank, 8x8 "
+              f"matmul {_round(cal.op_overhead_s / US)} us")
+    collectives = (f"collectives: {len(cal.sweep.rows)} sweep rows fitted in [collectives] (each row's error in "
+                   "[collectives.fit])")
+    if on_cpu:  # the probes are the compute model of a CPU rank
+        compute: dict[str, Any] = {
+            "gpu": gpu.name, "memory_bandwidth_GBps": _round(mem / gpu.memory_efficiency / GB), "gpu_util": 1.0,
+            "peak_tflops": {"fp32": _round(rate / gpu.achievable_fraction_for("fp32") / TFLOP)}}
+        source = (f"measured by commscope calibrate on {where}: {probed}; peak_tflops = that rate / the {gpu.name} "
+                  f"preset's achievable_fraction {gpu.achievable_fraction:g}, memory bandwidth = the copy rate / its "
+                  f"memory_efficiency {gpu.memory_efficiency:g}; {collectives}")
+    else:  # the probes are no GPU model: the GPU's datasheet, its kernels calibrated apart
+        compute = {"gpu": gpu.name, "memory_bandwidth_GBps": _round(gpu.memory_bandwidth_bytes_per_s / GB),
+                   "peak_tflops": {k: _round(v / TFLOP) for k, v in gpu.peak_flops.items()}}
+        if gpu.memory_bytes:
+            compute["memory_GiB"] = _round(gpu.memory_bytes / GiB)
+        source = (f"measured by commscope calibrate on {where}; GPU: {gpu.name}, peaks and memory bandwidth from its "
+                  f"datasheet ({gpu.source or 'its GPU file'}); the probes ({probed}, on {device}) are measurements, "
+                  "no GPU model: the GPU's kernels are calibrated by `commscope calibrate --model M --tp T --out "
+                  f"GPU.toml`, used with --gpu GPU.toml; {collectives}")
     cluster = {
         "name": name,
-        "gpu": gpu.name if device == "cpu" else device,
+        **compute,
         # every rank a job starts here runs on this host: one "node" holds them all
         "gpus_per_node": max(8, cal.nproc),
-        "memory_bandwidth_GBps": _round(mem / gpu.memory_efficiency / GB),
-        "gpu_util": 1.0 if device == "cpu" else gpu.achievable_fraction,
         "nics_per_node": 1,
-        "peak_tflops": {"fp32": _round(rate / gpu.achievable_fraction_for("fp32") / TFLOP)},
         "intra_node": tier,
         "inter_node": {**tier, "source": "no second host was measured: the same as intra_node"},
         "meta": {
             "description": f"this machine, measured by `commscope calibrate` ({where})",
-            "source": (f"measured by commscope calibrate on {where}: fp32 {cal.probes[0].matmul_n}^3 matmul "
-                       f"{_round(rate / 1e9)} GFLOP/s per rank (median over ranks, all probing at once), "
-                       f"{cal.probes[0].copy_bytes // MiB} MiB copy {_round(mem / GB)} GB/s per rank, "
-                       f"8x8 matmul {_round(cal.op_overhead_s / US)} us; peak_tflops = that rate / the "
-                       f"{gpu.name} preset's achievable_fraction {gpu.achievable_fraction:g}, memory bandwidth = the "
-                       f"copy rate / its memory_efficiency {gpu.memory_efficiency:g}; collectives: "
-                       f"{len(cal.sweep.rows)} sweep rows fitted in [collectives] (each row's error in "
-                       f"[collectives.fit])"),
+            "source": source,
             "measurements": measurements,
         },
     }

@@ -20,10 +20,13 @@ from commscope.spec.cluster import ClusterSpec
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 
-#: The job `commscope traffic` describes when given no flags: the seed talk's 1.5B GPT on a DGX-1.
+#: The job `commscope traffic` describes when given no flags: the seed talk's 1.5B GPT on a DGX-1. One sequence per
+#: micro-batch, as Megatron-LM's own pretraining scripts run (examples/gpt3/train_gpt3_175b_distributed.sh,
+#: examples/llama; Megatron requires --micro-batch-size and has no default of its own): larger micro-batches fill
+#: the pipeline with fewer of them and hold more activations (a Llama 3 405B job on pp 16 at 4: 79% bubble).
 DEFAULT_MODEL = "gpt-1.5b"
 DEFAULT_CLUSTER = "dgx1-v100"
-DEFAULT_PARALLEL = {"tp": 2, "pp": 4, "dp": 4, "global_batch_size": 512, "micro_batch_size": 4}
+DEFAULT_PARALLEL = {"tp": 2, "pp": 4, "dp": 4, "global_batch_size": 512, "micro_batch_size": 1}
 
 def warn(args: argparse.Namespace | None, message: str) -> None:
     """One warning line on stderr: ``commscope estimate: warning: ...``."""
@@ -185,8 +188,8 @@ def add_parallel_args(parser: argparse.ArgumentParser, defaults: dict[str, str] 
     g.add_argument("--use-distributed-optimizer", "--distributed-optimizer", dest="parallel.distributed_optimizer",
                    action=argparse.BooleanOptionalAction, default=None, help="Megatron's distributed optimizer")
     g.add_argument("--pipeline-layers", dest="parallel.pipeline_layers", type=int_list, default=None,
-                   help="explicit layers per pipeline stage (and virtual chunk), e.g. 7,8,8,7 (default: even, or lighter "
-                        "first and last stages when pp does not divide the layers)")
+                   help="explicit layers per pipeline stage (and virtual chunk), e.g. 7,8,8,7 (default: even; when pp "
+                        "does not divide the layers, stages one layer apart at most, the first and last among the lighter)")
     g.add_argument("--decoder-first-pipeline-num-layers", dest="parallel.decoder_first_pipeline_num_layers", type=int,
                    default=None, help="layers of the first pipeline stage (Megatron); the other stages split the rest")
     g.add_argument("--decoder-last-pipeline-num-layers", dest="parallel.decoder_last_pipeline_num_layers", type=int,
@@ -215,6 +218,7 @@ def add_parallel_args(parser: argparse.ArgumentParser, defaults: dict[str, str] 
                    help="same as --attention-backend flash (Megatron-LM's older spelling)")
     o.add_argument("--fp8-format", dest="parallel.fp8_format", choices=("hybrid", "e4m3"), default=None,
                    help=FP8_FORMAT_HELP)
+    o.add_argument("--stack", dest="parallel.stack", default=None, metavar="NAME", help=STACK_HELP)
     g.add_argument("--gpus", "--num-gpus", dest="gpus", type=int, default=None,
                    help="total GPUs: checked against tp x pp x dp x cp, or used to derive dp when --dp is not given")
 
@@ -404,7 +408,7 @@ def check_gpu_dtype(model: ModelSpec, cluster: ClusterSpec, args: argparse.Names
     from commscope.gpus import gpu_for_cluster
 
     try:
-        gpu = gpu_for_cluster(cluster)
+        gpu = gpu_for_cluster(cluster, getattr(args, "gpu", None))
     except ConfigError:  # a cluster of a GPU commscope has no model of: the estimate says how it copes
         return
     problem = gpu.dtype_problem(model.dtype)
@@ -432,6 +436,8 @@ _COMPUTE_MODEL_FLAGS = ("gradient_accumulation_fusion",)
 ATTENTION_BACKEND_METAVAR = "{auto,flash,fused,unfused,local}"
 ATTENTION_BACKEND_HELP = "attention kernels: flash/fused/auto = one fused kernel (default), unfused/local = GEMMs + softmax"
 FP8_FORMAT_HELP = "linear-layer GEMMs in FP8 (Transformer Engine): hybrid (E4M3 forward, E5M2 backward) or e4m3"
+STACK_HELP = ("the software stack whose measured efficiency scales compute (megatron-core-2024, megatron-deepspeed; "
+              "`commscope presets` lists them with their sources); default: none, the kernel-level model alone")
 
 #: ``--[no-]gradient-accumulation-fusion``, as estimate, plan and validate take it.
 GRADIENT_ACCUMULATION_FUSION_HELP = ("weight-gradient GEMMs add into the accumulated gradients (Megatron's default); "
@@ -467,7 +473,7 @@ def warn_compute_model_flags(args: argparse.Namespace, given: dict[str, Any], cl
         replaced = "--gpu-util replaces the GPU's compute model by FLOP / (u x peak)"
     elif method == "seed":
         replaced = "the seed method times compute as FLOP / (u x peak)"
-    elif compute_gpu(cluster, None)[0] is None:
+    elif compute_gpu(cluster, None, getattr(args, "gpu", None))[0] is None:
         replaced = f"commscope has no compute model of the cluster's GPU ({cluster.gpu}): compute is FLOP / (u x peak)"
     else:
         return
@@ -493,7 +499,7 @@ def estimate_job(prediction, args: argparse.Namespace):
         from commscope.io.bandwidth_file import read_bandwidth
 
         bw = read_bandwidth(args.bandwidth, fallback=AlphaBeta(prediction.cluster), warn=lambda m: warn(args, m))
-    return estimate(prediction, method=args.method, gpu_util=args.gpu_util, bandwidth=bw)
+    return estimate(prediction, method=args.method, gpu_util=args.gpu_util, bandwidth=bw, gpu=getattr(args, "gpu", None))
 
 
 #: The job description a recorded run keeps beside its logs (``commscope workload ... --record DIR`` writes the

@@ -24,6 +24,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--gpu-util", type=float, default=None,
                    help="replace the GPU's compute model by FLOP / (u x peak) with this u (the seed method's default: the "
                         "cluster's u)")
+    g.add_argument("--gpu", default=None, metavar="GPU",
+                   help="the GPU whose compute model times compute: a preset (h100, h200, ...) or a GPU file, e.g. one "
+                        "`commscope calibrate` fitted to this GPU's kernels (default: matched from the cluster's gpu; "
+                        "the cluster's peak FLOP/s and memory bandwidth apply)")
     g.add_argument("--bandwidth", type=Path, default=None,
                    help="measured bandwidth: nccl-tests output (.txt/.log) or a table (.json/.toml/.csv with op, group_size, "
                         "size_bytes, busbw_GBps and intra_node: true for a group measured inside one node, false across "
@@ -119,6 +123,12 @@ def format_estimate(est, *, title: str) -> str:
             f"{label} {b[key] * 1e3:.1f} ms" for key, label in (("gemm_s", "GEMMs"), ("attention_s", "attention"),
                                                                  ("memory_bound_s", "memory-bound"),
                                                                  ("recompute_s", "recomputation")) if b.get(key)))
+        effects = [(label, b[key]) for key, label in (("clock_s", "sustained clock"), ("comm_sms_s", "SMs of overlapped comm"),
+                                                      ("overlap_chunks_s", "TP-overlap GEMM pieces"),
+                                                      ("launch_gaps_s", "host launch gaps"), ("stack_s", "stack efficiency"))
+                   if b.get(key, 0.0) > 0]
+        if effects:
+            lines.append("of which in-training effects: " + ", ".join(f"{label} +{v * 1e3:.1f} ms" for label, v in effects))
     lines += [f"communication ratio {est.comm_ratio:.1%} (exposed)   bubble ratio {est.bubble_ratio:.1%}",
               f"{est.tokens_per_s:,.0f} tokens/s   {est.tflops_per_gpu:.1f} TFLOP/s per GPU   MFU {est.mfu:.1%}"]
     if est.effective_bandwidth_bytes_per_s:

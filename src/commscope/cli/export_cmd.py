@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from commscope.cli.common import add_job_args, check_out_dir, estimate_job, out_path, resolve_job
 from commscope.estimate import METHODS
@@ -14,9 +15,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="hand a prediction or a recording to other tools: Chakra traces (ASTRA-sim), "
                                       "Parquet (DuckDB, Dask, Spark)",
                        description="Write the predicted iteration of a job in another tool's format. `chakra`: one "
-                                   "Chakra execution trace per rank (<prefix>.<rank>.et) and comm_group.json, with "
-                                   "communication nodes (collective type, size, process group) and compute nodes "
-                                   "(durations from the estimate) in execution order. Needs mlc-chakra. `parquet "
+                                   "Chakra execution trace per rank (<prefix>.<rank>.et) and comm_group.json for "
+                                   "ASTRA-sim: every op of the op list (collective type, size, process group; sends and "
+                                   "receives with matching tags) and every kernel group (time, FLOP, HBM bytes, kernel "
+                                   "class), in the estimate's pipeline schedule, communication overlapping compute where "
+                                   "the estimate overlaps it; --check replays them. Needs mlc-chakra. `parquet "
                                    "--run LOGS`: every rank file of a recorded run (any format `summarize` reads) as "
                                    "one Parquet op table, one file at a time; query the directory with DuckDB or Dask "
                                    "when the logs outgrow one machine's memory. Needs pyarrow.")
@@ -33,6 +36,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--method", choices=METHODS, default="refined", help="estimate method for compute durations")
     g.add_argument("--gpu-util", type=float, default=None, help="achieved fraction of peak FLOP/s (as `estimate`)")
     g.add_argument("--bandwidth", type=Path, default=None, help="measured bandwidth table (as `estimate`)")
+    g.add_argument("--check", action="store_true",
+                   help="chakra: replay the traces written (every rank; a node runs when its dependencies have, a receive "
+                        "when its send has delivered, a collective when every member has issued it; one collective or "
+                        "send at a time per GPU, as ASTRA-sim runs them; op times from the bandwidth model) and print the "
+                        "simulated iteration time beside the estimate; exit 1 if they deadlock")
+    g.add_argument("--comm-streams", type=int, choices=(1, 2), default=1,
+                   help="chakra: 1 (default) orders each rank's collectives and sends in one chain, as ASTRA-sim runs them "
+                        "one at a time; 2 puts DP/ZeRO traffic on a chain of its own, for simulators that run collectives "
+                        "concurrently (ASTRA-sim may then deadlock where a stage's ranks finish collectives at different "
+                        "times)")
     g.add_argument("--force", action="store_true", help="replace the export of an earlier run in --out")
     p.set_defaults(func=run)
 
@@ -48,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
                                                 "the job the flags describe")
 
     from commscope.cli.outputs import claim_dir
-    from commscope.io.chakra import GROUP_FILE, _require_chakra, check_prefix, write_chakra
+    from commscope.io.chakra import GROUP_FILE, _require_chakra, check_prefix, export_chakra
 
     check_out_dir(args.out)
     check_prefix(args.prefix)
@@ -61,10 +74,48 @@ def run(args: argparse.Namespace) -> int:
     with claim_dir(args, args.out, ("*.et", GROUP_FILE), what="an export"):
         pred = predict(model, parallel, cluster)
         est = estimate_job(pred, args)
-        paths = write_chakra(pred, est, args.out, prefix=args.prefix)
-    print(f"wrote {len(paths) - 1} Chakra execution traces ({args.out / f'{args.prefix}.0.et'} ...) and "
-          f"{paths[-1]}")
+        export = export_chakra(pred, est, args.out, prefix=args.prefix, bandwidth=_bandwidth(args, pred),
+                               comm_streams=args.comm_streams)
+    paths = export.paths
+    print(f"wrote {len(paths) - 1} Chakra execution traces ({args.out / f'{args.prefix}.0.et'} ...; "
+          f"{sum(export.num_nodes):,} nodes) and {paths[-1]}")
+    for line in export.unplaced[:5]:
+        print(f"note: no rule places {line}: it runs after the iteration's compute")
+    if args.check:
+        return _check(args, pred, est)
     return 0
+
+
+def _bandwidth(args: argparse.Namespace, pred: Any) -> Any:
+    """The bandwidth model the estimate used: --bandwidth's table (alpha-beta where it lacks an op), or None (the
+    cluster's alpha-beta tiers)."""
+    if args.bandwidth is None:
+        return None
+    from commscope.bandwidth import AlphaBeta
+    from commscope.io.bandwidth_file import read_bandwidth
+
+    return read_bandwidth(args.bandwidth, fallback=AlphaBeta(pred.cluster))
+
+
+def _check(args: argparse.Namespace, pred: Any, est: Any) -> int:
+    """Replay the traces just written and print the simulated time beside the estimate (1 if they deadlock)."""
+    from commscope.io.chakra_replay import bandwidth_timer, replay
+
+    res = replay(args.out, bandwidth_timer(pred.cluster, _bandwidth(args, pred)), prefix=args.prefix)
+    for line in res.problems[:10]:
+        print(f"problem: {line}")
+    if not res.finished:
+        print(f"replay: the traces deadlock: {len(res.blocked)} of {len(res.rank_time_s)} ranks never finish")
+        for line in res.blocked[:8]:
+            print(f"  {line}")
+        return 1
+    sim, target = res.iteration_time_s, est.iteration_time_s
+    exposed = res.exposed_comm_s
+    print(f"replay: every rank finished: simulated iteration {sim * 1e3:,.2f} ms, estimate {target * 1e3:,.2f} ms "
+          f"({(sim / target - 1) if target else 0.0:+.1%}); per rank {min(res.compute_s) * 1e3:,.2f}-"
+          f"{max(res.compute_s) * 1e3:,.2f} ms computing, {min(exposed) * 1e3:,.2f}-{max(exposed) * 1e3:,.2f} ms "
+          "not (exposed communication and pipeline bubble)")
+    return 1 if res.problems else 0
 
 
 def _parquet(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ _COMMANDS: dict[str, str] = {
     "traffic": "predict every communication op of one iteration and the per-GPU-pair traffic matrix",
     "estimate": "estimate iteration time, communication and bubble ratios",
     "plan": "rank parallelism configurations by predicted iteration time",
-    "presets": "list the built-in model and cluster presets",
+    "presets": "list the built-in models, clusters, GPUs and software stacks",
     "record": "run a torch.distributed job and record every communication op",
     "summarize": "summarise recorded logs: ops by axis, message sizes, traffic matrix",
     "compare": "compare recorded logs with the prediction for the same job",
@@ -28,7 +28,7 @@ _COMMANDS: dict[str, str] = {
     "moe": "MoE expert-parallel routing over iterations: simulate or analyze a trace",
     "tune": "measure every backend per op and size; write the table for the mixed runtime",
     "validate": "compare predicted with measured iteration times of runs in a CSV file",
-    "calibrate": "measure this machine (matmul rate, memory, collectives) into a cluster file",
+    "calibrate": "measure this machine: a GPU's kernels into a GPU file, its collectives into a cluster file",
     "export": "hand a prediction or a recording to other tools: Chakra traces (ASTRA-sim), Parquet (DuckDB, Dask, Spark)",
 }
 

@@ -8,7 +8,7 @@ import sys
 
 from commscope.cli.common import (
     add_cluster_args, add_model_args, check_gpu_dtype, check_gpu_util, check_nodes, int_list, resolve_cluster,
-    resolve_model, warn_compute_model_flags, attention_backend, ATTENTION_BACKEND_HELP, ATTENTION_BACKEND_METAVAR,
+    resolve_model, warn_compute_model_flags, attention_backend, ATTENTION_BACKEND_HELP, ATTENTION_BACKEND_METAVAR, STACK_HELP,
     FP8_FORMAT_HELP, GRADIENT_ACCUMULATION_FUSION_HELP,
 )
 
@@ -39,6 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    metavar=ATTENTION_BACKEND_METAVAR, help=f"not searched, the job's: {ATTENTION_BACKEND_HELP}")
     g.add_argument("--fp8-format", choices=("hybrid", "e4m3"), default=None,
                    help=f"not searched, the job's: {FP8_FORMAT_HELP}")
+    g.add_argument("--stack", default=None, metavar="NAME", help=f"not searched, the job's: {STACK_HELP}")
     g.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         result = plan(model, cluster, args.gpus, batch, top=args.top, space=space,
                       refine=args.refine, gpu_util=args.gpu_util, progress=progress,
                       gradient_accumulation_fusion=fusion is not False, attention=args.attention,
-                      fp8_format=args.fp8_format)
+                      fp8_format=args.fp8_format, stack=args.stack)
     check_nodes(args, args.gpus, cluster)  # after the plan: when no configuration is valid, its error is the one line
     if args.json:
         json.dump(result.to_dict(), sys.stdout, indent=2)

@@ -1,4 +1,4 @@
-"""``commscope presets``: the built-in models and clusters, with their sources."""
+"""``commscope presets``: the built-in models, clusters, GPUs and software stacks, with their sources."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import sys
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("presets", help="list the built-in model and cluster presets",
-                       description="List the built-in model and cluster presets with their sources.")
-    p.add_argument("kind", nargs="?", choices=("models", "clusters"), help="only this kind")
+    p = sub.add_parser("presets", help="list the built-in models, clusters, GPUs and software stacks",
+                       description="List the built-in model, cluster, GPU and software-stack presets with their "
+                                   "sources (--json gives every number and source).")
+    p.add_argument("kind", nargs="?", choices=("models", "clusters", "gpus", "stacks"), help="only this kind")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 

@@ -107,7 +107,7 @@ def _run(args: argparse.Namespace, earlier_pngs: list[Path]) -> int:
             plan_result = plan(model, cluster, args.plan_gpus, parallel.global_batch_size, top=args.plan_top,
                                gpu_util=args.gpu_util,
                                gradient_accumulation_fusion=parallel.gradient_accumulation_fusion,
-                               attention=parallel.attention, fp8_format=parallel.fp8_format)
+                               attention=parallel.attention, fp8_format=parallel.fp8_format, stack=parallel.stack)
     measured = bench = moe = None
     files: dict[str, object] = {}
     time_result = None

@@ -5,7 +5,13 @@
     commscope shapes --model gpt-3b --cluster dgx-a100 --tp 2 --measure     # on a CUDA machine
 
 ``--measure`` needs torch and a CUDA GPU; without one the command says so on one line and exits with
-status 2 (nothing else is printed, so a script cannot mistake predictions for measurements).
+status 2 (nothing else is printed, so a script cannot mistake predictions for measurements). It times each GEMM as
+``commscope calibrate`` does (:func:`commscope.bench.kernels.time_gemm`: the layout of its pass, 0.3 s of load, the
+median of CUDA-event-timed calls) and shows it beside the prediction. ``--kernels-out DIR`` also writes the linear-layer
+GEMMs (not the attention ones a fused kernel runs) in the kernel CSV format (``DIR/<device>_<model>_tp<t>_mb<b>_gemms.csv``,
+one file per job, never overwritten, never beside another device's), which ``commscope calibrate --kernels DIR --gpu BASE --out GPU.toml`` fits, with
+every other job measured into DIR, into a GPU file for ``--gpu GPU.toml``. (No single ``achievable_fraction`` is
+offered: the estimate's GPU model has several kernel constants, and one number fitted beside them would contradict it.)
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from commscope.cli.common import add_job_args, check_out_dir, check_out_file, resolve_job
+from commscope.cli.common import add_job_args, check_out_dir, check_out_file, out_path, resolve_job
 from commscope.errors import ConfigError
 
 
@@ -46,7 +52,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--force", action="store_true", help="replace the plot of an earlier run at --png")
     g.add_argument("--measure", action="store_true",
                    help="time the GEMMs with torch on this machine's CUDA GPU and compare with the prediction")
-    g.add_argument("--measure-iters", type=int, default=10, help="timed repetitions per GEMM (default 10)")
+    g.add_argument("--measure-iters", type=int, default=10, help="timed repetitions per GEMM, at least (default 10)")
+    g.add_argument("--kernels-out", type=out_path, default=None, metavar="DIR",
+                   help="with --measure: also write the measured GEMMs as a kernel CSV into DIR, for `commscope "
+                        "calibrate --kernels DIR --gpu BASE --out GPU.toml`")
     g.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
@@ -91,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("measure", True, f"needs a CUDA GPU: {why}; run without --measure for predictions only")
         if args.measure_iters < 1:
             raise ConfigError("measure_iters", args.measure_iters, "must be >= 1")
+    elif args.kernels_out is not None:
+        raise ConfigError("kernels-out", str(args.kernels_out), "writes what --measure measured: add --measure")
     if args.png is not None and not args.sweep:
         raise ConfigError("png", str(args.png), "the plot shows a sweep: add --sweep KEY=START:STOP:STEP")
     if args.sweep and len(args.sweep) > 1:  # argparse would keep the last silently
@@ -116,14 +127,20 @@ def run(args: argparse.Namespace) -> int:
                                             refine=args.refine, rank_by=args.rank_by.replace("-", "_"),
                                             attention=args.attention)
     measured = None
+    csv_path = None
     if args.measure:
+        if args.kernels_out is not None:  # refused before anything is measured
+            csv_path = _kernels_csv(args.kernels_out, model, parallel)
         measured = shapes.measure_gemms(report.gemms, model.dtype, iters=args.measure_iters)
+        if csv_path is not None:
+            _write_kernels_csv(csv_path, measured, model, parallel)
     if args.json:
         out: dict[str, Any] = report.to_dict()
         out["suggestions"] = suggestions.to_dict() if suggestions is not None else None
         if measured is not None:
             out["measured"] = [m.to_dict() for m in measured]
-            out["calibrated_achievable_fraction"] = shapes.calibrated_achievable_fraction(measured, gpu)
+            out["measured_over_predicted"] = shapes.measured_over_predicted(measured)
+            out["kernels_csv"] = None if csv_path is None else str(csv_path)
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
@@ -133,8 +150,38 @@ def run(args: argparse.Namespace) -> int:
         print(format_suggestions(suggestions))
     if measured is not None:
         print()
-        print(format_measured(measured, gpu))
+        print(format_measured(measured, gpu, csv_path=csv_path, base=args.gpu or gpu.name))
     return 0
+
+
+def _kernels_csv(directory: Path, model, parallel) -> Path:
+    """The kernel CSV ``--kernels-out`` writes for this job, checked before anything is timed: writable, this job
+    not measured there before, no other device's measurements (:func:`commscope.bench.kernels.check_kernel_directory`)."""
+    from commscope.bench.kernels import check_kernel_directory, job_prefix
+    from commscope.shapes import cuda_available
+
+    check_out_dir(directory, "kernels-out")
+    ok, device = cuda_available()
+    device = device if ok else "cpu"
+    job = job_prefix(device, model, parallel.tp, parallel.micro_batch_size)
+    check_kernel_directory(directory, device, job)
+    return directory / f"{job}_gemms.csv"
+
+
+def _write_kernels_csv(path: Path, measured, model, parallel) -> None:
+    """The linear-layer GEMMs of ``measured`` as a ``*gemms.csv`` file (one call each; fused attention's are left out)."""
+    from commscope.bench.kernels import model_label, write_gemms_csv
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    label = model_label(model)[0]  # the model column, as calibrate --model writes it
+    rows = []
+    for m in measured:
+        g = m.result.gemm
+        if g.name not in ("attn_scores", "attn_values"):
+            rows.append({"model": label, "tp": parallel.tp, "micro_batch": parallel.micro_batch_size,
+                         "gemm": g.name, "pass": g.pass_, "m": g.m, "n": g.n, "k": g.k, "batch": g.batch,
+                         "measured_s": m.measured_s / g.count})
+    write_gemms_csv(path, rows)
 
 
 # ----------------------------------------------------------------------------------------------- text
@@ -249,9 +296,9 @@ def format_suggestions(s) -> str:
     return "\n".join(lines)
 
 
-def format_measured(measured, gpu) -> str:
+def format_measured(measured, gpu, *, csv_path: Path | None = None, base: str = "BASE") -> str:
     from commscope.cli.terminal import format_table
-    from commscope.shapes import calibrated_achievable_fraction
+    from commscope.shapes import measured_over_predicted
 
     rows = [(m.result.gemm.name, m.result.gemm.pass_, m.result.gemm.m, m.result.gemm.n, m.result.gemm.k,
              f"{m.result.time_s * 1e6:.1f}", f"{m.measured_s * 1e6:.1f}", f"{m.predicted_over_measured:.2f}",
@@ -259,10 +306,17 @@ def format_measured(measured, gpu) -> str:
     lines = ["measured with torch.matmul on this GPU (CUDA events):", "",
              format_table(("gemm", "pass", "M", "N", "K", "predicted us", "measured us", "pred/meas", "TFLOP/s"), rows,
                           left=("gemm", "pass"))]
-    cal = calibrated_achievable_fraction(measured, gpu)
-    if cal is not None:
-        lines += ["", (f"calibration: achievable_fraction {gpu.achievable_fraction:.2f} -> {cal:.2f} matches the median "
-                      f"compute-bound GEMM; put it in a GPU file (--gpu my-gpu.toml) to use it")]
+    ratio = measured_over_predicted(measured)
+    if ratio is not None:
+        lines += ["", f"measured / predicted: median {ratio:.2f} over the compute-bound GEMMs (>= 1 GFLOP) on {gpu.name}"]
+    fit = f"commscope calibrate --kernels DIR --gpu {base} --out GPU.toml"
+    if csv_path is not None:
+        fit = fit.replace("DIR", str(csv_path.parent))
+        lines.append(f"wrote {csv_path}: fit {gpu.name}'s kernel constants to it (and to every job measured beside "
+                     f"it): {fit}, then --gpu GPU.toml")
+    else:
+        lines.append(f"to fit {gpu.name}'s kernel constants to these: --kernels-out DIR keeps them, then {fit}, and "
+                     "--gpu GPU.toml")
     return "\n".join(lines)
 
 

@@ -2,6 +2,8 @@
 
     commscope validate runs.csv --dtype fp16 --attention-backend unfused --inter-node-GBps 12.5 --png runs.png
     commscope validate runs.csv --overlap-grad-reduce --overlap-param-gather --tp-comm-overlap --json
+    commscope validate runs.csv --fit --out mycluster.toml   # your cluster's compute/network efficiency, fitted
+    commscope estimate ... --cluster mycluster.toml          # every command then estimates with them
 
 Reads the runs (:func:`commscope.validate.read_runs`; the columns are listed there), predicts each one, and
 prints a table of measured and predicted seconds with the error and the main terms, the mean and worst
@@ -16,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from commscope.cli.common import GRADIENT_ACCUMULATION_FUSION_HELP, out_path, spelled_flag, warn
+from commscope.cli.common import GRADIENT_ACCUMULATION_FUSION_HELP, STACK_HELP, out_path, spelled_flag, warn
 from typing import Any
 
 from commscope.cli.parser import _Formatter
@@ -25,7 +27,8 @@ from commscope.cli.parser import _Formatter
 _DEFAULT_FLAGS = ("cluster", "gpus_per_node", "intra_node_GBps", "inter_node_GBps", "dtype", "recompute", "attention",
                   "micro_batch_size", "sequence_parallel", "distributed_optimizer", "overlap_grad_reduce",
                   "overlap_param_gather", "tp_comm_overlap", "gradient_accumulation_fusion", "fp8_format",
-                  "position_embedding", "tied_embeddings", "gated_mlp", "normalization", "vocab_size", "seq_len")
+                  "position_embedding", "tied_embeddings", "gated_mlp", "normalization", "vocab_size", "seq_len",
+                  "stack", "grad_reduce_dtype")
 
 
 def _columns_help() -> str:
@@ -102,6 +105,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=GRADIENT_ACCUMULATION_FUSION_HELP)
     d.add_argument("--fp8-format", dest="fp8_format", default=None,
                    help="hybrid or e4m3: linear layers in FP8 (default none)")
+    d.add_argument("--stack", default=None, help=STACK_HELP)
+    d.add_argument("--grad-reduce-dtype", dest="grad_reduce_dtype", default=None,
+                   help="dtype gradients are reduced in: fp32 (Megatron's default for bf16), bf16, fp16, fp8")
+    f = p.add_argument_group("calibrate to these runs")
+    f.add_argument("--fit", action="store_true",
+                   help="fit this cluster's compute and network efficiency to the runs (bounded; leave-one-run-out "
+                        "error printed) and, with --out, write a cluster file that every command takes as --cluster")
+    f.add_argument("--fit-parameters", default="compute_efficiency,network_efficiency", metavar="NAMES",
+                   help="which factors --fit fits: compute_efficiency, network_efficiency (default both)")
+    f.add_argument("--out", type=out_path, default=None, metavar="CLUSTER.toml",
+                   help="with --fit: the fitted cluster file to write (.toml, .json or .yaml)")
     g = p.add_argument_group("estimate and output")
     g.add_argument("--bandwidth", type=Path, default=None,
                    help="measured bandwidth (nccl-tests output or a table, as for `commscope estimate`); ops it lacks "
@@ -109,15 +123,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--png", type=out_path, default=None, metavar="OUT.png",
                    help="write predicted against measured, with y = x and a +-10%% band (needs matplotlib)")
     g.add_argument("--json", action="store_true", help="print the validation as JSON")
-    g.add_argument("--force", action="store_true", help="replace the plot of an earlier run at --png")
+    g.add_argument("--force", action="store_true", help="replace the plot (and fitted cluster file) of an earlier run")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from contextlib import nullcontext
-
-    from commscope.cli.outputs import claim_file
-
     if args.png is not None:
         try:
             from commscope.report.validation_plot import check_matplotlib
@@ -126,31 +136,101 @@ def run(args: argparse.Namespace) -> int:
         except ImportError as exc:
             print(f"commscope validate: error: {exc}", file=sys.stderr)
             return 2
-    png = None if args.png is None else args.png if args.png.suffix else args.png.with_suffix(".png")
-    with nullcontext() if png is None else claim_file(args, png, field="png"):  # one run writes the plot
+    from commscope.errors import ConfigError
+
+    if args.out is not None and not args.fit:
+        raise ConfigError("out", str(args.out), "is the fitted cluster file: give --fit too")
+    if args.fit and args.out is not None:
+        from commscope.cli.common import check_out_file
+
+        check_out_file(args.out, "out")
+    from contextlib import ExitStack
+
+    from commscope.cli.outputs import claim_file
+
+    with ExitStack() as claims:  # one run writes each output, an earlier one's replaced only when asked
+        if args.png is not None:
+            claims.enter_context(claim_file(args, args.png if args.png.suffix else args.png.with_suffix(".png"),
+                                            field="png"))
+        if args.out is not None:
+            claims.enter_context(claim_file(args, args.out))
         return _run(args)
 
 
 def _run(args: argparse.Namespace) -> int:
     from commscope.validate import read_runs, validate
+
+    fit_names = [n.strip() for n in args.fit_parameters.split(",") if n.strip()]
     defaults = {name: getattr(args, name) for name in _DEFAULT_FLAGS if getattr(args, name) is not None}
     runs = read_runs(args.runs, defaults)
     used = frozenset().union(*(run.defaults_used for run in runs))
     for name, value in defaults.items():
         if name not in used:
             warn(args, f"{spelled_flag(name, value)} changes nothing here: every row of {args.runs} gives its own {name}")
+    unread = sorted({header for run in runs for header in run.extra})
+    if unread:
+        warn(args, f"columns of {args.runs} the estimate does not read (kept as text): {', '.join(unread)}")
     result = validate(runs, bandwidth=args.bandwidth)
+    fit = None
+    if args.fit:
+        from commscope.validate_fit import fit_runs
+
+        print(f"fitting {', '.join(fit_names)} to {len(runs)} runs (each refitted without one run: "
+              f"{len(runs) + 1} fits)", file=sys.stderr)
+        fit = fit_runs(runs, parameters=fit_names, bandwidth=args.bandwidth)
+        if args.out is not None:
+            _write_fitted_cluster(args.out, runs, fit, args.runs)
     if args.json:
-        json.dump(result.to_dict(), sys.stdout, indent=2)
+        doc = result.to_dict()
+        if fit is not None:
+            doc["fit"] = fit.to_dict()
+        json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(format_validation(result))
+        if fit is not None:
+            print("\n" + format_fit(fit))
+    if fit is not None and args.out is not None:
+        print(f"wrote {args.out}", file=sys.stderr if args.json else sys.stdout)
     if args.png is not None:
         from commscope.report.validation_plot import plot_validation
 
         path = plot_validation(result, args.png, title=str(args.runs))
         print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
     return 0
+
+
+def format_fit(fit: Any) -> str:
+    """The fitted factors and the errors before, after and left out."""
+    params = ", ".join(f"{k} {v:.3g}" for k, v in fit.parameters.items()) or "nothing to fit"
+    loo = fit.loo_mean_abs_error
+    lines = [f"fit to these runs: {params}",
+             f"mean absolute error {fit.default_mean_abs_error:.1%} as given, {fit.mean_abs_error:.1%} fitted"
+             + (f", {loo:.1%} with each run predicted by the factors fitted without it" if loo is not None else "")]
+    lines += [f"note: {n}" for n in fit.notes]
+    return "\n".join(lines)
+
+
+def _write_fitted_cluster(path: Path, runs: Any, fit: Any, source: Path) -> None:
+    """The runs' cluster with the fitted factors, as a cluster file (one cluster only)."""
+    from commscope.errors import ConfigError
+    from commscope.spec.files import cluster_to_mapping, write_mapping
+    from commscope.validate_fit import fitted_cluster
+
+    clusters = {json.dumps(cluster_to_mapping(r.cluster), sort_keys=True): r.cluster for r in runs}
+    if len(clusters) > 1:
+        names = sorted({r.cluster.name for r in runs})
+        raise ConfigError("out", str(path), f"the runs are on {len(clusters)} different clusters ({', '.join(names)}, or "
+                                            "link overrides per row): a cluster file holds one; fit the rows of one "
+                                            "cluster at a time")
+    cluster = fitted_cluster(next(iter(clusters.values())), fit.parameters)
+    mapping = cluster_to_mapping(cluster)
+    loo = fit.loo_mean_abs_error
+    mapping["source"] = (f"{cluster.source} | fitted by `commscope validate {source} --fit` to {len(runs)} runs: "
+                         + ", ".join(f"{k} {v:g}" for k, v in fit.parameters.items())
+                         + f"; mean absolute error {fit.default_mean_abs_error:.1%} before, {fit.mean_abs_error:.1%} after"
+                         + (f", {loo:.1%} leave-one-run-out" if loo is not None else ""))
+    write_mapping(path, mapping)
 
 
 def format_validation(result: Any) -> str:

@@ -369,6 +369,23 @@ def alignment_factor(gpu: GpuSpec, elem_bytes: int, *dims: np.ndarray) -> np.nda
     return np.where(opt, 1.0, np.where(req, gpu.partial_alignment_factor, gpu.unaligned_factor))
 
 
+def legacy_kernel(gpu: GpuSpec, elem_bytes: int, *dims: np.ndarray) -> np.ndarray:
+    """Where a GPU with TMA (``tma_alignment_bytes``, Hopper: 16) must run the older, non-TMA kernel: some dimension
+    is not a multiple of that many bytes (TMA needs 16-byte aligned strides) [nvidia-matmul-guide, cuda-tma]."""
+    out = np.zeros(np.broadcast_shapes(*(np.shape(d) for d in dims)), dtype=bool)
+    if not gpu.tma_alignment_bytes:
+        return out
+    for d in dims:
+        out |= (np.asarray(d, dtype=np.int64) * elem_bytes) % gpu.tma_alignment_bytes != 0
+    return out
+
+
+def k_step_elements(gpu: GpuSpec, elem_bytes: int) -> int:
+    """Elements of K one main-loop step covers: ``tile_k`` is given for 2-byte types, and a step moves the same
+    bytes whatever the type (Hopper: 64 bf16 or 128 FP8 elements, 128 bytes of each operand row)."""
+    return max(1, gpu.tile_k * 2 // elem_bytes)
+
+
 def gemm_timing(gpu: GpuSpec, m: Any, n: Any, k: Any, batch: Any = 1, *, dtype: str = "bf16",
                 io_elements: Any = None) -> GemmTiming:
     """Predicted time and efficiency of ``batch`` x (m x k) @ (k x n) GEMMs; arguments broadcast (numpy).
@@ -383,12 +400,17 @@ def gemm_timing(gpu: GpuSpec, m: Any, n: Any, k: Any, batch: Any = 1, *, dtype: 
     peak = gpu.peak_flops_for(dtype)
     flop = 2.0 * m * n * k * batch
     align = alignment_factor(gpu, elem, m, n, k)
+    legacy = legacy_kernel(gpu, elem, m, n, k)
+    # the older kernel: its own per-SM rate, and never persistent
+    align = np.where(legacy, align * gpu.legacy_gemm_fraction, align)
+    persistent = gpu.persistent_gemm & ~legacy
     slots = gpu.num_sms * gpu.ctas_per_sm
     rate_per_slot = peak * gpu.achievable_fraction_for(dtype) / slots  # FLOP/s of one CTA on the best tile, aligned
     bandwidth = gpu.streaming_bandwidth_bytes_per_s
     io = (m * k + k * n + m * n) if io_elements is None else np.broadcast_to(np.asarray(io_elements, dtype=np.int64), m.shape)
     operand_bytes = elem * batch * io
     t_mem = operand_bytes / bandwidth
+    k_step = k_step_elements(gpu, elem)
 
     shape = m.shape
     best_t = np.full(shape, np.inf)
@@ -399,12 +421,15 @@ def gemm_timing(gpu: GpuSpec, m: Any, n: Any, k: Any, batch: Any = 1, *, dtype: 
         tiles = tiles_m * tiles_n * batch
         for split in gpu.split_k:
             k_split = _ceil_div(k, split)
-            k_steps = _ceil_div(k_split, gpu.tile_k)
-            allowed = np.ones(shape, dtype=bool) if split == 1 else (tiles < slots) & (k_split >= 2 * gpu.tile_k)
+            k_steps = _ceil_div(k_split, k_step)
+            allowed = np.ones(shape, dtype=bool) if split == 1 else (tiles < slots) & (k_split >= 2 * k_step)
             ctas = tiles * split
             waves = _ceil_div(ctas, slots)
-            t_cta = 2.0 * tm * tn * (k_steps + gpu.cta_fill_steps) * gpu.tile_k / (rate_per_slot * thr * align)
-            t_comp = waves * t_cta
+            t_step = 2.0 * tm * tn * k_step / (rate_per_slot * thr * align)
+            # one CTA per tile fills its pipeline and writes its tile alone; a persistent kernel's CTA fills once
+            # and hides all but epilogue_steps of each tile's epilogue under the next tile's main loop
+            t_comp = np.where(persistent, (waves * (k_steps + gpu.epilogue_steps) + gpu.cta_fill_steps) * t_step,
+                              waves * (k_steps + gpu.cta_fill_steps) * t_step)
             # split-K: every split writes fp32 partial tiles that a reduction reads back and sums
             t_reduce = 0.0 if split == 1 else 4.0 * batch * m * n * (split + 1) / bandwidth
             t = np.maximum(t_comp, t_mem) + t_reduce + gpu.kernel_overhead_s
@@ -412,7 +437,7 @@ def gemm_timing(gpu: GpuSpec, m: Any, n: Any, k: Any, batch: Any = 1, *, dtype: 
             best_t = np.where(better, t, best_t)
             for key, value in (("t_comp", t_comp), ("tile_m", tm), ("tile_n", tn), ("split", split), ("tiles", tiles),
                                ("waves", waves), ("tile_eff", (m * n) / (tiles_m * tm * tiles_n * tn)),
-                               ("wave_eff", ctas / (waves * slots)), ("k_eff", k / (split * k_steps * gpu.tile_k)),
+                               ("wave_eff", ctas / (waves * slots)), ("k_eff", k / (split * k_steps * k_step)),
                                ("thr", thr)):
                 picked[key] = np.where(better, value, picked[key])
     return GemmTiming(

@@ -44,8 +44,8 @@ Three kinds of kernels, each timed by the roofline that bounds it on a :class:`~
    models), else in the model dtype: B + 2 x 4 or 3 B bytes per parameter of the rank. Megatron's DDP hook
    (``main_grad.add_(grad)``) runs it for every micro-batch; autograd's own accumulation (PyTorch, DeepSpeed) skips
    the first, one add in m fewer, which the model does not tell apart. Worked example: GPT 18.4B (fp16) on t = 4,
-   p = 2: 2.36 G parameters on a rank of the first stage x 6 bytes = 14.1 GB per micro-batch, 10.3 ms at the A100
-   preset's 0.675 x 2039 GB/s, 0.082 s over 8 micro-batches.
+   p = 2: 2.36 G parameters on a rank of the first stage x 6 bytes = 14.1 GB per micro-batch, 8.2 ms at the A100
+   preset's 0.85 x 2039 GB/s, 0.065 s over 8 micro-batches.
 
 3. **Optimizer step** (Adam with fp32 master weights, Megatron's mixed precision [megatron-core]): per
    parameter it reads the fp32 gradient, master weight and two moments and writes the weight and moments back
@@ -54,7 +54,7 @@ Three kinds of kernels, each timed by the roofline that bounds it on a :class:`~
    gradient buffer is zeroed (4 bytes per parameter). The distributed optimizer and ZeRO update 1/d of the
    parameters on each rank (the buffer is still zeroed whole). Worked example: GPT-3 175B (bf16) on t = 8,
    p = 16, d = 8 with the distributed optimizer: 1.37 G parameters per rank, 1.37e9/8 x 38 + 1.37e9 x 4 bytes
-   = 12.0 GB, 8.7 ms at the A100 preset's 0.675 x 2039 GB/s.
+   = 12.0 GB, 6.9 ms at the A100 preset's 0.85 x 2039 GB/s.
 
 Sources (keys in docs/references.md): [flashattention-2022] FlashAttention; [dao-2023] FlashAttention-2; [shah-2024]
 FlashAttention-3; [megatron-sc21]; [korthikanti-2022]; [megatron-core]; [transformer-engine]; [isaev-2023].
@@ -66,22 +66,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from commscope.gpus import GpuSpec
+from commscope.compute.attention import fused_attention_time_s
+from commscope.gpus import AttentionKernel, GpuSpec
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 from commscope.units import dtype_bytes
 from commscope.workload.framework import grad_dtype
 
-__all__ = ["HALF_DTYPES", "LayerKernels", "adam_bytes_per_param", "adam_step_time_s", "attention_time_s",
+__all__ = ["HALF_DTYPES", "LayerKernels", "adam_bytes_per_param", "adam_step_time_s", "attention_kernel_for", "attention_time_s",
            "fused_softmax_available", "grad_accumulation_bytes_per_param", "grad_accumulation_note", "layer_kernels",
            "linear_gemm_dtype", "optimizer_step_time_s", "softmax_fallback_saved_bytes", "softmax_rows_per_block", "stage_extra_bytes", "torch_softmax_extra_bytes"]
 
 #: Score dtypes Megatron's fused softmax kernels take (``input_in_float16``).
 HALF_DTYPES = ("fp16", "bf16")
-#: Fraction of a causal s x s score matrix a fused kernel computes (it skips blocks above the diagonal).
-CAUSAL_FRACTION = 0.5
-#: FLOP of the fused attention backward over its forward: five GEMMs (recomputed scores, dV, dP, dQ, dK) to two.
-FLASH_BACKWARD_RATIO = 2.5
 
 
 def adam_bytes_per_param(act_bytes: int, *, fp16: bool) -> tuple[int, int]:
@@ -150,15 +147,22 @@ def _tokens(model: ModelSpec, parallel: ParallelSpec) -> tuple[int, int]:
     return tokens, tokens // parallel.tp if sp else tokens
 
 
+def attention_kernel_for(parallel: ParallelSpec, gpu: GpuSpec) -> tuple[str, AttentionKernel]:
+    """The fused attention kernel a job runs: cuDNN's under Megatron with Transformer Engine, which prefers it to
+    FlashAttention on Hopper and newer [transformer-engine get_attention_backend: "Disabling FlashAttention to give
+    FusedAttention preference on Hopper+ for performance reasons"]; FlashAttention-2 under PyTorch's
+    scaled_dot_product_attention (DDP, FSDP2). The GPU's first kernel where it has not the one named."""
+    return gpu.attention_kernel("cudnn" if parallel.framework == "megatron" else "flash")
+
+
 def attention_time_s(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> tuple[float, float, float]:
-    """(forward s, backward s, forward FLOP) of one layer's fused attention core for one micro-batch."""
+    """(forward s, backward s, forward FLOP) of one layer's fused attention core for one micro-batch, by the
+    tile/wave model of :mod:`commscope.compute.attention`."""
     b, s, c, t = parallel.micro_batch_size, model.seq_len, parallel.cp, parallel.tp
-    heads = model.num_heads // t
-    flop = CAUSAL_FRACTION * 4.0 * b * heads * (s // c) * s * model.head_size
-    peak = gpu.peak_flops_for(model.dtype)
-    fwd = flop / (peak * gpu.flash_attention_fwd_fraction) + gpu.kernel_overhead_s
-    bwd = FLASH_BACKWARD_RATIO * flop / (peak * gpu.flash_attention_bwd_fraction) + gpu.kernel_overhead_s
-    return fwd, bwd, flop
+    _, kernel = attention_kernel_for(parallel, gpu)
+    fwd, bwd, flop = fused_attention_time_s(kernel, gpu, batch_heads=b * (model.num_heads // t), seq_q=s // c, seq_k=s,
+                                            head_dim=model.head_size, dtype=model.dtype)
+    return float(fwd), float(bwd), float(flop)
 
 
 def layer_kernels(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, moe: bool = False) -> LayerKernels:

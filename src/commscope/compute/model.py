@@ -27,9 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from commscope.compute.gemm import GemmResult, layer_gemms, time_gemms
+from commscope.compute.attention import BACKWARD_RATIO
+from commscope.compute.effects import launch_gap_s, layer_kernel_count, overlap_chunks
+from commscope.compute.gemm import Gemm, GemmResult, layer_gemms, time_gemms
 from commscope.compute.kernels import (
     HALF_DTYPES,
+    attention_kernel_for,
     LayerKernels,
     fused_softmax_available,
     grad_accumulation_bytes_per_param,
@@ -80,19 +83,37 @@ class StageCompute:
     """FLOP-weighted fraction of peak of the linear GEMMs of the slowest stage."""
     gpu: str
     notes: tuple[str, ...] = ()
+    clock_s: np.ndarray | None = None
+    """Of the compute above, what the sustained clock adds (in-training effect 1 of :mod:`commscope.compute.effects`)."""
+    chunks_s: np.ndarray | None = None
+    """What cutting overlapped GEMMs into Transformer Engine's pieces adds (effect 3)."""
+    gaps_s: np.ndarray | None = None
+    """Host launch gaps (effect 4)."""
+    stack_s: np.ndarray | None = None
+    """What the stack's (and cluster's) compute efficiency adds per micro-batch (:mod:`commscope.stacks`)."""
+    stack_opt_s: np.ndarray | None = None
+    """The same for the optimizer step (per iteration)."""
+    efficiency: float = 1.0
 
     def breakdown(self, stage: int, num_micro_batches: int) -> dict[str, float]:
-        """Seconds per iteration of ``stage`` by kind of work."""
+        """Seconds per iteration of ``stage`` by kind of work, and what each in-training effect adds to them."""
         m = num_micro_batches
-        return {"gemm_s": float(self.gemm_s[stage] * m), "attention_s": float(self.attention_s[stage] * m),
-                "memory_bound_s": float(self.memory_s[stage] * m), "recompute_s": float(self.recompute_s[stage] * m),
-                "optimizer_s": float(self.optimizer_s[stage])}
+        out = {"gemm_s": float(self.gemm_s[stage] * m), "attention_s": float(self.attention_s[stage] * m),
+               "memory_bound_s": float(self.memory_s[stage] * m), "recompute_s": float(self.recompute_s[stage] * m),
+               "optimizer_s": float(self.optimizer_s[stage])}
+        for key, arr in (("clock_s", self.clock_s), ("overlap_chunks_s", self.chunks_s), ("launch_gaps_s", self.gaps_s),
+                         ("stack_s", self.stack_s)):
+            if arr is not None:
+                out[key] = float(arr[stage] * m)
+        if self.stack_opt_s is not None:
+            out["stack_s"] = out.get("stack_s", 0.0) + float(self.stack_opt_s[stage])
+        return out
 
 
 
 @dataclass(frozen=True, slots=True)
 class _Kind:
-    """One layer of one kind for one micro-batch (seconds)."""
+    """One layer of one kind for one micro-batch (seconds), the in-training effects included."""
 
     lin_fwd: float
     lin_bwd: float
@@ -105,14 +126,22 @@ class _Kind:
     flop: float
     lin_flop: float
     lin_time: float
+    """Linear GEMM time as calibrated (whole GEMMs, at the calibration clock): what the efficiency note reports."""
+    clock: float = 0.0
+    """Of the above, what the sustained clock adds to the compute-bound kernels (forward + backward + recompute)."""
+    chunks: float = 0.0
+    """What cutting the overlapped GEMMs into Transformer Engine's pieces adds."""
+    gaps_fwd: float = 0.0
+    """Host launch gaps of the forward (:func:`commscope.compute.effects.launch_gap_s`)."""
+    gaps_bwd: float = 0.0
 
     @property
     def fwd(self) -> float:
-        return self.lin_fwd + self.att_fwd + self.mem_fwd
+        return self.lin_fwd + self.att_fwd + self.mem_fwd + self.gaps_fwd
 
     @property
     def bwd(self) -> float:
-        return self.lin_bwd + self.att_bwd + self.mem_bwd + self.recompute
+        return self.lin_bwd + self.att_bwd + self.mem_bwd + self.recompute + self.gaps_bwd
 
 
 def _by_pass(results: tuple[GemmResult, ...]) -> dict[str, float]:
@@ -120,6 +149,22 @@ def _by_pass(results: tuple[GemmResult, ...]) -> dict[str, float]:
     for r in results:
         out[r.gemm.pass_] += r.time_s
     return out
+
+
+def _chunked(g: Gemm, parallel: ParallelSpec) -> Gemm:
+    """``g`` as Transformer Engine's overlap runs it: ``n`` GEMMs of 1/n of the tokens (M) each."""
+    n = overlap_chunks(g.name, g.pass_, parallel)
+    if n == 1:
+        return g
+    m = -(-g.m // n)
+    return replace(g, m=m, count=g.count * n, io_elements=m * g.k + g.k * g.n + m * g.n)
+
+
+def logits_times(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
+                 timer: Callable[..., Any] = time_gemms) -> dict[str, float]:
+    """Seconds of the output layer's GEMMs per pass (fwd, dgrad, wgrad), at the sustained clock."""
+    out = _by_pass(timer(tuple((g, 1) for g in layer_gemms(model, parallel, logits=True)), gpu, model.dtype))
+    return {k: v * gpu.clock_factor for k, v in out.items()}
 
 
 def _kind(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, timer: Callable[..., Any] = time_gemms) -> _Kind:
@@ -134,29 +179,56 @@ def _kind(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, tim
                           f"{', '.join(sorted(gpu.peak_flops))}: drop --fp8-format")
     fp8 = tuple((g, 1) for g in linear if g.name != "router")
     plain = tuple((g, 1) for g in linear if g.name == "router")
-    lin = timer(fp8, gpu, lin_dtype) + timer(plain, gpu, model.dtype)
+    whole = timer(fp8, gpu, lin_dtype) + timer(plain, gpu, model.dtype)
+    pieces = tuple((_chunked(g, parallel), 1) for g, _ in fp8)
+    if any(g is not c for (g, _), (c, _) in zip(fp8, pieces)):
+        # the pieces run on several streams (Transformer Engine's userbuffers), one piece's launch and ramp under
+        # the previous one's tail: the fixed cost of a GEMM call is paid once per GEMM, not per piece
+        lin = tuple(replace(r, time_s=r.time_s - (r.gemm.count - g.count) * gpu.kernel_overhead_s)
+                    for r, (g, _) in zip(timer(pieces, gpu, lin_dtype), fp8)) + timer(plain, gpu, model.dtype)
+    else:
+        lin = whole
     cor = timer(tuple((g, 1) for g in core), gpu, model.dtype)
     k: LayerKernels = layer_kernels(model, parallel, gpu, moe=(kind == "moe"))
+    clock = gpu.clock_factor
     lp, cp_ = _by_pass(lin), _by_pass(cor)
-    att_fwd = k.attention_fwd_s + cp_["fwd"]
-    att_bwd = k.attention_bwd_s + cp_["dgrad"] + cp_["wgrad"]
-    fwd = lp["fwd"] + att_fwd + k.memory_fwd_s
+    lp = {p: t * clock for p, t in lp.items()}
+    flash = parallel.attention == "flash"
+    # compute-bound at the sustained clock: the GEMMs and the fused kernel; unfused softmax/dropout are memory-bound
+    att_fwd = (k.attention_fwd_s * clock if flash else k.attention_fwd_s) + cp_["fwd"] * clock
+    att_bwd = (k.attention_bwd_s * clock if flash else k.attention_bwd_s) + (cp_["dgrad"] + cp_["wgrad"]) * clock
+    att_compute_fwd = (k.attention_fwd_s if flash else 0.0) + cp_["fwd"]
+    att_compute_bwd = (k.attention_bwd_s if flash else 0.0) + cp_["dgrad"] + cp_["wgrad"]
+    lin_fwd, lin_bwd = lp["fwd"], lp["dgrad"] + lp["wgrad"]
+    fwd = lin_fwd + att_fwd + k.memory_fwd_s
+    # host launch gaps: an eager framework's layer cannot run faster than its kernels are launched
+    n_fwd, n_bwd = layer_kernel_count(gemms=sum(g.count for g in linear + core if g.pass_ == "fwd"), attention_fused=flash,
+                                      rope=model.position_embedding == "rope", gated=model.gated_mlp)
+    gaps_fwd = float(launch_gap_s(n_fwd, fwd))
     recompute_linear = 0.0
     if parallel.recompute == "full":
-        recompute, recompute_linear = fwd, lp["fwd"]
+        recompute, recompute_linear = fwd + gaps_fwd, lin_fwd
+        recompute_compute = sum(r.time_s for r in lin if r.gemm.pass_ == "fwd") + att_compute_fwd
     elif parallel.recompute == "selective":
-        recompute = att_fwd
+        recompute, recompute_compute = att_fwd, att_compute_fwd
     else:
-        recompute = 0.0
-    lin_flop = sum(r.gemm.flop for r in lin)
-    flop = lin_flop + sum(r.gemm.flop for r in cor) + (1 + 2.5) * k.attention_flop
+        recompute, recompute_compute = 0.0, 0.0
+    bwd_kernels = lin_bwd + att_bwd + k.memory_bwd_s + recompute
+    gaps_bwd = float(launch_gap_s(n_bwd, bwd_kernels))
+    lin_flop = sum(r.gemm.flop for r in whole)
+    flop = lin_flop + sum(r.gemm.flop for r in cor) + (1 + BACKWARD_RATIO) * k.attention_flop
     if parallel.recompute == "full":
-        flop += sum(r.gemm.flop for r in lin + cor if r.gemm.pass_ == "fwd") + k.attention_flop
+        flop += sum(r.gemm.flop for r in whole + cor if r.gemm.pass_ == "fwd") + k.attention_flop
     elif parallel.recompute == "selective":
         flop += sum(r.gemm.flop for r in cor if r.gemm.pass_ == "fwd") + k.attention_flop
-    return _Kind(lin_fwd=lp["fwd"], lin_bwd=lp["dgrad"] + lp["wgrad"], att_fwd=att_fwd, att_bwd=att_bwd,
+    lin_whole = sum(r.time_s for r in whole)
+    lin_pieces = sum(r.time_s for r in lin)
+    compute_bound = lin_pieces + att_compute_fwd + att_compute_bwd + recompute_compute
+    return _Kind(lin_fwd=lin_fwd, lin_bwd=lin_bwd, att_fwd=att_fwd, att_bwd=att_bwd,
                  mem_fwd=k.memory_fwd_s, mem_bwd=k.memory_bwd_s, recompute=recompute,
-                 recompute_linear=recompute_linear, flop=flop, lin_flop=lin_flop, lin_time=sum(r.time_s for r in lin))
+                 recompute_linear=recompute_linear, flop=flop, lin_flop=lin_flop, lin_time=lin_whole,
+                 clock=compute_bound * (clock - 1.0), chunks=(lin_pieces - lin_whole) * clock,
+                 gaps_fwd=gaps_fwd, gaps_bwd=gaps_bwd)
 
 
 def first_max(x: Any, rel: float = 1e-9) -> Any:
@@ -199,8 +271,34 @@ def timed_attention(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> t
     return parallel, tuple(notes)
 
 
-def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> StageCompute:
-    """Per-stage compute of ``model`` under ``parallel`` on ``gpu`` (see the module docstring)."""
+def compute_efficiency(parallel: ParallelSpec, cluster_efficiency: float = 1.0) -> float:
+    """The fraction of the modelled speed compute runs at: the named stack's efficiency (:mod:`commscope.stacks`)
+    times the cluster's own (``ClusterSpec.compute_efficiency``, fitted by ``validate --fit``)."""
+    if parallel.stack is None:
+        return cluster_efficiency
+    from commscope.stacks import stack_preset
+
+    return stack_preset(parallel.stack).compute_efficiency * cluster_efficiency
+
+
+#: The per-stage arrays a compute efficiency scales (every time, none of the FLOP counts).
+TIME_ARRAYS = ("fwd", "bwd", "rec", "gemm", "att", "mem", "lin_f", "lin_b", "opt", "clock", "chunks", "gaps")
+
+
+def apply_efficiency(arrays: dict[str, np.ndarray], efficiency: float) -> None:
+    """Scale every time array of a stage-compute dict by 1 / ``efficiency`` in place, and record what that adds
+    as ``stack`` (per micro-batch, the optimizer step's share apart in ``stack_opt``)."""
+    scale = 1.0 / efficiency
+    arrays["stack"] = (arrays["fwd"] + arrays["bwd"]) * (scale - 1.0)
+    arrays["stack_opt"] = arrays["opt"] * (scale - 1.0)
+    if efficiency != 1.0:
+        for key in TIME_ARRAYS:
+            arrays[key] = arrays[key] * scale
+
+
+def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, efficiency: float = 1.0) -> StageCompute:
+    """Per-stage compute of ``model`` under ``parallel`` on ``gpu`` (see the module docstring); ``efficiency``
+    is the cluster's own compute efficiency (the stack's is read from ``parallel.stack``)."""
     parallel, attention_notes = timed_attention(model, parallel, gpu)
     notes = list(attention_notes)
     p = parallel.pp
@@ -208,7 +306,7 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> Sta
     if model.is_moe:
         kinds["moe"] = _kind(model, parallel, gpu, "moe")
     logits_gemms = layer_gemms(model, parallel, logits=True)
-    logits = _by_pass(time_gemms(tuple((g, 1) for g in logits_gemms), gpu, model.dtype))
+    logits = logits_times(model, parallel, gpu)
     logits_flop = sum(g.flop for g in logits_gemms)
     bandwidth = gpu.streaming_bandwidth_bytes_per_s
     accumulation_bytes = grad_accumulation_bytes_per_param(model, parallel)
@@ -216,18 +314,20 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> Sta
     if accumulation_note:
         notes.append(accumulation_note)
     arrays = {key: np.zeros(p) for key in ("fwd", "bwd", "rec", "gemm", "att", "mem", "lin_f", "lin_b", "opt", "flop",
-                                           "lin_flop", "lin_time")}
+                                           "lin_flop", "lin_time", "clock", "chunks", "gaps")}
     for stage in range(p):
         chunks = stage_layers(model, parallel, stage)
-        layers = [layer for chunk in chunks for layer in chunk]
         first, last = stage == 0, stage == p - 1
-        for layer in layers:
-            k = kinds["moe" if model.is_moe_layer(layer) else "dense"]
+        num_moe = sum(1 for chunk in chunks for layer in chunk if model.is_moe_layer(layer))
+        counts = {"moe": num_moe, "dense": sum(len(chunk) for chunk in chunks) - num_moe}
+        for kind, k in kinds.items():
+            n = counts[kind]
             for key, value in (("fwd", k.fwd), ("bwd", k.bwd), ("rec", k.recompute), ("gemm", k.lin_fwd + k.lin_bwd),
                                ("att", k.att_fwd + k.att_bwd), ("mem", k.mem_fwd + k.mem_bwd), ("lin_f", k.lin_fwd),
                                ("lin_b", k.lin_bwd + k.recompute_linear), ("flop", k.flop), ("lin_flop", k.lin_flop),
-                               ("lin_time", k.lin_time)):
-                arrays[key][stage] += value
+                               ("lin_time", k.lin_time), ("clock", k.clock), ("chunks", k.chunks),
+                               ("gaps", k.gaps_fwd + k.gaps_bwd)):
+                arrays[key][stage] += n * value
         extra_fwd, extra_bwd = stage_extra_bytes(model, parallel, first=first, last=last)
         arrays["fwd"][stage] += extra_fwd / bandwidth
         arrays["bwd"][stage] += extra_bwd / bandwidth
@@ -236,6 +336,7 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> Sta
             arrays["fwd"][stage] += logits["fwd"]
             arrays["bwd"][stage] += logits["dgrad"] + logits["wgrad"]
             arrays["gemm"][stage] += logits["fwd"] + logits["dgrad"] + logits["wgrad"]
+            arrays["clock"][stage] += sum(logits.values()) * (1.0 - 1.0 / gpu.clock_factor)
             arrays["flop"][stage] += logits_flop
         params = [stage_params(model, chunk, tp=parallel.tp, ep=parallel.ep, first=first and i == 0,
                                last=last and i == len(chunks) - 1) for i, chunk in enumerate(chunks)]
@@ -245,14 +346,54 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> Sta
         accumulate = (dense_params + expert_params) * accumulation_bytes / bandwidth
         arrays["bwd"][stage] += accumulate
         arrays["mem"][stage] += accumulate
+    eff_total = compute_efficiency(parallel, efficiency)
+    apply_efficiency(arrays, eff_total)
     crit = int(first_max(arrays["fwd"] + arrays["bwd"]))
     lin_dtype = linear_gemm_dtype(model, parallel)
     peak = gpu.peak_flops_for(lin_dtype)
     eff = float(arrays["lin_flop"][crit] / (arrays["lin_time"][crit] * peak)) if arrays["lin_time"][crit] else 0.0
-    notes.append(f"compute: per-GEMM tile/wave model on {gpu.name} ({lin_dtype} linear GEMMs at {eff:.0%} of peak), "
-                 f"{parallel.attention} attention, memory-bound kernels at {round(gpu.memory_efficiency * 100, 1):g}% of "
-                 f"{gpu.memory_bandwidth_bytes_per_s / 1e9:.0f} GB/s, Adam step")
+    notes.append(compute_note(gpu, lin_dtype, eff, parallel))
+    notes += effects_notes(model, parallel, gpu, arrays, crit, eff_total)
     return StageCompute(forward_s=arrays["fwd"], backward_s=arrays["bwd"], recompute_s=arrays["rec"],
                         gemm_s=arrays["gemm"], attention_s=arrays["att"], memory_s=arrays["mem"],
                         linear_forward_s=arrays["lin_f"], linear_backward_s=arrays["lin_b"], optimizer_s=arrays["opt"],
-                        flop=arrays["flop"], gemm_efficiency=eff, gpu=gpu.name, notes=tuple(notes))
+                        flop=arrays["flop"], gemm_efficiency=eff, gpu=gpu.name, notes=tuple(notes),
+                        clock_s=arrays["clock"], chunks_s=arrays["chunks"], gaps_s=arrays["gaps"],
+                        stack_s=arrays["stack"], stack_opt_s=arrays["stack_opt"], efficiency=eff_total)
+
+
+def compute_note(gpu: GpuSpec, lin_dtype: str, gemm_efficiency: float, parallel: ParallelSpec) -> str:
+    """The compute model's line in an estimate's notes: what it timed with which constants, and the command that
+    replaces the constants with the user's own GPU's."""
+    attention: str = parallel.attention
+    if attention == "flash" and gpu.attention_kernels:
+        attention = f"fused ({attention_kernel_for(parallel, gpu)[0]})"
+    return (f"compute: per-GEMM tile/wave model on {gpu.name} ({lin_dtype} linear GEMMs at {gemm_efficiency:.0%} of "
+            f"peak), {attention} attention, memory-bound kernels at {round(gpu.memory_efficiency * 100, 1):g}% of "
+            f"{gpu.memory_bandwidth_bytes_per_s / 1e9:.0f} GB/s, Adam step; kernel constants from the {gpu.name} "
+            "file (`commscope calibrate --model ... --out gpu.toml` on your GPU measures its own: --gpu gpu.toml)")
+
+
+def effects_notes(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, arrays: dict[str, np.ndarray], crit: int,
+                  efficiency: float) -> list[str]:
+    """What the in-training effects and the efficiency did to the critical stage, said where a user sees it."""
+    per_mb = float(arrays["fwd"][crit] + arrays["bwd"][crit]) or 1.0
+    notes = []
+    if gpu.clock_factor != 1.0:
+        notes.append(f"in training: compute-bound kernels at the sustained clock ({gpu.sustained_clock_MHz:g} MHz at the "
+                     f"power limit against {gpu.kernel_clock_MHz:g} MHz measured): +{arrays['clock'][crit] / per_mb:.1%}")
+    else:
+        notes.append(f"in training: {gpu.name} states no sustained clock: kernels timed at their calibrated clock "
+                     "(`commscope calibrate` on the GPU measures it)")
+    if arrays["chunks"][crit] > 0:
+        notes.append(f"in training: --tp-comm-overlap cuts the overlapped GEMMs into Transformer Engine's pieces "
+                     f"(tp {parallel.tp} for the all-gathers' ring exchange, 4 for the pipelined reduce-scatters): "
+                     f"+{arrays['chunks'][crit] / per_mb:.1%}")
+    if arrays["gaps"][crit] > 0:
+        notes.append(f"in training: the layers' kernels run shorter than an eager framework launches them "
+                     f"(~8 us each): the GPU waits {arrays['gaps'][crit] / per_mb:.1%} of its compute on the host")
+    if efficiency != 1.0:
+        who = f"stack {parallel.stack}" if parallel.stack else "this cluster's fitted compute efficiency"
+        notes.append(f"compute at {efficiency:.0%} of the modelled speed ({who}): "
+                     f"+{arrays['stack'][crit] / (per_mb - arrays['stack'][crit]):.1%}")
+    return notes

@@ -14,6 +14,8 @@ from an installed wheel as from a checkout.
 
 from __future__ import annotations
 
+import tomllib
+from importlib import resources
 from typing import Any
 
 from commscope.presets.locate import KINDS, preset_names, preset_path
@@ -33,8 +35,13 @@ def list_presets() -> dict[str, list[dict[str, Any]]]:
 
     ``models`` rows: name, description, source, num_parameters, num_layers, hidden_size, num_heads,
     seq_len, num_experts. ``clusters`` rows: name, description, source, gpu, gpus_per_node,
-    peak_bf16_tflops, intra_node_GBps, inter_node_GBps.
+    peak_bf16_tflops, intra_node_GBps, inter_node_GBps. ``gpus`` rows: name, description, source, num_sms,
+    peak_bf16_tflops, memory_bandwidth_GBps, sustained_clock_MHz. ``stacks`` rows: name, description, source,
+    compute_efficiency.
     """
+    from commscope.gpus import gpu_names, gpu_preset
+    from commscope.stacks import stack_names, stack_preset
+
     models = []
     for name in preset_names("models"):
         _, d = read_preset("models", name)
@@ -66,4 +73,15 @@ def list_presets() -> dict[str, list[dict[str, Any]]]:
             "intra_node_GBps": cluster.intra_node.bandwidth_bytes_per_s / GB,
             "inter_node_GBps": cluster.inter_node.bandwidth_bytes_per_s / GB,
         })
-    return {"models": models, "clusters": clusters}
+    gpus = []
+    for name in gpu_names():
+        g = gpu_preset(name)
+        text = resources.files("commscope.presets").joinpath("gpus", f"{name}.toml").read_text(encoding="utf-8")
+        description, source = _meta(tomllib.loads(text))
+        gpus.append({"name": name, "description": description, "source": source, "num_sms": g.num_sms,
+                     "peak_bf16_tflops": g.peak_flops_for("bf16") / TFLOP if "bf16" in g.peak_flops or "fp16" in
+                     g.peak_flops else None, "memory_bandwidth_GBps": g.memory_bandwidth_bytes_per_s / GB,
+                     "sustained_clock_MHz": g.sustained_clock_MHz})
+    stacks = [{"name": n, "description": stack_preset(n).description, "source": stack_preset(n).source,
+               "compute_efficiency": stack_preset(n).compute_efficiency} for n in stack_names()]
+    return {"models": models, "clusters": clusters, "gpus": gpus, "stacks": stacks}

@@ -72,6 +72,9 @@ class ClusterSpec:
     inter_node: LinkTier
     nics_per_node: int = 8
     """Network interfaces per node, shared by its GPUs for inter-node traffic."""
+    compute_efficiency: float = 1.0
+    """This cluster's compute at that fraction of the modelled speed, measured against its own runs (``commscope
+    validate RUNS.csv --fit`` writes it); 1: the kernel-level model alone. Multiplies a named stack's efficiency."""
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -79,6 +82,8 @@ class ClusterSpec:
               "must be a positive integer")
         check(self.nics_per_node >= 1, "nics_per_node", self.nics_per_node, "must be >= 1")
         check(0 < self.gpu_util <= 1, "gpu_util", self.gpu_util, "must be in (0, 1]")
+        check(0.2 <= self.compute_efficiency <= 1.2, "compute_efficiency", self.compute_efficiency,
+              "must be in [0.2, 1.2] (compute at that fraction of the modelled speed)")
         for dtype, flops in self.peak_flops.items():
             check(flops > 0, f"peak_flops.{dtype}", flops, "must be > 0")
 

@@ -544,6 +544,8 @@ def cluster_to_mapping(cluster: ClusterSpec) -> dict[str, Any]:
         out["memory_bandwidth_GBps"] = mbw
     out["gpu_util"] = cluster.gpu_util
     out["nics_per_node"] = cluster.nics_per_node
+    if cluster.compute_efficiency != 1.0:
+        out["compute_efficiency"] = cluster.compute_efficiency
     if cluster.source:
         out["source"] = cluster.source
     tflops = {k: _human(v, TFLOP) for k, v in cluster.peak_flops.items()}

@@ -83,8 +83,8 @@ class ParallelSpec:
     """Megatron --overlap-grad-reduce: DP gradient reduction runs in buckets during the last backward pass."""
     pipeline_layers: tuple[int, ...] | None = None
     """Explicit layers per pipeline stage (sums to num_layers); default: an even split, or, when pp does not
-    divide the layers, a balanced split with lighter first and last stages (see
-    :func:`commscope.workload.dense.virtual_stage_layers`)."""
+    divide the layers, a balanced split (stage loads one layer apart at most) with the first and last stages among
+    the lighter (see :func:`commscope.workload.stages.balanced_pipeline_layers`)."""
     decoder_first_pipeline_num_layers: int | None = None
     """Megatron ``--decoder-first-pipeline-num-layers``: layers of the first stage; the rest split evenly."""
     decoder_last_pipeline_num_layers: int | None = None
@@ -125,6 +125,9 @@ class ParallelSpec:
     """Whose implementation communicates: ``megatron`` (Megatron-LM/-core), ``torch-ddp`` or ``torch-fsdp2``
     (PyTorch's DDP or FSDP2 for data parallelism, DTensor for tensor/sequence parallelism,
     torch.distributed.pipelining for pipelines: what ``commscope workload gpt`` runs)."""
+    stack: str | None = None
+    """The software stack whose measured efficiency scales compute time (a preset of :mod:`commscope.stacks`, e.g.
+    ``megatron-core-2024``); None: the kernel-level model alone. Timing only: it changes no op."""
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "ep", "virtual_pipeline_size", "global_batch_size", "micro_batch_size"):
@@ -134,6 +137,10 @@ class ParallelSpec:
         check(self.recompute in ("none", "selective", "full"), "recompute", self.recompute, "valid: none, selective, full")
         check(self.schedule in ("1f1b", "gpipe"), "schedule", self.schedule, "valid: 1f1b, gpipe")
         check(self.framework in FRAMEWORKS, "framework", self.framework, _VALID_FRAMEWORKS)
+        if self.stack is not None:
+            from commscope.stacks import stack_preset
+
+            stack_preset(self.stack)  # a name that is no preset is refused here, naming the valid ones
         check(self.attention in ATTENTION_KINDS, "attention", self.attention, _VALID_ATTENTION)
         check(self.fp8_format is None or self.fp8_format in FP8_FORMATS, "fp8_format", self.fp8_format, _VALID_FP8)
         check(not self.tp_comm_overlap or self.tp == 1 or self.sequence_parallel, "tp_comm_overlap", True,

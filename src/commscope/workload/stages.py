@@ -23,8 +23,9 @@ def virtual_stage_layers(model: ModelSpec, parallel: ParallelSpec) -> list[range
     The split, in order of precedence: ``pipeline_layers``; Megatron's ``--decoder-first-pipeline-num-layers`` /
     ``--decoder-last-pipeline-num-layers`` (the other stages split the rest evenly; with v > 1 each stage's layers
     spread evenly over its v chunks, as Megatron-core requires); an even split when pp x v divides the layers;
-    otherwise :func:`balanced_pipeline_layers` (with v > 1: its stages spread over their chunks, the lighter chunks at
-    the pipeline's two ends, the split Llama 3 405B was trained with [llama3-2024]).
+    otherwise :func:`balanced_pipeline_layers`: stage loads differ by one layer at most, the first and last stages
+    among the lighter (Megatron-core's ``--account-for-embedding/loss-in-pipeline-split`` where that rule applies;
+    the split Llama 3 405B was trained with [llama3-2024]); with v > 1 its stages spread over their chunks.
     """
     return _ranges(pipeline_split(model, parallel))
 
@@ -74,7 +75,7 @@ def pipeline_split(model: ModelSpec, parallel: ParallelSpec) -> list[int]:
         return [n // v for _ in range(v) for n in stages]
     if num % (p * v) == 0:
         return [num // (p * v)] * (p * v)
-    split = balanced_pipeline_layers(model, p, v)
+    split = balanced_pipeline_layers(num, p, v)
     check(split is not None, "pp" if v == 1 else "virtual_pipeline_size", p if v == 1 else v,
           f"pp x virtual_pipeline_size = {p * v} pipeline chunks is more than num_layers={num} (with pp={p}: "
           f"virtual_pipeline_size <= {num // p})" if v > 1 else f"is larger than num_layers={num}")
@@ -82,55 +83,44 @@ def pipeline_split(model: ModelSpec, parallel: ParallelSpec) -> list[int]:
 
 
 @functools.lru_cache(maxsize=256)
-def balanced_pipeline_layers(model: ModelSpec, pp: int, v: int = 1) -> tuple[int, ...] | None:
-    """An uneven split for pp stages that do not divide the layers: equal middle stages and lighter first and
-    last stages, chosen to minimise the slowest stage's forward FLOPs (the last stage also computes the logits),
-    as Megatron-core's ``--decoder-first/last-pipeline-num-layers`` let a user do by hand. With v model chunks
-    per stage (the interleaved schedule) each stage's layers are then spread over its chunks as evenly as they go,
-    the lighter chunks at the pipeline's two ends (first chunks of the first stage, last chunks of the last stage);
-    returned per virtual stage, in Megatron's order chunk x pp + stage.
+def balanced_pipeline_layers(num_layers: int, pp: int, v: int = 1) -> tuple[int, ...] | None:
+    """The default split of ``num_layers`` over pp stages (and v model chunks per stage) that pp x v does not
+    divide: stage loads differ by one layer at most, the first and last stages lighter than or as light as every
+    other, the heavier stages late in the pipeline. Per virtual stage, in Megatron's order chunk x pp + stage.
 
-    Worked example: Llama 3 405B (126 layers, V = 128,256, h = 16,384) on pp = 16 gives 7, 8 x 14, 7 (the split
-    Meta used [llama3-2024]): the logits cost ~0.6 layer, so a last stage of 7 layers + logits stays under 8; with
-    v = 2 the chunks are 3, 4 x 30, 3 (Meta's interleaved split: one layer fewer in the first and last chunk).
-    None when pp x v > num_layers. Cached per (model, pp, v): every stage of a workload and of the estimate asks.
+    Megatron-core has a rule for part of this and refuses the rest (``megatron/core/transformer/transformer_block.py``
+    ``get_num_layers_to_build``, ``transformer_config.py`` ``__post_init__``): without
+    ``--decoder-first/last-pipeline-num-layers`` pp must divide the layers, unless
+    ``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split`` count the embedding and
+    the loss as one layer each: (L + 2) / pp layers per stage (/ v per chunk), the first chunk of the first stage and
+    the last chunk of the last stage one decoder layer fewer. Where (L + 2) splits that way this split is that rule:
+    Llama 3 405B's 126 layers on pp = 16 give 7, 8 x 14, 7 (the split Meta trained with [llama3-2024]), with v = 2
+    chunks 3, 4 x 30, 3. Where it does not, L = q pp + r splits into pp - r stages of q and r of q + 1:
+
+    - the first and last stage take q: the first also holds the embedding, the last the final norm, the logits and
+      the loss (with pp - r = 1 only the last is light: the logits cost FLOPs, the embedding lookup almost none);
+    - the other light stages come next, the heavy ones after them: 1F1B keeps min(pp - i, m) micro-batches of
+      activations alive on stage i, so the heavier stages sit where the fewest are in flight. GPT-3 175B's 96 layers
+      on pp = 64: 1 x 31, 2 x 32, 1 (stage 31, the first of 2 layers, keeps 33 micro-batches; stage 1 would keep 63);
+    - with v > 1 each stage's layers spread over its chunks as evenly as they go, the lighter chunks first
+      (more of the early chunks' forward passes are in flight), except on the last stage, whose last chunk, the
+      pipeline's last, is a light one.
+
+    None when pp x v > num_layers. Cached: every stage of a workload and of the estimate asks.
     """
-    from commscope.flops import token_flops
-
-    num = model.num_layers
-    if pp * v > num:
+    if pp * v > num_layers:
         return None
-    if num % (pp * v) == 0:
-        return (num // (pp * v),) * (pp * v)
-    if v > 1:
-        stages = balanced_pipeline_layers(model, pp)
-        assert stages is not None  # pp <= pp x v <= num
-        chunks = []
-        for stage, total in enumerate(stages):
-            q, r = divmod(total, v)
-            light_first = stage == 0 and pp > 1
-            chunks.append([q] * (v - r) + [q + 1] * r if light_first else [q + 1] * r + [q] * (v - r))
-        return tuple(chunks[stage][chunk] for chunk in range(v) for stage in range(pp))
-    tf = token_flops(model)
-    layer = sum(tf.layers) / num
-    best: tuple[float, int, tuple[int, ...]] | None = None
-    for first in range(1, num + 1):
-        for last in range(1, num - first + 1):
-            rest = num - first - last
-            if pp == 2:
-                if rest:
-                    continue
-                mid: tuple[int, ...] = ()
-            elif rest < pp - 2 or rest % (pp - 2):
-                continue
-            else:
-                mid = (rest // (pp - 2),) * (pp - 2)
-            cost = max([first * layer, last * layer + tf.logits] + [n * layer for n in mid])
-            spread = max((first, last) + mid) - min((first, last) + mid)
-            key = (cost, spread, (first,) + mid + (last,))
-            if best is None or key[:2] < best[:2]:
-                best = key
-    return best[2] if best else None
+    if num_layers % (pp * v) == 0:
+        return (num_layers // (pp * v),) * (pp * v)
+    q, r = divmod(num_layers, pp)
+    light = pp - r
+    stages = ([q] + [q] * (light - 2) + [q + 1] * r + [q] if light >= 2 else [q + 1] * r + [q])
+    chunks = []
+    for stage, total in enumerate(stages):
+        c, extra = divmod(total, v)
+        chunks.append([c + 1] * extra + [c] * (v - extra) if stage == pp - 1 and pp > 1
+                      else [c] * (v - extra) + [c + 1] * extra)
+    return tuple(chunks[stage][chunk] for chunk in range(v) for stage in range(pp))
 
 
 def stage_layers(model: ModelSpec, parallel: ParallelSpec, stage: int) -> list[range]:
@@ -170,18 +160,38 @@ def _stage_totals(split: list[int], p: int, v: int) -> list[int]:
     return [sum(split[c * p + s] for c in range(v)) for s in range(p)]
 
 
+def _megatron_flags(num_layers: int, p: int, v: int) -> str | None:
+    """Megatron-core's flags that give :func:`balanced_pipeline_layers`'s split of ``num_layers`` on (p, v), if any:
+    with the embedding and the loss counted as a layer each (or the loss alone) every chunk holds the same."""
+    if (num_layers + 2) % (p * v) == 0:
+        return "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split"
+    if (num_layers + 1) % (p * v) == 0:
+        return "--account-for-loss-in-pipeline-split"
+    return None
+
+
 def pipeline_split_note(model: ModelSpec, parallel: ParallelSpec) -> str | None:
     """A line saying which uneven pipeline split was chosen (:func:`pipeline_split_label`) and why."""
     label = pipeline_split_label(model, parallel)
     if label is None:
         return None
     p, v = parallel.pp, parallel.virtual_pipeline_size
-    if v == 1:
-        return (f"{label}: pp={p} does not divide num_layers={model.num_layers}, so the first and last stages are "
-                f"lighter (the last also computes the logits); --pipeline-layers or "
-                f"--decoder-first/last-pipeline-num-layers choose another")
     stages = _stage_totals(pipeline_split(model, parallel), p, v)
-    lighter = min(stages) < max(stages)
-    return (f"{label}: pp x virtual_pipeline_size = {p * v} does not divide num_layers={model.num_layers}, so "
-            + ("the first and last stages are lighter (the last also computes the logits) and " if lighter else "")
+    low, high = min(stages), max(stages)
+    why = ""
+    if low != high:
+        n_low, n_high = stages.count(low), stages.count(high)
+        ends = "the first and last" if stages[0] == low else "the last"
+        why = (f"{n_low} stage{'s' * (n_low > 1)} hold{'s' * (n_low == 1)} {low} layer{'s' * (low > 1)} and "
+               f"{n_high} hold{'s' * (n_high == 1)} {high}, {ends} among the lighter (the first also holds the "
+               f"embedding, the last the logits and loss)"
+               + (", the heavier late, where fewer micro-batches are in flight" if n_low > 2 else ""))
+    flags = _megatron_flags(model.num_layers, p, v)
+    if flags:
+        why += f", as Megatron-core splits it with {flags}" if why else f"Megatron-core's split with {flags}"
+    if v == 1:
+        return (f"{label}: pp={p} does not divide num_layers={model.num_layers}: {why}; --pipeline-layers or "
+                f"--decoder-first/last-pipeline-num-layers choose another")
+    return (f"{label}: pp x virtual_pipeline_size = {p * v} does not divide num_layers={model.num_layers}: "
+            + (f"{why}; " if why else "")
             + "each stage's layers are spread over its chunks as evenly as they go; --pipeline-layers chooses another")
