@@ -221,3 +221,24 @@ def test_a_recording_on_a_full_disk_is_one_line(tmp_path):
     assert len(err) == 1 and err[0].startswith(f"commscope workload: error: record='{mnt / 'rec'}/rank0000"), err
     assert "the recording stopped: No space left on device (the disk is full)" in err[0]
     assert "nothing was compared" in err[0]
+
+
+def test_a_recorded_job_on_a_full_disk_is_one_line(tmp_path):
+    """`commscope record -- python train.py` whose rank log fills the disk: the job runs on (its exit status 0), and
+    record says in one line that the recording stopped and why, exit status 2 (it said 'N rank log(s) ... (exit
+    status 0)' after a line per rank)."""
+    script = tmp_path / "train.py"
+    script.write_text("import torch, torch.distributed as dist\n"
+                      f"dist.init_process_group('gloo', init_method='file://{tmp_path / 'store'}', rank=0, world_size=1)\n"
+                      "t = torch.ones(4)\n"
+                      "for _ in range(3000):\n"
+                      "    dist.all_reduce(t)\n"
+                      "dist.destroy_process_group()\n")
+    mnt = tmp_path / "mnt"
+    run = on_tmpfs(mnt, "16k", [[sys.executable, "-m", "commscope.cli.main", "record", "--out", str(mnt / "logs"), "--",
+                                 sys.executable, str(script)]], timeout_s=300)
+    assert run.stdout.strip().splitlines()[-1] == "rc=2", run.stdout + run.stderr
+    err = run.stderr.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("commscope record: error: the recording of 1 of 1 rank(s) stopped before the job ended "
+                             "(rank00000.jsonl has no completion marker; no space left on device: the disk is full)")

@@ -418,11 +418,13 @@ def start(logdir: str | os.PathLike, *, batch: int = 256, flush_s: float = 1.0) 
                                "the default process group already exists and cannot be wrapped")
     from commscope.io.claim import claimed_for_me, share_folder
 
-    if not claimed_for_me(Path(logdir)):  # else `commscope record` claimed and checked it before the job started
+    launched = claimed_for_me(Path(logdir))  # `commscope record` claimed and checked it before the job started
+    if not launched:
         check_fresh_logdir(logdir, "logdir")
         share_folder(Path(logdir))  # the ranks of this job share it; another run writing it is refused
     pg.register()
-    log = RankLog(Path(logdir), batch=batch, flush_s=flush_s)
+    # a log that stops (a full disk) is said by `commscope record`, once for all ranks; else by the rank itself
+    log = RankLog(Path(logdir), batch=batch, flush_s=flush_s, say_stop=not launched)
     pg.set_sink(log)
     _ACTIVE = log
     if _ORIGINAL_INIT is None:

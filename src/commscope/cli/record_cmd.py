@@ -94,6 +94,14 @@ def _record(args: argparse.Namespace, command: list[str], job, claim_env: dict[s
         print(f"commscope record: no op was recorded (exit status {code}): the command started no "
               "torch.distributed process group in a Python process", file=sys.stderr)
         return code if code else 1
+    stopped = sorted(p.name for p in logs if not p.with_suffix(".done").exists())
+    if code == 0 and stopped:  # the job finished, its recording did not (a full disk): said once, for all ranks
+        full = _disk_full(args.out)
+        print(f"commscope record: error: the recording of {len(stopped)} of {len(logs)} rank(s) stopped before the "
+              f"job ended ({stopped[0]} has no completion marker"
+              + ("; no space left on device: the disk is full" if full else "") + "); the logs keep what was "
+              f"written before it, and readers report them unfinished: {args.out}", file=sys.stderr)
+        return 2
     saved = job[1] if job is not None else None  # the parallelism saved beside the logs, if any
     if saved is not None and saved.world_size != len(logs):
         print(f"commscope record: warning: {len(logs)} rank log(s), but the saved parallel.toml says "
@@ -102,6 +110,14 @@ def _record(args: argparse.Namespace, command: list[str], job, claim_env: dict[s
     print(f"commscope record: {len(logs)} rank log(s) in {args.out} (exit status {code}"
           f"{'' if code == 0 else ': the job failed, see failure.json'})", file=sys.stderr)
     return code
+
+
+def _disk_full(folder: Path) -> bool:
+    """Whether the filesystem of ``folder`` has no block left for an unprivileged writer."""
+    try:
+        return os.statvfs(folder).f_bavail == 0
+    except OSError:
+        return False
 
 
 def _job(args: argparse.Namespace):
