@@ -387,3 +387,25 @@ def test_fit_of_a_real_sweep_writes_only_lines_a_link_could_have(tmp_path, capsy
     assert "rows fitted; --rows prints each beside its fitted time" in out and "measured us" not in out
     assert main(["fit", str(bench), "--rows"]) == 0
     assert "measured us" in capsys.readouterr().out
+
+
+def test_a_curve_of_thousands_of_sizes_is_fitted_on_a_grid():
+    """A sweep with -f 1 (or a million rows of random sizes) gives thousands of distinct sizes: every split of them
+    cost k^2 lines and k^3 splits (a thousand sizes took minutes; issue 36). Beyond EXHAUSTIVE_SIZES the pieces break
+    at that many evenly spread sizes, each line from prefix sums: the three regimes of the A100 all_reduce are found
+    again, and the lines from sums are those of the direct least squares."""
+    import numpy as np
+
+    from commscope.bench.fit import EXHAUSTIVE_SIZES, _line, _line_from_sums, fit_curve
+
+    x = np.unique(np.round(np.logspace(3, 27, 2000, base=2)))
+    truth = np.where(x < 2**19, 36e-6 + x / 46e9, np.where(x < 2**24, 53e-6 + x / 135e9, 145e-6 + x / 211e9))
+    y = truth * (1 + np.random.default_rng(0).uniform(-0.01, 0.01, len(x)))
+    assert len(x) > EXHAUSTIVE_SIZES
+    segs = fit_curve(x, y, tolerance=0.05)
+    assert len(segs) == 3 and segs[0][0] == 0 and segs[-1][1] == len(x) - 1
+    assert [round(1 / b / 1e9) for *_, b in segs] == pytest.approx([46, 135, 211], rel=0.05)
+    assert all(abs((a + b * x[s:e + 1]) / y[s:e + 1] - 1).max() <= 0.05 for s, e, a, b in segs)
+    inv = 1 / y[:40]
+    sums = [float(np.sum(v)) for v in (inv * inv, x[:40] * inv * inv, (x[:40] * inv) ** 2, inv, x[:40] * inv)]
+    assert _line_from_sums(*sums, 40) == pytest.approx(_line(x[:40], y[:40]), rel=1e-6, abs=1e-12)

@@ -51,3 +51,27 @@ def test_measured_dp_matches_prediction_exactly(tmp_path):
     assert dp["measured_count"] == dp["predicted_count"] == 1
     assert result["max_rel_error"] == 0.0
     assert result["setup"] == [{"axis": "dp", "op": "broadcast", "count": 1, "bytes": numel * 4}]
+
+
+def test_a_rank_that_logged_nothing_is_named(tmp_path, capsys):
+    """compare of a recording where one rank logged no op once printed a 25% difference and asked whether it was the
+    right job; it names the rank (a log holding only its header, or no log at all)."""
+    from commscope.cli.main import main
+
+    rec = tmp_path / "rec"
+    assert main(["workload", "gpt", "--tp", "1", "--pp", "2", "--dp", "2", "--steps", "1", "--record", str(rec)]) == 0
+    capsys.readouterr()
+    log = rec / "rank00003.jsonl"
+    log.write_text(log.read_text().splitlines()[0] + "\n")  # its header only
+    (rec / "rank00003.done").write_text("0\n")
+    for jobs in ([], ["--jobs", "2"]):
+        assert main(["compare", str(rec), *jobs]) == 0
+        out = capsys.readouterr().out
+        assert "rank00003.jsonl: the log holds no op record, only its header: rank 3" in out
+        assert "rank 3 logged no op, so its ops are missing from the measured side" in out
+        assert "is the job the one that was recorded?" not in out
+    log.unlink()
+    (rec / "rank00003.done").unlink()
+    assert main(["compare", str(rec)]) == 0
+    out = capsys.readouterr().out
+    assert "no log for rank(s) 3 of the 4 ranks" in out and "rank 3 logged no op, so its ops are missing" in out

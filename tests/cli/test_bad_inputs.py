@@ -53,6 +53,8 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("traffic --tp 8 --pp 1 --dp 0 --gpus 8", "dp=0: must be a positive integer"),  # not gpus=8
     ("plan --gpus 8 --global-batch-size 0", "global_batch_size=0"),  # once silently 512
     ("plan --gpus 8 --refine 0", "refine=0: must be >= 1"),
+    # once 165 s of silence: refused before any work (issue 36)
+    ("plan --gpus 8388608 --global-batch-size 67108864", "gpus=8388608: more GPUs than any cluster built or planned"),
     ("plan --gpus 8 --micro-batch-sizes 1,x", "expected comma-separated integers, e.g. 1,2,4; got '1,x'"),
     ("traffic --out /proc/nope/run", "out='/proc/nope/run': cannot create it in /proc"),
     ("traffic --out /proc", "out='/proc': cannot write into it"),  # root may write there, says access(); it may not
@@ -141,7 +143,7 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("summarize {tmp}/saved2", "tp x pp x dp x cp=4: must equal the 1 ranks in the logs (read from {tmp}/saved2/parallel.toml)"),
     ("summarize {tmp}/saved-empty", "parallel='{tmp}/saved-empty/parallel.toml': is empty"),  # once: read as 1 rank
     ("summarize {tmp}/run --gpus-per-node 0", "gpus_per_node=0: must be a positive integer"),
-    ("fit {tmp}/bench.json --out /dev/full", "the disk is full"),
+    ("fit {tmp}/bench.json --out /dev/full", "out='/dev/full': is not a regular file (a device"),  # renamed over
     ("fit {tmp}/bench.json --out {tmp}/file.txt/fit.toml", "out='{tmp}/file.txt/fit.toml': {tmp}/file.txt is a file"),
     ("fit {tmp}/bench.json --out /proc/x.toml", "out='/proc/x.toml': cannot write into /proc"),  # once after the fit
     ("fit {tmp}/nope.json --out /proc/x.toml", "out='/proc/x.toml'"),  # the output first: checked before any work
@@ -193,7 +195,7 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("record --out {tmp}/file.txt -- true", "is a file, not a directory"),
     ("record --out {tmp}/new-run", "give the job to run after --"),
     ("record --out {tmp}/new-run-2 -- /nonexistent/cmd", "not found on PATH"),
-    ("workload gpt --record {tmp}/run", "already holds rank*.jsonl files"),
+    ("workload gpt --record {tmp}/run", "already holds a recording of an earlier run (rank00000.jsonl"),
     ("workload gpt --record {tmp}/file.txt", "is a file, not a directory"),
     # --- more ranks than the machine, backends this torch lacks: refused before anything forks
     ("bench --nproc 100000", "pass --oversubscribe"),
@@ -232,7 +234,7 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("plan --gpus 32 --micro-batch-sizes 3", "micro-batch-sizes='3': no candidate"),  # once numpy's zero-size error
     ("plan --gpus 32 --ep-sizes 2", "ep-sizes='2': gpt-1.5b is dense (no experts)"),
     ("plan --model mixtral-8x7b --gpus 64 --cluster dgx-h100 --ep-sizes 3", "ep-sizes='3': ep must divide num_experts=8"),
-    ("plan --gpus 100000000", "gpus=100000000: no valid configuration"),  # the warning on the GPU count is not shown
+    ("plan --gpus 100000000", "gpus=100000000: more GPUs than any cluster built or planned"),  # the warning on the GPU count is not shown
     # --- values with no physical meaning
     ("estimate --seq-length 1002 --cp 2 --tp 1 --pp 1 --dp 4", "divisible by 2 x cp = 4"),
     ("estimate --fp8-format hybrid --cluster dgx-a100", "fp8_format='hybrid'"),
@@ -246,20 +248,42 @@ BAD_INPUTS: list[tuple[str, str]] = [
     ("estimate --bandwidth {tmp}/nan-table.csv", "must be a finite number"),
     ("report --out {tmp}/dir", "out='{tmp}/dir': is a directory; give a file name"),
     ("report --out {tmp}/r.html --moe {tmp}/nan-table.csv", "is not a readable .npz archive of routing counts"),
-    # a damaged row of a measured table is refused, never dropped or misread (each file: one row changed)
-    ("estimate --bandwidth {tmp}/table-busbw_GBps--220.csv", "row 2.busbw_GBps='-220': must be a finite number > 0"),
-    ("estimate --bandwidth {tmp}/table-busbw_GBps-0.csv", "row 2.busbw_GBps='0'"),
-    ("estimate --bandwidth {tmp}/table-busbw_GBps-abc.csv", "row 2.busbw_GBps='abc'"),
-    ("estimate --bandwidth {tmp}/table-size_bytes--268435456.csv", "row 2.size_bytes='-268435456': must be a whole"),
-    ("estimate --bandwidth {tmp}/table-group_size-0.csv", "row 2.group_size='0': must be a whole number >= 2"),
-    ("estimate --bandwidth {tmp}/table-group_size--8.csv", "row 2.group_size='-8'"),
-    ("estimate --bandwidth {tmp}/table-group_size-2.5.csv", "row 2.group_size='2.5': must be a whole number"),
-    ("estimate --bandwidth {tmp}/table-op-allredux.csv", "row 2.op='allredux': valid: all_reduce"),
+    # a table that is no table is refused (a damaged number in a row is skipped with a warning: see below)
     ("estimate --bandwidth {tmp}/table-intra_node-maybe.csv", "row 2.intra_node='maybe': valid: true or false"),
     ("estimate --bandwidth {tmp}/table-extra-cell.csv", "row 2="),
     ("estimate --bandwidth {tmp}/table-short-row.csv", "row 2=",),
     ("estimate --bandwidth {tmp}/flat-fit.toml", "every fitted curve is unreliable"),
 ]
+
+# A damaged row of a measured table: skipped with a warning naming the file and line, as `fit` skips it (issue 36:
+# the same rules, the same outcome in fit and --bandwidth); each file: one row of two changed.
+DAMAGED_TABLE_ROWS = [
+    ("busbw_GBps", "-220", "busbw_GBps='-220': not a bandwidth (must be a finite number > 0)"),
+    ("busbw_GBps", "0", "busbw_GBps='0': not a bandwidth"),
+    ("busbw_GBps", "abc", "busbw_GBps='abc': not a bandwidth"),
+    ("size_bytes", "-268435456", "size_bytes='-268435456': must be >= 1"),
+    ("size_bytes", "4e29", "size_bytes='4e29': larger than any real message (> 1 TiB)"),
+    ("group_size", "0", "group_size='0': must be >= 2 (one rank moves nothing)"),
+    ("group_size", "-8", "group_size='-8': must be >= 2"),
+    ("group_size", "2.5", "group_size='2.5': not a whole finite number"),
+    ("op", "allredux", "op='allredux': not a collective a bandwidth table holds (all_reduce"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "fragment"), DAMAGED_TABLE_ROWS, ids=[f"{f}={v}" for f, v, _ in DAMAGED_TABLE_ROWS])
+def test_a_damaged_table_row_is_skipped_and_named(capsys: pytest.CaptureFixture[str], fixtures: Path, field: str,
+                                                  value: str, fragment: str) -> None:
+    table = fixtures / f"table-{field}-{value}.csv"
+    assert main(["estimate", "--bandwidth", str(table)]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"commscope estimate: warning: {table.name} line 3.{fragment}")
+    assert err[0].endswith(": row skipped")
+    alone = fixtures / f"alone-{field}-{value}.csv"  # the damaged row alone: no usable row, the file refused
+    alone.write_text("\n".join(table.read_text().splitlines()[::2]) + "\n")
+    assert main(["estimate", "--bandwidth", str(alone)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"bandwidth='{alone.name}': has no usable row: {alone.name} line 2.{fragment}" in err[0]
+
 
 _PARALLEL_FILES = {"empty.toml": "", "meta-only.toml": "[meta]\nnote = 'nothing else'\n", "badtype.toml": 'tp = "two"\n',
                    "unknown.toml": "tq = 2\n"}
@@ -305,9 +329,7 @@ def fixtures(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                         "all_reduce,8,2097152,100\n")
     (tmp / "nan-table.csv").write_text("op,group_size,size_bytes,busbw_GBps\nall_reduce,8,1048576,nan\n")
     good = {"op": "all_reduce", "group_size": "8", "size_bytes": "268435456", "busbw_GBps": "220", "intra_node": "true"}
-    for field, value in (("busbw_GBps", "-220"), ("busbw_GBps", "0"), ("busbw_GBps", "abc"), ("size_bytes", "-268435456"),
-                         ("group_size", "0"), ("group_size", "-8"), ("group_size", "2.5"), ("op", "allredux"),
-                         ("intra_node", "maybe")):
+    for field, value in [(f, v) for f, v, _ in DAMAGED_TABLE_ROWS] + [("intra_node", "maybe")]:
         (tmp / f"table-{field}-{value}.csv").write_text(
             ",".join(good) + "\nall_reduce,8,1048576,20,true\n" + ",".join({**good, field: value}.values()) + "\n")
     (tmp / "table-extra-cell.csv").write_text(",".join(good) + "\nall_reduce,8,1048576,20,true\n"

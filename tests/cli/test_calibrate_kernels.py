@@ -144,6 +144,8 @@ def test_an_earlier_gpu_file_survives_a_refused_fit(tmp_path, capsys):
     out = tmp_path / "g.toml"
     out.write_text("# my earlier calibration\n")
     assert main(["calibrate", "--kernels", str(tmp_path / "missing"), "--gpu", "h200", "--out", str(out)]) == 2
+    assert "g.toml already exists; give --force to replace" in capsys.readouterr().err  # (issue 36)
+    assert main(["calibrate", "--kernels", str(tmp_path / "missing"), "--gpu", "h200", "--out", str(out), "--force"]) == 2
     assert "is not a directory of kernel CSVs" in capsys.readouterr().err
     assert out.read_text() == "# my earlier calibration\n"
 
@@ -182,11 +184,11 @@ def test_measure_then_fit_on_the_cpu_path(tmp_path, capsys):
         "attention", "copies", "fp8_gemms", "gemms", "layers", "sustained_layers")), "tiny.model.toml"]
     assert set(doc["classes"]) == {"gemm", "fp8_gemm", "attention", "layer"}
     assert load_gpu(out).name == "CPU rank (calibrated)"
-    assert main(argv) == 2  # this job is in the directory already: not counted twice
+    assert main([*argv, "--force"]) == 2  # this job is in the directory already: not counted twice
     assert "already holds this job's measurements" in capsys.readouterr().err
     # a second job into the same directory: the fit is of both, each model... here one model, two micro-batches
     assert main([*argv[:argv.index("--out")], "--micro-batch-size", "2", "--out", str(out), "--device", "cpu",
-                 "--kernels-out", str(kernels), "--json"]) == 0
+                 "--kernels-out", str(kernels), "--json", "--force"]) == 0
     assert json.loads(capsys.readouterr().out)["classes"]["gemm"]["n"] == 30
-    assert main(["calibrate", "--kernels", str(kernels), "--gpu", str(base), "--out", str(out)]) == 0
+    assert main(["calibrate", "--kernels", str(kernels), "--gpu", str(base), "--out", str(out), "--force"]) == 0
     assert "layer" in capsys.readouterr().out

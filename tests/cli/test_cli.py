@@ -325,14 +325,22 @@ def test_ctrl_c_is_one_line_and_status_130(capsys, monkeypatch):
     assert err.strip() == "commscope traffic: interrupted" and "Traceback" not in out + err
 
 
-def test_traffic_points_out_its_own_files_left_by_an_earlier_run(capsys, tmp_path):
-    """Re-running into the same --out rewrites what it writes; its other files (a plot of another job) are named."""
+def test_traffic_refuses_an_earlier_runs_files_unless_forced(capsys, tmp_path):
+    """Re-running into the same --out is refused, naming the earlier run's files, and touches nothing (issue 36: it
+    once replaced some and left a plot of another job beside them); with --force they are replaced and the ones this
+    run does not write removed, said in one line. The user's own files are never touched."""
     (tmp_path / "heatmap.png").write_bytes(b"an earlier run's plot")
     (tmp_path / "notes.txt").write_text("the user's own file")
-    assert main(["traffic", "--tp", "4", "--out", str(tmp_path), "--no-plot"]) == 0
+    assert main(["traffic", "--tp", "4", "--out", str(tmp_path), "--no-plot"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "already holds the files of an earlier run (heatmap.png); give --force" in err and len(err.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["heatmap.png", "notes.txt"]
+    assert main(["traffic", "--tp", "4", "--out", str(tmp_path), "--no-plot", "--force"]) == 0
     err = capsys.readouterr().err
-    assert "warning: heatmap.png in" in err and "are from an earlier run" in err and "notes.txt" not in err
-    assert (tmp_path / "heatmap.png").read_bytes() == b"an earlier run's plot"  # never deleted
+    assert "replacing the files of an earlier run in" in err and "(--force): heatmap.png" in err
+    assert not (tmp_path / "heatmap.png").exists() and (tmp_path / "ops.jsonl").is_file()
+    assert (tmp_path / "notes.txt").read_text() == "the user's own file"
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no lock or temporary file left
 
 
 def test_plan_takes_the_jobs_attention_and_fp8(capsys, tmp_path):
@@ -404,3 +412,11 @@ def test_bench_curves_never_share_a_look():
     looks = curve_styles(curves)
     assert len(set(looks.values())) == len(curves) == 21
     assert len({looks[op, 2][0] for op, _ in curves}) == 7  # a colour per op
+
+
+def test_plan_of_a_large_world_says_so_before_it_searches(capsys):
+    """`plan --gpus 8388608` once printed nothing for 165 s: beyond 2^20 GPUs it is refused at once (test_bad_inputs),
+    and from 2^16 on a line on stderr says what the search is doing before it starts."""
+    assert main(["plan", "--gpus", "65536", "--global-batch-size", "65536", "--refine", "1", "--top", "1"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("commscope plan: planning 65,536 GPUs: every configuration that fits is estimated")

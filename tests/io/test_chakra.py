@@ -453,12 +453,16 @@ def test_an_export_is_never_mixed_with_an_earlier_one(tmp_path, capsys):
         assert main(["export", "chakra", *_JOB, "--tp", "1", "--pp", "1", "--dp", "4", "--out", str(out),
                      "--prefix", prefix]) == 2
         err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1 and f"out='{out}': already holds export output (comm_group.json" in err
-        assert "choose a new directory or remove the old one" in err
+        assert len(err.splitlines()) == 1
+        assert f"out='{out}': already holds an export of an earlier run (comm_group.json, commscope.0.et" in err
+        assert "give --force to replace it, or choose another directory" in err
         assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     (out / "comm_group.json").unlink()  # the traces alone are an export too
     assert main(["export", "chakra", *_JOB, "--tp", "1", "--pp", "1", "--dp", "4", "--out", str(out)]) == 2
-    assert "already holds export output (commscope.0.et, 8 file(s))" in capsys.readouterr().err
+    assert "already holds an export of an earlier run (commscope.0.et, commscope.1.et" in capsys.readouterr().err
+    # --force: the earlier export is removed whole, never a 4-rank export beside 8-rank traces
+    assert main(["export", "chakra", *_JOB, "--tp", "1", "--pp", "1", "--dp", "4", "--out", str(out), "--force"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["comm_group.json", *(f"commscope.{r}.et" for r in range(4))]
 
 
 def test_write_chakra_refuses_an_earlier_export(tmp_path):

@@ -61,7 +61,7 @@ def _log(name: str) -> Path:
 
 def test_public_api() -> None:
     assert sorted(nccl_tests.__all__) == [
-        "BusbwRow", "NcclTestsResult", "algbw", "busbw_factor", "canonical_op", "parse_nccl_tests",
+        "BusbwRow", "NcclTestsResult", "QuickRow", "algbw", "busbw_factor", "canonical_op", "parse_nccl_tests",
     ]
 
 
@@ -659,7 +659,7 @@ def _measured_pairs(tmp_path: Path, path: Path, jobs: list[str]) -> dict[tuple[i
     """(src, dst) -> bytes of the logical matrix `summarize --out` writes for ``path``."""
     from commscope.cli.main import main
 
-    out = tmp_path / f"out{len(jobs)}"
+    out = tmp_path / f"out{len(jobs)}-{path.stem}"
     assert main(["summarize", str(path), "--out", str(out), *jobs]) == 0
     rows = [line.split(",") for line in (out / "measured_logical.csv").read_text().splitlines()[1:]]
     return {(int(r[0]), int(r[1])): int(r[3]) for r in rows}
@@ -796,3 +796,14 @@ def test_a_real_sweep_is_a_bandwidth_table_its_zero_busbw_rows_left_out():
     rows = [r for r in table.rows if r.size_bytes == 1 << 27]
     assert min(r.size_bytes for r in table.rows) > zero[-1].size_bytes and len(rows) == 1
     assert table.busbw_bytes_per_s("all_reduce", 1 << 27, GroupSpan(8, 1, 8)) == rows[0].busbw_bytes_per_s
+
+
+def test_quick_rows_are_the_rows() -> None:
+    """parse_nccl_tests(quick=True), which `commscope fit` reads a million-line table with, gives the same rows as
+    named tuples: every field equal, and the data check read alike."""
+    for path in [*sorted(Path(__file__).parent.joinpath("data").glob("*cl-tests*")),
+                 *sorted(SHARED.joinpath("data", "real-logs").glob("*cl-tests*"))]:
+        slow, quick = parse_nccl_tests(path), parse_nccl_tests(path, quick=True)
+        assert [tuple(getattr(r, f) for f in BusbwRow.__slots__) for r in slow.rows] == [tuple(r) for r in quick.rows]
+        assert [r.failed_check for r in slow.rows] == [r.failed_check for r in quick.rows]
+        assert slow.problems == quick.problems and slow.meta == quick.meta

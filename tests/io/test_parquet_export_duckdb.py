@@ -97,8 +97,8 @@ def test_an_export_is_never_mixed_with_an_earlier_one(tmp_path: Path, capsys: py
     assert main(["export", "parquet", "--run", str(second), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert f"out='{out}': already holds export output (rank00000.parquet, 8 Parquet file(s)); choose a new " \
-           "directory or remove the old one" in err
+    assert f"out='{out}': already holds an export of an earlier run (rank00000.parquet, rank00001.parquet" in err
+    assert "and 2 more); give --force to replace it, or choose another directory" in err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert main(["export", "parquet", "--run", str(second), "--out", str(tmp_path / "new")]) == 0
     assert len(list((tmp_path / "new").glob("*.parquet"))) == 4

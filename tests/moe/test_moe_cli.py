@@ -133,12 +133,13 @@ def test_an_out_holding_an_earlier_run_is_refused(capsys, tmp_path):
                  ("moe", "analyze", out_dir / "trace.npz", "--window", "2", "--out", out_dir)):
         code, out, err = run(capsys, *argv)
         assert code == 2 and err.count("\n") == 1 and out == "", err
-        assert f"out='{out_dir}': already holds " in err and "choose a new directory or remove the old one" in err
+        assert f"out='{out_dir}': already holds the files of an earlier run (" in err
+        assert "give --force to replace it, or choose another directory" in err
         assert {p.name: p.read_bytes() for p in out_dir.iterdir()} == before
     (out_dir / "metrics.csv").unlink()  # any one of the files is an earlier run's
     for name in ("trace.npz", "metrics.json", "traffic_frames.png", "metrics.png"):
         code, _, err = run(capsys, *job, "--out", out_dir)
-        assert code == 2 and f"already holds {name} of an earlier run" in err
+        assert code == 2 and "already holds the files of an earlier run (" in err and name in err
         (out_dir / name).unlink()
     code, _, err = run(capsys, *job, "--out", out_dir)  # now empty: written
     assert code == 0 and (out_dir / "trace.npz").is_file()

@@ -311,8 +311,10 @@ def test_bench_curves_with_the_model_beside_them(tmp_path, pred32):
 @pytest.mark.parametrize("doc, match", [
     ('{"meta": {}, "rows": []}', "non-empty"),
     ('{"rows": [{"op": "all_reduce", "group_size": 8, "size_bytes": 1024}]}', "lacks busbw_bytes_per_s"),
-    ('{"rows": [{"op": "all_reduce", "group_size": "x", "size_bytes": 1, "busbw_bytes_per_s": 1}]}', "non-numeric"),
-    ("not json", "is not JSON"),
+    # a damaged row is skipped, as fit and --bandwidth skip it; a file of no usable row is refused
+    ('{"rows": [{"op": "all_reduce", "group_size": "x", "size_bytes": 1, "busbw_bytes_per_s": 1}]}',
+     r"has no usable row: bench.json rows\[1\].group_size='x': not a number"),
+    ("not json", "is not valid JSON"),
 ])
 def test_bench_errors_say_what_is_wrong(tmp_path, doc, match):
     path = tmp_path / "bench.json"

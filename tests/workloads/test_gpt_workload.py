@@ -134,3 +134,63 @@ def test_cli_refuses_a_model_too_large_to_train_here(capsys):
     assert main(["workload", "gpt", "--model", "llama3-8b", "--num-layers", "2", "--steps", "1"]) == 2
     err = capsys.readouterr().err
     assert "commscope workload: error:" in err and "model.bias" not in err
+
+
+def test_a_world_of_one_records_gracefully(tmp_path, capsys):
+    """`workload gpt --tp 1 --pp 1 --dp 1 --record DIR` once ended in a traceback (read_run: an empty directory):
+    one rank sends nothing, so no log was written. Its log now holds its header and step lines, and the comparison
+    says there was nothing to communicate."""
+    rec = tmp_path / "w1"
+    assert main(["workload", "gpt", "--tp", "1", "--pp", "1", "--dp", "1", "--steps", "2", "--record", str(rec)]) == 0
+    out = capsys.readouterr().out
+    assert f"recorded in {rec}/: no communication, as predicted (one rank talks to no one)" in out
+    assert sorted(p.name for p in rec.iterdir()) == ["model.toml", "parallel.toml", "rank00000.done", "rank00000.jsonl"]
+    lines = (rec / "rank00000.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and '"world_size": 1' in lines[0] and all('"commscope_step"' in x for x in lines[1:])
+    assert main(["summarize", str(rec)]) == 0
+    out = capsys.readouterr().out
+    assert "world size 1, 0 records, 0 ops" in out and "a world of one rank talks to no one" in out
+    assert "problem" not in out
+
+
+
+def _pipeline_with_stage_class(rank: int, world: int, stage_class_name: str) -> list[float] | str:
+    """A 2-stage pipeline of Linear layers, its stage built by ``pipeline_stage``: with this torch's PipelineStage,
+    one 1F1B step (the last stage's micro-batch losses); with a PipelineStage of torch 2.4-2.11's signature (no
+    example gradients), the stage built (its class name): that signature's construction is what failed there."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+    from commscope.workloads.gpt import pipeline_stage
+
+    class PipelineStageOfTorch211(PipelineStage):  # the signature before example gradients (torch 2.4-2.11)
+        def __init__(self, submodule, stage_index, num_stages, device, input_args=None, output_args=None, group=None,
+                     dw_builder=None):
+            super().__init__(submodule, stage_index, num_stages, device, input_args=input_args,
+                             output_args=output_args, group=group, dw_builder=dw_builder)
+
+    torch.manual_seed(rank)
+    model = torch.nn.Linear(8, 8)
+    example = torch.empty(2, 8, device="meta")
+    stage = pipeline_stage(model, rank, world, torch.device("cpu"), input_args=example, output_args=example,
+                           input_grads=None if rank == 0 else example, output_grads=None if rank == world - 1 else example,
+                           group=None, stage_class=PipelineStageOfTorch211 if stage_class_name == "old" else None)
+    if stage_class_name == "old":
+        return type(stage).__name__
+    schedule = Schedule1F1B(stage, n_microbatches=2, loss_fn=lambda out, target: ((out - target) ** 2).mean())
+    losses: list = []
+    if rank == 0:
+        schedule.step(torch.ones(4, 8))
+    else:
+        schedule.step(target=torch.zeros(4, 8), losses=losses)
+    return [float(x.detach()) for x in losses]
+
+
+def test_pipeline_stage_takes_each_torchs_signature():
+    """`PipelineStage(..., input_grads=...)` is a TypeError on torch 2.11 (issue 36: every `workload gpt` with pp > 1
+    failed on a CUDA machine with it). pipeline_stage passes what the signature names: this torch's stage runs a real
+    1F1B step; one of the older signature is built without the arguments it lacks."""
+    from commscope.launch import spawn
+
+    new = spawn(_pipeline_with_stage_class, 2, args=("new",), timeout_s=120)
+    assert new[0] == [] and len(new[1]) == 2 and all(x > 0 for x in new[1])
+    assert spawn(_pipeline_with_stage_class, 2, args=("old",), timeout_s=120) == ["PipelineStageOfTorch211"] * 2

@@ -21,9 +21,11 @@ at most 4.4%, within the default tolerance of 10%.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
-from collections.abc import Callable, Iterable, Sequence
+import statistics
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -142,25 +144,14 @@ def check_op(op: str | None) -> str | None:
 
 
 def _damage(row: dict, i: int, source: str) -> str | None:
-    """Why bench-JSON row ``i`` is damaged (a value no measurement has), naming the row, field and value; else None."""
-    where = f"{source} rows[{i}]"
+    """Why bench-JSON row ``i`` is damaged (a value no measurement has), naming the row, field and value; else None
+    (the rules every reader applies: :func:`commscope.io.checks.bench_row_problem`)."""
+    from commscope.io.checks import bench_row_problem
+
     if _known_op(row["op"]) is None:
-        return f"{where}.op={row['op']!r}: not a collective fit knows ({', '.join(FIT_OPS)})"
-    for key, whole, low in (("size_bytes", True, 1), ("group_size", True, 2), ("time_s", False, 0)):
-        value = row[key]
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            return f"{where}.{key}={value!r}: not a number"
-        if isinstance(value, bool) or not math.isfinite(number) or (whole and number != int(number)):
-            return f"{where}.{key}={value!r}: not a {'whole ' if whole else ''}finite number"
-        if key == "time_s" and not number > 0:
-            return f"{where}.time_s={value!r}: not a measured time (must be > 0)"
-        if number < low:
-            return f"{where}.{key}={value!r}: must be >= {low}" + (" (one rank moves nothing)" if key == "group_size" else "")
-        if key == "size_bytes" and number > MAX_MESSAGE_BYTES:
-            return f"{where}.size_bytes={value!r}: larger than any real message (> 1 TiB)"
-    return None
+        return f"{source} rows[{i}].op={row['op']!r}: not a collective fit knows ({', '.join(FIT_OPS)})"
+    why = bench_row_problem(row)
+    return None if why is None else f"{source} rows[{i}].{why}"
 
 
 def _points_from_bench(data: dict, source: str, *, group_size: int | None = None, op: str | None = None,
@@ -176,7 +167,23 @@ def _points_from_bench(data: dict, source: str, *, group_size: int | None = None
         raise ConfigError("rows", source, "no rows: expected {\"meta\": ..., \"rows\": [...]} from `commscope bench`")
     items: list[tuple[FitPoint, str | None, str | None, str | None]] = []
     problems: list[str] = []
+    # A file of a million rows holds a few kinds of row (op, group size, type, ...): each kind is checked and named
+    # once, by the first row of it that passes every check below, and later rows of a known kind whose numbers are
+    # plainly valid (the rules of commscope.io.checks, tested on their types) become points without the checks again.
+    # Anything else goes through the checks, as every row once did: the same points and problems, ~5x faster.
+    kinds: dict[tuple[Any, ...], tuple[str, int, bool | None, bool, tuple[str | None, str | None, str | None]]] = {}
     for i, row in enumerate(rows, start=1):
+        try:
+            kind = (row["op"], row["group_size"], row.get("intra_node"), row.get("dtype"), row.get("redop"),
+                    row.get("root"), row.get("noisy"), row.get("wrong"))
+            known = kinds.get(kind)
+        except (TypeError, KeyError, AttributeError):  # no object, a field missing, a value of no plain kind
+            kind, known = None, None
+        if known is not None and _plain_numbers(row):
+            row_op, n, intra, noisy, variants = known
+            items.append((FitPoint(op=row_op, group_size=n, size_bytes=row["size_bytes"],
+                                   time_s=float(row["time_s"]), intra_node=intra, noisy=noisy), *variants))
+            continue
         if not isinstance(row, dict):
             raise ConfigError(f"rows[{i}]", row, "must be an object", source=source)
         missing = [k for k in ("op", "group_size", "size_bytes", "time_s") if k not in row]
@@ -200,15 +207,32 @@ def _points_from_bench(data: dict, source: str, *, group_size: int | None = None
             raise ConfigError("op", op, f"{source} rows[{i}] measures {row_op}: bench JSON names each row's op (--op is "
                                         "for nccl-tests output whose header does not); leave it out")
         intra = row.get("intra_node")
-        items.append((FitPoint(op=row_op, group_size=n, size_bytes=size, time_s=t,
-                               intra_node=intra if isinstance(intra, bool) else None, noisy=bool(row.get("noisy"))),
-                      *row_variants(row)))
+        point = FitPoint(op=row_op, group_size=n, size_bytes=size, time_s=t,
+                         intra_node=intra if isinstance(intra, bool) else None, noisy=bool(row.get("noisy")))
+        variants = row_variants(row)
+        items.append((point, *variants))
+        if kind is not None:
+            kinds[kind] = (point.op, point.group_size, point.intra_node, point.noisy, variants)
     if not items:
         raise ConfigError("input", source, f"has no usable rows: {'; '.join(problems[:3])}")
     points, chosen = _select_variants(items, source, dtype=dtype, redop=redop, root=root)
     meta = data.get("meta", {}) if isinstance(data.get("meta"), dict) else {}
     return points, {"time_kind": "median", "backend": meta.get("backend"), "problems": problems, "notes": [],
                     "chosen": chosen}
+
+
+def _plain_numbers(row: dict) -> bool:
+    """Whether a bench row's size, time and bus bandwidths plainly pass :func:`commscope.io.checks.bench_row_problem`:
+    an int size of 1 B to 1 TiB, a float or int time finite and > 0, each bandwidth absent or a finite float > 0
+    (anything else is checked in full)."""
+    size, t = row["size_bytes"], row["time_s"]
+    if type(size) is not int or not 1 <= size <= MAX_MESSAGE_BYTES or type(t) not in (float, int) or not 0 < t < math.inf:
+        return False
+    for key in ("busbw_bytes_per_s", "busbw_GBps"):
+        b = row.get(key)
+        if b is not None and (type(b) not in (float, int) or not 0 < b < math.inf):
+            return False
+    return True
 
 
 def _canonical_dtype(name: str) -> str:
@@ -237,7 +261,9 @@ def _select_variants(items: Sequence[tuple[FitPoint, str | None, str | None, str
                                                        f"{', '.join(have)}")
         items = [it for it in items if it[1 + i] in (None, want)]
         chosen.append(f"{label} {want}")
-    mixed = mixed_variants((point.op, point.group_size, point.intra_node, d, r, rt) for point, d, r, rt in items)
+    # each curve's variants in the order they come (a million rows hold a few distinct ones)
+    mixed = mixed_variants(dict.fromkeys((point.op, point.group_size, point.intra_node, d, r, rt)
+                                         for point, d, r, rt in items))
     if mixed is not None:
         op, n, what, pick, opts = mixed
         raise ConfigError("input", source, f"times {op} over {n} ranks {what}, as nccl-tests {opts} does; one "
@@ -306,10 +332,11 @@ def _points_from_nccl_tests(path: Path, group_size: int | None, op: str | None =
     ``-o all``, ``-r -1``). Tables that time one curve on one machine (a run repeated) are pooled, each size's
     median; tables of other machines (outputs pasted together) are refused together until ``run`` picks one
     machine's tables (their numbers from 1 in file order, ``"1,3"``)."""
+    from commscope.io.checks import row_time_problem
     from commscope.io.nccl_tests import describe_tables, mixed_hardware, parse_nccl_tests, pick_tables
 
     try:
-        result = parse_nccl_tests(path)
+        result = parse_nccl_tests(path, quick=True)  # the rows only read: as named tuples, faster to make
     except ValueError as exc:
         raise ConfigError("input", path.name, str(exc)) from None
     runs = result.meta.get("runs", [])
@@ -330,7 +357,7 @@ def _points_from_nccl_tests(path: Path, group_size: int | None, op: str | None =
             if named is not None and named != op:
                 raise ConfigError("op", op, f"{path.name} line {r.get('op_named_line')} names the test {named}; "
                                             "leave --op out (it is for output that does not name it)")
-        result = parse_nccl_tests(path, op=op)  # read again, the rows taken as op's
+        result = parse_nccl_tests(path, op=op, quick=True)  # read again, the rows taken as op's
         runs = result.meta.get("runs", [])
     tables = _tables_arg(run, runs, path.name)
     if tables is not None:  # --run picks tables
@@ -388,11 +415,11 @@ def _points_from_nccl_tests(path: Path, group_size: int | None, op: str | None =
         if row.size_bytes is None or row.size_bytes <= 0 or row.source in damaged:
             continue  # zero-byte rows say nothing about alpha and beta
         t = row.time_s
-        if t is None or not t > 0 or not math.isfinite(t):
+        why = None if type(t) is float and 0 < t < math.inf else row_time_problem(row.op, row.size_bytes, t)
+        if why is not None:
             if not row.in_place:  # the line's measurement is damaged: the line is skipped, not its other half used
                 damaged.add(row.source)  # the out-of-place half comes first: the in-place half is not used
-                problems.append(f"{row.source}: {row.op} {row.size_bytes} B out-of-place time={t / US:.2f} us is no "
-                                "measurement (must be > 0): row skipped")
+                problems.append(f"{row.source}: {why}: row skipped")
             continue
         key = (canonical_op(row.op), int(n), int(row.size_bytes), row.intra_node, row.dtype, row.redop, row.root,
                row.source)
@@ -439,6 +466,9 @@ def _refuse_other_format(name: str, data: bytes) -> None:
                                          "compare, report) read this format")
 
 
+_NOT_JSON = object()
+
+
 def load_points(path: Path, *, group_size: int | None = None, op: str | None = None, dtype: str | None = None,
                 redop: str | None = None, root: int | None = None, run: str | Sequence[int] | None = None,
                 ) -> tuple[list[FitPoint], dict[str, Any]]:
@@ -463,12 +493,19 @@ def load_points(path: Path, *, group_size: int | None = None, op: str | None = N
         raise ConfigError("input", str(path), str(exc).removeprefix(f"{path}: ").removeprefix(f"{path.name}: ")) \
             from None
     text = data.decode("utf-8-sig", errors="replace")
-    if path.suffix.lower() == ".json" or text.lstrip().startswith(("{", "[")):
+    parsed: Any = _NOT_JSON
+    if path.suffix.lower() == ".json":
         try:
             parsed = json.loads(text)
         except json.JSONDecodeError as exc:
             _refuse_other_format(name, data)
             raise ConfigError("input", path.name, f"is not valid JSON: {exc}") from None
+    elif text.lstrip().startswith(("{", "[")):  # JSON under another name, or output whose first line is a
+        try:  # launcher's warning ("[1732812345.1] [host:1:0] ucp_context.c:1104 UCX WARN ...") above a table
+            parsed = json.loads(text)
+        except json.JSONDecodeError:
+            parsed = _NOT_JSON
+    if parsed is not _NOT_JSON:
         if not (isinstance(parsed, dict) and "rows" in parsed):
             _refuse_other_format(name, data)
         if not isinstance(parsed, dict):
@@ -512,6 +549,110 @@ def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
     return best
 
 
+#: Up to this many distinct sizes a curve's pieces may break at any size (every split is tried); beyond it, at
+#: this many evenly spread sizes (a sweep of nccl-tests' -f 1 -i 1M, or a million rows of random sizes, would
+#: otherwise cost k^2 lines and k^3 splits: a thousand sizes took minutes). Real sweeps (-f 2) have ~30 sizes.
+EXHAUSTIVE_SIZES = 64
+
+
+def _line_from_sums(s00: float, s01: float, s11: float, t0: float, t1: float, n: int) -> tuple[float, float, float]:
+    """:func:`_line` from the sums of its normal equations (1/y^2, x/y^2, x^2/y^2, 1/y, x/y over the points, and
+    their number): the same three candidates, and the sum of squares expanded from the sums."""
+    def sse(a: float, b: float) -> float:
+        return max(0.0, a * a * s00 + 2 * a * b * s01 + b * b * s11 - 2 * a * t0 - 2 * b * t1 + n)
+
+    cands = []
+    det = s00 * s11 - s01 * s01
+    if det > 0:
+        a, b = (t0 * s11 - t1 * s01) / det, (t1 * s00 - t0 * s01) / det
+        if a >= 0 and b >= 0:
+            cands.append((a, b))
+    cands.append((t0 / s00, 0.0))  # beta = 0: constant time
+    cands.append((0.0, t1 / s11))  # alpha = 0: through the origin
+    return min(((a, b, sse(a, b)) for a, b in cands), key=lambda c: c[2])
+
+
+def _sse_of_sums(s00: np.ndarray, s01: np.ndarray, s11: np.ndarray, t0: np.ndarray, t1: np.ndarray,
+                 n: np.ndarray) -> np.ndarray:
+    """:func:`_line_from_sums`' sum of squares for arrays of pieces at once."""
+    def sse(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.maximum(0.0, a * a * s00 + 2 * a * b * s01 + b * b * s11 - 2 * a * t0 - 2 * b * t1 + n)
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        det = s00 * s11 - s01 * s01
+        a, b = (t0 * s11 - t1 * s01) / det, (t1 * s00 - t0 * s01) / det
+        both = np.where((det > 0) & (a >= 0) & (b >= 0), sse(a, b), np.inf)
+        zero = np.zeros_like(s00)
+        out: np.ndarray = np.minimum(both, np.minimum(sse(t0 / s00, zero), sse(zero, t1 / s11)))
+    return out
+
+
+def _fewest_within(candidates: Iterable[list[tuple[int, int, float, float]]], x: np.ndarray, y: np.ndarray,
+                   tolerance: float) -> list[tuple[int, int, float, float]]:
+    """The first of ``candidates`` (fits of 1, 2, ... pieces) that misses no point by more than ``tolerance``,
+    else the one that misses its worst point least."""
+    best = None
+    for segs in candidates:
+        worst = max(float(np.max(np.abs((a + b * x[s:e + 1]) / y[s:e + 1] - 1))) for s, e, a, b in segs)
+        if best is None or worst < best[0] - 1e-12:
+            best = (worst, segs)
+        if worst <= tolerance:
+            return segs
+    assert best is not None
+    return best[1]
+
+
+def _grid_pieces(x: np.ndarray, y: np.ndarray, *, max_pieces: int,
+                 min_points: int) -> Iterator[list[tuple[int, int, float, float]]]:
+    """:func:`fit_curve` for a curve of more than :data:`EXHAUSTIVE_SIZES` sizes: the pieces are chosen breaking
+    only at :data:`EXHAUSTIVE_SIZES` evenly spread sizes, then each break is moved to the size between its
+    neighbours that fits best (all of them tried at once); each piece's line from prefix sums, O(1) a piece. Yields
+    the fit of 1, 2, ... ``max_pieces`` pieces."""
+    k = len(x)
+    inv = 1.0 / y
+    cols = [inv * inv, x * inv * inv, (x * inv) ** 2, inv, x * inv]
+    prefix = [np.concatenate([[0.0], np.cumsum(c)]) for c in cols]
+
+    def line(s: int, e: int) -> tuple[float, float, float]:  # points s..e
+        s00, s01, s11, t0, t1 = (float(p[e + 1] - p[s]) for p in prefix)
+        return _line_from_sums(s00, s01, s11, t0, t1, e - s + 1)
+
+    grid = sorted(set(np.linspace(0, k, EXHAUSTIVE_SIZES + 1).round().astype(int).tolist()))  # piece starts, and k
+    g = len(grid) - 1
+    m = max(2, min_points)
+    for pieces in range(1, max(1, max_pieces) + 1):
+        # dp[p][j]: least sse covering points 0..grid[j]-1 with p pieces, each from one grid position to another
+        dp = [[math.inf] * (g + 1) for _ in range(pieces + 1)]
+        back = [[-1] * (g + 1) for _ in range(pieces + 1)]
+        dp[0][0] = 0.0
+        for p in range(1, pieces + 1):
+            for j in range(1, g + 1):
+                for i in range(j):
+                    if dp[p - 1][i] < math.inf and (pieces == 1 or grid[j] - grid[i] >= m):
+                        v = dp[p - 1][i] + line(grid[i], grid[j] - 1)[2]
+                        if v < dp[p][j]:
+                            dp[p][j], back[p][j] = v, i
+        if dp[pieces][g] == math.inf:
+            break
+        starts, j = [], g
+        for p in range(pieces, 0, -1):
+            starts.append(grid[back[p][j]])
+            j = back[p][j]
+        starts = sorted(starts) + [k]
+        for _ in range(3):  # each break to its best place between its neighbours, a few rounds
+            for i in range(1, len(starts) - 1):
+                lo, hi = starts[i - 1] + m, starts[i + 1] - m
+                if hi <= lo:
+                    continue
+                c = np.arange(lo, hi + 1)
+                l00, l01, l11, l0, l1 = (p[c] - p[starts[i - 1]] for p in prefix)
+                r00, r01, r11, r0, r1 = (p[starts[i + 1]] - p[c] for p in prefix)
+                cost = (_sse_of_sums(l00, l01, l11, l0, l1, c - starts[i - 1])
+                        + _sse_of_sums(r00, r01, r11, r0, r1, starts[i + 1] - c))
+                starts[i] = int(c[int(np.argmin(cost))])
+        yield [(s, e - 1, *line(s, e - 1)[:2]) for s, e in itertools.pairwise(starts)]
+
+
 def fit_curve(sizes: Sequence[float], times: Sequence[float], *, tolerance: float = 0.1, max_pieces: int = 3,
               min_points: int = 3, plausible: Callable[[float], bool] | None = None) -> list[tuple[int, int, float, float]]:
     """Piecewise fit of one curve: ``[(first_index, last_index, alpha_s, beta_s_per_byte), ...]``.
@@ -519,20 +660,33 @@ def fit_curve(sizes: Sequence[float], times: Sequence[float], *, tolerance: floa
     ``sizes`` ascending and distinct. With more than one piece, each covers at least ``min_points`` sizes
     (two points always fit a line exactly, so two-point pieces would chase noise) and, given ``plausible``, has
     a slope it accepts (a bus bandwidth some link could have); one piece over every size is always a candidate.
-    See the module docstring for the criterion.
+    See the module docstring for the criterion. A curve of more than :data:`EXHAUSTIVE_SIZES` sizes is split as
+    :func:`_grid_pieces` says.
     """
     x = np.asarray(sizes, dtype=float)
     y = np.asarray(times, dtype=float)
-    k = len(x)
-    if k < 2:
+    if len(x) < 2:
         raise ValueError("need at least 2 sizes")
+    if len(x) > EXHAUSTIVE_SIZES:
+        pieces: Iterator[list[tuple[int, int, float, float]]] = (
+            segs for segs in _grid_pieces(x, y, max_pieces=max_pieces, min_points=min_points)
+            if plausible is None or len(segs) == 1 or all(plausible(b) for *_, b in segs))
+    else:
+        pieces = _exhaustive_pieces(x, y, max_pieces=max_pieces, min_points=min_points, plausible=plausible)
+    return _fewest_within(pieces, x, y, tolerance)
+
+
+def _exhaustive_pieces(x: np.ndarray, y: np.ndarray, *, max_pieces: int, min_points: int,
+                       plausible: Callable[[float], bool] | None = None) -> Iterator[list[tuple[int, int, float, float]]]:
+    """The least-squares fits of 1, 2, ... ``max_pieces`` pieces, every split tried (dynamic programming); with more
+    than one piece, only pieces whose slope ``plausible`` accepts."""
+    k = len(x)
     cost: dict[tuple[int, int], tuple[float, float, float]] = {}
     split_cost: dict[tuple[int, int], float] = {}  # a piece's error when it is one of several: inf if implausible
     for i in range(k):
         for j in range(i + 1, k):
             cost[i, j] = _line(x[i:j + 1], y[i:j + 1])
             split_cost[i, j] = cost[i, j][2] if plausible is None or plausible(cost[i, j][1]) else math.inf
-    best_pieces = None
     m = max(2, min_points)
     for pieces in range(1, max(1, max_pieces) + 1):
         if pieces > 1 and m * pieces > k:
@@ -558,13 +712,7 @@ def fit_curve(sizes: Sequence[float], times: Sequence[float], *, tolerance: floa
             segs.append((s, j, a, b))
             j = s - 1
         segs.reverse()
-        worst = max(abs((a + b * x[i]) / y[i] - 1) for s, e, a, b in segs for i in range(s, e + 1))
-        if best_pieces is None or worst < best_pieces[0] - 1e-12:
-            best_pieces = (worst, segs)
-        if worst <= tolerance:
-            return segs
-    assert best_pieces is not None
-    return best_pieces[1]
+        yield segs
 
 
 def fit(points: Iterable[FitPoint], *, source: str = "measurements", time_kind: str = "median",
@@ -591,7 +739,7 @@ def fit(points: Iterable[FitPoint], *, source: str = "measurements", time_kind: 
             raise ConfigError(f"{op} over {n} ranks", f"{len(by_size)} size ({only} B)",
                               "need at least 2 message sizes to fit latency and bandwidth", source=source)
         sizes = sorted(by_size)
-        times = [float(np.median(by_size[s])) for s in sizes]  # repeated sizes: their median
+        times = [_median(by_size[s]) for s in sizes]  # repeated sizes: their median
         f = _factor(op, n)
         pieces = _physical(sizes, times, f, f"{op} over {n} ranks", merged, tolerance=tolerance,
                            max_pieces=max_pieces)
@@ -605,9 +753,14 @@ def fit(points: Iterable[FitPoint], *, source: str = "measurements", time_kind: 
         flags = noisy[(op, n, intra)]
         if sum(flags) * 2 > len(flags):
             noisy_rows[(op, n, intra)] = f"{sum(flags)} of {len(flags)}"
+        # Curve.time_s's segment for each size, found walking the sizes up (they are sorted) instead of searching
+        bounds = [math.sqrt(a.size_max_bytes * b.size_min_bytes) for a, b in itertools.pairwise(segs)]
+        j = 0
         for s, t in zip(sizes, times):
+            while j < len(bounds) and s > bounds[j]:
+                j += 1
             residuals.append(Residual(op=op, group_size=n, size_bytes=int(s), measured_time_s=t,
-                                      fitted_time_s=curve.time_s(s, f)))
+                                      fitted_time_s=segs[j].time_s(s, f)))
     return FitResult(curves=tuple(curves), residuals=tuple(residuals), source=source, time_kind=time_kind,
                      backend=backend, tolerance=tolerance, max_pieces=max_pieces, unreliable=unreliable, noisy=noisy_rows,
                      merged=tuple(merged))
@@ -635,6 +788,13 @@ def _physical(sizes: Sequence[int], times: Sequence[float], factor: float, curve
         said.append(f"{curve}: the rows of {rows} B alone give a line whose bus bandwidth {why(beta)}: fitted "
                     f"within {int(sizes[into[0]]):,}-{int(sizes[into[1]]):,} B instead")
     return kept
+
+
+def _median(values: list[float]) -> float:
+    """``float(np.median(values))``, without numpy's cost for the one or few times most sizes have."""
+    if len(values) == 1:
+        return float(values[0])
+    return float(statistics.median(values)) if len(values) < 64 else float(np.median(values))
 
 
 def _unreliable(largest: Segment) -> str | None:

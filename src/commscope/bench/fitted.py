@@ -22,6 +22,7 @@ about independent of n for ring algorithms), alpha scaled by the ratio of latenc
 
 from __future__ import annotations
 
+import functools
 import math
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -111,6 +112,7 @@ def root_variant(value: Any) -> str | None:
     return str(value)
 
 
+@functools.lru_cache(maxsize=4096)  # a million rows name a few ops
 def canonical_op(name: str) -> str:
     """``all_reduce_perf``, ``allreduce``, ``AllReduce`` -> ``all_reduce``; send/recv -> ``sendrecv``."""
     key = str(name).strip().lower().removesuffix("_perf")

@@ -345,7 +345,9 @@ def _cell(value: Any) -> str:
 
 
 def _write_csv(path: Path, columns: Sequence[str], rows: Sequence[dict[str, Any]]) -> Path:
-    with path.open("w", newline="", encoding="utf-8") as f:
+    from commscope.io.atomic import atomic_open
+
+    with atomic_open(path, "w", newline="") as f:  # beside the target, renamed into place when complete
         w = csv.writer(f, lineterminator="\n")
         w.writerow(columns)
         for row in rows:

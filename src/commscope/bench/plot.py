@@ -71,7 +71,10 @@ def plot_busbw(rows: Sequence[BenchRow], path: Path, *, title: str = "") -> Path
         ax.legend(fontsize=8, title="hollow: noisy (high cv)", title_fontsize=7)
         fig.tight_layout()
         path = Path(path)
-        fig.savefig(path)
+        from commscope.io.atomic import atomic_path
+
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp)
     finally:
         plt.close(fig)
     return path

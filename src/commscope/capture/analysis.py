@@ -234,6 +234,7 @@ def compare(prediction, run: RunLog | RunTotals) -> dict:
     return {"steps": steps, "num_steps": num_steps, "by_axis": by_axis, "by_op": rows,
             "setup": [{"axis": k[0], "op": k[1], "count": v[0], "bytes": v[1]} for k, v in sorted(setup.items())],
             "max_rel_error": max(rel) if rel else 0.0, "unfinished_ranks": list(run.unfinished_ranks),
+            "silent_ranks": list(run.silent_ranks),
             **({"failure": run.failure} if run.failure is not None else {}),
             "partial_steps": {str(k): list(v) for k, v in partial.items()}, "problems": problems,
             "notes": list(run.notes), "formats": list(run.formats), "missing_fields": list(run.missing_fields)}

@@ -41,6 +41,18 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return name if name is not None else str(dtype).removeprefix("torch.")
 
 
+class _OpByOp:
+    """A backend as :meth:`RecordingProcessGroup._get_backend` shows it: the inner one, but not coalescing."""
+
+    supports_coalescing = False
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
 class RecordingProcessGroup(dist.ProcessGroup):
     """Forwards every op to ``inner`` and records it into ``sink`` (a :class:`commscope.capture.recorder.RankLog`, or
     ``_current_sink``: the one :func:`set_sink` set); records are lists (:mod:`commscope.capture.oprecord`)."""
@@ -67,6 +79,14 @@ class RecordingProcessGroup(dist.ProcessGroup):
     # ----- identity -----
     def getBackendName(self) -> str:  # c10d's name
         return BACKEND_NAME
+
+    def _get_backend(self, device: Any) -> Any:
+        """The backend of ``device``, as torch's own Python code asks a group for it (torch 2.14's batch_isend_irecv,
+        which pipelining's stages use, and FSDP2's buffers; this group registers none with c10d, so the base
+        method raised 'No backend type associated with device type cpu'): the inner backend, seen as one that does
+        not coalesce, so that a batch of sends and receives comes to this group op by op and each is recorded, as
+        torch 2.13 and earlier send it to a group of a ProcessGroup subclass."""
+        return _OpByOp(self._inner)
 
     @property
     def group_name(self) -> GroupName:

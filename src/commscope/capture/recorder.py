@@ -35,6 +35,12 @@ RECORD_ENV = "COMMSCOPE_RECORD"
 LOG_FORMAT = "commscope-ops"
 
 
+#: The files of a recording (a run's rank logs, their completion markers, the failure marker, the job beside them,
+#: the routing of a MoE run): what an earlier recording in a folder is made of.
+RECORDING_FILES = ("rank*.jsonl", "rank*.jsonl.gz", "rank*.done", FAILURE_FILE, "model.toml", "parallel.toml",
+                   "cluster.toml", "routing/routing-rank*.npz", "routing/group*/routing-rank*.npz")
+
+
 def check_fresh_logdir(logdir: str | os.PathLike, field: str = "out") -> None:
     """Refuse a directory that already holds a recording (``rank*.jsonl``): records are never appended to an
     earlier run's logs, where they would be mixed with it."""
@@ -64,14 +70,19 @@ def mark_failed(logdir: Path, how: str, *, rank: int | None, exitcode: int | Non
     """Leave ``logdir/failure.json``: ``rank`` (None when only the launched command's exit status is known), how
     it failed, and the ranks stopped after it. Unless ``replace``, a marker there already stays (the first failure is
     the one to name). True when this call wrote it."""
+    from commscope.errors import ConfigError
+    from commscope.io.atomic import write_new_text, write_text
+
     marker = {"rank": rank, "how": how, "exitcode": exitcode, "timed_out": timed_out,
               "stopped_after": stopped_after or [], "world_size": world_size, "time_ns": time.time_ns()}
+    text = json.dumps(marker) + "\n"
     try:
         logdir.mkdir(parents=True, exist_ok=True)
-        with (logdir / FAILURE_FILE).open("w" if replace else "x") as f:  # "x": two ranks failing at once leave the first
-            f.write(json.dumps(marker) + "\n")
-        return True
-    except OSError:  # there already, or not writable: the failure itself is what the user must hear about
+        if replace:
+            write_text(logdir / FAILURE_FILE, text, field="logdir")
+            return True
+        return write_new_text(logdir / FAILURE_FILE, text, field="logdir")  # two ranks failing at once leave the first
+    except (OSError, ConfigError):  # not writable, a full disk, a link: the failure itself is what the user must hear
         return False
 
 
@@ -82,7 +93,8 @@ class RankLog:
     issuing an op flush it when :meth:`due` (``len(buf) >= batch`` or the clock past :attr:`flush_due_ns`); anything
     else hands a record over with :meth:`take`."""
 
-    def __init__(self, logdir: Path, *, batch: int = 256, flush_s: float = 1.0) -> None:
+    def __init__(self, logdir: Path, *, batch: int = 256, flush_s: float = 1.0, rank: int | None = None,
+                 say_stop: bool = True) -> None:
         self.logdir = Path(logdir)
         self.batch = batch
         self.flush_s = flush_s
@@ -94,10 +106,16 @@ class RankLog:
         """When the records unwritten by then are written, whatever their number (the wall clock, which the records'
         times read anyway: one stepped back delays this; full batches still go out)."""
         self._num_written = 0
-        self.rank: int | None = None
+        self.rank: int | None = rank
+        """This process's rank: given when known before its first op (a launcher's rank), so that a rank that
+        communicates nothing (a world of one) still leaves its log, header and step lines; else read from the first
+        op."""
         self._step: int | None = None
         self._step_start_ns: int | None = None  # start of the step being timed (None: no step open)
         self._written = False  # whether this log has written its file (a reopen after close appends to it)
+        self._broken: str | None = None  # why this log stopped writing (a full disk): its records are dropped
+        self._dropped = 0
+        self._say_stop = say_stop  # False: a launcher reports :attr:`stopped` in one line for all its ranks
 
     @property
     def step(self) -> int | None:
@@ -141,25 +159,37 @@ class RankLog:
             self.flush()
 
     @property
+    def stopped(self) -> str | None:
+        """Why this log stopped writing before the job ended (``No space left on device (the disk is full):
+        logs/rank00000.jsonl``), or None: then it holds every record taken."""
+        return self._broken
+
+    @property
     def num_records(self) -> int:
         """Op records taken so far (written or not; step lines not counted)."""
         return self._num_written + sum(1 for rec in list(self.buf) if type(rec) is list)
 
-    def _open(self, rec: list) -> None:
+    def _open(self, rec: list | None) -> None:
+        """Open this rank's log (its rank and backend from ``rec``, the first op record, when there is one)."""
         import torch
 
-        fields = rec[R_SHAPE][1]
-        self.rank = int(fields["rank"])
+        fields = rec[R_SHAPE][1] if rec is not None else {}
+        if rec is not None:
+            self.rank = int(fields["rank"])
+        assert self.rank is not None  # from the record, or given
         self.logdir.mkdir(parents=True, exist_ok=True)
         path = self.logdir / f"rank{self.rank:05d}.jsonl"
-        fresh = not path.exists() or path.stat().st_size == 0
-        if not fresh and not self._written:  # another run's log: never mix records into it
+        from commscope.io.atomic import open_append
+
+        fresh = not self._written
+        try:  # never through a link; a new log never appended to another run's
+            self._file = open_append(path, create=fresh)
+        except FileExistsError:
             from commscope.errors import ConfigError
 
             raise ConfigError("logdir", str(self.logdir), f"already holds {path.name} of an earlier recording; "
-                                                          "record into a new directory")
+                                                          "record into a new directory") from None
         self._written = True
-        self._file = path.open("a", encoding="utf-8")
         if not fresh:  # reopened by this log (a late record after close): no second header
             return
         from commscope.capture.pg import run_info
@@ -182,18 +212,45 @@ class RankLog:
     def _flush_locked(self) -> None:
         buf = self.buf
         batch = buf[:]  # what is there now; records appended meanwhile stay for the next flush
-        if batch:
+        if batch and self._broken is not None:  # the log stopped (a full disk): the job goes on, unrecorded
+            del buf[:len(batch)]
+            self._dropped += sum(1 for rec in batch if type(rec) is list)
+        elif batch:
             if self._file is None:
                 first = next((r for r in batch if type(r) is list), None)
-                if first is None:  # step lines only: the rank (and so the file) is known from the first op
-                    return
-                self._open(first)
-            assert self._file is not None  # _open opened it
-            self._file.write("\n".join(map(_line, batch)) + "\n")
-            self._file.flush()
-            del buf[:len(batch)]
-            self._num_written += sum(1 for rec in batch if type(rec) is list)
+                if first is None and (self.rank is None or self._written):  # step lines only: the rank (and so the
+                    return  # file) is known from the first op, unless given
+            try:
+                if self._file is None:
+                    self._open(first)
+                assert self._file is not None  # _open opened it
+                self._file.write("\n".join(map(_line, batch)) + "\n")
+                self._file.flush()
+            except OSError as exc:
+                self._stop_writing(exc)
+                del buf[:len(batch)]
+                self._dropped += sum(1 for rec in batch if type(rec) is list)
+            else:
+                del buf[:len(batch)]
+                self._num_written += sum(1 for rec in batch if type(rec) is list)
         self.flush_due_ns = time.time_ns() + int(self.flush_s * 1e9)
+
+    def _stop_writing(self, exc: OSError) -> None:
+        """A write failed (a full disk, a quota): say so once, in one line naming the log, and record no more. The
+        log keeps what was written before (its last line perhaps cut, which readers skip with a warning) and gets no
+        completion marker, so every reader reports it unfinished; the training itself goes on."""
+        import errno
+
+        path = self.logdir / f"rank{self.rank:05d}.jsonl"
+        full = " (the disk is full)" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+        self._broken = f"{exc.strerror or exc}{full}: {path}"
+        if self._say_stop:
+            print(f"commscope: recording of rank {self.rank} stopped: {self._broken}; {path.name} keeps the records "
+                  "written before it", file=sys.stderr)
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()
+        self._file = None
 
     def flush(self) -> None:
         with self._lock:
@@ -207,11 +264,22 @@ class RankLog:
         self.end_step()
         self.flush()
         with self._lock:
+            if self._file is None and not self._written and self.rank is not None and self._broken is None:
+                try:
+                    self._open(None)  # a rank that logged nothing, known by its launcher: its log says so
+                except OSError as exc:
+                    self._stop_writing(exc)
+        with self._lock:
             if self._file is not None:
-                self._file.close()
+                try:
+                    self._file.close()
+                except OSError as exc:
+                    self._stop_writing(exc)
                 self._file = None
-                # the completion marker: a log without it is reported as unfinished
-                (self.logdir / f"rank{self.rank:05d}.done").write_text(f"{self.num_records}\n")
+                if self._broken is None:  # the completion marker: a log without it is reported as unfinished
+                    from commscope.io.atomic import write_text
+
+                    write_text(self.logdir / f"rank{self.rank:05d}.done", f"{self.num_records}\n", field="logdir")
 
 
 def _to_commop_dict(rec: dict) -> dict:
@@ -348,18 +416,34 @@ def start(logdir: str | os.PathLike, *, batch: int = 256, flush_s: float = 1.0) 
         if not isinstance(default, pg.RecordingProcessGroup):
             raise RuntimeError("commscope.capture.record() must start before torch.distributed.init_process_group(); "
                                "the default process group already exists and cannot be wrapped")
-    if os.environ.get(RECORD_ENV) != os.fspath(logdir):  # `commscope record` checked before the job started
+    from commscope.io.claim import claimed_for_me, share_folder
+
+    launched = claimed_for_me(Path(logdir))  # `commscope record` claimed and checked it before the job started
+    if not launched:
         check_fresh_logdir(logdir, "logdir")
+        share_folder(Path(logdir))  # the ranks of this job share it; another run writing it is refused
     pg.register()
-    log = RankLog(Path(logdir), batch=batch, flush_s=flush_s)
+    # a log that stops (a full disk) is said by `commscope record`, once for all ranks; else by the rank itself
+    log = RankLog(Path(logdir), batch=batch, flush_s=flush_s, say_stop=not launched)
     pg.set_sink(log)
     _ACTIVE = log
     if _ORIGINAL_INIT is None:
         _ORIGINAL_INIT = dist.init_process_group
         dist.init_process_group = _patched_init
-    atexit.register(log.close)
+    atexit.register(_close_at_exit, log)
     _mark_uncaught_exceptions()
     return log
+
+
+def _close_at_exit(log: RankLog) -> None:
+    """Close a log as the interpreter ends: a log that cannot be written is one line on stderr, not a traceback
+    after the job's own output."""
+    from commscope.errors import ConfigError
+
+    try:
+        log.close()
+    except (ConfigError, OSError) as exc:
+        print(f"commscope: recording of this process not closed: {exc}", file=sys.stderr)
 
 
 def _failed_rank() -> int | None:

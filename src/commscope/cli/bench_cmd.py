@@ -91,6 +91,7 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--out", type=Path, default=None, help="write rows and metadata as JSON (and the plot beside it, .png)")
     o.add_argument("--no-plot", action="store_true", help="do not write the busbw plot")
+    o.add_argument("--force", action="store_true", help="replace the JSON (and plot) of an earlier run at --out")
     o.add_argument("--json", action="store_true", help="print JSON instead of the table")
     o.add_argument("--wide", action="store_true",
                    help="nccl-tests' every column even on a terminal narrower than its lines (a pipe always gets them)")
@@ -165,6 +166,17 @@ def check_outputs(args: argparse.Namespace) -> None:
                                            "or give --no-plot")
 
 
+def claim_outputs(args: argparse.Namespace):
+    """The claim on --out (and the plot beside it) for this run, or None without --out: another run writing them is
+    refused, and so are the files of an earlier run unless --force (:func:`commscope.cli.outputs.claim_file`)."""
+    from commscope.cli.outputs import claim_file
+
+    if args.out is None:
+        return None
+    out = Path(args.out)
+    return claim_file(args, out, beside=() if args.no_plot else (plot_path(out),))
+
+
 def run(args: argparse.Namespace, command: str | None = None) -> int:
     from commscope.bench.sweep import check_memory, check_world
     from commscope.launch import LaunchError, ranks_from_env
@@ -185,15 +197,19 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
         check_memory(cfg, group_sizes, args.nproc, backend)
         from commscope.launch import spawn
 
+        claim = claim_outputs(args)  # before any rank starts
         try:
-            outs = spawn(_rank_main, args.nproc, args=(cfg, quiet, command, short_table(args)), backend=backend,
-                         timeout_s=args.timeout,
-                         oversubscribe=args.oversubscribe)
-        except LaunchError as exc:
-            print(f"commscope bench: error: {exc.summary}", file=sys.stderr)
-            return EXIT_FAILED
-        result, failed = outs[0]
-        return _finish(args, result, failed)
+            try:
+                outs = spawn(_rank_main, args.nproc, args=(cfg, quiet, command, short_table(args)), backend=backend,
+                             timeout_s=args.timeout, oversubscribe=args.oversubscribe)
+            except LaunchError as exc:
+                print(f"commscope bench: error: {exc.summary}", file=sys.stderr)
+                return EXIT_FAILED
+            result, failed = outs[0]
+            return _finish(args, result, failed)
+        finally:
+            if claim is not None:
+                claim.release()
     env = ranks_from_env()
     if env is None:
         raise ConfigError("nproc", None, "give --nproc N to start N ranks on this machine, or run inside a torchrun job "
@@ -201,6 +217,8 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
     import torch
     import torch.distributed as dist
 
+    # rank 0 writes --out: it claims it before joining the job (refused, it exits, and torchrun stops the others)
+    claim = claim_outputs(args) if env.rank == 0 else None
     created = False
     if not dist.is_initialized():
         check_memory(cfg, check_world(cfg, env.world_size, backend), env.local_world_size, backend)
@@ -216,13 +234,17 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
         dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout), device_id=device_id)
         created = True
     try:
-        result, failed = _rank_main(env.rank, env.world_size, cfg, quiet, command, short_table(args))
+        try:
+            result, failed = _rank_main(env.rank, env.world_size, cfg, quiet, command, short_table(args))
+        finally:
+            if created:
+                dist.destroy_process_group()
+        if env.rank != 0:
+            return EXIT_FAILED if failed else 0
+        return _finish(args, result, failed)
     finally:
-        if created:
-            dist.destroy_process_group()
-    if env.rank != 0:
-        return EXIT_FAILED if failed else 0
-    return _finish(args, result, failed)
+        if claim is not None:
+            claim.release()
 
 
 def _finish(args: argparse.Namespace, result, failed: bool) -> int:
@@ -236,9 +258,11 @@ def _finish(args: argparse.Namespace, result, failed: bool) -> int:
         json.dump(data, sys.stdout, indent=2)
         sys.stdout.write("\n")
     if args.out is not None:
+        from commscope.io.atomic import write_text
+
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(data, indent=2) + "\n")
+        write_text(out, json.dumps(data, indent=2) + "\n")
         print(f"commscope bench: wrote {out}", file=sys.stderr)
         if not args.no_plot:
             _plot(result, plot_path(out))

@@ -110,6 +110,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=out_path, required=True,
                    help="the file to write (.toml): a GPU file with --kernels or --model, else a cluster file")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--force", action="store_true", help="replace the file of an earlier run at --out")
     p.set_defaults(func=run)
 
 
@@ -136,11 +137,14 @@ def run(args: argparse.Namespace) -> int:
     from commscope.cli.common import check_out_file
 
     check_out_file(args.out, "out")  # before any work
-    if args.kernels is not None:
-        return _run_fit(args)
-    if args.model is not None:
-        return _run_measure(args)
-    return _run_cluster(args)
+    from commscope.cli.outputs import claim_file
+
+    with claim_file(args, args.out):  # before any work or rank: one run writes the file
+        if args.kernels is not None:
+            return _run_fit(args)
+        if args.model is not None:
+            return _run_measure(args)
+        return _run_cluster(args)
 
 
 def _say(message: str) -> None:
@@ -435,9 +439,7 @@ def _write_checked(text: str, out: Path, check: Callable[[Path], Any] | None = N
     """Write ``text`` to ``out`` only if it reads back -- with ``check`` (a GPU file: ``load_gpu``), by default as a
     cluster (``--cluster``) and as a bandwidth model (``--bandwidth``), as the file says to use it; else leave
     ``out`` as it was and return why (the refused field, its value and the valid range)."""
-    import os
-    import tempfile
-
+    from commscope.io.atomic import atomic_path
     from commscope.io.bandwidth_file import read_bandwidth
     from commscope.spec.files import load_cluster
 
@@ -445,19 +447,19 @@ def _write_checked(text: str, out: Path, check: Callable[[Path], Any] | None = N
         load_cluster(path)
         read_bandwidth(path, fallback=None)
 
+    class Refused(Exception):
+        pass
+
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{out.stem}.", suffix=".toml", dir=out.parent)
-    tmp = Path(name)
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        try:
-            (check or as_cluster)(tmp)
-        except ConfigError as exc:
-            return f"{exc.field}={exc.value!r}: {exc.expected}"
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+        with atomic_path(out) as tmp:  # renamed over out only when it reads back
+            tmp.write_text(text)
+            try:
+                (check or as_cluster)(tmp)
+            except ConfigError as exc:
+                raise Refused(f"{exc.field}={exc.value!r}: {exc.expected}") from None
+    except Refused as why:
+        return str(why)
     return None
 
 

@@ -78,6 +78,8 @@ def check_out_file(path: Path | None, field: str = "out") -> None:
         return
     if path.is_dir():
         raise ConfigError(field, str(path), "is a directory; give a file name")
+    if path.exists() and not path.is_file():  # a device, a pipe: outputs are written beside and renamed over
+        raise ConfigError(field, str(path), "is not a regular file (a device, a pipe or a socket); give a file name")
     check_out_dir(path.parent if str(path.parent) else Path("."), field, shown=path)
 
 
@@ -496,7 +498,7 @@ def estimate_job(prediction, args: argparse.Namespace):
     if args.bandwidth is not None:
         from commscope.io.bandwidth_file import read_bandwidth
 
-        bw = read_bandwidth(args.bandwidth, fallback=AlphaBeta(prediction.cluster))
+        bw = read_bandwidth(args.bandwidth, fallback=AlphaBeta(prediction.cluster), warn=lambda m: warn(args, m))
     return estimate(prediction, method=args.method, gpu_util=args.gpu_util, bandwidth=bw, gpu=getattr(args, "gpu", None))
 
 
@@ -525,11 +527,12 @@ def write_job(logdir: Any, model: ModelSpec | None, parallel: ParallelSpec | Non
     """The job next to its logs (:data:`JOB_FILES`), so that `commscope compare logdir` finds it."""
     from pathlib import Path
 
+    from commscope.io.atomic import write_text
     from commscope.spec.files import dumps_toml, model_to_mapping, parallel_to_mapping
 
     folder = Path(logdir)
     folder.mkdir(parents=True, exist_ok=True)
     if model is not None:
-        (folder / JOB_FILES["model"]).write_text(dumps_toml(model_to_mapping(model)))
+        write_text(folder / JOB_FILES["model"], dumps_toml(model_to_mapping(model)))
     if parallel is not None:
-        (folder / JOB_FILES["parallel"]).write_text(dumps_toml(parallel_to_mapping(parallel)))
+        write_text(folder / JOB_FILES["parallel"], dumps_toml(parallel_to_mapping(parallel)))

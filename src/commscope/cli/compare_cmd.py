@@ -137,8 +137,12 @@ def print_comparison(result: dict) -> None:
     off = [f"{r['axis']}/{r['op']} {r['predicted_count']:,.0f} predicted vs {r['measured_count']:,} measured"
            for r in result["by_op"] if r["predicted_count"] != r["measured_count"]]
     if off:
+        silent = result.get("silent_ranks") or []
+        why = (f"rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent[:16]))}"
+               f"{' ...' if len(silent) > 16 else ''} logged no op, so {'their' if len(silent) > 1 else 'its'} ops are "
+               "missing from the measured side" if silent else "is the job the one that was recorded?")
         print(f"op counts differ on {len(off)} of {len(result['by_op'])} rows ({'; '.join(off[:4])}"
-              + (" ..." if len(off) > 4 else "") + "): is the job the one that was recorded?")
+              + (" ..." if len(off) > 4 else "") + f"): {why}")
 
 
 def _us(x: float | None) -> str:

@@ -47,6 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "one at a time; 2 puts DP/ZeRO traffic on a chain of its own, for simulators that run collectives "
                         "concurrently (ASTRA-sim may then deadlock where a stage's ranks finish collectives at different "
                         "times)")
+    g.add_argument("--force", action="store_true", help="replace the export of an earlier run in --out")
     p.set_defaults(func=run)
 
 
@@ -60,19 +61,22 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("run", str(args.run), "is for `export parquet` (a recorded run); `export chakra` exports "
                                                 "the job the flags describe")
 
-    from commscope.io.chakra import _require_chakra, check_chakra_out, export_chakra
+    from commscope.cli.outputs import claim_dir
+    from commscope.io.chakra import GROUP_FILE, _require_chakra, check_prefix, export_chakra
 
     check_out_dir(args.out)
-    check_chakra_out(args.out, args.prefix)
+    check_prefix(args.prefix)
     try:
         _require_chakra()
     except ImportError as exc:
         raise ConfigError("target", "chakra", str(exc)) from None
     model, parallel, cluster = resolve_job(args)
-    pred = predict(model, parallel, cluster)
-    est = estimate_job(pred, args)
-    export = export_chakra(pred, est, args.out, prefix=args.prefix, bandwidth=_bandwidth(args, pred),
-                           comm_streams=args.comm_streams)
+    # one run writes the folder; an earlier export (traces of any prefix) never mixed with this one
+    with claim_dir(args, args.out, ("*.et", GROUP_FILE), what="an export"):
+        pred = predict(model, parallel, cluster)
+        est = estimate_job(pred, args)
+        export = export_chakra(pred, est, args.out, prefix=args.prefix, bandwidth=_bandwidth(args, pred),
+                               comm_streams=args.comm_streams)
     paths = export.paths
     print(f"wrote {len(paths) - 1} Chakra execution traces ({args.out / f'{args.prefix}.0.et'} ...; "
           f"{sum(export.num_nodes):,} nodes) and {paths[-1]}")
@@ -127,13 +131,16 @@ def _parquet(args: argparse.Namespace) -> int:
         raise ConfigError("target", "parquet", "needs pyarrow: pip install pyarrow (or commscope[parquet])") from None
     from commscope.cli.summarize_cmd import run_layout
 
+    from commscope.cli.outputs import claim_dir
+
     check_out_dir(args.out)
-    check_parquet_out(args.out)
     layout = run_layout(args, args.run)
-    try:
-        files, rows, problems = write_run_parquet(args.run, args.out, layout=layout)
-    except ValueError as exc:
-        raise ConfigError("run", str(args.run), str(exc)) from None
+    # one run writes the folder; an earlier run's tables are never read with this one's (out/*.parquet)
+    with claim_dir(args, args.out, ("*.parquet",), what="an export"):
+        try:
+            files, rows, problems = write_run_parquet(args.run, args.out, layout=layout)
+        except ValueError as exc:
+            raise ConfigError("run", str(args.run), str(exc)) from None
     for line in problems[:20]:
         print(f"commscope export: problem: {line}", file=sys.stderr)
     if len(problems) > 20:
@@ -143,14 +150,3 @@ def _parquet(args: argparse.Namespace) -> int:
           f"logical ops as summarize does, e.g. over '{args.out}/*.parquet'")
     return 0
 
-
-def check_parquet_out(out: Path) -> None:
-    """Refuse an ``out`` that already holds Parquet tables: a query over ``out/*.parquet`` (the guide's DuckDB
-    glob) would read the rows of both runs, and an earlier run's ranks beyond this one's would survive."""
-    from commscope.errors import ConfigError
-
-    old = sorted(out.glob("*.parquet")) if out.is_dir() else []
-    if old:
-        raise ConfigError("out", str(out), f"already holds export output ({old[0].name}, {len(old)} Parquet file(s)); "
-                                           f"choose a new directory or remove the old one (a query over "
-                                           f"{out}/*.parquet would mix the two runs)")

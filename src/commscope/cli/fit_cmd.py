@@ -44,14 +44,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rows", action="store_true",
                    help="also print every measured row beside its fitted time and error (the TOML's [fit] table)")
     p.add_argument("--json", action="store_true", help="print the fit as JSON instead of the table")
+    p.add_argument("--force", action="store_true", help="replace the model of an earlier run at --out")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from commscope.bench.fit import fit, load_points, problem_lines, to_toml
-    from commscope.cli.common import check_out_file, warn
+    from contextlib import nullcontext
+
+    from commscope.cli.common import check_out_file
+    from commscope.cli.outputs import claim_file
 
     check_out_file(args.out, "out")  # before the input is read and fitted
+    with nullcontext() if args.out is None else claim_file(args, Path(args.out)):  # one run writes the model
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from commscope.bench.fit import fit, load_points, problem_lines, to_toml
+    from commscope.cli.common import warn
+
     if args.group_size is not None and args.group_size < 2:
         raise ConfigError("group_size", args.group_size, "must be >= 2")
     points, info = load_points(Path(args.input), group_size=args.group_size, op=args.op, dtype=args.dtype,
@@ -75,7 +86,9 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(to_toml(result))
+        from commscope.io.atomic import write_text
+
+        write_text(out, to_toml(result))
         print(f"commscope fit: wrote {out} (use: commscope estimate ... --bandwidth {out})", file=sys.stderr)
     if args.json:
         json.dump({"source": result.source, "time": result.time_kind,

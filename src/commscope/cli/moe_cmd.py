@@ -6,9 +6,10 @@
 Both write ``metrics.csv`` (one row per iteration), ``metrics.json`` (the run's summary), ``traffic_frames.png``
 (the EP rank x rank heatmaps at several iterations, one colour scale) and ``metrics.png``; ``simulate`` also
 writes the routing it made as ``trace.npz`` (readable by ``analyze``, ``traffic --routing`` and
-``report --moe``). An ``--out`` that already holds one of these files is refused, as ``record`` refuses a
-folder holding a recording: a second run would replace some of them and leave the others (the pictures of a
-run drawn before a ``--no-plot`` one) beside them.
+``report --moe``). An ``--out`` that already holds one of these files is refused unless ``--force``, as
+``record`` refuses a folder holding a recording; with it, all of them are replaced when the new ones are complete
+and the others removed: a second run never leaves some of the first's (the pictures of a run drawn before a
+``--no-plot`` one) beside its own.
 """
 
 from __future__ import annotations
@@ -64,16 +65,16 @@ def _add_output_args(p: argparse.ArgumentParser) -> None:
                                                           "or holding none of the outputs of an earlier run")
     g.add_argument("--json", action="store_true", help="print the summary as JSON")
     g.add_argument("--no-plot", action="store_true", help="do not draw the PNGs")
+    g.add_argument("--force", action="store_true", help="replace the outputs of an earlier run in --out")
 
 
-#: The files ``simulate`` writes into --out (``analyze`` all but the trace).
+#: The files ``simulate`` writes into --out (``analyze`` all but the trace, which may be its own input).
 SIMULATE_FILES = ("trace.npz", "metrics.csv", "metrics.json", "traffic_frames.png", "metrics.png")
 ANALYZE_FILES = SIMULATE_FILES[1:]
 
 
-def check_output_args(args: argparse.Namespace, outputs: tuple[str, ...]) -> None:
-    """Refuse, before any work, a bad --window or --frames and an --out that cannot be made or already holds one of
-    ``outputs`` (of an earlier run: it would be replaced and the rest left beside the new files)."""
+def check_output_args(args: argparse.Namespace) -> None:
+    """Refuse, before any work, a bad --window or --frames and an --out that cannot be made."""
     from commscope.cli.common import check_out_dir
     from commscope.errors import ConfigError
 
@@ -81,12 +82,18 @@ def check_output_args(args: argparse.Namespace, outputs: tuple[str, ...]) -> Non
         raise ConfigError("window", args.window, "must be >= 1")
     if args.frames < 1:
         raise ConfigError("frames", args.frames, "must be >= 1")
-    out = args.out
-    check_out_dir(out, "out")
-    old = [name for name in outputs if (out / name).exists()] if out is not None and out.is_dir() else []
-    if old:
-        raise ConfigError("out", str(out), f"already holds {old[0]} of an earlier run; choose a new directory or remove "
-                                           "the old one (the outputs of two runs are never mixed)")
+    check_out_dir(args.out, "out")
+
+
+def _claim(args: argparse.Namespace, names: tuple[str, ...]):
+    """The claim on --out (None without one): another run writing it is refused, and so are the outputs of an
+    earlier run there (``names``) unless --force; with it, all of them are replaced or removed once the new ones
+    are complete (:func:`_analyze`): one run's files are never left beside another's."""
+    from contextlib import nullcontext
+
+    from commscope.cli.outputs import claim_dir
+
+    return nullcontext() if args.out is None else claim_dir(args, args.out, names, clear=False)
 
 
 def job_routing(args: argparse.Namespace, model, parallel):
@@ -104,7 +111,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     from commscope.moe.routing import check_capacity_factor
     from commscope.moe.trace import save_trace
 
-    check_output_args(args, SIMULATE_FILES)
+    check_output_args(args)
     given = vars(args)
     check_capacity_factor(given.get("model.capacity_factor"))  # the flag; a --model file's value is checked below
     if args.parallel is None:  # only the EP group matters here: --ep 8 alone makes a valid job
@@ -117,11 +124,11 @@ def run_simulate(args: argparse.Namespace) -> int:
         raise ConfigError("iterations", args.iterations, "must be >= 1")
     if args.micro_batches < 0:
         raise ConfigError("micro_batches", args.micro_batches, "must be >= 1 (or 0: the job's micro-batches)")
-    trace = routing_for_job(args.routing, model, parallel, iterations=args.iterations,
-                            micro_batches=args.micro_batches or None, seed=args.routing_seed)
-    written = [save_trace(trace, args.out / "trace.npz")] if args.out is not None else []
-    return _analyze(trace, args, capacity_factor=model.capacity_factor, written=written,
-                    title=f"{model.name}, ep={parallel.ep}: {trace.source}")
+    with _claim(args, SIMULATE_FILES):
+        trace = routing_for_job(args.routing, model, parallel, iterations=args.iterations,
+                                micro_batches=args.micro_batches or None, seed=args.routing_seed)
+        return _analyze(trace, args, capacity_factor=model.capacity_factor, save=save_trace,
+                        title=f"{model.name}, ep={parallel.ep}: {trace.source}")
 
 
 def run_analyze(args: argparse.Namespace) -> int:
@@ -129,20 +136,34 @@ def run_analyze(args: argparse.Namespace) -> int:
     from commscope.moe.trace import load_trace
 
     check_capacity_factor(args.capacity_factor)
-    check_output_args(args, ANALYZE_FILES)
-    trace = load_trace(args.trace)
-    return _analyze(trace, args, capacity_factor=args.capacity_factor, written=[], title=trace.source)
+    check_output_args(args)
+    with _claim(args, ANALYZE_FILES):
+        trace = load_trace(args.trace)
+        return _analyze(trace, args, capacity_factor=args.capacity_factor, title=trace.source)
 
 
-def _analyze(trace, args: argparse.Namespace, *, capacity_factor: float | None, written: list[Path], title: str) -> int:
+def _analyze(trace, args: argparse.Namespace, *, capacity_factor: float | None, title: str, save: Any = None) -> int:
+    """Metrics of ``trace``, printed, and with --out written (``save(trace, path)``: the trace too): every file
+    staged beside its target and renamed into place when all are complete; an earlier run's others removed then."""
+    from commscope.io.atomic import OutputSet
     from commscope.moe.metrics import routing_metrics
 
     metrics = routing_metrics(trace, window=args.window, capacity_factor=capacity_factor)
     summary = metrics.summary()
+    written: list[Path] = []
     if args.out is not None:
-        written += write_metrics(metrics, args.out, summary=summary)
-        if not args.no_plot:
-            written += _plots(metrics, args.out, frames=args.frames, title=title)
+        args.out.mkdir(parents=True, exist_ok=True)
+        with OutputSet(args.out) as files:
+            if save is not None:
+                save(trace, files.path("trace.npz"))
+            write_metrics(metrics, files, summary=summary)
+            if not args.no_plot:
+                _plots(metrics, files, frames=args.frames, title=title)
+        written = files.written
+        from commscope.cli.outputs import earlier_files, remove_files
+
+        names = SIMULATE_FILES if save is not None else ANALYZE_FILES
+        remove_files(p for p in earlier_files(args.out, names) if p not in written)  # --force: no mix
     if args.json:
         json.dump({**summary, "files": [str(p) for p in written]}, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -153,32 +174,34 @@ def _analyze(trace, args: argparse.Namespace, *, capacity_factor: float | None, 
     return 0
 
 
-def write_metrics(metrics, out: Path, *, summary: dict[str, Any]) -> list[Path]:
-    """``metrics.csv`` (one row per iteration) and ``metrics.json`` (the summary) in ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
+def write_metrics(metrics, files, *, summary: dict[str, Any]) -> None:
+    """``metrics.csv`` (one row per iteration) and ``metrics.json`` (the summary) into ``files``
+    (an :class:`~commscope.io.atomic.OutputSet`)."""
     table = metrics.table()
-    csv_path, json_path = out / "metrics.csv", out / "metrics.json"
-    with open(csv_path, "w", newline="") as fh:
+    with open(files.path("metrics.csv"), "w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(table)
         columns = [table[name].tolist() for name in table]
         for row in zip(*columns):
             writer.writerow("" if isinstance(v, float) and math.isnan(v) else (f"{v:.6g}" if isinstance(v, float) else v)
                             for v in row)
-    json_path.write_text(json.dumps(summary, indent=2) + "\n")
-    return [csv_path, json_path]
+    files.write_text("metrics.json", json.dumps(summary, indent=2) + "\n")
 
 
-def _plots(metrics, out: Path, *, frames: int, title: str) -> list[Path]:
+def _plots(metrics, files, *, frames: int, title: str) -> None:
     try:
         from commscope.moe.plots import plot_routing_metrics, plot_traffic_frames
-
-        return [plot_traffic_frames(metrics.pair_tokens, out / "traffic_frames.png", frames=frames,
-                                    title=f"EP all-to-all tokens over iterations: {title}"),
-                plot_routing_metrics(metrics, out / "metrics.png", title=f"MoE routing dynamics: {title}")]
     except ImportError as exc:  # pragma: no cover - depends on extras
         print(f"note: no pictures: {exc}", file=sys.stderr)
-        return []
+        return
+    try:
+        plot_traffic_frames(metrics.pair_tokens, files.path("traffic_frames.png"), frames=frames,
+                            title=f"EP all-to-all tokens over iterations: {title}")
+        plot_routing_metrics(metrics, files.path("metrics.png"), title=f"MoE routing dynamics: {title}")
+    except ImportError as exc:  # pragma: no cover - matplotlib missing
+        files.drop("traffic_frames.png")
+        files.drop("metrics.png")
+        print(f"note: no pictures: {exc}", file=sys.stderr)
 
 
 def format_metrics(s: dict[str, Any], metrics) -> str:

@@ -44,12 +44,33 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+#: From this many GPUs on, the search takes seconds to minutes (each configuration is estimated over every rank):
+#: plan says so in a line before it starts (measured on a 2-core VM: 131,072 GPUs ~4 CPU-s, 1,048,576 GPUs ~25 CPU-s;
+#: benchmarks/bench_plan.py).
+SLOW_PLAN_GPUS = 1 << 16
+
+
+def check_plan_size(args: argparse.Namespace) -> None:
+    """Refuse, before any work, a GPU count no cluster has and commscope does not plan for (it would search for
+    minutes, saying nothing): beyond :data:`commscope.cli.common.MAX_PLAUSIBLE_GPUS`."""
+    from commscope.cli.common import MAX_PLAUSIBLE_GPUS
+    from commscope.errors import ConfigError
+
+    if args.gpus < 1:
+        raise ConfigError("gpus", args.gpus, "must be a positive integer")
+    if args.gpus > MAX_PLAUSIBLE_GPUS:
+        raise ConfigError("gpus", args.gpus, f"more GPUs than any cluster built or planned (the largest training "
+                                             f"clusters hold ~10^5); plan searches up to {MAX_PLAUSIBLE_GPUS:,} GPUs "
+                                             "(traffic and estimate take one configuration of any size)")
+
+
 def run(args: argparse.Namespace) -> int:
     from commscope.errors import ConfigError
     from commscope.cli.terminal import Progress, print_table
     from commscope.plan import PlanSpace, plan
     from commscope.workload.stages import pipeline_split_label
 
+    check_plan_size(args)
     model = resolve_model(args)
     cluster = resolve_cluster(args)
     check_gpu_dtype(model, cluster, args)
@@ -63,6 +84,10 @@ def run(args: argparse.Namespace) -> int:
     batch = 512 if args.global_batch_size is None else args.global_batch_size
     space = PlanSpace(micro_batch_sizes=args.micro_batch_sizes, virtual_pipeline_sizes=args.virtual_pipeline_sizes,
                       cp_sizes=args.cp_sizes, ep_sizes=args.ep_sizes, max_tp=args.max_tp)
+    if args.gpus >= SLOW_PLAN_GPUS:  # said at once, before the search: a large world takes a while, bar or no bar
+        print(f"commscope plan: planning {args.gpus:,} GPUs: every configuration that fits is estimated over all "
+              f"{args.gpus:,} ranks, which takes up to a minute or two (--refine N estimates only the best N of the "
+              "screen)", file=sys.stderr, flush=True)
     with Progress("estimating", quiet=args.json) as progress:
         result = plan(model, cluster, args.gpus, batch, top=args.top, space=space,
                       refine=args.refine, gpu_util=args.gpu_util, progress=progress,

@@ -26,6 +26,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Run COMMAND (python train.py, torchrun ..., srun ...) with recording on: each rank "
                                    "writes OUT/rank#####.jsonl. Works with any backend the job asks for.")
     p.add_argument("--out", type=out_path, required=True, help="directory for the per-rank logs")
+    p.add_argument("--force", action="store_true",
+                   help="replace a recording of an earlier run in --out (default: refuse, naming its files)")
     from commscope.cli.common import add_model_args, add_parallel_args
 
     add_model_args(p)  # optional: the job, saved beside the logs (model.toml, parallel.toml) for `compare logs/`
@@ -36,7 +38,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import shutil
-    import uuid
 
     from commscope.errors import ConfigError
 
@@ -45,23 +46,32 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise ConfigError("command", "", "give the job to run after --, e.g. commscope record --out logs -- torchrun train.py")
-    from commscope.capture.pg import RUN_ID_ENV
-    from commscope.capture.recorder import check_fresh_logdir, mark_failed
+    from commscope.capture.recorder import RECORDING_FILES
     from commscope.cli.common import check_out_dir
+    from commscope.cli.outputs import claim_dir
 
     check_out_dir(args.out)
-    check_fresh_logdir(args.out)
     if shutil.which(command[0]) is None:  # before anything is written: no empty log folder left behind
         raise ConfigError("command", command[0], "not found on PATH")
     job = _job(args)  # checked (tp divides the heads, ...) before the job starts, saved once it may
-    args.out.mkdir(parents=True, exist_ok=True)
+    # one run records into a folder (the job's ranks share this claim), never beside an earlier recording
+    with claim_dir(args, args.out, RECORDING_FILES, what="a recording") as claim:
+        return _record(args, command, job, claim.env)
+
+
+def _record(args: argparse.Namespace, command: list[str], job, claim_env: dict[str, str]) -> int:
+    import uuid
+
+    from commscope.capture.pg import RUN_ID_ENV
+    from commscope.capture.recorder import mark_failed
+
     if job is not None:
         from commscope.cli.common import write_job
 
         write_job(args.out, *job)
     with tempfile.TemporaryDirectory(prefix="commscope-record-") as hook_dir:
         Path(hook_dir, "sitecustomize.py").write_text(_SITECUSTOMIZE)
-        env = dict(os.environ)
+        env = dict(os.environ, **claim_env)
         env["COMMSCOPE_RECORD"] = str(args.out.resolve())
         env[RUN_ID_ENV] = uuid.uuid4().hex  # every rank's header names the run: logs of two runs are told apart
         env["PYTHONPATH"] = os.pathsep.join([hook_dir] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
@@ -84,6 +94,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"commscope record: no op was recorded (exit status {code}): the command started no "
               "torch.distributed process group in a Python process", file=sys.stderr)
         return code if code else 1
+    stopped = sorted(p.name for p in logs if not p.with_suffix(".done").exists())
+    if code == 0 and stopped:  # the job finished, its recording did not (a full disk): said once, for all ranks
+        full = _disk_full(args.out)
+        print(f"commscope record: error: the recording of {len(stopped)} of {len(logs)} rank(s) stopped before the "
+              f"job ended ({stopped[0]} has no completion marker"
+              + ("; no space left on device: the disk is full" if full else "") + "); the logs keep what was "
+              f"written before it, and readers report them unfinished: {args.out}", file=sys.stderr)
+        return 2
     saved = job[1] if job is not None else None  # the parallelism saved beside the logs, if any
     if saved is not None and saved.world_size != len(logs):
         print(f"commscope record: warning: {len(logs)} rank log(s), but the saved parallel.toml says "
@@ -92,6 +110,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"commscope record: {len(logs)} rank log(s) in {args.out} (exit status {code}"
           f"{'' if code == 0 else ': the job failed, see failure.json'})", file=sys.stderr)
     return code
+
+
+def _disk_full(folder: Path) -> bool:
+    """Whether the filesystem of ``folder`` has no block left for an unprivileged writer."""
+    try:
+        return os.statvfs(folder).f_bavail == 0
+    except OSError:
+        return False
 
 
 def _job(args: argparse.Namespace):

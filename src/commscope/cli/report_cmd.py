@@ -8,7 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from commscope.cli.common import add_job_args, check_out_dir, check_out_file, estimate_job, out_path, resolve_job
+from commscope.cli.common import add_job_args, check_out_dir, check_out_file, estimate_job, out_path, resolve_job, warn
+from commscope.cli.outputs import add_force_arg
 from commscope.estimate import METHODS
 from commscope.traffic import ALGORITHMS
 
@@ -50,12 +51,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     o.add_argument("--out", type=out_path, default=None, help="the HTML file to write (e.g. report.html)")
     o.add_argument("--png", type=out_path, default=None, metavar="DIR", help="also write the pictures as PNG files into DIR")
     o.add_argument("--title", default=None, help="report title (default: model, cluster and configuration)")
+    add_force_arg(o, "report (and pictures) of an earlier run")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from contextlib import ExitStack
+
+    from commscope.cli.outputs import claim_dir, claim_file
     from commscope.errors import ConfigError
-    from commscope.report import html as report_html
 
     check_out_file(args.out)
     if args.out is not None and not args.out.parent.is_dir():  # a mistyped folder is said, not made
@@ -64,6 +68,20 @@ def run(args: argparse.Namespace) -> int:
     check_out_dir(args.png, "png")  # both before anything is written: never a report without its pictures
     if args.out is None and args.png is None:
         raise ConfigError("out", None, "give --out FILE.html and/or --png DIR")
+    with ExitStack() as claims:  # one run writes each output, an earlier one's replaced only when asked
+        from commscope.report.png import PNG_NAMES
+
+        if args.out is not None:
+            claims.enter_context(claim_file(args, args.out))
+        png_claim = None if args.png is None else claims.enter_context(
+            claim_dir(args, args.png, PNG_NAMES, field="png", what="the pictures", clear=False))
+        return _run(args, [] if png_claim is None else png_claim.earlier)
+
+
+def _run(args: argparse.Namespace, earlier_pngs: list[Path]) -> int:
+    from commscope.errors import ConfigError
+    from commscope.report import html as report_html
+
     if not args.predicted and args.measured is None and args.bench is None and args.moe is None:
         raise ConfigError("predicted", False, "with --no-predicted, give at least one of --measured, --bench, --moe")
     if args.plan_gpus is not None and not args.predicted:
@@ -105,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
             time_result = _time_comparison(prediction, args)
     if args.bench is not None:
         bench = report_html.load_bench(args.bench)
+        for line in bench.problems:  # damaged rows skipped, as fit and --bandwidth skip them
+            warn(args, line)
         files["bench"] = str(args.bench)
     if args.moe is not None:
         moe = report_html.load_moe(args.moe)
@@ -116,19 +136,26 @@ def run(args: argparse.Namespace) -> int:
                                          bench=bench, moe=moe, command_line=command_line or _reconstructed(args),
                                          files=files, title=args.title, heatmap_level=args.heatmap_level,
                                          time_comparison=time_result)
-    if args.out is not None:
-        path = report_html.write_html(data, args.out)
-        print(f"wrote {path} ({path.stat().st_size / 1024:,.0f} KiB) in {time.perf_counter() - t0:.2f} s")
-    if args.png is not None:
+    paths: list[Path] = []
+    if args.png is not None:  # the pictures complete before the page that shows them, all renamed into place at once
+        from commscope.io.atomic import OutputSet
         from commscope.report.png import write_pngs
 
         try:
-            paths = write_pngs(data, args.png, traffic=prediction.traffic if prediction is not None else None)
+            with OutputSet(args.png, field="png") as pngs:
+                paths = write_pngs(data, args.png, traffic=prediction.traffic if prediction is not None else None,
+                                   place=pngs.path)
         except ImportError as exc:
             print(f"commscope report: error: {exc}", file=sys.stderr)
             return 2
-        for path in paths:
-            print(f"wrote {path}")
+        from commscope.cli.outputs import remove_files
+
+        remove_files(p for p in earlier_pngs if p not in paths)  # --force: no picture of the earlier run is left
+    if args.out is not None:
+        path = report_html.write_html(data, args.out)
+        print(f"wrote {path} ({path.stat().st_size / 1024:,.0f} KiB) in {time.perf_counter() - t0:.2f} s")
+    for path in paths:
+        print(f"wrote {path}")
     return 0
 
 
@@ -155,7 +182,7 @@ def _reconstructed(args: argparse.Namespace) -> str:
     """A command line with the same meaning, rebuilt from the parsed flags (when called in-process)."""
     out = ["commscope", "report"]
     for key, value in sorted(vars(args).items()):
-        if key in ("func", "command", "logdir") or value is None or (key == "predicted" and value):
+        if key in ("func", "command", "logdir", "force") or value is None or (key == "predicted" and value):
             continue
         flag = "--" + key.split(".", 1)[-1].replace("_", "-")
         if value is True:

@@ -49,6 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "(e.g. hidden=4096:8192:64, stop included; or KEY=v1,v2,...); one --sweep per run")
     g.add_argument("--png", type=Path, default=None,
                    help="with --sweep: write the plot to this .png file or into this folder (needs matplotlib)")
+    g.add_argument("--force", action="store_true", help="replace the plot of an earlier run at --png")
     g.add_argument("--measure", action="store_true",
                    help="time the GEMMs with torch on this machine's CUDA GPU and compare with the prediction")
     g.add_argument("--measure-iters", type=int, default=10, help="timed repetitions per GEMM, at least (default 10)")
@@ -324,13 +325,18 @@ def _run_sweep(args, sweep: tuple[str, list[int]], model, parallel, cluster, gpu
     from commscope.cli.terminal import print_table
     from commscope.shapes import sweep_shapes
 
+    from contextlib import nullcontext
+
+    from commscope.cli.outputs import claim_file
+
     key, values = sweep
-    result = sweep_shapes(model, parallel, cluster, values, key=key, gpu=gpu, attention=args.attention)
     png = None
-    if args.png is not None:
-        png = plot_sweep(result, args.png, title=f"{model.name} on {gpu.name}, tp={parallel.tp} pp={parallel.pp} "
-                                                 f"dp={parallel.dp}, micro-batch {parallel.micro_batch_size}",
-                         current=_current_value(model, parallel, key))
+    with nullcontext() if args.png is None else claim_file(args, sweep_png(args.png, model.name, key), field="png"):
+        result = sweep_shapes(model, parallel, cluster, values, key=key, gpu=gpu, attention=args.attention)
+        if args.png is not None:
+            png = plot_sweep(result, args.png, title=f"{model.name} on {gpu.name}, tp={parallel.tp} pp={parallel.pp} "
+                                                     f"dp={parallel.dp}, micro-batch {parallel.micro_batch_size}",
+                             current=_current_value(model, parallel, key))
     if args.json:
         json.dump({"model": model.name, "cluster": cluster.name, "gpu": gpu.name, "sweep": result.to_dict(),
                    "png": str(png) if png else None}, sys.stdout, indent=2)
@@ -355,6 +361,13 @@ def _current_value(model, parallel, key: str) -> int | None:
             "seq": model.seq_len, "micro_batch": parallel.micro_batch_size, "vocab": model.vocab_size}.get(key)
 
 
+def sweep_png(path: Path, model: str, key: str) -> Path:
+    """The file a sweep's plot goes to: ``path`` itself when it names a ``.png``, else ``<model>-<key>-sweep.png``
+    in the folder ``path``."""
+    path = Path(path)
+    return path if path.suffix.lower() == ".png" else path / f"{model}-{key}-sweep.png"
+
+
 def plot_sweep(result, path: Path, *, title: str, current: int | None = None) -> Path:
     """Two panels over the swept values: GEMM TFLOP/s per GPU (the co-design paper's view) and end-to-end model
     TFLOP/s per GPU (communication and bubble included). Shapes that break a rule are drawn in orange.
@@ -368,12 +381,8 @@ def plot_sweep(result, path: Path, *, title: str, current: int | None = None) ->
         from matplotlib.figure import Figure
     except ImportError:
         raise ConfigError("png", str(path), "plots need matplotlib, which is not installed: pip install 'commscope[plots]'") from None
-    path = Path(path)
-    if path.suffix.lower() != ".png":
-        path.mkdir(parents=True, exist_ok=True)
-        path = path / f"{result.model}-{result.key}-sweep.png"
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    path = sweep_png(path, result.model, result.key)
+    path.parent.mkdir(parents=True, exist_ok=True)
     x = result.values.astype(float)
     ok = result.valid
     broken = np.array([bool(r) for r in result.broken_rules]) & ok
@@ -402,5 +411,8 @@ def plot_sweep(result, path: Path, *, title: str, current: int | None = None) ->
              "seq": "sequence length", "micro_batch": "micro-batch size", "vocab": "vocabulary size"}.get(result.key, result.key)
     bottom.set_xlabel(f"{label}\n(predicted, not measured: tile and wave quantisation, alignment, roofline on {result.gpu})",
                       fontsize=9)
-    fig.savefig(path, dpi=110)
+    from commscope.io.atomic import atomic_path
+
+    with atomic_path(path, field="png") as tmp:
+        fig.savefig(tmp, dpi=110)
     return path

@@ -25,8 +25,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpus-per-node", type=int, default=8, help="for link classes (default 8)")
     p.add_argument("--out", type=out_path, default=None, help="write summary.json and the measured matrices (logical and wire)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--force", action="store_true", help="replace the summary of an earlier run in --out")
     add_jobs_arg(p)
     p.set_defaults(func=run)
+
+
+#: The files ``summarize --out`` writes.
+OUTPUT_NAMES = ("summary.json", "measured_logical.npz", "measured_logical.csv", "measured_wire.npz",
+                "measured_wire.csv")
 
 
 def run_layout(args: argparse.Namespace, logdir: Path):
@@ -49,12 +55,25 @@ def run_layout(args: argparse.Namespace, logdir: Path):
 
 
 def run(args: argparse.Namespace) -> int:
-    from commscope.capture.analysis import measured_traffic, summary
-    from commscope.cli.common import _given
+    from contextlib import nullcontext
+
+    from commscope.cli.common import check_out_dir
+    from commscope.cli.outputs import claim_dir
     from commscope.errors import ConfigError
 
     if args.gpus_per_node < 1:
         raise ConfigError("gpus_per_node", args.gpus_per_node, "must be a positive integer")
+    check_out_dir(args.out)
+    # one run writes --out (before the logs are read); an earlier summary's files replaced only when asked
+    with nullcontext() if args.out is None else claim_dir(args, args.out, OUTPUT_NAMES, clear=False):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from commscope.capture.analysis import measured_traffic, summary
+    from commscope.cli.common import _given
+    from commscope.errors import ConfigError
+
     layout = run_layout(args, args.logdir)
     run_log = load_run(args.logdir, layout=layout, jobs=args.jobs)
     if layout is not None and run_log.world_size and layout.world_size != run_log.world_size:
@@ -65,21 +84,23 @@ def run(args: argparse.Namespace) -> int:
                           f"must equal the {run_log.world_size} ranks in the logs{source}")
     s = summary(run_log, layout=layout, gpus_per_node=args.gpus_per_node)
     if args.out is not None:
-        from commscope.cli.common import check_out_dir
+        from commscope.cli.outputs import earlier_files, remove_files
+        from commscope.io.atomic import OutputSet
         from commscope.io.matrix import write_npz, write_triplets_csv
 
-        check_out_dir(args.out)
         args.out.mkdir(parents=True, exist_ok=True)
         ops = list(run_log.logical)
         if layout is not None:
             from commscope.capture.analysis import attribute_axes
 
             ops = attribute_axes(ops, layout)
-        for view in (("logical", "wire") if run_log.matrix_omitted is None else ()):
-            tm = measured_traffic(ops, run_log.world_size, args.gpus_per_node, view=view)
-            write_npz(args.out / f"measured_{view}.npz", tm)
-            write_triplets_csv(args.out / f"measured_{view}.csv", tm)
-        (args.out / "summary.json").write_text(json.dumps(s, indent=2) + "\n")
+        with OutputSet(args.out) as files:  # renamed into place together when every file is complete
+            for view in (("logical", "wire") if run_log.matrix_omitted is None else ()):
+                tm = measured_traffic(ops, run_log.world_size, args.gpus_per_node, view=view)
+                write_npz(files.path(f"measured_{view}.npz"), tm)
+                write_triplets_csv(files.path(f"measured_{view}.csv"), tm)
+            files.write_text("summary.json", json.dumps(s, indent=2) + "\n")
+        remove_files(p for p in earlier_files(args.out, OUTPUT_NAMES) if p not in files.written)  # --force: no mix
     if args.json:
         json.dump(s, sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from commscope.cli.common import add_job_args, add_routing_args, check_out_dir, out_path, resolve_job, v_label
+from commscope.cli.outputs import add_force_arg, claim_dir, remove_files
 from commscope.cli.terminal import format_table
 from commscope.record import REPORT_AXES
 from commscope.traffic import ALGORITHMS
@@ -37,6 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--op-detail", choices=("full", "group"), default=None,
                    help="op list detail: one record per layer and micro-batch (full), or per group with a count "
                         f"(default: full up to {MAX_FULL_OPS:,} records)")
+    add_force_arg(g, "files of an earlier run in --out")
     g.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     g.add_argument("--no-plot", action="store_true", help="do not draw the heatmap")
     g.add_argument("--format", choices=("default", "parquet"), default="default",
@@ -52,9 +54,6 @@ def run(args: argparse.Namespace) -> int:
 
     model, parallel, cluster = resolve_job(args)
     check_out_dir(args.out)
-    pred = predict(model, parallel, cluster, algorithm=args.algorithm, routing=job_routing(args, model, parallel))
-    summary = pred.summary()
-    written: list[Path] = []
     if args.format == "parquet":
         if args.out is None:
             raise ConfigError("format", "parquet", "writes files: give --out DIR")
@@ -62,19 +61,18 @@ def run(args: argparse.Namespace) -> int:
             import pyarrow.parquet  # noqa: F401
         except ImportError:
             raise ConfigError("format", "parquet", "needs pyarrow: pip install 'commscope[parquet]'") from None
-    if args.out is not None:
-        written = write_outputs(pred, args.out, detail=args.op_detail, plot=not args.no_plot, summary=summary)
-        if args.format == "parquet":
-            from commscope.io.tables import write_matrix_parquet, write_ops_parquet
-
-            write_ops_parquet(args.out / "ops.parquet", pred.workload.ops(op_detail(pred.workload, args.op_detail)))
-            write_matrix_parquet(args.out / "traffic.parquet", pred.traffic)
-            written += [args.out / "ops.parquet", args.out / "traffic.parquet"]
-        stale = sorted(name for name in OUTPUT_NAMES if (args.out / name).exists()
-                       and args.out / name not in written)
-        if stale:  # this command's own file names, left by an earlier run into the same folder: never silently mixed
-            print(f"warning: {', '.join(stale)} in {args.out} are from an earlier run (this one did not write them): "
-                  "they do not describe this job", file=sys.stderr)
+    written: list[Path] = []
+    if args.out is None:
+        pred = predict(model, parallel, cluster, algorithm=args.algorithm, routing=job_routing(args, model, parallel))
+        summary = pred.summary()
+    else:  # one run writes a folder; an earlier run's files are replaced only when asked
+        with claim_dir(args, args.out, OUTPUT_NAMES, clear=False) as claim:
+            pred = predict(model, parallel, cluster, algorithm=args.algorithm,
+                           routing=job_routing(args, model, parallel))
+            summary = pred.summary()
+            written = write_outputs(pred, args.out, detail=args.op_detail, plot=not args.no_plot, summary=summary,
+                                    parquet=args.format == "parquet")
+            remove_files(p for p in claim.earlier if p not in written)  # --force: none of the earlier run is left
     if args.json:
         if written:
             summary["files"] = [str(p) for p in written]
@@ -94,13 +92,24 @@ def op_detail(wl: Any, detail: str | None) -> Literal["full", "group"]:
     return "full" if wl.num_ops("full") <= MAX_FULL_OPS else "group"
 
 
-def write_outputs(pred, out: Path, *, detail: str | None, plot: bool, summary: dict[str, Any]) -> list[Path]:
-    """Write the op list, the matrix, the heatmap, the summary and the inputs into ``out``."""
+def write_outputs(pred, out: Path, *, detail: str | None, plot: bool, summary: dict[str, Any],
+                  parquet: bool = False) -> list[Path]:
+    """Write the op list, the matrix, the heatmap, the summary and the inputs into ``out`` (and the Parquet tables
+    when ``parquet``): each file beside its target first, all renamed into place once every one is complete
+    (:class:`~commscope.io.atomic.OutputSet`), so a full disk or a kill leaves the earlier files, never a mix."""
+    from commscope.io.atomic import OutputSet
+
+    out.mkdir(parents=True, exist_ok=True)
+    with OutputSet(out) as files:
+        _write_files(pred, files, detail=detail, plot=plot, summary=summary, parquet=parquet)
+    return files.written
+
+
+def _write_files(pred, files: Any, *, detail: str | None, plot: bool, summary: dict[str, Any], parquet: bool) -> None:
     from commscope.io.matrix import write_npz, write_triplets_csv
     from commscope.io.oplog import write_ops_csv, write_ops_jsonl
     from commscope.spec.files import cluster_to_mapping, model_to_mapping, parallel_to_mapping
 
-    out.mkdir(parents=True, exist_ok=True)
     wl = pred.workload
     if detail is None and op_detail(wl, None) == "group":
         print(f"note: {wl.num_ops('full'):,} ops; writing one record per group with a count (--op-detail full to force)",
@@ -109,14 +118,17 @@ def write_outputs(pred, out: Path, *, detail: str | None, plot: bool, summary: d
     inputs = {"model": model_to_mapping(pred.model), "parallel": parallel_to_mapping(pred.parallel),
               "cluster": cluster_to_mapping(pred.cluster), "algorithm": pred.traffic.algorithm, "op_detail": detail}
     header = {"kind": "predicted", "world_size": pred.traffic.world_size, **inputs}
-    paths = [out / "ops.jsonl", out / "ops.csv", out / "traffic.csv", out / "traffic.npz"]
-    write_ops_jsonl(paths[0], wl.ops(detail), header=header)
-    write_ops_csv(paths[1], wl.ops(detail))
-    write_triplets_csv(paths[2], pred.traffic)
-    write_npz(paths[3], pred.traffic)
-    (out / "inputs.json").write_text(json.dumps(inputs, indent=2) + "\n")
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    paths += [out / "inputs.json", out / "summary.json"]
+    write_ops_jsonl(files.path("ops.jsonl"), wl.ops(detail), header=header)
+    write_ops_csv(files.path("ops.csv"), wl.ops(detail))
+    write_triplets_csv(files.path("traffic.csv"), pred.traffic)
+    write_npz(files.path("traffic.npz"), pred.traffic)
+    files.write_text("inputs.json", json.dumps(inputs, indent=2) + "\n")
+    files.write_text("summary.json", json.dumps(summary, indent=2) + "\n")
+    if parquet:
+        from commscope.io.tables import write_matrix_parquet, write_ops_parquet
+
+        write_ops_parquet(files.path("ops.parquet"), wl.ops(detail))
+        write_matrix_parquet(files.path("traffic.parquet"), pred.traffic)
     if plot:
         try:
             from commscope.report.heatmap import plot_heatmap, plot_heatmaps_by_axis
@@ -124,12 +136,12 @@ def write_outputs(pred, out: Path, *, detail: str | None, plot: bool, summary: d
             print(f"note: no heatmap: {exc}", file=sys.stderr)
         else:
             try:
-                paths.append(plot_heatmap(pred.traffic, out / "heatmap.png",
-                                          title=f"{pred.model.name}: {_config_label(summary)}"))
-                paths.append(plot_heatmaps_by_axis(pred.traffic, out / "heatmap_by_axis.png"))
+                plot_heatmap(pred.traffic, files.path("heatmap.png"), title=f"{pred.model.name}: {_config_label(summary)}")
+                plot_heatmaps_by_axis(pred.traffic, files.path("heatmap_by_axis.png"))
             except ImportError as exc:
+                files.drop("heatmap.png")
+                files.drop("heatmap_by_axis.png")
                 print(f"note: no heatmap: {exc}", file=sys.stderr)
-    return paths
 
 
 def _config_label(s: dict[str, Any]) -> str:

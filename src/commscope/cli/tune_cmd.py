@@ -58,8 +58,8 @@ def add_tune_args(p: argparse.ArgumentParser) -> None:
     t.add_argument("--show", type=Path, default=None, metavar="TABLE",
                    help="measure nothing: print the selection of this tuning table, after checking that it was "
                         "measured on a machine like this one")
-    t.add_argument("--force", action="store_true",
-                   help="with --show: print it even if it was measured on another machine")
+    _help(p, "force", "replace the tuning table of an earlier run at --out; with --show: print it even if it was "
+                      "measured on another machine")
 
 
 def _help(p: argparse.ArgumentParser, dest: str, text: str) -> None:
@@ -90,21 +90,28 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
 
     check_out_file(args.out, "out")  # before any rank starts: a sweep is never lost to an unwritable path
     command = command or "commscope " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    from commscope.cli.outputs import claim_file
+
     if args.nproc is not None:
-        try:
-            with Progress("tune", quiet=bool(args.json)) as progress:
-                table = run_tuning(cfg, args.nproc, timeout_s=args.timeout, quiet=bool(args.json), command=command,
-                                   progress=progress, oversubscribe=args.oversubscribe, short=short_table(args))
-        except LaunchError as exc:
-            print(f"commscope tune: error: {exc.summary}", file=sys.stderr)
-            return EXIT_FAILED
-        return _finish(args, table)
+        with claim_file(args, Path(args.out)):  # before any rank starts: one run writes the table
+            try:
+                with Progress("tune", quiet=bool(args.json)) as progress:
+                    table = run_tuning(cfg, args.nproc, timeout_s=args.timeout, quiet=bool(args.json),
+                                       command=command, progress=progress, oversubscribe=args.oversubscribe,
+                                       short=short_table(args))
+            except LaunchError as exc:
+                print(f"commscope tune: error: {exc.summary}", file=sys.stderr)
+                return EXIT_FAILED
+            return _finish(args, table)
     env = ranks_from_env()
     if env is None:
         raise ConfigError("nproc", None, "give --nproc N to start N ranks on this machine, or run inside a torchrun "
                                          "job: torchrun --nproc-per-node 8 -m commscope.tune ...")
-    table = _in_job(cfg, env, args, command)
-    return _finish(args, table) if env.rank == 0 else 0
+    if env.rank != 0:
+        _in_job(cfg, env, args, command)
+        return 0
+    with claim_file(args, Path(args.out)):  # rank 0 writes the table: it claims it before joining the job
+        return _finish(args, _in_job(cfg, env, args, command))
 
 
 def _in_job(cfg, env, args: argparse.Namespace, command: str):

@@ -123,12 +123,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--png", type=out_path, default=None, metavar="OUT.png",
                    help="write predicted against measured, with y = x and a +-10%% band (needs matplotlib)")
     g.add_argument("--json", action="store_true", help="print the validation as JSON")
+    g.add_argument("--force", action="store_true", help="replace the plot (and fitted cluster file) of an earlier run")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from commscope.validate import read_runs, validate
-
     if args.png is not None:
         try:
             from commscope.report.validation_plot import check_matplotlib
@@ -145,6 +144,22 @@ def run(args: argparse.Namespace) -> int:
         from commscope.cli.common import check_out_file
 
         check_out_file(args.out, "out")
+    from contextlib import ExitStack
+
+    from commscope.cli.outputs import claim_file
+
+    with ExitStack() as claims:  # one run writes each output, an earlier one's replaced only when asked
+        if args.png is not None:
+            claims.enter_context(claim_file(args, args.png if args.png.suffix else args.png.with_suffix(".png"),
+                                            field="png"))
+        if args.out is not None:
+            claims.enter_context(claim_file(args, args.out))
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from commscope.validate import read_runs, validate
+
     fit_names = [n.strip() for n in args.fit_parameters.split(",") if n.strip()]
     defaults = {name: getattr(args, name) for name in _DEFAULT_FLAGS if getattr(args, name) is not None}
     runs = read_runs(args.runs, defaults)

@@ -77,6 +77,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     r.add_argument("--micro-batches", type=int, default=None,
                    help="micro-batches per step (default 2 x pp); sets --global-batch-size when that is not given")
     r.add_argument("--record", type=out_path, default=None, help="write rank#####.jsonl logs here and compare them")
+    r.add_argument("--force", action="store_true",
+                   help="replace a recording of an earlier run in --record (default: refuse, naming its files)")
     r.add_argument("--seed", type=int, default=0, help="seed for weights and data (default 0)")
     r.add_argument("--backend", default=None, choices=("gloo", "nccl"),
                    help="torch.distributed backend (default: nccl when enough GPUs, else gloo)")
@@ -125,11 +127,10 @@ def resolve_workload_job(args: argparse.Namespace, *, moe: bool = False):
     return model, parallel, resolve_cluster(args)
 
 
-def _refuse_unrunnable(model, parallel, args: argparse.Namespace,
-                       outputs: list[tuple[str, Path | None, str]]) -> str:
+def _refuse_unrunnable(model, parallel, args: argparse.Namespace, outputs: list[tuple[str, Path | None]]) -> str:
     """Refuse, before anything starts, a model too large to train here, more ranks than the machine runs, a
-    backend this torch lacks, or an output directory (field, path, pattern) that is a file or already holds
-    results; returns the backend to run."""
+    backend this torch lacks, or an output directory (field, path) that cannot be made; returns the backend to run.
+    (Whether another run writes the output, or an earlier one's files are there, :func:`_claim_outputs` says.)"""
     from commscope.cli.common import check_out_dir
     from commscope.errors import ConfigError
     from commscope.launch import check_backend, check_nproc
@@ -141,11 +142,8 @@ def _refuse_unrunnable(model, parallel, args: argparse.Namespace,
     check_nproc(parallel.world_size, oversubscribe=args.oversubscribe, field="world size (tp x pp x dp x cp)")
     backend = args.backend or _default_backend(parallel.world_size)
     check_backend(backend, parallel.world_size)
-    for field, path, pattern in outputs:
+    for field, path in outputs:
         check_out_dir(path, field)
-        if path is not None and path.exists() and any(path.rglob(pattern)):
-            raise ConfigError(field, str(path), f"already holds {pattern} files of an earlier run; choose an empty "
-                                                "directory (recordings are never appended to)")
     _say_world(args, parallel)
     return str(backend)
 
@@ -166,19 +164,42 @@ def _say_world(args: argparse.Namespace, parallel) -> None:
               f"{flags} to choose)", file=sys.stderr)
 
 
+def _claim_outputs(args: argparse.Namespace, stack, outputs: list[tuple[str, Path | None, tuple[str, ...]]]) -> None:
+    """Claim each output folder (field, path, the names of its files) for this run, into the ExitStack ``stack``,
+    before any rank starts: another run writing one is refused, and so is an earlier recording there unless --force
+    (then it is removed first: the ranks' logs are written file by file, never beside an earlier run's)."""
+    from commscope.cli.outputs import claim_dir
+
+    for field, path, patterns in outputs:
+        if path is not None:
+            stack.enter_context(claim_dir(args, path, patterns, field=field, what="a recording"))
+
+
 def run_gpt(args: argparse.Namespace) -> int:
-    from commscope.cli.terminal import Progress
-    from commscope.workloads.gpt import RunConfig, check_config, run
+    from contextlib import ExitStack
+
+    from commscope.capture.recorder import RECORDING_FILES
+    from commscope.workloads.gpt import RunConfig, check_config
 
     model, parallel, cluster = resolve_workload_job(args)
     cfg = RunConfig(model=model, parallel=parallel, steps=args.steps, warmup=args.warmup, seed=args.seed,
                     record=None if args.record is None else str(args.record))
     check_config(cfg)
-    backend = _refuse_unrunnable(model, parallel, args, [("record", args.record, "rank*.jsonl")])
+    backend = _refuse_unrunnable(model, parallel, args, [("record", args.record)])
+    with ExitStack() as stack:
+        _claim_outputs(args, stack, [("record", args.record, RECORDING_FILES)])
+        return _run_gpt(args, cfg, model, parallel, cluster, backend)
+
+
+def _run_gpt(args: argparse.Namespace, cfg, model, parallel, cluster, backend: str) -> int:
+    from commscope.cli.terminal import Progress
+    from commscope.workloads.gpt import run
+
     if args.record is not None:  # the job beside its logs from the start: a crashed run is still described
         write_job(args.record, model, parallel)
     with Progress("training", quiet=args.json) as progress:
         results = run(cfg, timeout_s=args.timeout, backend=backend, progress=progress, oversubscribe=args.oversubscribe)
+    _refuse_incomplete(results)
     comparison = None
     if args.record is not None:
         comparison = _record_and_compare(args.record, model, parallel, cluster)
@@ -195,6 +216,17 @@ def run_gpt(args: argparse.Namespace) -> int:
     if comparison is not None:
         _print_comparison(args.record, comparison)
     return 0
+
+
+def _refuse_incomplete(results: list[dict]) -> None:
+    """One line for a recording the ranks could not finish writing (a full disk): nothing is compared with it."""
+    stopped = [r["log_stopped"] for r in results if r.get("log_stopped")]
+    if stopped:
+        from commscope.errors import ConfigError
+
+        raise ConfigError("record", stopped[0].rsplit(": ", 1)[-1], f"the recording stopped: {stopped[0].rsplit(': ', 1)[0]}"
+                          f" ({len(stopped)} of {len(results)} rank logs are incomplete; the training ran on, "
+                          "nothing was compared)")
 
 
 def _default_backend(world: int) -> str:
@@ -228,6 +260,9 @@ def _record_and_compare(logdir: Path, model, parallel, cluster) -> dict:
 def _print_comparison(logdir: Path, result: dict) -> None:
     from commscope.cli.compare_cmd import print_comparison
 
+    if not result["by_op"] and not result["setup"]:  # a world of one: its log holds its header and step lines
+        print(f"\nrecorded in {logdir}/: no communication, as predicted (one rank talks to no one)")
+        return
     print(f"\nrecorded in {logdir}/: measured vs predicted per step ({result['num_steps']} step(s); "
           f"setup includes the {'warm-up iteration' if result['steps'] else 'whole run'})")
     print_comparison(result)
@@ -235,8 +270,10 @@ def _print_comparison(logdir: Path, result: dict) -> None:
 
 
 def run_moe_cmd(args: argparse.Namespace) -> int:
-    from commscope.cli.terminal import Progress
-    from commscope.workloads.moe import MoeRunConfig, check_moe_config, compare_run, load_group_traces, run_moe
+    from contextlib import ExitStack
+
+    from commscope.capture.recorder import RECORDING_FILES
+    from commscope.workloads.moe import MoeRunConfig, check_moe_config
 
     model, parallel, _cluster = resolve_workload_job(args, moe=True)
     routing_dir = args.record_routing or (args.record / "routing" if args.record is not None else None)
@@ -246,14 +283,26 @@ def run_moe_cmd(args: argparse.Namespace) -> int:
                        aux_loss_coeff=args.aux_loss_coeff, z_loss_coeff=args.z_loss_coeff,
                        **({} if args.lr is None else {"lr": args.lr}))
     check_moe_config(cfg)
-    backend = _refuse_unrunnable(model, parallel, args, [("record", args.record, "rank*.jsonl"),
-                                                         ("record-routing", routing_dir, "routing-rank*.npz")])
+    backend = _refuse_unrunnable(model, parallel, args, [("record", args.record), ("record-routing", routing_dir)])
+    with ExitStack() as stack:
+        outputs: list[tuple[str, Path | None, tuple[str, ...]]] = [("record", args.record, RECORDING_FILES)]
+        if args.record_routing is not None:  # else inside --record, claimed with it
+            outputs.append(("record-routing", routing_dir, ("routing-rank*.npz", "group*/routing-rank*.npz")))
+        _claim_outputs(args, stack, outputs)
+        return _run_moe(args, cfg, model, parallel, backend, routing_dir)
+
+
+def _run_moe(args: argparse.Namespace, cfg, model, parallel, backend: str, routing_dir: Path | None) -> int:
+    from commscope.cli.terminal import Progress
+    from commscope.workloads.moe import compare_run, load_group_traces, run_moe
+
     if args.record is not None:  # the job beside its logs from the start: a crashed run is still described
         write_job(args.record, model, parallel)
     t0 = time.perf_counter()
     with Progress("training", quiet=args.json) as progress:
         results = run_moe(cfg, timeout_s=args.timeout, backend=backend, progress=progress,
                           oversubscribe=args.oversubscribe)
+    _refuse_incomplete(results)
     wall_s = time.perf_counter() - t0
     out = {**_summary([dict(r, stage=0) for r in results], model, parallel, backend), "routing_dir": str(routing_dir),
            "data": args.data, "aux_loss_coeff": args.aux_loss_coeff, "z_loss_coeff": args.z_loss_coeff,

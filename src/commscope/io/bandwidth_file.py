@@ -15,6 +15,7 @@ import csv
 import json
 import math
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 from commscope.bench.fitted import BUSBW_OPS, mixed_variants, row_variants
@@ -30,21 +31,14 @@ TABLE_OPS = BUSBW_OPS
 _INTRA_NODE = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False, "": None}
 
 
-def _whole(item, key: str, where: str, source: str, minimum: int) -> int:
-    raw = item[key]
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where}.{key}", raw, f"must be a whole number >= {minimum}", source=source) from None
-    if not (math.isfinite(value) and value == int(value) and value >= minimum):
-        raise ConfigError(f"{where}.{key}", raw, f"must be a whole number >= {minimum}", source=source)
-    return int(value)
-
-
-def _rows_from_mappings(items, source: str) -> list[TableRow]:
-    """Rows of a measured table, each field checked: a row the interpolation would misread (an op it does not know,
-    a size or bandwidth <= 0, a group of fewer than 2 ranks, an unreadable intra_node) is refused, never dropped."""
+def _rows_from_mappings(items, source: str, skipped: list[str], *, line_of=None) -> list[TableRow]:
+    """Rows of a measured table, each field checked. A row whose numbers no measurement has (an op it does not
+    know, a size, group size, time or bandwidth out of :mod:`commscope.io.checks`' rules) is skipped, named in
+    ``skipped`` (``b.json rows[3].time_s=-1e-05: not a measured time (must be > 0): row skipped``), as ``fit`` skips
+    it; a table of no usable row is refused. A table that is no table (not a list of rows, a row lacking a column, an
+    unreadable intra_node) is refused. ``line_of(i)``: how row ``i`` (from 1) is named (``rows[i]``)."""
     from commscope.bench.fitted import canonical_op
+    from commscope.io.checks import bench_row_problem
 
     if not isinstance(items, list):
         raise ConfigError("bandwidth", source, "expected a list of rows (op, group_size, size_bytes, busbw_GBps)")
@@ -62,18 +56,15 @@ def _rows_from_mappings(items, source: str) -> list[TableRow]:
         if missing:
             raise ConfigError(where, dict(item), f"lacks {', '.join(missing)}", source=source)
         op = canonical_op(item["op"])
-        if op not in TABLE_OPS:
-            raise ConfigError(f"{where}.op", item["op"], f"valid: {', '.join(TABLE_OPS)} (or nccl-tests' names, "
-                                                         "e.g. allreduce)", source=source)
-        n = _whole(item, "group_size", where, source, 2)
-        size = _whole(item, "size_bytes", where, source, 1)
+        named = line_of(i) if line_of is not None else f"rows[{i}]"
+        why = (f"op={item['op']!r}: not a collective a bandwidth table holds ({', '.join(TABLE_OPS)})"
+               if op not in TABLE_OPS else bench_row_problem(item))
+        if why is not None:
+            skipped.append(f"{source} {named}.{why}: row skipped")
+            continue
+        n, size = int(float(item["group_size"])), int(float(item["size_bytes"]))
         key = "busbw_bytes_per_s" if item.get("busbw_bytes_per_s") not in (None, "") else "busbw_GBps"
-        try:
-            busbw = float(item[key]) * (1.0 if key == "busbw_bytes_per_s" else GB)
-        except (TypeError, ValueError):
-            busbw = math.nan
-        if not busbw > 0:  # (infinity is refused by _plausible, with the link range)
-            raise ConfigError(f"{where}.{key}", item[key], "must be a finite number > 0", source=source)
+        busbw = float(item[key]) * (1.0 if key == "busbw_bytes_per_s" else GB)
         intra = item.get("intra_node")
         if isinstance(intra, str):
             intra = _INTRA_NODE.get(intra.strip().lower(), intra)
@@ -81,6 +72,9 @@ def _rows_from_mappings(items, source: str) -> list[TableRow]:
             raise ConfigError(f"{where}.intra_node", intra, "valid: true or false (or empty: not known)", source=source)
         rows.append(TableRow(op=op, group_size=n, size_bytes=size, busbw_bytes_per_s=busbw, intra_node=intra))
         variants.append((op, n, intra, *row_variants(item)))
+    if not rows and skipped:
+        raise ConfigError("bandwidth", source, f"has no usable row: {'; '.join(skipped[:3])}"
+                                               + (f" (and {len(skipped) - 3} more)" if len(skipped) > 3 else ""))
     mixed = mixed_variants(variants)
     if mixed is not None:  # `commscope bench` rows of several types or roots, or a table written so: kept apart
         op, n, what, pick, _ = mixed
@@ -143,14 +137,22 @@ def _one_machine(rows, runs: list[dict], source: str) -> None:
                                                f"{source} {first} --out model.toml, and give --bandwidth model.toml")
 
 
-def read_bandwidth(path: Path, *, fallback: AlphaBeta | None = None) -> BandwidthModel:
+def read_bandwidth(path: Path, *, fallback: AlphaBeta | None = None,
+                   warn: Callable[[str], None] | None = None) -> BandwidthModel:
     """A MeasuredTable (or a FittedModel, for ``commscope fit`` output) from ``path``; ConfigError for anything
-    malformed or physically impossible."""
-    model = _read_bandwidth(Path(path), fallback)
+    malformed or physically impossible. A damaged row (:mod:`commscope.io.checks`' rules, as ``fit`` applies them)
+    is skipped and said, one line each: to ``warn`` when given, else in the table's notes."""
+    skipped: list[str] = []
+    model = _read_bandwidth(Path(path), fallback, skipped)
+    for line in skipped:
+        if warn is not None:
+            warn(line)
+        elif isinstance(model, MeasuredTable):
+            model.notes.append(line)
     return _plausible(model) if isinstance(model, MeasuredTable) else model
 
 
-def _read_bandwidth(path: Path, fallback: AlphaBeta | None) -> BandwidthModel:
+def _read_bandwidth(path: Path, fallback: AlphaBeta | None, skipped: list[str]) -> BandwidthModel:
     path = Path(path)
     if not path.is_file():
         raise ConfigError("bandwidth", str(path), "is a directory; give a file" if path.is_dir() else "no such file")
@@ -162,7 +164,7 @@ def _read_bandwidth(path: Path, fallback: AlphaBeta | None) -> BandwidthModel:
             data = json.loads(text)
             items = data.get("rows", data) if isinstance(data, dict) else data
             _refuse_wrong(items, source)
-            return MeasuredTable(rows=_rows_from_mappings(items, source), source=source, fallback=fallback)
+            return MeasuredTable(rows=_rows_from_mappings(items, source, skipped), source=source, fallback=fallback)
         if suffix == ".toml":
             data = tomllib.loads(text)
             if isinstance(data.get("collectives"), dict):  # a cluster file from `commscope calibrate`
@@ -172,10 +174,12 @@ def _read_bandwidth(path: Path, fallback: AlphaBeta | None) -> BandwidthModel:
                 from commscope.bench.fitted import read_fitted
 
                 return read_fitted(path, fallback=fallback)
-            return MeasuredTable(rows=_rows_from_mappings(data.get("rows", []), source), source=source, fallback=fallback)
-        if suffix == ".csv":
-            return MeasuredTable(rows=_rows_from_mappings(list(csv.DictReader(text.splitlines())), source), source=source,
+            return MeasuredTable(rows=_rows_from_mappings(data.get("rows", []), source, skipped), source=source,
                                  fallback=fallback)
+        if suffix == ".csv":  # rows named by their line (the header is line 1)
+            return MeasuredTable(rows=_rows_from_mappings(list(csv.DictReader(text.splitlines())), source, skipped,
+                                                          line_of=lambda i: f"line {i + 1}"),
+                                 source=source, fallback=fallback)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError("bandwidth", source, f"is not valid {suffix[1:].upper()}: {exc}") from None
     from commscope.io.nccl_tests import parse_nccl_tests
@@ -191,8 +195,19 @@ def _read_bandwidth(path: Path, fallback: AlphaBeta | None) -> BandwidthModel:
                           f"{failed.op} at {failed.size_bytes} B failed nccl-tests' data check ({failed.source}); "
                           "measure again", source=source)
     # out-of-place rows that moved data; the smallest sizes print a busbw that rounds to 0.00 GB/s, which says
-    # nothing to interpolate (sizes under the table take its smallest busbw)
-    rows = [r for r in result.rows if not r.in_place and r.size_bytes > 0 and r.busbw_bytes_per_s > 0]
+    # nothing to interpolate (sizes under the table take its smallest busbw). A time that is no measurement (0.00 us:
+    # damaged) makes its busbw none either: the row is skipped and said, as `commscope fit` skips it.
+    from commscope.io.checks import row_time_problem
+
+    rows = []
+    for r in result.rows:
+        if r.in_place or r.size_bytes <= 0:
+            continue
+        why = row_time_problem(r.op, r.size_bytes, r.time_s)
+        if why is not None:
+            skipped.append(f"{r.source}: {why}: row skipped")
+        elif r.busbw_bytes_per_s > 0:
+            rows.append(r)
     if not rows:
         ranks = sorted({r.group_size for r in result.rows if r.group_size})
         raise ConfigError("bandwidth", source, "no row measured a link: " + (

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from commscope.errors import ConfigError
+from commscope.io.atomic import atomic_open, write_text
 
 __all__ = ["COMM_TYPES", "GROUP_FILE", "ChakraExport", "check_chakra_out", "check_prefix", "export_chakra", "write_chakra"]
 
@@ -141,7 +142,7 @@ def export_chakra(prediction: Any, estimate: Any, out: str | Path, *, prefix: st
         unplaced += [f"rank {rank}: {op.axis} {op.op} {op.name} phase={op.phase} micro_batch={op.micro_batch} "
                      f"layer={op.layer} #{j}" for op, j in missed]
         path = out / f"{prefix}.{rank}.et"
-        with path.open("wb") as fh:
+        with atomic_open(path, "wb") as fh:
             meta = et.GlobalMetadata(version=SCHEMA, attr=[et.AttributeProto(name=n, **{k: v}) for n, k, v in
                                                           [("rank", "int64_val", rank), *meta_attrs]])
             protolib.encodeMessage(fh, meta)
@@ -150,7 +151,7 @@ def export_chakra(prediction: Any, estimate: Any, out: str | Path, *, prefix: st
         paths.append(path)
         sizes.append(len(nodes))
     group_file = out / GROUP_FILE
-    group_file.write_text(json.dumps({name: list(g) for g, name in groups.items()}, indent=1) + "\n")
+    write_text(group_file, json.dumps({name: list(g) for g, name in groups.items()}, indent=1) + "\n")
     return ChakraExport(paths=(*paths, group_file), num_nodes=tuple(sizes), unplaced=tuple(unplaced),
                         scale=tuple(k.scale for k in job.kernels))
 

@@ -427,9 +427,11 @@ def _world_size(records: list[dict[str, Any]], given: int | None,
     Both columns are printed with two decimals, so a row says ``|tput (n-1)/n - busbw| <= 0.01``, that is
     ``tput / (tput - busbw + 0.01) <= n <= tput / (tput - busbw - 0.01)``; the rows' intervals are intersected.
     Worked number (the tutorial's all_gather_base 6.25 MB row): tput 15263.03, busbw 14309.09 -> n in [16, 16].
-    Rows whose interval holds more than :data:`_MAX_SPAN` integers (small or equal bandwidths) say nothing.
+    Rows whose interval holds more than :data:`_MAX_SPAN` integers (small or equal bandwidths) say nothing. Where
+    the rows disagree (a damaged copy: a digit changed), the one n that more than half of them (and at least two)
+    allow is taken, and the rows that say otherwise are named; else none is.
     """
-    lo_all, hi_all, evidence = 2, None, 0
+    intervals: list[tuple[int, int, Any]] = []  # (lo, hi, line) of each row that pins n
     for rec in records:
         tput, busbw = rec["tput"], rec["busbw"]
         if rec["op"] not in _RATIO_OPS or not (math.isfinite(tput) and math.isfinite(busbw)) or tput <= 0:
@@ -440,17 +442,34 @@ def _world_size(records: list[dict[str, Any]], given: int | None,
         lo, hi = math.ceil(tput / (gap + _BW_TOL) - 1e-9), math.floor(tput / (gap - _BW_TOL) + 1e-9)
         if hi - lo > _MAX_SPAN:
             continue
-        lo_all, hi_all = max(lo_all, lo), hi if hi_all is None else min(hi_all, hi)
-        evidence += 1
+        intervals.append((max(lo, 2), hi, rec.get("line")))
+    evidence = len(intervals)
+    lo_all = max([2, *(lo for lo, _, _ in intervals)])
+    hi_all = min(hi for _, hi, _ in intervals) if intervals else None
     found = lo_all if hi_all is not None and lo_all == hi_all else None
+    if found is None and hi_all is not None and lo_all > hi_all:  # the rows disagree: the n most of them allow
+        votes = {n: sum(lo <= n <= hi for lo, hi, _ in intervals) for lo, hi, _ in intervals for n in range(lo, hi + 1)}
+        best = max(votes.values(), default=0)
+        winners = [n for n, v in votes.items() if v == best]
+        if len(winners) == 1 and best >= 2 and 2 * best > evidence:
+            found = winners[0]
+            odd = [line for lo, hi, line in intervals if not lo <= found <= hi]
+            problems.add(None, f"the logged bandwidths of {best} of {evidence} rows say world size {found} "
+                               f"(busbw = tput x (n-1)/n); the rows at line(s) {', '.join(map(str, odd[:8]))} say "
+                               "otherwise (damaged?) and were not used for it")
+            return (found, "bandwidths") if given is None else _given_world(given, found, problems)
     if given is not None:
-        if found is not None and found != given:
-            problems.add(None, f"world_size={given} was given, but the logged bandwidths say {found} "
-                               f"(busbw = tput x (n-1)/n); using {given}")
-        return given, "given"
+        return _given_world(given, found, problems)
     if found is not None:
         return found, "bandwidths"
     if hi_all is not None and lo_all > hi_all:
         problems.add(None, f"the logged bandwidths of {evidence} rows agree on no single world size; "
                            f"pass world_size=")
     return None, None
+
+
+def _given_world(given: int, found: int | None, problems: Problems) -> tuple[int, str]:
+    if found is not None and found != given:
+        problems.add(None, f"world_size={given} was given, but the logged bandwidths say {found} "
+                           f"(busbw = tput x (n-1)/n); using {given}")
+    return given, "given"

@@ -39,6 +39,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from commscope.io.checks import size_problem
 from commscope.io.import_base import (
     ImportResult,
     Problems,
@@ -180,6 +181,10 @@ def import_flight_recorder(path: str | Path, *, strict: bool = False) -> ImportR
         if size is None or dtype is None:
             problems.add(where, f"{pname}: {which[0]}={e.get(which[0])!r} / {which[1]}={e.get(which[1])!r} give no "
                                 f"size, skipped")
+            continue
+        why = size_problem(size)  # the rules every reader applies
+        if why is not None:
+            problems.add(where, f"{pname}: {why}, skipped")
             continue
         pg = e.get("process_group")
         pg_name = str(pg[0]) if isinstance(pg, (list, tuple)) and pg else None

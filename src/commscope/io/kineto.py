@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from commscope.io.checks import size_problem
 from commscope.io.import_base import ImportResult, Problems, freeze_extra, missing_fields, read_input
 from commscope.record import CommOp, OpName
 
@@ -650,6 +651,10 @@ def _to_commop(r: _Rpc, *, trace_rank: int | None, world_size: int | None, base_
         problems.add(where, f"{r.coll}: no 'Out msg nelems', which gives the size of an {r.op}, skipped")
         return None
     size = nelems * elem
+    why = size_problem(size)  # the rules every reader applies (a trace once held an op of 4e29 bytes)
+    if why is not None:
+        problems.add(where, f"{r.coll}: {why} ({nelems} x {elem} B), skipped")
+        return None
 
     group = _group(r, world_size, pg_ranks, problems)
     local = _int(a.get("Rank"))

@@ -23,6 +23,7 @@ from typing import IO
 
 import numpy as np
 
+from commscope.io.atomic import atomic_path, write_bytes
 from commscope.record import AXES
 from commscope.traffic import TrafficMatrix
 
@@ -62,7 +63,7 @@ def write_triplets_csv(path: str | Path, tm: TrafficMatrix) -> int:
     dst = tm.dst[order].tolist()
     axis = [AXES[c] for c in tm.axis[order].tolist()]
     nbytes = tm.bytes[order].tolist()
-    with _open_text(path, "w") as fh:
+    with atomic_path(path) as tmp, _open_text(tmp, "w") as fh:
         fh.write(",".join(TRIPLET_COLUMNS) + "\n")
         step = 65536
         for k in range(0, len(src), step):
@@ -181,7 +182,7 @@ def write_npz(path: str | Path, tm: TrafficMatrix) -> None:
         view=np.array(tm.view),
         format_version=np.int64(NPZ_FORMAT_VERSION),
     )
-    path.write_bytes(buffer.getvalue())  # np.savez would append ".npz" to a path without that suffix
+    write_bytes(path, buffer.getvalue())  # np.savez would append ".npz" to a path without that suffix
 
 
 def read_npz(path: str | Path) -> TrafficMatrix:

@@ -31,6 +31,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, cast
 
+from commscope.io.checks import size_problem
 from commscope.io.import_base import (
     ImportResult,
     Problems,
@@ -137,7 +138,12 @@ def import_nccl_debug(path: str | Path, *, strict: bool = False) -> ImportResult
             "root": root if op in ("broadcast", "reduce") else None,
             "comm_rank": local[0] if local else None,
         }
-        ops.append(CommOp(op=cast(OpName, op), axis="other", group=group, size_bytes=count * elem * (nranks if times_n else 1),
+        size = count * elem * (nranks if times_n else 1)
+        why = size_problem(size)  # the rules every reader applies
+        if why is not None:
+            problems.add(f"line {ln}", f"{m['func']}: {why} (count {count}), skipped")
+            continue
+        ops.append(CommOp(op=cast(OpName, op), axis="other", group=group, size_bytes=size,
                           dtype=dtype, rank=rank, peer=peer, name="nccl-debug", extra=freeze_extra(extra)))
     for func, num in sorted(unknown_funcs.items()):
         problems.add(None, f"{num} '{func}' line(s): no CommOp form for this NCCL function, skipped")

@@ -98,10 +98,19 @@ def _is_gzip(path: Path) -> bool:
     return path.suffix == ".gz"
 
 
-def _open_text_write(path: Path) -> IO[str]:
-    if _is_gzip(path):
-        return gzip.open(path, "wt", encoding="utf-8", newline="\n", compresslevel=6)
-    return open(path, "w", encoding="utf-8", newline="\n")
+@contextlib.contextmanager
+def _open_text_write(path: Path) -> Iterator[IO[str]]:
+    """A text file to write ``path`` through (gzip for ``.gz``): a temporary file renamed over it when complete
+    (:func:`commscope.io.atomic.atomic_path`), so a full disk or a kill never leaves a cut log."""
+    from commscope.io.atomic import atomic_path
+
+    with atomic_path(path) as tmp:
+        if _is_gzip(path):
+            with gzip.open(tmp, "wt", encoding="utf-8", newline="\n", compresslevel=6) as fh:
+                yield fh
+        else:
+            with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+                yield fh
 
 
 def _open_binary_read(path: Path) -> gzip.GzipFile | io.BufferedReader:
@@ -460,10 +469,21 @@ def _is_record_line(raw: bytes) -> bool:
     return not any(key in raw for key in _NO_RECORD_KEYS)
 
 
+#: The ``format`` names of commscope's op logs: :func:`write_ops_jsonl`'s and the recorder's rank logs'.
+KNOWN_FORMATS = frozenset({FORMAT_NAME, "commscope-ops"})
+
+
 def _take_header(value: dict[str, Any], header: dict[str, Any] | None, any_op: bool, name: str, lineno: int,
                  problems: list[str]) -> dict[str, Any] | None:
-    """The header after a header line: the first one, before any op, counts; another is reported and ignored."""
+    """The header after a header line: the first one, before any op, counts; another is reported and ignored. A
+    first header of another format, or of a newer version of this one, refuses the file (ValueError naming it): its
+    lines may mean other things, and are not read as if they were this version's."""
     if header is None and not any_op:
+        from commscope.io.checks import format_problem
+
+        why = format_problem(value, formats=KNOWN_FORMATS, version=FORMAT_VERSION)
+        if why is not None:
+            raise ValueError(f"{name} line {lineno}: {HEADER_KEY} {why}")
         return value
     problems.append(f"{name} line {lineno}: another {HEADER_KEY} (files concatenated?), ignored")
     return header

@@ -46,6 +46,10 @@ _RANK_IN_NAME = re.compile(r"(\d+)(?:\D*)$")
 _RECORDER_NAME = re.compile(r"rank(\d{5})(\.jsonl(?:\.gz)?)")
 #: Formats whose records without a group are the world's: DeepSpeed computes its bandwidths with the world size.
 _WORLD_GROUP_FORMATS = frozenset({"deepspeed"})
+#: Formats whose records name the rank that logged them, not the ranks of the job: DeepSpeed's verbose lines come
+#: from rank 0 alone (``log_dist(..., ranks=[0])``), so rank 0 says nothing of a world of 32. The world size is the
+#: log's own (from its bandwidths, or given), else unknown, never the ranks seen.
+_LOGGING_RANK_FORMATS = frozenset({"deepspeed"})
 _IGNORED_SUFFIXES = (".done", ".md", ".png", ".html", ".npz", ".csv", ".toml")  # .toml: the job saved beside the logs
 _IGNORED_NAMES = (FAILURE_FILE,)  # the launcher's marker of a failed run: read into RunLog.failure
 
@@ -78,6 +82,9 @@ class RunFindings:
     failure: dict[str, Any] | None = None
     """The launcher's marker of a failed run (:data:`commscope.io.oplog.FAILURE_FILE`): the rank that failed
     first and how; None when the run did not fail under a commscope launcher."""
+    silent_ranks: tuple[int, ...] = ()
+    """Ranks of a recording that logged no op: a log of their own holding none (only its header, or only damaged
+    records), or no log where the other ranks have theirs. What they sent is missing from every total."""
 
     def findings(self) -> dict[str, Any]:
         """These fields by name, to hand on to another kind of run."""
@@ -481,6 +488,7 @@ class _Reader:
         self.results: list[tuple[Path, ImportResult, int | None]] = []
         self.headers: dict[int, dict] = {}
         self.unfinished: list[int] = []
+        self.silent: set[int] = set()  # ranks that logged no op
         self.steps_by_rank: dict[int, list[dict[str, int]]] = {}
 
     def read(self, f: Path, *, alone: bool) -> None:
@@ -512,6 +520,7 @@ class _Reader:
         ops_by_rank: dict[int, list[CommOp]] = {}
         unranked: list[CommOp] = []
         world = 0
+        only_logging = set()  # ranks seen only in logs written by one rank for all (DeepSpeed's: not the world)
         for f, result, rank in results:
             if f.name in self.duplicates:
                 self.problems.append(self.duplicates[f.name])
@@ -525,10 +534,12 @@ class _Reader:
                     unranked.append(op)
                 else:
                     ops_by_rank.setdefault(r, []).append(op if op.rank == r else op.with_(rank=r))
+                    if result.format in _LOGGING_RANK_FORMATS:
+                        only_logging.add(r)
             meta_world = result.meta.get("world_size") or (result.meta.get("header") or {}).get("world_size")
             if is_int(meta_world) and meta_world > 0:
                 world = max(world, meta_world)
-        world = max([world, *(r + 1 for r in ops_by_rank),
+        world = max([world, *(r + 1 for r in ops_by_rank if r not in only_logging),
                      *(max(op.group) + 1 for ops in ops_by_rank.values() for op in ops if op.group),
                      *(max(op.group) + 1 for op in unranked if op.group)])
         if layout is not None and world <= layout.world_size and {r.format for _, r, _ in results} - {"jsonl",
@@ -548,7 +559,7 @@ class _Reader:
                       missing_fields=missing_fields(all_ops, always) if all_ops else always,
                       notes=tuple(self.notes), matrix_omitted=omitted,
                       partial_steps=_partial_steps(ops_by_rank, finished), steps_by_rank=self.steps_by_rank,
-                      failure=failure)
+                      failure=failure, silent_ranks=tuple(sorted(self.silent)))
 
     def _note_whole_group_a2a(self, unranked: list[CommOp], results: list[tuple[Path, ImportResult, int | None]]) -> None:
         """Say that all_to_all rows for a whole group (nccl-tests') are counted per sending rank, and what that is."""
@@ -567,12 +578,17 @@ class _Reader:
         self.headers[rank] = dict(result.meta.get("header") or {})
         if result.meta.get("steps"):
             self.steps_by_rank[rank] = sorted(result.meta["steps"], key=lambda m: m["step"])
-        if result.meta.get("num_ops") == 0:
+        marker = _marker(f)
+        if result.meta.get("num_ops") == 0 and self.headers[rank].get("world_size") == 1 \
+                and not result.meta.get("num_records") and marker is not None:  # finished, as one rank finishes
+            self.notes.append(f"{f.name}: a world of one rank talks to no one: the log holds its header and step "
+                              "lines, no op")
+        elif result.meta.get("num_ops") == 0:
+            self.silent.add(rank)
             written = result.meta.get("num_records") or 0
             self.problems.append(f"{f.name}: " + (f"none of its {written} op records is valid" if written else
                                                   "the log holds no op record, only its header")
                                  + f": rank {rank} is counted as logged, with no ops")
-        marker = _marker(f)
         if marker is None:
             self.unfinished.append(rank)
         else:
@@ -624,7 +640,7 @@ class _Reader:
                          missing_fields=missing_of(fold.relevant, fold.known, always) if fold.records else always,
                          notes=tuple(self.notes), matrix_omitted=omitted,
                          partial_steps=_partial_steps_of(fold.rank_steps, finished), steps_by_rank=self.steps_by_rank,
-                         failure=failure,
+                         failure=failure, silent_ranks=tuple(sorted(self.silent)),
                          ranks_logged=tuple(sorted({r for r in fold.records if r is not None} | set(self.owner))),
                          num_records=sum(fold.records.values()), num_unranked=fold.records.get(None, 0),
                          logical=fold.logical_ops(), by_step=fold.step_rows(), axes_layout=layout)
@@ -684,6 +700,7 @@ class _Reader:
             logged = {rank for _, r, rank in results if r.format == "jsonl" and rank is not None}
             missing = sorted(set(range(world)) - logged)
             if missing and logged:
+                self.silent.update(missing)
                 shown = ", ".join(map(str, missing[:16])) + (" ..." if len(missing) > 16 else "")
                 self.problems.append(f"no log for rank(s) {shown} of the {world} ranks: their ops are not counted")
 

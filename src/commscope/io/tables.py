@@ -104,8 +104,11 @@ def write_ops_parquet(path: str | Path, ops: Iterable[CommOp]) -> int:
     """Write ``ops`` to a Parquet file (columns :data:`OP_COLUMNS`); returns the number of rows."""
     import pyarrow.parquet as pq
 
+    from commscope.io.atomic import atomic_path
+
     table = _ops_table(ops)
-    pq.write_table(table, Path(path))
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
     return int(table.num_rows)
 
 
@@ -163,7 +166,10 @@ def write_matrix_parquet(path: str | Path, tm: TrafficMatrix) -> int:
     meta = {f"{_META_PREFIX}{k}": str(getattr(tm, k)) for k in _MATRIX_META}
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta,
                                            f"{_META_PREFIX}orientation": "traffic_bytes[src, dst] per iteration"})
-    pq.write_table(table, Path(path))
+    from commscope.io.atomic import atomic_path
+
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
     return int(table.num_rows)
 
 

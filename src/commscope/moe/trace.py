@@ -34,7 +34,6 @@ Every problem with a trace is a :class:`~commscope.errors.ConfigError` that name
 from __future__ import annotations
 
 import json
-import os
 import re
 import zipfile
 from dataclasses import dataclass
@@ -202,11 +201,11 @@ def write_rank_trace(directory: str | Path, rank: int, counts_rank: np.ndarray, 
 
 
 def _write_npz(path: Path, **arrays: np.ndarray) -> None:
+    from commscope.io.atomic import atomic_open
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
+    with atomic_open(path, "wb") as fh:
         np.savez(fh, **arrays)  # type: ignore[arg-type]  # numpy's stub: a key of **kwds could be allow_pickle
-    os.replace(tmp, path)
 
 
 def _compact(counts: np.ndarray) -> np.ndarray:

@@ -222,9 +222,12 @@ def _level_note(tm: TrafficMatrix, grid: _Grid) -> str:
 
 
 def _save(fig: Any, canvas_cls: Any, path: Path, dpi: int) -> Path:
+    from commscope.io.atomic import atomic_path
+
     canvas_cls(fig)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi, facecolor="white")
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=dpi, facecolor="white")
     return path
 
 

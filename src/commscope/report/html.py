@@ -120,6 +120,8 @@ class BenchResult:
     rows: tuple[dict[str, Any], ...]
     meta: dict[str, Any] = field(default_factory=dict)
     source: str = ""
+    problems: tuple[str, ...] = ()
+    """Damaged rows skipped (``b.json rows[3].time_s=-1e-05: not a measured time (must be > 0): row skipped``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -200,32 +202,40 @@ _BENCH_REQUIRED = ("op", "group_size", "size_bytes", "busbw_bytes_per_s")
 
 
 def load_bench(path: str | Path) -> BenchResult:
-    """Read a benchmark JSON ``{"meta": {...}, "rows": [...]}`` (a bare list of rows is accepted too)."""
+    """Read a benchmark JSON ``{"meta": {...}, "rows": [...]}`` (a bare list of rows is accepted too). A row whose
+    numbers no measurement has (:func:`commscope.io.checks.bench_row_problem`: the rules ``fit`` and ``--bandwidth``
+    apply) is skipped and named in ``problems``; a file of no usable row is refused."""
+    from commscope.io.checks import bench_row_problem, read_json_document
+
     path = Path(path)
     if not path.is_file():
         raise ConfigError("bench", str(path), "no such file (expected a benchmark JSON with meta and rows)")
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError("bench", str(path), f"is not JSON ({exc})") from None
+    doc = read_json_document(path, "bench", what="a benchmark JSON with meta and rows (commscope bench --out)")
     rows = doc.get("rows") if isinstance(doc, dict) else doc
     meta = doc.get("meta", {}) if isinstance(doc, dict) else {}
     if not isinstance(rows, list) or not rows:
         raise ConfigError("bench", str(path), 'needs a non-empty "rows" list of {op, group_size, size_bytes, busbw_bytes_per_s}')
-    out = []
+    out, problems = [], []
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise ConfigError(f"rows[{i}]", row, "must be an object", source=str(path))
         missing = [k for k in _BENCH_REQUIRED if k not in row]
         if missing:
             raise ConfigError(f"rows[{i}]", {k: row[k] for k in list(row)[:4]}, f"lacks {', '.join(missing)}", source=str(path))
+        why = bench_row_problem(row)
+        if why is not None:
+            problems.append(f"{path.name} rows[{i + 1}].{why}: row skipped")
+            continue
         try:
             clean = dict(row, op=str(row["op"]), group_size=int(row["group_size"]), size_bytes=int(row["size_bytes"]),
                          busbw_bytes_per_s=float(row["busbw_bytes_per_s"]))
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"rows[{i}]", row, f"has a non-numeric value ({exc})", source=str(path)) from None
         out.append(clean)
-    return BenchResult(rows=tuple(out), meta=dict(meta) if isinstance(meta, dict) else {"meta": meta}, source=str(path))
+    if not out:
+        raise ConfigError("bench", str(path), f"has no usable row: {'; '.join(problems[:3])}")
+    return BenchResult(rows=tuple(out), meta=dict(meta) if isinstance(meta, dict) else {"meta": meta}, source=str(path),
+                       problems=tuple(problems))
 
 
 def load_moe(path: str | Path) -> list[MoeRouting]:
@@ -1036,7 +1046,9 @@ def write_html(data: dict[str, Any], path: str | Path) -> Path:
     """Render ``data`` and write it to ``path`` (parents created); returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(data), encoding="utf-8")
+    from commscope.io.atomic import write_text
+
+    write_text(path, render_html(data))
     return path
 
 

@@ -9,6 +9,7 @@ and the Agg canvas (no pyplot, the user's backend untouched).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,10 @@ def _save(fig: Any, path: str | Path) -> Path:
         path = path.with_suffix(".png")
     path.parent.mkdir(parents=True, exist_ok=True)
     canvas(fig)
-    fig.savefig(path, dpi=_DPI, facecolor="white")
+    from commscope.io.atomic import atomic_path
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=_DPI, facecolor="white")
     return path
 
 
@@ -326,35 +330,45 @@ def plot_moe(section: dict[str, Any], path: str | Path, *, frames: int = 6) -> P
     return _save(fig, path)
 
 
-def write_pngs(data: dict[str, Any], out_dir: str | Path, *, traffic: Any = None) -> list[Path]:
+#: Every file :func:`write_pngs` may write.
+PNG_NAMES = ("heatmap.png", "heatmap_by_axis.png", "bytes.png", "message_sizes.png", "breakdown.png", "plan.png",
+             "schedule.png", "measured_vs_predicted.png", "busbw.png", "moe.png")
+
+
+def write_pngs(data: dict[str, Any], out_dir: str | Path, *, traffic: Any = None,
+               place: Callable[[str], Path] | None = None) -> list[Path]:
     """Every picture of the report data into ``out_dir``; the traffic heatmaps too when ``traffic`` (the
-    prediction's TrafficMatrix) is given. Returns the paths written."""
+    prediction's TrafficMatrix) is given. ``place(name)``: where to draw the file ``name`` instead (a staged
+    temporary file, :meth:`commscope.io.atomic.OutputSet.path`). Returns the files of ``out_dir`` written."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths: list[Path] = []
+    where = place or (lambda name: out / name)
+    names: list[str] = []
     if traffic is not None:
         from commscope.report.heatmap import plot_heatmap, plot_heatmaps_by_axis
 
-        paths.append(plot_heatmap(traffic, out / "heatmap.png", title=data.get("title")))
-        paths.append(plot_heatmaps_by_axis(traffic, out / "heatmap_by_axis.png"))
-    if data.get("bytes"):
-        paths.append(plot_bytes(data["bytes"], out / "bytes.png"))
+        plot_heatmap(traffic, where("heatmap.png"), title=data.get("title"))
+        plot_heatmaps_by_axis(traffic, where("heatmap_by_axis.png"))
+        names += ["heatmap.png", "heatmap_by_axis.png"]
     sizes = data.get("message_sizes") or {}
-    if any(sizes.get(k) and sizes[k]["series"] for k in ("predicted", "measured")):
-        paths.append(plot_message_sizes(sizes, out / "message_sizes.png"))
-    if data.get("breakdown"):
-        paths.append(plot_breakdown(data["breakdown"], out / "breakdown.png"))
-        if data["breakdown"].get("plan"):
-            paths.append(plot_plan(data["breakdown"], out / "plan.png"))
-    if data.get("schedule") and data["schedule"]["schedules"]:
-        paths.append(plot_schedule(data["schedule"], out / "schedule.png"))
-    if data.get("measured") and data["measured"]["rows"]:
-        paths.append(plot_measured(data["measured"], out / "measured_vs_predicted.png"))
-    if data.get("bench") and data["bench"]["series"]:
-        paths.append(plot_bench(data["bench"], out / "busbw.png"))
-    if data.get("moe") and data["moe"]["items"]:
-        paths.append(plot_moe(data["moe"], out / "moe.png"))
-    return paths
+    drawers: list[tuple[bool, str, Callable[[Any, Path], Path], Any]] = [
+        (bool(data.get("bytes")), "bytes.png", plot_bytes, data.get("bytes")),
+        (any(sizes.get(k) and sizes[k]["series"] for k in ("predicted", "measured")), "message_sizes.png",
+         plot_message_sizes, sizes),
+        (bool(data.get("breakdown")), "breakdown.png", plot_breakdown, data.get("breakdown")),
+        (bool(data.get("breakdown") and data["breakdown"].get("plan")), "plan.png", plot_plan, data.get("breakdown")),
+        (bool(data.get("schedule") and data["schedule"]["schedules"]), "schedule.png", plot_schedule,
+         data.get("schedule")),
+        (bool(data.get("measured") and data["measured"]["rows"]), "measured_vs_predicted.png", plot_measured,
+         data.get("measured")),
+        (bool(data.get("bench") and data["bench"]["series"]), "busbw.png", plot_bench, data.get("bench")),
+        (bool(data.get("moe") and data["moe"]["items"]), "moe.png", plot_moe, data.get("moe")),
+    ]
+    for wanted, name, draw, value in drawers:
+        if wanted:
+            draw(value, where(name))
+            names.append(name)
+    return [out / name for name in names]
 
 
 __all__ = [

@@ -84,5 +84,8 @@ def plot_validation(validation: Any, path: str | Path, *, title: str | None = No
     if not out.suffix:
         out = out.with_suffix(".png")
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=_DPI, facecolor="white")
+    from commscope.io.atomic import atomic_path
+
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, dpi=_DPI, facecolor="white")
     return out

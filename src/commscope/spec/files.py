@@ -640,7 +640,9 @@ def write_mapping(path: str | os.PathLike[str], d: Mapping[str, Any]) -> Path:
         text = yaml.safe_dump(dict(d), sort_keys=False)
     else:
         raise ConfigError("path", str(p), f"unknown file type {suffix or '(none)'!r}; valid: {', '.join(FILE_SUFFIXES)}")
-    p.write_text(text, encoding="utf-8")
+    from commscope.io.atomic import write_text
+
+    write_text(p, text, field="path")
     return p
 
 

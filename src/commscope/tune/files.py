@@ -26,17 +26,21 @@ def table_document(table: TuningTable) -> dict[str, Any]:
 def write_table(table: TuningTable, path: str | Path) -> Path:
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(table_document(table), indent=1) + "\n")
+    from commscope.io.atomic import write_text
+
+    write_text(out, json.dumps(table_document(table), indent=1) + "\n")
     return out
 
 
 def read_table(path: str | Path) -> TuningTable:
     """The table in ``path``, not checked against this machine (for reading and reporting)."""
+    from commscope.io.checks import read_json_document
+
     p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError("tuning table", str(p), f"is not JSON (line {exc.lineno}: {exc.msg})") from None
+    data = read_json_document(p, "tuning table", what="a tuning table that `commscope tune --out` wrote")
+    if not isinstance(data, dict):
+        raise ConfigError("tuning table", str(p), f"holds a JSON {type(data).__name__}, not a tuning table (a JSON "
+                                                  "object that `commscope tune --out` wrote)")
     table = TuningTable.from_dict(data, source=str(p))
     stored = data.get("selection")
     if stored is not None and json.loads(json.dumps(stored)) != json.loads(json.dumps(selection_summary(table))):

@@ -220,7 +220,10 @@ def build_stage_model(m: ModelSpec, p: ParallelSpec, stage: int):
 
 def apply_tensor_parallel(model, tp_mesh, *, sequence_parallel: bool) -> None:
     """torchtitan's plan: DTensor column/row parallel linears, optional sequence parallelism."""
-    from torch.distributed.tensor import Replicate, Shard
+    try:
+        from torch.distributed.tensor import Replicate, Shard
+    except ImportError:  # torch < 2.5: DTensor's placements before they were public
+        from torch.distributed._tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
                                                    SequenceParallel, parallelize_module)
 
@@ -262,7 +265,7 @@ def rank_setup(rank: int, cfg: RunConfig, backend: str):
         from commscope.capture import pg as cpg
         from commscope.capture.recorder import RankLog
 
-        log = RankLog(Path(cfg.record))
+        log = RankLog(Path(cfg.record), rank=rank, say_stop=False)  # the launcher says it, once for all ranks
         cpg.set_sink(log)
     if backend != "nccl":
         return log, torch.device("cpu")
@@ -316,7 +319,10 @@ def train_rank(rank: int, world: int, cfg: RunConfig, backend: str = "gloo",
     if p.tp > 1:
         apply_tensor_parallel(model, mesh["tp"], sequence_parallel=p.sequence_parallel)
     if cfg.parallel.framework == "torch-fsdp2":
-        from torch.distributed.fsdp import fully_shard
+        try:
+            from torch.distributed.fsdp import fully_shard
+        except ImportError:  # torch < 2.6: FSDP2 before it was public
+            from torch.distributed._composable.fsdp import fully_shard
 
         for block in model.layers.values():
             fully_shard(block, mesh=mesh["dp"])
@@ -339,7 +345,7 @@ def train_rank(rank: int, world: int, cfg: RunConfig, backend: str = "gloo",
 
     schedule = None
     if p.pp > 1:
-        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+        from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
 
         # example shapes let the stage skip its runtime shape inference (send_object_list of metadata)
         first, last = pp_rank == 0, pp_rank == p.pp - 1
@@ -349,9 +355,9 @@ def train_rank(rank: int, world: int, cfg: RunConfig, backend: str = "gloo",
             torch.empty(*act, dtype=dtype, device="meta")
         x_out = torch.empty(mb, m.seq_len, m.padded_vocab_size(p.tp), dtype=dtype, device="meta") if last else \
             torch.empty(*act, dtype=dtype, device="meta")
-        stage = PipelineStage(model, pp_rank, p.pp, device, input_args=x_in, output_args=x_out,
-                              input_grads=None if first else x_in, output_grads=None if last else x_out,
-                              group=mesh["pp"].get_group())
+        stage = pipeline_stage(model, pp_rank, p.pp, device, input_args=x_in, output_args=x_out,
+                               input_grads=None if first else x_in, output_grads=None if last else x_out,
+                               group=mesh["pp"].get_group())
         cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[p.schedule]
         schedule = cls(stage, n_microbatches=mbs, loss_fn=loss_fn)
     losses, times = [], []
@@ -399,7 +405,25 @@ def train_rank(rank: int, world: int, cfg: RunConfig, backend: str = "gloo",
     if log is not None:
         log.close()
     return {"rank": rank, "stage": pp_rank, "losses": losses, "step_s": times,
-            "ops": None if log is None else log.num_records}
+            "ops": None if log is None else log.num_records, "log_stopped": None if log is None else log.stopped}
+
+
+def pipeline_stage(model, stage_index: int, num_stages: int, device, *, input_args, output_args, input_grads, output_grads,
+                   group, stage_class=None):
+    """``torch.distributed.pipelining.PipelineStage`` as the installed torch takes it (``stage_class``: that class,
+    or one of the same signature). The example gradients (``input_grads``, ``output_grads``: the shapes of what the
+    stage receives from and sends to its neighbours backward) are arguments of torch 2.12 and later; torch 2.4-2.11
+    have neither (a ``PipelineStage(..., input_grads=...)`` there was a TypeError on every rank of every ``pp > 1``
+    run) and take the gradients' shapes from the activations', which these are. Whatever the signature names is
+    passed, nothing it does not."""
+    import inspect
+
+    if stage_class is None:
+        from torch.distributed.pipelining import PipelineStage as stage_class
+    kwargs = {"input_args": input_args, "output_args": output_args, "input_grads": input_grads,
+              "output_grads": output_grads, "group": group}
+    accepted = inspect.signature(stage_class).parameters
+    return stage_class(model, stage_index, num_stages, device, **{k: v for k, v in kwargs.items() if k in accepted})
 
 
 def _bucket_cap_mb(m: ModelSpec, p: ParallelSpec) -> float | None:

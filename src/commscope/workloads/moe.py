@@ -300,7 +300,7 @@ def train_moe_rank(rank: int, world: int, cfg: MoeRunConfig, backend: str = "glo
                          layer_ids=tuple(moe_layers), ep=p.ep, tokens_per_rank=mb * m.seq_len)
     return {"rank": rank, "ep_rank": ep_rank, "losses": losses, "aux_losses": aux_losses, "step_s": times,
             "routing": routing,
-            "ops": None if log is None else log.num_records}
+            "ops": None if log is None else log.num_records, "log_stopped": None if log is None else log.stopped}
 
 
 def _all_reduce_grads(params, group, size: int) -> None:
