@@ -66,12 +66,12 @@ def test_a_rank_that_logged_nothing_is_named(tmp_path, capsys):
     (rec / "rank00003.done").write_text("0\n")
     for jobs in ([], ["--jobs", "2"]):
         assert main(["compare", str(rec), *jobs]) == 0
-        out = capsys.readouterr().out
-        assert "rank00003.jsonl: the log holds no op record, only its header: rank 3" in out
+        out, err = capsys.readouterr()
+        assert "rank00003.jsonl: the log holds no op record, only its header: rank 3" in err  # problems: stderr
         assert "rank 3 logged no op, so its ops are missing from the measured side" in out
         assert "is the job the one that was recorded?" not in out
     log.unlink()
     (rec / "rank00003.done").unlink()
     assert main(["compare", str(rec)]) == 0
-    out = capsys.readouterr().out
-    assert "no log for rank(s) 3 of the 4 ranks" in out and "rank 3 logged no op, so its ops are missing" in out
+    out, err = capsys.readouterr()
+    assert "no log for rank(s) 3 of the 4 ranks" in out + err and "rank 3 logged no op, so its ops are missing" in out

@@ -116,7 +116,7 @@ def test_a_kineto_op_larger_than_any_message_is_skipped(capsys, tmp_path):
         code, out, err = _run(capsys, *argv)
         assert code == 0 and "Traceback" not in "".join(err), err
     assert (f"k.json event {event}: allreduce: size_bytes=400000000000000000000000000000: larger than any real "
-            "message (> 1 TiB)") in out
+            "message (> 1 TiB)") in "\n".join(err)  # a reader's problems go to stderr
 
 
 def _rank_logs(tmp_path: Path) -> Path:
@@ -144,9 +144,10 @@ def test_a_log_of_another_format_or_a_newer_version_is_refused_naming_it(capsys,
     code, _, err = _run(capsys, "summarize", str(log))
     assert code == 2 and len(err) == 1 and f"rank00002.jsonl line 1: commscope_header {said}" in err[0]
     for jobs in ([], ["--jobs", "2"]):
-        code, out, _ = _run(capsys, "summarize", str(logs), *jobs)
-        assert code == 0 and f"problem: rank00002.jsonl: not read: commscope_header {said}" in out
-        assert "no log for rank(s) 2 of the 4 ranks" in out
+        code, out, err_lines = _run(capsys, "summarize", str(logs), *jobs)
+        said_all = out + "\n".join(err_lines)  # the results on stdout, the problems on stderr
+        assert code == 0 and f"problem: rank00002.jsonl: not read: commscope_header {said}" in "\n".join(err_lines)
+        assert "no log for rank(s) 2 of the 4 ranks" in said_all
 
 
 def test_a_deepspeed_log_of_rank_0_is_no_world_of_one(capsys, tmp_path):

@@ -144,7 +144,6 @@ def _refuse_unrunnable(model, parallel, args: argparse.Namespace, outputs: list[
     check_backend(backend, parallel.world_size)
     for field, path in outputs:
         check_out_dir(path, field)
-    _say_world(args, parallel)
     return str(backend)
 
 
@@ -188,6 +187,7 @@ def run_gpt(args: argparse.Namespace) -> int:
     backend = _refuse_unrunnable(model, parallel, args, [("record", args.record)])
     with ExitStack() as stack:
         _claim_outputs(args, stack, [("record", args.record, RECORDING_FILES)])
+        _say_world(args, parallel)  # once nothing refuses the run: the line before its ranks start
         return _run_gpt(args, cfg, model, parallel, cluster, backend)
 
 
@@ -289,6 +289,7 @@ def run_moe_cmd(args: argparse.Namespace) -> int:
         if args.record_routing is not None:  # else inside --record, claimed with it
             outputs.append(("record-routing", routing_dir, ("routing-rank*.npz", "group*/routing-rank*.npz")))
         _claim_outputs(args, stack, outputs)
+        _say_world(args, parallel)
         return _run_moe(args, cfg, model, parallel, backend, routing_dir)
 
 
