@@ -113,7 +113,7 @@ def test_a_kineto_op_larger_than_any_message_is_skipped(capsys, tmp_path):
     path.write_text(json.dumps(trace))
     for argv in (["summarize", str(path)], ["report", "--no-predicted", "--measured", str(path), "--out",
                                             str(tmp_path / "r.html")], ["summarize", str(path), "--jobs", "2"]):
-        code, out, err = _run(capsys, *argv)
+        code, _out, err = _run(capsys, *argv)
         assert code == 0 and "Traceback" not in "".join(err), err
     assert (f"k.json event {event}: allreduce: size_bytes=400000000000000000000000000000: larger than any real "
             "message (> 1 TiB)") in "\n".join(err)  # a reader's problems go to stderr
