@@ -56,8 +56,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from commscope.capture import pg as cpg
-from commscope.launch import spawn
+from commscope.measure.capture import pg as cpg
+from commscope.measure.launch import spawn
 
 _MODES = ("plain", "python", "forward", "recorded")
 _CONTROL_BACKEND = "commscope_bench_fwd"
@@ -96,7 +96,7 @@ def _ops_rank(rank: int, world: int, n: int, numel: int, rounds: int, logdir: st
     import torch
     import torch.distributed._functional_collectives as fc
 
-    from commscope.capture.recorder import RankLog
+    from commscope.measure.capture.recorder import RankLog
 
     if pin and _CAN_PIN:  # this rank and the backend threads its groups start (made below: they inherit it) on one core
         cores = sorted(os.sched_getaffinity(0))
@@ -209,7 +209,7 @@ def bench_python_only(n: int = 50_000, repeats: int = 7) -> dict:
     import torch.distributed as dist
     from torch._C._distributed_c10d import _create_work_from_future
 
-    from commscope.capture.recorder import RankLog
+    from commscope.measure.capture.recorder import RankLog
 
     done = torch.futures.Future()
     done.set_result([])
@@ -255,7 +255,7 @@ def bench_python_cold(n: int = 2000, repeats: int = 5, sweep_mib: int = 64) -> d
     import torch.distributed as dist
     from torch._C._distributed_c10d import AllgatherOptions, _create_work_from_future
 
-    from commscope.capture.recorder import RankLog
+    from commscope.measure.capture.recorder import RankLog
 
     done = torch.futures.Future()
     done.set_result([])
@@ -308,7 +308,7 @@ def bench_python_cold(n: int = 2000, repeats: int = 5, sweep_mib: int = 64) -> d
 
 def _workload():
     from commscope.spec.parallel import ParallelSpec
-    from commscope.workloads.gpt import reference_model
+    from commscope.trainings.gpt import reference_model
 
     return reference_model(), ParallelSpec(tp=2, pp=2, dp=2, sequence_parallel=True, micro_batch_size=2,
                                            global_batch_size=16, framework="torch-fsdp2")
@@ -388,8 +388,8 @@ def bench_step_interleaved(steps: int, runs: int, backend: str, cost_per_op_us: 
                            cores: int | None = None) -> dict:
     """Step time with and without recording, step by step inside the same 8-rank runs (blocks on, off, off, on);
     and the bounds that the CPU recording costs (per step, and ``cost_per_op_us`` x ops per step) put on it."""
-    from commscope.capture import recorder
-    from commscope.workloads.gpt import RunConfig, launch, train_rank
+    from commscope.measure.capture import recorder
+    from commscope.trainings.gpt import RunConfig, launch, train_rank
 
     model, parallel = _workload()
     world = parallel.world_size
@@ -437,7 +437,7 @@ def bench_step_interleaved(steps: int, runs: int, backend: str, cost_per_op_us: 
 
 def bench_step_time(steps: int, rounds: int, backend: str) -> dict:
     """Whole runs on the plain backend and recorded, alternately (what a user compares)."""
-    from commscope.workloads.gpt import RunConfig, run
+    from commscope.trainings.gpt import RunConfig, run
 
     model, parallel = _workload()
 

@@ -23,7 +23,7 @@ import time
 from dataclasses import replace
 
 from commscope.api import predict
-from commscope.estimate import estimate
+from commscope.estimate.iteration import estimate
 from commscope.io.chakra import export_chakra
 from commscope.io.chakra_replay import bandwidth_timer, replay
 from commscope.presets import cluster_preset, model_preset

@@ -1,6 +1,6 @@
 """`summarize` and `compare` over the logs of a large recorded job, read rank file by rank file.
 
-Writes synthetic per-rank logs (gzip) with the recorder's own line writer (commscope.capture.synthetic) under
+Writes synthetic per-rank logs (gzip) with the recorder's own line writer (commscope.measure.capture.synthetic) under
 /tmp, runs `commscope summarize` and `commscope compare` on them as a user would (subprocesses), and prints for
 each its wall time, records per second and peak RSS (ru_maxrss of the child). The logs are deleted afterwards.
 
@@ -23,7 +23,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from commscope.capture.synthetic import synthetic_parallel, write_synthetic_rank
+from commscope.measure.capture.synthetic import synthetic_parallel, write_synthetic_rank
 
 
 def _write(args: tuple[str, int, int, int]) -> None:

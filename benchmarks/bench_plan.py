@@ -11,8 +11,8 @@ import time
 
 import numpy as np
 
-from commscope.memory import total_memory_bytes
-from commscope.plan import (
+from commscope.estimate.memory import total_memory_bytes
+from commscope.estimate.plan import (
     RECOMPUTE_CODES,
     PlanSpace,
     candidates,

@@ -7,9 +7,9 @@ Rows:
    - the realistic sweep: every configuration of tp {1,2,4,8} x pp {1,2,4,8,16} x dp {8,16,32,64} x micro-batch
      {1,2,4,8} x SP (where tp > 1) x recomputation {none, selective, full} x distributed optimizer (3,360 distinct
      configurations, global batch 1,536; not one configuration repeated) through
-     :func:`commscope.estimate_many.estimate_many`, its ParallelSpecs built beforehand (and with their construction);
+     :func:`commscope.estimate.many.estimate_many`, its ParallelSpecs built beforehand (and with their construction);
    - the scalar call, ``estimate(predict(...))`` of t8 p16 d8 on 1,024 GPUs, repeated, and split into ``predict``,
-     ``estimate`` and the compute model's ``stage_compute`` (called once per estimate; :mod:`commscope.compute`);
+     ``estimate`` and the compute model's ``stage_compute`` (called once per estimate; :mod:`commscope.estimate.compute`);
      the scalar call over a slice of the sweep (distinct configurations, one call each);
    - how the cost grows: the exponent b of cost ~ x^b fitted over pp (1..96, t8 d8) and over layers (12..192, t8 p4
      d8), for the scalar call (with and without ``stage_compute``) and per configuration of ``estimate_many``;
@@ -50,9 +50,9 @@ from typing import Any
 import numpy as np
 
 from commscope.api import predict
-from commscope.estimate import estimate
-from commscope.estimate_many import estimate_many
-from commscope.plan import plan
+from commscope.estimate.iteration import estimate
+from commscope.estimate.many import estimate_many
+from commscope.estimate.plan import plan
 from commscope.spec.files import load_cluster, load_model
 from commscope.spec.parallel import ParallelSpec
 
@@ -103,8 +103,8 @@ def _cpu_per_call(fn: Callable[[], Any], min_s: float, repeats: int = 3) -> floa
 
 def bench_growth(model: Any, cluster: Any, min_s: float) -> dict[str, Any]:
     """Exponents of the scalar call's and estimate_many's cost in pp and in layers."""
-    from commscope.compute.model import stage_compute
-    from commscope.gpus import gpu_for_cluster
+    from commscope.estimate.compute.model import stage_compute
+    from commscope.estimate.gpus import gpu_for_cluster
 
     gpu = gpu_for_cluster(cluster, None)
     out: dict[str, Any] = {}
@@ -143,8 +143,8 @@ def bench_peers(peer_python: str | None, calculon_data: str | None, min_s: float
 
 def bench_estimates(peer_python: str | None = None, calculon_data: str | None = None, min_s: float = 2.0,
                     growth: bool = True) -> list[dict[str, Any]]:
-    from commscope.compute.model import stage_compute
-    from commscope.gpus import gpu_for_cluster
+    from commscope.estimate.compute.model import stage_compute
+    from commscope.estimate.gpus import gpu_for_cluster
 
     model, cluster = load_model("gpt3-175b"), load_cluster("dgx-a100")
     configs = sweep_configs()

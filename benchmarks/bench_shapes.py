@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from commscope.gpus import gpu_preset
-from commscope.shapes import analyse_shapes, gemm_timing, suggest_shapes, sweep_shapes
+from commscope.estimate.gpus import gpu_preset
+from commscope.estimate.shapes import analyse_shapes, gemm_timing, suggest_shapes, sweep_shapes
 from commscope.spec.files import load_cluster, load_model
 from commscope.spec.parallel import ParallelSpec
 

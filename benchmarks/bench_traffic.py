@@ -18,9 +18,9 @@ import numpy as np
 
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
-from commscope.traffic import traffic_of
-from commscope.volumes import axis_volumes
-from commscope.workload.dense import build_workload
+from commscope.pattern.traffic import traffic_of
+from commscope.pattern.volumes import axis_volumes
+from commscope.pattern.workload.dense import build_workload
 
 # Llama-3.1-405B shape (Meta's config.json): 126 layers do not split evenly over 16 stages, so the first and
 # last stage hold 7 layers and the others 8, as Meta's own 405B run did.

@@ -2,7 +2,7 @@
 
 1. Tune: ``commscope tune`` on this machine for the ops the workload sends (all_reduce, all_gather,
    reduce_scatter, broadcast) over the sizes it sends, on groups of 2 and of all ranks.
-2. Train commscope's reference GPT (``commscope.workloads.gpt.train_rank``, preset ref-gpt) with PyTorch's
+2. Train commscope's reference GPT (``commscope.trainings.gpt.train_rank``, preset ref-gpt) with PyTorch's
    own data parallelism, DDP and FSDP2, on:
    - ``gloo``: the only native backend of a CPU machine (NCCL joins on a GPU machine with a GPU per rank);
    - ``algorithms``: the mixed backend with a table holding only commscope's point-to-point algorithms
@@ -29,14 +29,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from commscope.bench.sweep import SweepConfig
-from commscope.launch import spawn
+from commscope.measure.bench.sweep import SweepConfig
+from commscope.measure.launch import spawn
 from commscope.spec.parallel import ParallelSpec
-from commscope.tune.mixed import MIXED_BACKEND, TUNING_ENV, register
-from commscope.tune.suite import TuneConfig, run_tuning
-from commscope.tune.files import write_table
-from commscope.tune.table import TuningTable
-from commscope.workloads.gpt import RunConfig, reference_model, train_rank
+from commscope.measure.tune.mixed import MIXED_BACKEND, TUNING_ENV, register
+from commscope.measure.tune.suite import TuneConfig, run_tuning
+from commscope.measure.tune.files import write_table
+from commscope.measure.tune.table import TuningTable
+from commscope.trainings.gpt import RunConfig, reference_model, train_rank
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                                 step_factor=4, iters=10 if args.quick else 30, warmup_iters=3)
             table = run_tuning(TuneConfig(sweep=sweep), args.nproc, timeout_s=1800)
         else:
-            from commscope.tune.files import load_table
+            from commscope.measure.tune.files import load_table
 
             table = load_table(args.table)
         tune_s = time.perf_counter() - t0

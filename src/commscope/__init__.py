@@ -12,25 +12,30 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+# modules that moved in the house move of issue 34 stay importable at their old paths, with a DeprecationWarning
+from commscope._moved import install as _install_moved
+
+_install_moved()
+
 #: Public name -> the module that defines it.
 _EXPORTS = {
-    "AXES": "commscope.record",
-    "OP_NAMES": "commscope.record",
+    "AXES": "commscope.commop",
+    "OP_NAMES": "commscope.commop",
     "ClusterSpec": "commscope.spec.cluster",
-    "CommOp": "commscope.record",
+    "CommOp": "commscope.commop",
     "ConfigError": "commscope.errors",
-    "Layout": "commscope.layout",
+    "Layout": "commscope.pattern.layout",
     "LinkTier": "commscope.spec.cluster",
     "ModelSpec": "commscope.spec.model",
-    "OpSet": "commscope.workload.base",
+    "OpSet": "commscope.pattern.workload.base",
     "ParallelSpec": "commscope.spec.parallel",
     "Prediction": "commscope.api",
-    "TrafficMatrix": "commscope.traffic",
-    "Workload": "commscope.workload.base",
-    "build_traffic": "commscope.traffic",
-    "build_workload": "commscope.workload.dense",
+    "TrafficMatrix": "commscope.pattern.traffic",
+    "Workload": "commscope.pattern.workload.base",
+    "build_traffic": "commscope.pattern.traffic",
+    "build_workload": "commscope.pattern.workload.dense",
     "predict": "commscope.api",
-    "traffic_of": "commscope.traffic",
+    "traffic_of": "commscope.pattern.traffic",
 }
 
 __all__ = [
@@ -57,14 +62,14 @@ __all__ = [
 if TYPE_CHECKING:
     from commscope.api import Prediction, predict
     from commscope.errors import ConfigError
-    from commscope.layout import Layout
-    from commscope.record import AXES, OP_NAMES, CommOp
+    from commscope.pattern.layout import Layout
+    from commscope.commop import AXES, OP_NAMES, CommOp
     from commscope.spec.cluster import ClusterSpec, LinkTier
     from commscope.spec.model import ModelSpec
     from commscope.spec.parallel import ParallelSpec
-    from commscope.traffic import TrafficMatrix, build_traffic, traffic_of
-    from commscope.workload.base import OpSet, Workload
-    from commscope.workload.dense import build_workload
+    from commscope.pattern.traffic import TrafficMatrix, build_traffic, traffic_of
+    from commscope.pattern.workload.base import OpSet, Workload
+    from commscope.pattern.workload.dense import build_workload
 
 
 def __getattr__(name: str) -> Any:

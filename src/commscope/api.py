@@ -12,13 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from commscope.record import REPORT_AXES
+from commscope.commop import REPORT_AXES
 from commscope.spec.cluster import ClusterSpec
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
-from commscope.traffic import ALGORITHMS, TrafficMatrix, traffic_of
-from commscope.workload.base import Workload
-from commscope.workload.dense import build_workload, check_job
+from commscope.pattern.traffic import ALGORITHMS, TrafficMatrix, traffic_of
+from commscope.pattern.workload.base import Workload
+from commscope.pattern.workload.dense import build_workload, check_job
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,7 +34,7 @@ class Prediction:
     parallel: ParallelSpec
     cluster: ClusterSpec
     algorithm: str = "ring"
-    """How collectives are decomposed into flows (:data:`commscope.traffic.ALGORITHMS`)."""
+    """How collectives are decomposed into flows (:data:`commscope.pattern.traffic.ALGORITHMS`)."""
     routing: Any = None
     """MoE routing as :func:`predict` took it (None: balanced)."""
     routing_iteration: int = 0
@@ -43,7 +43,7 @@ class Prediction:
 
     @property
     def workload(self) -> Workload:
-        """Every op of the iteration (:func:`commscope.workload.dense.build_workload`)."""
+        """Every op of the iteration (:func:`commscope.pattern.workload.dense.build_workload`)."""
         if self._workload is None:
             object.__setattr__(self, "_workload", build_workload(self.model, self.parallel, routing=self.routing,
                                                                  routing_iteration=self.routing_iteration))
@@ -62,7 +62,7 @@ class Prediction:
     @property
     def balanced_megatron(self) -> bool:
         """A Megatron-LM job whose MoE all-to-alls (if any) follow balanced routing without a capacity: what
-        :mod:`commscope.estimate_many` estimates in closed form, without the op list."""
+        :mod:`commscope.estimate.many` estimates in closed form, without the op list."""
         return (self.parallel.framework == "megatron" and self.routing is None
                 and not (self.model.is_moe and self.model.capacity_factor is not None))
 

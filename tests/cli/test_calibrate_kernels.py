@@ -15,8 +15,8 @@ import pytest
 
 from conftest import shared_or_skip
 from commscope.cli.main import main
-from commscope.compute.calibration import gpu_toml
-from commscope.gpus import gpu_preset, load_gpu
+from commscope.estimate.compute.calibration import gpu_toml
+from commscope.estimate.gpus import gpu_preset, load_gpu
 
 GPU_DATA = ("data", "gpu")
 #: The issue's held-out targets per kernel class (issue 33, "Kernel truth"): each model's rows predicted by
@@ -151,7 +151,7 @@ def test_an_earlier_gpu_file_survives_a_refused_fit(tmp_path, capsys):
 
 
 def test_measuring_kernels_without_a_cuda_gpu_is_refused_in_one_line(tmp_path):
-    from commscope.shapes import cuda_available
+    from commscope.estimate.shapes import cuda_available
 
     if cuda_available()[0]:
         pytest.skip("this machine has a CUDA GPU: calibrate --model would measure it")

@@ -405,7 +405,7 @@ def test_a_summary_of_records_without_ranks_says_so():
 
 def test_bench_curves_never_share_a_look():
     pytest.importorskip("matplotlib")
-    from commscope.bench.plot import curve_styles
+    from commscope.measure.bench.plot import curve_styles
 
     curves = [(op, n) for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv", "broadcast",
                                  "reduce") for n in (2, 4, 8)]

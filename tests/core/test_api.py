@@ -7,8 +7,8 @@ from commscope.api import predict
 from commscope.errors import ConfigError
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
-from commscope.traffic import traffic_of
-from commscope.workload.dense import build_workload
+from commscope.pattern.traffic import traffic_of
+from commscope.pattern.workload.dense import build_workload
 
 MODEL = ModelSpec(name="m", num_layers=4, hidden_size=256, num_heads=8, seq_len=128, vocab_size=1000)
 MOE = ModelSpec(name="moe", num_layers=4, hidden_size=256, num_heads=8, seq_len=128, vocab_size=1000, num_experts=4,

@@ -24,10 +24,13 @@ def test_the_page_names_paths_the_way_the_check_reads_them() -> None:
 
 def _exists(path: str) -> bool:
     """A path with a folder exists as written (under src/commscope/, or the repository for docs/ and tests/);
-    a bare file name (the picture lists a folder's modules after it: ``spec/ (model.py, ...)``) in some folder."""
-    if "/" in path:
-        return (PACKAGE_DIR / path).exists() or (PAGE.parents[1] / path).exists()
-    return any(PACKAGE_DIR.rglob(path))
+    a bare file name or folder (the picture lists a package's modules and subfolders under it:
+    ``estimate/`` then ``compute/``) in some folder."""
+    if (PACKAGE_DIR / path).exists() or (PAGE.parents[1] / path).exists():
+        return True
+    if path.count("/") > 1 or "/" in path.rstrip("/"):
+        return False
+    return any(PACKAGE_DIR.rglob(path.rstrip("/")))
 
 
 def test_every_module_the_page_names_exists() -> None:

@@ -142,7 +142,7 @@ def test_only_the_cli_imports_rich() -> None:
 
 def test_commscope_has_no_import_cycles() -> None:
     graph = import_graph()
-    assert len(graph) > 50 and "commscope.workload.dense" in graph
+    assert len(graph) > 50 and "commscope.pattern.workload.dense" in graph
     unexpected = []
     for component in cycles(graph):
         two_way = _edges_within(graph, component)

@@ -12,8 +12,8 @@ def test_all_names_resolve():
 
 
 def test_core_imports_neither_torch_nor_plotting():
-    code = ("import sys, commscope, commscope.estimate, commscope.plan, commscope.memory, commscope.volumes, "
-            "commscope.shapes, commscope.schedule, commscope.cli.main; commscope.cli.main.build_parser(); "
+    code = ("import sys, commscope, commscope.estimate, commscope.estimate.plan, commscope.estimate.memory, commscope.pattern.volumes, "
+            "commscope.estimate.shapes, commscope.estimate.schedule, commscope.cli.main; commscope.cli.main.build_parser(); "
             "print(sorted(m for m in ('torch', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from commscope.api import predict
-from commscope.estimate import Estimate, estimate
+from commscope.estimate.iteration import Estimate, estimate
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ import pytest
 
 from conftest import SHARED, requires_shared
 
-from commscope.compute.calibration import PRIORS, calibrate_kernels, gpu_toml, read_kernel_dir
-from commscope.gpus import gpu_from_mapping, gpu_preset
+from commscope.estimate.compute.calibration import PRIORS, calibrate_kernels, gpu_toml, read_kernel_dir
+from commscope.estimate.gpus import gpu_from_mapping, gpu_preset
 
 GPU_DIR = SHARED / "data" / "gpu"
 #: class -> (leave-one-model-out target of the issue, in-sample bound reached with margin)

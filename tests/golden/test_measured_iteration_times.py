@@ -37,11 +37,11 @@ from dataclasses import replace
 from conftest import SHARED, requires_shared
 from golden_table import Case, best_efficiency, predict, run_cases, with_stack
 
-from commscope.bandwidth import AlphaBeta, MeasuredTable, TableRow
+from commscope.estimate.bandwidth import AlphaBeta, MeasuredTable, TableRow
 from commscope.spec.files import load_cluster
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
-from commscope.stacks import stack_preset
+from commscope.estimate.stacks import stack_preset
 from commscope.units import GBIT
 
 CSV = SHARED / "data" / "measured_iteration_times.csv"

@@ -35,7 +35,7 @@ from golden_table import Case, best_efficiency, predict, run_cases, with_stack
 from commscope.spec.files import load_cluster
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
-from commscope.stacks import stack_preset
+from commscope.estimate.stacks import stack_preset
 
 CSV = SHARED / "data" / "measured_iteration_times_h100.csv"
 STACK = "megatron-core-2024"

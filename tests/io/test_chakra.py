@@ -22,14 +22,14 @@ from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
 
 from commscope.api import predict
 from commscope.cli.main import main
-from commscope.compute.gemm import layer_gemms
-from commscope.compute.model import stage_compute
-from commscope.estimate import estimate
-from commscope.gpus import gpu_for_cluster
+from commscope.estimate.compute.gemm import layer_gemms
+from commscope.estimate.compute.model import stage_compute
+from commscope.estimate.iteration import estimate
+from commscope.estimate.gpus import gpu_for_cluster
 from commscope.io.chakra import COMM_TYPES, export_chakra, write_chakra
 from commscope.io.chakra_compute import KERNEL_CLASSES
 from commscope.presets import cluster_preset, model_preset
-from commscope.schedule import stage_order
+from commscope.estimate.schedule import stage_order
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 

@@ -18,7 +18,7 @@ from strategies import chakra_jobs
 
 from commscope.api import predict
 from commscope.errors import ConfigError
-from commscope.estimate import estimate
+from commscope.estimate.iteration import estimate
 from commscope.io.chakra import COMM_TYPES, export_chakra
 from commscope.io.chakra_replay import bandwidth_timer, read_traces, replay
 from commscope.io.chakra_ops import rank_ops
@@ -145,7 +145,7 @@ def test_no_configuration_deadlocks(job, gpus_per_node):
 def test_configurations_plan_ranks_replay_to_the_end(moe):
     """What `commscope plan` proposes, from its fastest to its slowest configuration, exports and replays on every
     rank (GPUs 4 to a node, so that groups cross nodes)."""
-    from commscope.plan import PlanSpace, plan
+    from commscope.estimate.plan import PlanSpace, plan
     from commscope.spec.model import ModelSpec
 
     model = ModelSpec(name="tiny", num_layers=8, hidden_size=256, num_heads=8, vocab_size=1000, seq_len=256)

@@ -34,7 +34,7 @@ from commscope.io.deepspeed import import_deepspeed_comms, parse_deepspeed_size
 from commscope.io.importers import ImportResult, detect_format, import_nccl_tests, import_records
 from commscope.io.kineto import import_kineto
 from commscope.io.oplog import write_ops_jsonl
-from commscope.record import CommOp
+from commscope.commop import CommOp
 
 REAL_LOGS = SHARED / "data" / "real-logs"
 needs_logs = requires_shared("data", "real-logs")
@@ -109,7 +109,7 @@ def test_public_api():
         for name in mod.__all__:
             assert hasattr(mod, name)
     # every op name maps to a CommOp op
-    from commscope.record import OP_NAMES
+    from commscope.commop import OP_NAMES
 
     assert set(kineto_mod.OP_NAMES.values()) <= set(OP_NAMES)
     assert set(deepspeed_mod.OP_NAMES.values()) <= set(OP_NAMES)

@@ -8,11 +8,11 @@ from hypothesis import HealthCheck, given, settings
 from strategies import jobs
 
 from commscope.io.matrix import read_npz, read_triplets_csv, write_npz, write_triplets_csv
-from commscope.record import AXES
+from commscope.commop import AXES
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
-from commscope.traffic import TrafficMatrix, traffic_of
-from commscope.workload.dense import build_workload
+from commscope.pattern.traffic import TrafficMatrix, traffic_of
+from commscope.pattern.workload.dense import build_workload
 
 
 def _traffic(algorithm: str = "ring", **parallel) -> TrafficMatrix:

@@ -786,7 +786,7 @@ def test_fuzz_arbitrary_lines(lines: list[str]) -> None:
 def test_a_real_sweep_is_a_bandwidth_table_its_zero_busbw_rows_left_out():
     """nccl-tests prints busbw 0.00 for its smallest sizes (8 B over 8 A100s: 34.8 us); a bandwidth table of the log
     leaves those rows out instead of refusing the whole file, and interpolates the rest."""
-    from commscope.bandwidth import GroupSpan
+    from commscope.estimate.bandwidth import GroupSpan
     from commscope.io.bandwidth_file import read_bandwidth
 
     path = REAL_LOGS / A100X8

@@ -11,10 +11,10 @@ from strategies import jobs
 
 import commscope.io
 from commscope.io.oplog import CSV_COLUMNS, MAX_PROBLEMS, OpLog, read_ops_csv, read_ops_jsonl, write_ops_csv, write_ops_jsonl
-from commscope.record import CommOp
+from commscope.commop import CommOp
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
-from commscope.workload.dense import build_workload
+from commscope.pattern.workload.dense import build_workload
 
 
 def _workload():

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from commscope.capture.analysis import summary
-from commscope.capture.synthetic import synthetic_parallel, write_synthetic_rank
+from commscope.measure.capture.analysis import summary
+from commscope.measure.capture.synthetic import synthetic_parallel, write_synthetic_rank
 from commscope.cli.main import main
 from commscope.io.runs import read_run_totals
 from commscope.io.tables import read_ops_parquet
-from commscope.layout import Layout
+from commscope.pattern.layout import Layout
 from commscope.spec.parallel import ParallelSpec
 
 pytest.importorskip("pyarrow")

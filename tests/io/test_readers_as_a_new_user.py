@@ -279,11 +279,11 @@ def test_all_to_all_is_counted_per_sending_rank_in_nccl_tests_rows_as_in_commsco
     sending rank, and summarize/compare count all_to_all per sending rank. The nccl-tests rows were counted once
     each, with one rank's bytes: 16 x fewer ops and bytes than the same collectives recorded by commscope. Now both
     count one op per sending rank, and the output says so."""
-    from commscope.capture.analysis import summary
+    from commscope.measure.capture.analysis import summary
     from commscope.io.nccl_tests import parse_nccl_tests
     from commscope.io.oplog import write_ops_jsonl
     from commscope.io.runs import read_run, read_run_totals
-    from commscope.record import CommOp
+    from commscope.commop import CommOp
 
     def read(path):
         return read_run(path) if jobs is None else read_run_totals(path, jobs=jobs)
@@ -310,7 +310,7 @@ def test_all_to_all_is_counted_per_sending_rank_in_nccl_tests_rows_as_in_commsco
 def test_the_reports_measured_bytes_count_nccl_tests_all_to_all_as_summarize_does():
     """report --measured counted the nccl-tests all_to_all rows once each (one rank's bytes, 1/16 of what summarize
     shows for the same file): both now count one op per sending rank."""
-    from commscope.capture.analysis import summary
+    from commscope.measure.capture.analysis import summary
     from commscope.io.runs import read_run
     from commscope.report.html import measured_bytes_by_axis
 

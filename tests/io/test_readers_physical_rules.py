@@ -120,7 +120,7 @@ def test_a_kineto_op_larger_than_any_message_is_skipped(capsys, tmp_path):
 
 
 def _rank_logs(tmp_path: Path) -> Path:
-    from commscope.capture.synthetic import write_synthetic_rank
+    from commscope.measure.capture.synthetic import write_synthetic_rank
 
     logs = tmp_path / "logs"
     logs.mkdir()

@@ -2,7 +2,7 @@
 at a line boundary, a copied file, runs mixed in one directory. Each is one problem line naming the file (and line),
 and the reader in memory (read_run) and the one folding rank files into totals (read_run_totals) find the same.
 
-The logs are the synthetic job's (:func:`commscope.capture.synthetic.write_synthetic_rank`, written line by line by
+The logs are the synthetic job's (:func:`commscope.measure.capture.synthetic.write_synthetic_rank`, written line by line by
 the recorder's own writer): 4 ranks, tp 1, pp 2, dp 2, one step; every test breaks a copy in one way.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from commscope.capture.synthetic import write_synthetic_rank
+from commscope.measure.capture.synthetic import write_synthetic_rank
 from commscope.io.runs import read_run, read_run_totals, run_totals
 
 RANKS = 4

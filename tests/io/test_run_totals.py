@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from commscope.capture.analysis import compare, summary
-from commscope.capture.synthetic import synthetic_parallel, write_synthetic_rank
+from commscope.measure.capture.analysis import compare, summary
+from commscope.measure.capture.synthetic import synthetic_parallel, write_synthetic_rank
 from commscope.io.runs import read_run, read_run_totals, run_totals
-from commscope.layout import Layout
+from commscope.pattern.layout import Layout
 from commscope.spec.parallel import ParallelSpec
 
 
@@ -59,12 +59,12 @@ def test_bad_and_odd_lines_are_found_as_the_in_memory_reader_finds_them(tmp_path
 def test_real_recorded_run_streams_to_the_same_comparison(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     from commscope.api import predict
-    from commscope.capture import pg as cpg
-    from commscope.launch import spawn
+    from commscope.measure.capture import pg as cpg
+    from commscope.measure.launch import spawn
     from commscope.spec.cluster import ClusterSpec, LinkTier
     from commscope.spec.model import ModelSpec
 
-    from tests.capture.test_compare import _flat_grads_job
+    from tests.measure.capture.test_compare import _flat_grads_job
 
     del torch
     cpg.register()

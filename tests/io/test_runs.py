@@ -15,7 +15,7 @@ import pytest
 from conftest import SHARED, requires_shared
 
 from commscope.api import predict
-from commscope.capture.analysis import compare, summary
+from commscope.measure.capture.analysis import compare, summary
 from commscope.cli.main import main
 from commscope.io.runs import op_step, read_run
 from commscope.spec.cluster import ClusterSpec, LinkTier
@@ -39,8 +39,8 @@ def _dp_job(rank: int, world: int, logdir: str, numel: int, steps: int) -> None:
     import torch
     import torch.distributed as dist
 
-    from commscope.capture import pg as cpg
-    from commscope.capture.recorder import RankLog
+    from commscope.measure.capture import pg as cpg
+    from commscope.measure.capture.recorder import RankLog
 
     log = RankLog(Path(logdir), batch=16)
     cpg.set_sink(log)
@@ -54,8 +54,8 @@ def _dp_job(rank: int, world: int, logdir: str, numel: int, steps: int) -> None:
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> Path:
     pytest.importorskip("torch")
-    from commscope.capture import pg as cpg
-    from commscope.launch import spawn
+    from commscope.measure.capture import pg as cpg
+    from commscope.measure.launch import spawn
 
     cpg.register()
     logdir = tmp_path_factory.mktemp("recorded")
@@ -208,16 +208,16 @@ def _ddp_job(rank: int, world: int, logdir: str, store: str) -> None:
     import torch
     import torch.distributed as dist
 
-    import commscope.capture
+    import commscope.measure.capture
 
-    with commscope.capture.record(logdir):
+    with commscope.measure.capture.record(logdir):
         dist.init_process_group("gloo", store=dist.FileStore(store, world), rank=rank, world_size=world)
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
         ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.001)  # a bucket per parameter
         opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
         for i in range(3):
-            commscope.capture.step(i)
+            commscope.measure.capture.step(i)
             opt.zero_grad()
             ddp(torch.randn(8, 16)).sum().backward()
             opt.step()

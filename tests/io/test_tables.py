@@ -12,7 +12,7 @@ from commscope.api import predict
 from commscope.cli.main import main
 from commscope.io.oplog import OpLog
 from commscope.presets import cluster_preset, model_preset
-from commscope.record import CommOp
+from commscope.commop import CommOp
 from commscope.spec.parallel import ParallelSpec
 
 pytest.importorskip("pyarrow")

@@ -132,7 +132,7 @@ def test_routing_generators_and_the_moe_workload_do_not_import_each_other():
             a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
 
     moe_modules = {f"commscope.moe.{p.stem}" for p in (root / "moe").glob("*.py")}
-    assert not {m for m in imports("workload/moe.py") if m in moe_modules} - {"commscope.moe.routing",
+    assert not {m for m in imports("pattern/workload/moe.py") if m in moe_modules} - {"commscope.moe.routing",
                                                                              "commscope.moe.trace"}
     for path in (root / "moe").glob("*.py"):
-        assert not any(m.startswith("commscope.workload") for m in imports(f"moe/{path.name}")), path.name
+        assert not any(m.startswith("commscope.pattern.workload") for m in imports(f"moe/{path.name}")), path.name

@@ -7,12 +7,12 @@ import pytest
 
 from commscope.api import predict
 from commscope.errors import ConfigError
-from commscope.estimate import estimate
+from commscope.estimate.iteration import estimate
 from commscope.moe import RoutingTrace, apply_capacity, generate, rank_tokens, routing_for_job, save_trace
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
-from commscope.traffic import traffic_of
-from commscope.workload.dense import build_workload
+from commscope.pattern.traffic import traffic_of
+from commscope.pattern.workload.dense import build_workload
 
 # MoE layers 1, 2, 3 (layer 0 dense); stage 0 holds layer 1, stage 1 layers 2 and 3; m = 2 micro-batches
 MODEL = ModelSpec(name="moe-s", num_layers=4, hidden_size=64, num_heads=4, seq_len=32, vocab_size=256, num_experts=8,
@@ -168,7 +168,7 @@ def test_routed_traffic_merged_per_group_equals_op_set_by_op_set():
     """build_traffic merges the op sets of a group array before expanding them: the matrix is the sum of each
     op set's own matrix (routed all-to-alls per layer and micro-batch, ring collectives, p2p, hierarchical)."""
     from commscope.spec.files import load_model
-    from commscope.traffic import build_traffic
+    from commscope.pattern.traffic import build_traffic
 
     model = load_model("mixtral-8x7b")
     par = ParallelSpec(tp=2, pp=2, dp=8, ep=4, global_batch_size=32, sequence_parallel=True)

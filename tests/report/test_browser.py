@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from commscope.api import predict
-from commscope.estimate import estimate
+from commscope.estimate.iteration import estimate
 from commscope.io.oplog import write_ops_jsonl
 from commscope.report.html import build_report_data, load_bench, load_measured, load_moe, write_html
 from commscope.spec.parallel import ParallelSpec
@@ -98,7 +98,7 @@ def runs_headless(tmp_path_factory):
 @pytest.fixture(scope="module")
 def full_report(tmp_path_factory):
     """A 32-GPU report with every section: prediction, estimate, plan, measured logs, a benchmark, MoE routing."""
-    from commscope.plan import plan
+    from commscope.estimate.plan import plan
 
     tmp = tmp_path_factory.mktemp("browser-report")
     par = ParallelSpec(tp=2, pp=4, dp=4, global_batch_size=512, micro_batch_size=4)

@@ -9,11 +9,11 @@ import sys
 import numpy as np
 import pytest
 
-from commscope.record import AXES
+from commscope.commop import AXES
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
-from commscope.traffic import TrafficMatrix, traffic_of
-from commscope.workload.dense import build_workload
+from commscope.pattern.traffic import TrafficMatrix, traffic_of
+from commscope.pattern.workload.dense import build_workload
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 MODEL = ModelSpec(name="gpt-1.5b", num_layers=24, hidden_size=2304, num_heads=24, seq_len=1024)

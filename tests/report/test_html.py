@@ -14,14 +14,14 @@ import commscope.report.html as report_html
 from commscope.api import predict
 from commscope.cli.main import main
 from commscope.errors import ConfigError
-from commscope.estimate import estimate
+from commscope.estimate.iteration import estimate
 from commscope.io.oplog import write_ops_jsonl
-from commscope.layout import Layout
-from commscope.record import AXES
+from commscope.pattern.layout import Layout
+from commscope.commop import AXES
 from commscope.report.html import (build_report_data, compare_measured, heatmap_section, load_bench, load_measured,
                                    load_moe, moe_metrics, predicted_bytes_by_axis, render_html, size_histogram)
 from commscope.spec.parallel import ParallelSpec
-from commscope.traffic import TrafficMatrix
+from commscope.pattern.traffic import TrafficMatrix
 
 PAR_32 = dict(tp=2, pp=4, dp=4, global_batch_size=512, micro_batch_size=4)
 JOB_32 = ["--model", "gpt-3b", "--tp", "2", "--pp", "4", "--dp", "4", "--global-batch-size", "512",
@@ -454,7 +454,7 @@ def test_html_and_png_modules_import_without_matplotlib():
     import subprocess
     import sys
 
-    code = ("import sys, commscope.report.html, commscope.report.png, commscope.schedule, commscope.cli.report_cmd; "
+    code = ("import sys, commscope.report.html, commscope.report.png, commscope.estimate.schedule, commscope.cli.report_cmd; "
             "assert 'matplotlib' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -9,9 +9,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-import commscope.schedule as schedule_module
+import commscope.estimate.schedule as schedule_module
 from commscope.errors import ConfigError
-from commscope.schedule import SCHEDULES, pipeline_schedule, schedule_for, stage_order
+from commscope.estimate.schedule import SCHEDULES, pipeline_schedule, schedule_for, stage_order
 
 CASES_1F1B = [(1, 4), (2, 1), (2, 8), (4, 4), (4, 8), (4, 16), (8, 8), (8, 32), (16, 16), (3, 7)]
 CASES_INTERLEAVED = [(2, 4, 2), (4, 4, 2), (4, 8, 2), (4, 16, 2), (4, 16, 4), (8, 16, 3), (8, 64, 2)]
@@ -150,7 +150,7 @@ def test_bad_input_names_the_field(kwargs, field):
 @pytest.mark.parametrize("v, recompute", [(1, "none"), (2, "none"), (1, "full")])
 def test_schedule_of_an_estimate_ends_at_its_iteration_time(v, recompute):
     from commscope.api import predict
-    from commscope.estimate import estimate
+    from commscope.estimate.iteration import estimate
     from commscope.spec.parallel import ParallelSpec
 
     par = ParallelSpec(tp=2, pp=4, dp=4, global_batch_size=512, micro_batch_size=4, virtual_pipeline_size=v,

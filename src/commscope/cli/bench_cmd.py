@@ -1,7 +1,7 @@
 """``commscope bench``: nccl-tests-style bandwidth sweeps through torch.distributed.
 
     commscope bench --nproc 4 --backend gloo -b 8 -e 64M -f 2 --out bench.json     # starts its own ranks
-    torchrun --nproc-per-node 8 -m commscope.bench -b 8 -e 1G -f 2 --out bench.json  # inside a job (NCCL on GPUs)
+    torchrun --nproc-per-node 8 -m commscope.measure.bench -b 8 -e 1G -f 2 --out bench.json  # inside a job (NCCL on GPUs)
 
 Rank 0 prints the table as rows are measured; the JSON (``--out``) and the busbw plot beside it are written
 at the end. A failed data check (``-c 1``, the default) still writes the rows, then exits with status 1.
@@ -34,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _size(text: str) -> int:
-    from commscope.bench.sweep import parse_sizes_arg
+    from commscope.measure.bench.sweep import parse_sizes_arg
 
     try:
         return parse_sizes_arg(text)
@@ -53,7 +53,7 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 
 def add_bench_args(p: argparse.ArgumentParser) -> None:
-    from commscope.bench.sweep import OPS, REDOPS
+    from commscope.measure.bench.sweep import OPS, REDOPS
 
     g = p.add_argument_group("what to measure (nccl-tests' flags)")
     g.add_argument("--ops", default=",".join(OPS), help=f"comma-separated collectives (default: all of {', '.join(OPS)})")
@@ -98,7 +98,7 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace):
-    from commscope.bench.sweep import SweepConfig
+    from commscope.measure.bench.sweep import SweepConfig
 
     ops = tuple(o.strip() for o in args.ops.split(",") if o.strip())
     return SweepConfig(ops=ops, min_bytes=args.minbytes, max_bytes=args.maxbytes, step_factor=args.stepfactor,
@@ -114,7 +114,7 @@ def _print_line(line: str) -> None:
 
 def short_table(args: argparse.Namespace) -> bool:
     """Whether the table goes out in its short form: on a terminal narrower than nccl-tests' lines, unless --wide."""
-    from commscope.bench.sweep import FULL_ROW_WIDTH
+    from commscope.measure.bench.sweep import FULL_ROW_WIDTH
     from commscope.cli.terminal import terminal_width
 
     width = terminal_width()
@@ -123,7 +123,7 @@ def short_table(args: argparse.Namespace) -> bool:
 
 def _rank_main(rank: int, world_size: int, cfg, quiet: bool, command: str, short: bool = False):
     """One rank's sweep; returns (result on rank 0 else None, whether the data check failed)."""
-    from commscope.bench.sweep import WrongResultsError, run_sweep
+    from commscope.measure.bench.sweep import WrongResultsError, run_sweep
     from commscope.cli.terminal import Progress
 
     try:
@@ -178,8 +178,8 @@ def claim_outputs(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace, command: str | None = None) -> int:
-    from commscope.bench.sweep import check_memory, check_world
-    from commscope.launch import LaunchError, ranks_from_env
+    from commscope.measure.bench.sweep import check_memory, check_world
+    from commscope.measure.launch import LaunchError, ranks_from_env
 
     cfg = config_from_args(args)
     check_outputs(args)
@@ -190,12 +190,12 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
         if args.nproc < 2:
             raise ConfigError("nproc", args.nproc, "a collective needs at least 2 ranks")
         group_sizes = check_world(cfg, args.nproc, backend)
-        from commscope.launch import check_backend, check_nproc
+        from commscope.measure.launch import check_backend, check_nproc
 
         check_nproc(args.nproc, oversubscribe=args.oversubscribe)
         check_backend(backend, args.nproc)
         check_memory(cfg, group_sizes, args.nproc, backend)
-        from commscope.launch import spawn
+        from commscope.measure.launch import spawn
 
         claim = claim_outputs(args)  # before any rank starts
         try:
@@ -213,7 +213,7 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
     env = ranks_from_env()
     if env is None:
         raise ConfigError("nproc", None, "give --nproc N to start N ranks on this machine, or run inside a torchrun job "
-                                         "(RANK and WORLD_SIZE set): torchrun --nproc-per-node 8 -m commscope.bench ...")
+                                         "(RANK and WORLD_SIZE set): torchrun --nproc-per-node 8 -m commscope.measure.bench ...")
     import torch
     import torch.distributed as dist
 
@@ -222,7 +222,7 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
     created = False
     if not dist.is_initialized():
         check_memory(cfg, check_world(cfg, env.world_size, backend), env.local_world_size, backend)
-        from commscope.launch import check_backend
+        from commscope.measure.launch import check_backend
 
         check_backend(backend)
         device_id = None
@@ -283,7 +283,7 @@ def _plot(result, path: Path) -> None:
     except ImportError:
         print("commscope bench: matplotlib is not installed, so no plot (pip install 'commscope[plots]')", file=sys.stderr)
         return
-    from commscope.bench.plot import plot_busbw
+    from commscope.measure.bench.plot import plot_busbw
 
     meta = result.meta
     title = f"{meta.get('backend')} on {meta.get('num_hosts', 1)} host(s), {meta.get('world_size')} ranks"
@@ -292,13 +292,13 @@ def _plot(result, path: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m commscope.bench``: the same command, for ``torchrun -m``."""
-    parser = argparse.ArgumentParser(prog="python -m commscope.bench",
+    """``python -m commscope.measure.bench``: the same command, for ``torchrun -m``."""
+    parser = argparse.ArgumentParser(prog="python -m commscope.measure.bench",
                                      description="nccl-tests-style sweeps through torch.distributed (see `commscope bench -h`)")
     add_bench_args(parser)
     args = parser.parse_args(argv)
     try:
-        return run(args, command="python -m commscope.bench " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])))
+        return run(args, command="python -m commscope.measure.bench " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])))
     except ConfigError as exc:
         print(f"commscope bench: error: {exc}", file=sys.stderr)
         return 2

@@ -5,7 +5,7 @@ Three ways, chosen by the options given:
     commscope calibrate --kernels DIR --gpu h200 --out my-h200.toml [--json]
         Fit a GPU's kernel constants to kernel measurements in DIR (the CSV formats of ``shared/data/gpu``, which
         the way below and ``shapes --measure --kernels-out DIR`` write) with
-        :func:`commscope.compute.calibration.calibrate_kernels`: numpy only, no torch, no GPU needed. Prints, per
+        :func:`commscope.estimate.compute.calibration.calibrate_kernels`: numpy only, no torch, no GPU needed. Prints, per
         kernel class (gemm, fp8_gemm, attention, layer), the rows, the error in-sample, the worst row, and the error
         of each model's rows predicted by constants fitted without them, then what was fitted and the notes (the
         clock under load, constants held at their priors); skipped rows are warnings on stderr. ``--gpu`` is the
@@ -17,7 +17,7 @@ Three ways, chosen by the options given:
     commscope calibrate --model llama3-70b --tp 8 --out my-h200.toml [--gpu h200] [--kernels-out DIR]
         On a CUDA machine (extra: torch): time this job's own kernels -- its GEMMs forward, dgrad and wgrad, FP8
         GEMMs, causal attention (flash and cuDNN), copies, whole eager layers and a sustained run with nvidia-smi
-        samples -- with the GPU held at its loaded clock (:mod:`commscope.bench.kernels`; about a minute plus
+        samples -- with the GPU held at its loaded clock (:mod:`commscope.measure.bench.kernels`; about a minute plus
         ``--sustained-s``, default 30 s), write them to DIR (default ``my-h200-kernels/`` beside the GPU file), and
         fit every job measured in DIR as above: measure several jobs into one ``--kernels-out`` and each model's
         rows are left out in turn (a job measured there before, or another device's files, are refused). ``--gpu``
@@ -26,7 +26,7 @@ Three ways, chosen by the options given:
 
     commscope calibrate --nproc 2 --out local.toml
         This machine's collectives as a cluster file: fork N ranks, time an fp32 matrix multiply and a memory copy
-        on each, run a short ``bench`` sweep and fit it as ``fit`` does (:mod:`commscope.bench.calibrate`). On CPU
+        on each, run a short ``bench`` sweep and fit it as ``fit`` does (:mod:`commscope.measure.bench.calibrate`). On CPU
         ranks the probes are the compute model of the ``cpu`` device; on GPUs the cluster names the GPU (``--gpu``
         or the preset matching the device) with its datasheet, and the fp32 512^3 probe stays a measurement in
         ``[meta]``, no GPU model.
@@ -52,7 +52,7 @@ from commscope.errors import ConfigError
 #: 0.009 GB/s, under any real link). nccl-tests' PERFORMANCE.md reads busbw at large messages for the same reason.
 MIN_MAXBYTES = 1 << 20
 #: calibrate's own options for the cluster file, named where a value of one of them is refused (calibrate has no -b,
-#: -f, -n: the sweep's other sizes and iterations are fixed, see :func:`commscope.bench.calibrate.default_sweep`).
+#: -f, -n: the sweep's other sizes and iterations are fixed, see :func:`commscope.measure.bench.calibrate.default_sweep`).
 OPTIONS = "--nproc, --out, --name, --backend, -e/--maxbytes, --time-budget, --timeout, --json"
 #: Options of the cluster calibration (collectives): dest -> flag.
 CLUSTER_OPTIONS = {"nproc": "--nproc", "name": "--name", "backend": "--backend", "maxbytes": "-e/--maxbytes",
@@ -161,7 +161,7 @@ def _command() -> str | None:
 
 def _run_fit(args: argparse.Namespace) -> int:
     """Fit the kernels in ``args.kernels`` and write the GPU file."""
-    from commscope.gpus import load_gpu
+    from commscope.estimate.gpus import load_gpu
 
     if args.gpu is None:
         raise ConfigError("gpu", None, "--kernels needs --gpu BASE: the GPU the kernels ran on, whose datasheet the fit "
@@ -173,8 +173,8 @@ def _fit_and_write(args: argparse.Namespace, directory: Path, base: Any, measure
     import json
     from dataclasses import replace
 
-    from commscope.compute.calibration import calibrate_kernels, read_kernel_dir
-    from commscope.gpus import load_gpu
+    from commscope.estimate.compute.calibration import calibrate_kernels, read_kernel_dir
+    from commscope.estimate.gpus import load_gpu
 
     data = read_kernel_dir(directory)  # a directory, a file or a header it cannot use: refused before any work
     fp8 = bool(data.fp8_gemms) and "fp8" in base.peak_flops
@@ -215,9 +215,9 @@ def _fit_and_write(args: argparse.Namespace, directory: Path, base: Any, measure
 
 def at_fit_edges(cal: Any) -> list[str]:
     """One line per fitted constant that ended at an edge of its fit range (the ranges of
-    :mod:`commscope.compute.calibration`; a lower edge of 0 is a real value and not named): no real GPU sits there,
+    :mod:`commscope.estimate.compute.calibration`; a lower edge of 0 is a real value and not named): no real GPU sits there,
     so the measurements and the base GPU disagree -- another GPU than --gpu, one throttled or shared while measured."""
-    from commscope.compute.calibration import _ATT_HI, _ATT_LO, _GEMM_HI, _GEMM_LO, _GEMM_PARAMS
+    from commscope.estimate.compute.calibration import _ATT_HI, _ATT_LO, _GEMM_HI, _GEMM_LO, _GEMM_PARAMS
 
     ranges: dict[str, dict[str, tuple[float, float]]] = {
         "gemm": dict(zip(_GEMM_PARAMS, zip(_GEMM_LO, _GEMM_HI))),
@@ -285,10 +285,10 @@ def _run_measure(args: argparse.Namespace) -> int:
     """Measure this job's kernels on the CUDA GPU here, then fit them."""
     from dataclasses import replace
 
-    from commscope.bench.kernels import CPU_TEST_CONFIG, MeasureConfig
+    from commscope.measure.bench.kernels import CPU_TEST_CONFIG, MeasureConfig
     from commscope.cli.common import check_out_dir, resolve_model
-    from commscope.compute.gemm import layer_dims
-    from commscope.gpus import load_gpu
+    from commscope.estimate.compute.gemm import layer_dims
+    from commscope.estimate.gpus import load_gpu
 
     for dest in ("tp", "micro_batch_size"):
         if getattr(args, dest) < 1:
@@ -304,7 +304,7 @@ def _run_measure(args: argparse.Namespace) -> int:
     kernels_out = args.kernels_out or args.out.with_name(f"{args.out.stem}-kernels")
     check_out_dir(kernels_out, "kernels-out")  # what it holds is checked against the device (measure_kernels)
     if args.device == "cuda":
-        from commscope.shapes import cuda_available
+        from commscope.estimate.shapes import cuda_available
 
         ok, why = cuda_available()
         if not ok:
@@ -317,7 +317,7 @@ def _run_measure(args: argparse.Namespace) -> int:
             raise ConfigError("gpu", None, "--device cpu needs --gpu BASE")
         base = load_gpu(args.gpu)
         config = replace(CPU_TEST_CONFIG, sustained_s=min(args.sustained_s, CPU_TEST_CONFIG.sustained_s))
-    from commscope.bench.kernels import measure_kernels
+    from commscope.measure.bench.kernels import measure_kernels
 
     measured = measure_kernels(model, tp=args.tp, micro_batch_size=args.micro_batch_size, directory=kernels_out,
                                device=args.device, fp8="fp8" in base.peak_flops, config=config, progress=_say,
@@ -333,7 +333,7 @@ def _device_gpu() -> Any:
     """The GPU preset matching the CUDA device's name (``NVIDIA H200`` -> h200)."""
     import torch
 
-    from commscope.gpus import gpu_names, gpu_preset
+    from commscope.estimate.gpus import gpu_names, gpu_preset
 
     name = torch.cuda.get_device_name(torch.cuda.current_device())
     try:
@@ -350,10 +350,10 @@ def _run_cluster(args: argparse.Namespace) -> int:
     import dataclasses
     import json
 
-    from commscope.bench.calibrate import calibrate, cluster_toml, default_sweep
-    from commscope.bench.fit import _points_from_bench, fit
+    from commscope.measure.bench.calibrate import calibrate, cluster_toml, default_sweep
+    from commscope.measure.bench.fit import _points_from_bench, fit
     from commscope.cli.fit_cmd import format_fit
-    from commscope.launch import LaunchError
+    from commscope.measure.launch import LaunchError
 
     if args.nproc < 2:
         raise ConfigError("nproc", args.nproc, "a collective needs at least 2 ranks")
@@ -368,15 +368,15 @@ def _run_cluster(args: argparse.Namespace) -> int:
     backend = args.backend or _default_backend(args.nproc)
     gpu = None
     if backend == "nccl":  # the GPU the cluster names: known before any rank starts
-        from commscope.gpus import load_gpu
+        from commscope.estimate.gpus import load_gpu
 
         gpu = load_gpu(args.gpu) if args.gpu is not None else _device_gpu()
     elif args.gpu is not None:
         raise ConfigError("gpu", args.gpu, "the ranks run on the CPU (gloo): their probes are the compute model of the "
                                            "cpu device; --gpu names the GPU of ranks on GPUs (--backend nccl)")
     sweep = dataclasses.replace(default_sweep(args.nproc), max_bytes=max_bytes, time_budget_s=args.time_budget)
-    from commscope.bench.sweep import check_memory, check_world
-    from commscope.launch import check_nproc
+    from commscope.measure.bench.sweep import check_memory, check_world
+    from commscope.measure.launch import check_nproc
 
     check_nproc(args.nproc)
     check_memory(sweep, check_world(sweep, args.nproc, backend), args.nproc, backend)
@@ -421,7 +421,7 @@ def _run_cluster(args: argparse.Namespace) -> int:
 
 def _maxbytes(text: str) -> int:
     """-e as bytes, at least :data:`MIN_MAXBYTES`; ConfigError naming -e and calibrate's own options."""
-    from commscope.bench.sweep import parse_sizes_arg
+    from commscope.measure.bench.sweep import parse_sizes_arg
 
     try:
         value = parse_sizes_arg(text)

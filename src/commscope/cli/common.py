@@ -359,7 +359,7 @@ def parallel_file_values(path: str) -> dict[str, Any]:
 
 def resolve_job(args: argparse.Namespace) -> tuple[ModelSpec, ParallelSpec, ClusterSpec]:
     """Model, parallelism and cluster from flags, files and presets; raises ConfigError on bad input."""
-    from commscope.workload.dense import check_job
+    from commscope.pattern.workload.dense import check_job
 
     model = resolve_model(args)
     parallel = resolve_parallel(args)
@@ -405,7 +405,7 @@ def check_tp_nodes(args: argparse.Namespace | None, parallel: ParallelSpec, clus
 def check_gpu_dtype(model: ModelSpec, cluster: ClusterSpec, args: argparse.Namespace | None = None) -> None:
     """Warn, in one line, when the model's dtype is one the cluster's GPU cannot compute in (bf16 on a V100:
     timed at the fp16 peak, as the presets of bf16 models on the default V100 cluster always were)."""
-    from commscope.gpus import gpu_for_cluster
+    from commscope.estimate.gpus import gpu_for_cluster
 
     try:
         gpu = gpu_for_cluster(cluster, getattr(args, "gpu", None))
@@ -467,7 +467,7 @@ def warn_compute_model_flags(args: argparse.Namespace, given: dict[str, Any], cl
     asked = [dest for dest in _COMPUTE_MODEL_FLAGS if dest in given]
     if not asked:
         return
-    from commscope.estimate import compute_gpu
+    from commscope.estimate.iteration import compute_gpu
 
     if getattr(args, "gpu_util", None) is not None:
         replaced = "--gpu-util replaces the GPU's compute model by FLOP / (u x peak)"
@@ -484,8 +484,8 @@ def warn_compute_model_flags(args: argparse.Namespace, given: dict[str, Any], cl
 def estimate_job(prediction, args: argparse.Namespace):
     """``estimate`` of a prediction with the command's --method, --gpu-util and --bandwidth (a measured table
     or fit; ops it lacks fall back to the cluster preset's alpha-beta model, with a note)."""
-    from commscope.bandwidth import AlphaBeta
-    from commscope.estimate import estimate
+    from commscope.estimate.bandwidth import AlphaBeta
+    from commscope.estimate.iteration import estimate
     check_gpu_dtype(prediction.model, prediction.cluster, args)
     check_gpu_util(args)
     parallel = prediction.parallel

@@ -19,7 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "cluster.toml: `commscope workload --record` writes them); flags (the same as "
                                    "`commscope traffic`) override it. --time compares durations, effective bandwidth, "
                                    "exposed communication and the step time with the bandwidth model and estimate. "
-                                   "Mark steps in the job with commscope.capture.step(i) to separate setup ops.")
+                                   "Mark steps in the job with commscope.measure.capture.step(i) to separate setup ops.")
     p.add_argument("logdir", type=Path, metavar="PATH",
                    help="a directory of per-rank records or one file, of any format `commscope summarize` reads")
     p.add_argument("--predicted", action="store_true", help="(accepted for readability: the flags describe the prediction)")
@@ -60,11 +60,11 @@ def is_cluster_file(path: Path) -> bool:
 
 
 def time_comparison(prediction, run_log, bandwidth_path: Path | None) -> dict:
-    """:func:`commscope.capture.timing.compare_time` with the bandwidth model of ``bandwidth_path`` (the cluster's
+    """:func:`commscope.measure.capture.timing.compare_time` with the bandwidth model of ``bandwidth_path`` (the cluster's
     alpha-beta tiers for ops it lacks) and the refined estimate on the same model."""
-    from commscope.bandwidth import AlphaBeta, BandwidthModel
-    from commscope.capture.timing import compare_time
-    from commscope.estimate import estimate
+    from commscope.estimate.bandwidth import AlphaBeta, BandwidthModel
+    from commscope.measure.capture.timing import compare_time
+    from commscope.estimate.iteration import estimate
 
     fallback = AlphaBeta(prediction.cluster)
     bw: BandwidthModel = fallback
@@ -89,7 +89,7 @@ def time_comparison(prediction, run_log, bandwidth_path: Path | None) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     from commscope.api import predict
-    from commscope.capture.analysis import compare
+    from commscope.measure.capture.analysis import compare
     from commscope.cli.summarize_cmd import load_run, print_run_findings
     from commscope.errors import ConfigError
 
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_comparison(result: dict) -> None:
-    """The per-axis, per-op table of a :func:`commscope.capture.analysis.compare` result, setup ops apart."""
+    """The per-axis, per-op table of a :func:`commscope.measure.capture.analysis.compare` result, setup ops apart."""
     print()
     print_table(("axis", "op", "pred count", "meas count", "pred bytes", "meas bytes", "diff"),
                 [(r["axis"], r["op"], f"{r['predicted_count']:,.0f}", f"{r['measured_count']:,}",

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from commscope.cli.common import add_job_args, add_routing_args, estimate_job, resolve_job, v_label, warn
-from commscope.estimate import METHODS
-from commscope.traffic import ALGORITHMS
+from commscope.estimate.iteration import METHODS
+from commscope.pattern.traffic import ALGORITHMS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -84,7 +84,7 @@ def few_micro_batches(parallel, est) -> str:
 def memory_check(model, parallel, cluster) -> dict:
     """Peak memory of the most loaded GPU against what ``plan`` allows (``USABLE_MEMORY_FRACTION`` of the GPU):
     an estimate of a configuration that cannot run says so beside its numbers."""
-    from commscope.memory import USABLE_MEMORY_FRACTION, memory_per_gpu
+    from commscope.estimate.memory import USABLE_MEMORY_FRACTION, memory_per_gpu
 
     peak = memory_per_gpu(model, parallel)
     limit = USABLE_MEMORY_FRACTION * cluster.memory_bytes

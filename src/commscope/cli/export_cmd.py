@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from commscope.cli.common import add_job_args, check_out_dir, estimate_job, out_path, resolve_job
-from commscope.estimate import METHODS
+from commscope.estimate.iteration import METHODS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -92,7 +92,7 @@ def _bandwidth(args: argparse.Namespace, pred: Any) -> Any:
     cluster's alpha-beta tiers)."""
     if args.bandwidth is None:
         return None
-    from commscope.bandwidth import AlphaBeta
+    from commscope.estimate.bandwidth import AlphaBeta
     from commscope.io.bandwidth_file import read_bandwidth
 
     return read_bandwidth(args.bandwidth, fallback=AlphaBeta(pred.cluster))

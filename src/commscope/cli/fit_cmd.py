@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from commscope.bench.fit import fit, load_points, problem_lines, to_toml
+    from commscope.measure.bench.fit import fit, load_points, problem_lines, to_toml
     from commscope.cli.common import warn
 
     if args.group_size is not None and args.group_size < 2:

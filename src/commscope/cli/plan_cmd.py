@@ -67,8 +67,8 @@ def check_plan_size(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     from commscope.errors import ConfigError
     from commscope.cli.terminal import Progress, print_table
-    from commscope.plan import PlanSpace, plan
-    from commscope.workload.stages import pipeline_split_label
+    from commscope.estimate.plan import PlanSpace, plan
+    from commscope.pattern.workload.stages import pipeline_split_label
 
     check_plan_size(args)
     model = resolve_model(args)

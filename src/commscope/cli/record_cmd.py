@@ -13,7 +13,7 @@ from commscope.cli.common import out_path
 
 _SITECUSTOMIZE = '''# written by `commscope record`: start recording in every Python process of the job
 try:
-    import commscope.capture.recorder as _r
+    import commscope.measure.capture.recorder as _r
     _r.install_from_env()
 except ImportError as _exc:  # commscope or torch missing in this interpreter: run unrecorded, say so once
     import sys as _sys
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise ConfigError("command", "", "give the job to run after --, e.g. commscope record --out logs -- torchrun train.py")
-    from commscope.capture.recorder import RECORDING_FILES
+    from commscope.measure.capture.recorder import RECORDING_FILES
     from commscope.cli.common import check_out_dir
     from commscope.cli.outputs import claim_dir
 
@@ -62,8 +62,8 @@ def run(args: argparse.Namespace) -> int:
 def _record(args: argparse.Namespace, command: list[str], job, claim_env: dict[str, str]) -> int:
     import uuid
 
-    from commscope.capture.pg import RUN_ID_ENV
-    from commscope.capture.recorder import mark_failed
+    from commscope.measure.capture.pg import RUN_ID_ENV
+    from commscope.measure.capture.recorder import mark_failed
 
     if job is not None:
         from commscope.cli.common import write_job
@@ -133,7 +133,7 @@ def _job(args: argparse.Namespace):
     model = resolve_model(args) if has_model else None
     parallel = resolve_parallel(args) if has_parallel else None
     if model is not None and parallel is not None:
-        from commscope.workload.dense import check_job
+        from commscope.pattern.workload.dense import check_job
 
         check_job(model, parallel)
     return model, parallel

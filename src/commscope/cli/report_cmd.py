@@ -10,8 +10,8 @@ from pathlib import Path
 
 from commscope.cli.common import add_job_args, check_out_dir, check_out_file, estimate_job, out_path, resolve_job, warn
 from commscope.cli.outputs import add_force_arg
-from commscope.estimate import METHODS
-from commscope.traffic import ALGORITHMS
+from commscope.estimate.iteration import METHODS
+from commscope.pattern.traffic import ALGORITHMS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -104,7 +104,7 @@ def _run(args: argparse.Namespace, earlier_pngs: list[Path]) -> int:
         est = estimate_job(prediction, args)
         est = _with_warnings(est, model, parallel, cluster, args)
         if args.plan_gpus is not None:
-            from commscope.plan import plan
+            from commscope.estimate.plan import plan
 
             plan_result = plan(model, cluster, args.plan_gpus, parallel.global_batch_size, top=args.plan_top,
                                gpu_util=args.gpu_util,
@@ -161,7 +161,7 @@ def _run(args: argparse.Namespace, earlier_pngs: list[Path]) -> int:
 
 def _time_comparison(prediction, args: argparse.Namespace) -> dict | None:
     """Measured against predicted in time when the logs hold timed ops of the same world size (else None)."""
-    from commscope.capture.analysis import read_run
+    from commscope.measure.capture.analysis import read_run
     from commscope.cli.compare_cmd import time_comparison
 
     try:

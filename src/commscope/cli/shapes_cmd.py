@@ -6,7 +6,7 @@
 
 ``--measure`` needs torch and a CUDA GPU; without one the command says so on one line and exits with
 status 2 (nothing else is printed, so a script cannot mistake predictions for measurements). It times each GEMM as
-``commscope calibrate`` does (:func:`commscope.bench.kernels.time_gemm`: the layout of its pass, 0.3 s of load, the
+``commscope calibrate`` does (:func:`commscope.measure.bench.kernels.time_gemm`: the layout of its pass, 0.3 s of load, the
 median of CUDA-event-timed calls) and shows it beside the prediction. ``--kernels-out DIR`` also writes the linear-layer
 GEMMs (not the attention ones a fused kernel runs) in the kernel CSV format (``DIR/<device>_<model>_tp<t>_mb<b>_gemms.csv``,
 one file per job, never overwritten, never beside another device's), which ``commscope calibrate --kernels DIR --gpu BASE --out GPU.toml`` fits, with
@@ -62,7 +62,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def parse_sweep(text: str) -> tuple[str, list[int]]:
     """``hidden=4096:8192:64`` (stop included) or ``heads=16,20,24`` -> (key, values)."""
-    from commscope.shapes import SWEEP_KEYS
+    from commscope.estimate.shapes import SWEEP_KEYS
 
     key, sep, spec = text.partition("=")
     key = key.strip().replace("-", "_")
@@ -91,8 +91,8 @@ def parse_sweep(text: str) -> tuple[str, list[int]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from commscope.gpus import gpu_for_cluster
-    from commscope import shapes
+    from commscope.estimate.gpus import gpu_for_cluster
+    from commscope.estimate import shapes
 
     if args.measure:
         ok, why = shapes.cuda_available()
@@ -159,9 +159,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _kernels_csv(directory: Path, model, parallel) -> Path:
     """The kernel CSV ``--kernels-out`` writes for this job, checked before anything is timed: writable, this job
-    not measured there before, no other device's measurements (:func:`commscope.bench.kernels.check_kernel_directory`)."""
-    from commscope.bench.kernels import check_kernel_directory, job_prefix
-    from commscope.shapes import cuda_available
+    not measured there before, no other device's measurements (:func:`commscope.measure.bench.kernels.check_kernel_directory`)."""
+    from commscope.measure.bench.kernels import check_kernel_directory, job_prefix
+    from commscope.estimate.shapes import cuda_available
 
     check_out_dir(directory, "kernels-out")
     ok, device = cuda_available()
@@ -173,7 +173,7 @@ def _kernels_csv(directory: Path, model, parallel) -> Path:
 
 def _write_kernels_csv(path: Path, measured, model, parallel) -> None:
     """The linear-layer GEMMs of ``measured`` as a ``*gemms.csv`` file (one call each; fused attention's are left out)."""
-    from commscope.bench.kernels import model_label, write_gemms_csv
+    from commscope.measure.bench.kernels import model_label, write_gemms_csv
 
     path.parent.mkdir(parents=True, exist_ok=True)
     label = model_label(model)[0]  # the model column, as calibrate --model writes it
@@ -296,7 +296,7 @@ def format_suggestions(s) -> str:
 
 def format_measured(measured, gpu, *, csv_path: Path | None = None, base: str = "BASE") -> str:
     from commscope.cli.terminal import format_table
-    from commscope.shapes import measured_over_predicted
+    from commscope.estimate.shapes import measured_over_predicted
 
     rows = [(m.result.gemm.name, m.result.gemm.pass_, m.result.gemm.m, m.result.gemm.n, m.result.gemm.k,
              f"{m.result.time_s * 1e6:.1f}", f"{m.measured_s * 1e6:.1f}", f"{m.predicted_over_measured:.2f}",
@@ -323,7 +323,7 @@ def format_measured(measured, gpu, *, csv_path: Path | None = None, base: str = 
 
 def _run_sweep(args, sweep: tuple[str, list[int]], model, parallel, cluster, gpu) -> int:
     from commscope.cli.terminal import print_table
-    from commscope.shapes import sweep_shapes
+    from commscope.estimate.shapes import sweep_shapes
 
     from contextlib import nullcontext
 

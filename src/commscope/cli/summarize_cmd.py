@@ -45,7 +45,7 @@ def run_layout(args: argparse.Namespace, logdir: Path):
     given = _given(args, "parallel")
     if not (args.parallel or given):
         return None
-    from commscope.layout import Layout
+    from commscope.pattern.layout import Layout
 
     # (a file that names nothing is refused, not read as one rank of defaults)
     values = {**parallel_file_values(args.parallel), **given} if args.parallel else dict(given)
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from commscope.capture.analysis import measured_traffic, summary
+    from commscope.measure.capture.analysis import measured_traffic, summary
     from commscope.cli.common import _given
     from commscope.errors import ConfigError
 
@@ -91,7 +91,7 @@ def _run(args: argparse.Namespace) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         ops = list(run_log.logical)
         if layout is not None:
-            from commscope.capture.analysis import attribute_axes
+            from commscope.measure.capture.analysis import attribute_axes
 
             ops = attribute_axes(ops, layout)
         with OutputSet(args.out) as files:  # renamed into place together when every file is complete

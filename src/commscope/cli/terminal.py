@@ -11,7 +11,7 @@ or hands it to a library function as the ``progress(done, total)`` callback thos
 the reference trainings). The bar shows done/total, the elapsed and the remaining time, on stderr, and only when
 stderr is a terminal and the command does not print JSON (``quiet``); otherwise nothing is drawn. It appears
 after ``delay_s`` (short work shows none) and starts in the process that first reports: a callback handed to a
-rank that :func:`commscope.launch.spawn` forks draws from that rank (it pickles without its bar, for ``spawn``).
+rank that :func:`commscope.measure.launch.spawn` forks draws from that rank (it pickles without its bar, for ``spawn``).
 
 Tables go through :func:`format_table` / :func:`print_table`, so that every command's rows line up the same way
 and fit the terminal they are printed on: no number, name or header is ever cut (rich's own tables cut ``dp=128``

@@ -11,8 +11,8 @@ from typing import Any, Literal
 from commscope.cli.common import add_job_args, add_routing_args, check_out_dir, out_path, resolve_job, v_label
 from commscope.cli.outputs import add_force_arg, claim_dir, remove_files
 from commscope.cli.terminal import format_table
-from commscope.record import REPORT_AXES
-from commscope.traffic import ALGORITHMS
+from commscope.commop import REPORT_AXES
+from commscope.pattern.traffic import ALGORITHMS
 from commscope.units import format_bytes
 
 #: Every file `traffic --out` may write (an earlier run's that this run does not rewrite are pointed out).

@@ -1,7 +1,7 @@
 """``commscope tune``: measure every backend per op, size and group size; write the table the mixed runtime uses.
 
     commscope tune --nproc 4 --ops all_reduce,all_gather,reduce_scatter,all_to_all -b 1K -e 64M --out tuning.json
-    torchrun --nproc-per-node 8 -m commscope.tune -b 1K -e 64M --out tuning.json     # inside a job (the real network)
+    torchrun --nproc-per-node 8 -m commscope.measure.tune -b 1K -e 64M --out tuning.json     # inside a job (the real network)
     commscope tune --show tuning.json [--force]                                      # a table's selection, checked
 
 The sizes, iterations and check flags are ``commscope bench``'s (nccl-tests'); ``--backend`` takes a list
@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Time each collective on every available torch.distributed backend (gloo; NCCL "
                                    "with a GPU per rank) and on commscope's point-to-point algorithms, over message "
                                    "sizes and group sizes, with the bench harness; write the measurements and the "
-                                   "winner per size range (crossovers) as a tuning table for `commscope.tune.init`.")
+                                   "winner per size range (crossovers) as a tuning table for `commscope.measure.tune.init`.")
     add_tune_args(p)
     p.set_defaults(func=run)
 
@@ -39,7 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def add_tune_args(p: argparse.ArgumentParser) -> None:
     """``commscope bench``'s flags (sizes, iterations, check, groups, ranks), tune's defaults, and the rule's."""
     from commscope.cli.bench_cmd import add_bench_args
-    from commscope.tune.table import TUNABLE_OPS
+    from commscope.measure.tune.table import TUNABLE_OPS
 
     add_bench_args(p)
     p.set_defaults(ops=",".join(TUNABLE_OPS[:4]), out=Path("tuning.json"))
@@ -71,7 +71,7 @@ def _help(p: argparse.ArgumentParser, dest: str, text: str) -> None:
 
 def config_from_args(args: argparse.Namespace):
     from commscope.cli.bench_cmd import config_from_args as sweep_config
-    from commscope.tune.suite import TuneConfig
+    from commscope.measure.tune.suite import TuneConfig
 
     only = tuple(b.strip() for b in args.backend.split(",") if b.strip()) if args.backend else None
     return TuneConfig(sweep=sweep_config(args), candidates=only, tie_tolerance=args.tie_tolerance)
@@ -80,8 +80,8 @@ def config_from_args(args: argparse.Namespace):
 def run(args: argparse.Namespace, command: str | None = None) -> int:
     from commscope.cli.bench_cmd import short_table
     from commscope.cli.terminal import Progress
-    from commscope.launch import LaunchError, ranks_from_env
-    from commscope.tune.suite import run_tuning
+    from commscope.measure.launch import LaunchError, ranks_from_env
+    from commscope.measure.tune.suite import run_tuning
 
     if args.show is not None:
         return _show(args)
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace, command: str | None = None) -> int:
     env = ranks_from_env()
     if env is None:
         raise ConfigError("nproc", None, "give --nproc N to start N ranks on this machine, or run inside a torchrun "
-                                         "job: torchrun --nproc-per-node 8 -m commscope.tune ...")
+                                         "job: torchrun --nproc-per-node 8 -m commscope.measure.tune ...")
     if env.rank != 0:
         _in_job(cfg, env, args, command)
         return 0
@@ -120,11 +120,11 @@ def _in_job(cfg, env, args: argparse.Namespace, command: str):
 
     import torch.distributed as dist
 
-    from commscope.bench.sweep import check_memory, check_world
+    from commscope.measure.bench.sweep import check_memory, check_world
     from commscope.cli.bench_cmd import short_table
     from commscope.cli.terminal import Progress
-    from commscope.tune.suite import default_group_sizes, measure, num_gpus, plan_candidates, table_from_rows
-    from commscope.tune.table import machine_here
+    from commscope.measure.tune.suite import default_group_sizes, measure, num_gpus, plan_candidates, table_from_rows
+    from commscope.measure.tune.table import machine_here
 
     group_sizes = cfg.sweep.group_sizes or default_group_sizes(env.world_size)
     cfg = replace(cfg, sweep=replace(cfg.sweep, group_sizes=tuple(group_sizes)))
@@ -148,7 +148,7 @@ def _in_job(cfg, env, args: argparse.Namespace, command: str):
 def format_selection(table) -> list[str]:
     """The selection as lines: per op and group size, each backend and the largest size it gets."""
     from commscope.cli.terminal import format_table
-    from commscope.tune.select import selection_notes, selection_summary
+    from commscope.measure.tune.select import selection_notes, selection_summary
 
     lines = [(f"# selection ({table.machine.device}, torch {table.machine.torch_version}, "
              f"{table.world_size} ranks on {table.num_hosts} host(s); another backend than the native one only where "
@@ -168,8 +168,8 @@ def format_selection(table) -> list[str]:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from commscope.tune.files import read_table, table_document
-    from commscope.tune.table import ensure_compatible, machine_here
+    from commscope.measure.tune.files import read_table, table_document
+    from commscope.measure.tune.table import ensure_compatible, machine_here
 
     if not args.show.is_file():
         raise ConfigError("show", str(args.show), "is a directory; give a tuning table file" if args.show.is_dir()
@@ -186,7 +186,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _finish(args: argparse.Namespace, table) -> int:
-    from commscope.tune.files import table_document, write_table
+    from commscope.measure.tune.files import table_document, write_table
 
     if args.json:
         json.dump(table_document(table), sys.stdout, indent=1)
@@ -205,13 +205,13 @@ def _finish(args: argparse.Namespace, table) -> int:
 
 
 def main(argv=None) -> int:
-    """``python -m commscope.tune``: the same command, for ``torchrun -m``."""
-    parser = argparse.ArgumentParser(prog="python -m commscope.tune", description="see `commscope tune -h`")
+    """``python -m commscope.measure.tune``: the same command, for ``torchrun -m``."""
+    parser = argparse.ArgumentParser(prog="python -m commscope.measure.tune", description="see `commscope tune -h`")
     add_tune_args(parser)
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     try:
-        return run(args, command="python -m commscope.tune " + " ".join(shlex.quote(a) for a in argv))
+        return run(args, command="python -m commscope.measure.tune " + " ".join(shlex.quote(a) for a in argv))
     except ConfigError as exc:
         print(f"commscope tune: error: {exc}", file=sys.stderr)
         return 2

@@ -5,7 +5,7 @@
     commscope validate runs.csv --fit --out mycluster.toml   # your cluster's compute/network efficiency, fitted
     commscope estimate ... --cluster mycluster.toml          # every command then estimates with them
 
-Reads the runs (:func:`commscope.validate.read_runs`; the columns are listed there), predicts each one, and
+Reads the runs (:func:`commscope.estimate.validate.read_runs`; the columns are listed there), predicts each one, and
 prints a table of measured and predicted seconds with the error and the main terms, the mean and worst
 absolute error, and the assumptions the rows needed. The flags give the values of cells a file leaves blank
 and of columns it lacks; a cell's value wins over a flag.
@@ -32,11 +32,11 @@ _DEFAULT_FLAGS = ("cluster", "gpus_per_node", "intra_node_GBps", "inter_node_GBp
 
 
 def _columns_help() -> str:
-    """The file's columns and their spellings, as commscope.validate documents them (one place for both), in plain
+    """The file's columns and their spellings, as commscope.estimate.validate documents them (one place for both), in plain
     text."""
     import re
 
-    from commscope import validate
+    from commscope.estimate import validate
 
     doc = validate.__doc__ or ""
     table = doc[doc.find("The file, one run per row"):doc.find("Other columns")].replace("::", ":")
@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from commscope.validate import read_runs, validate
+    from commscope.estimate.validate import read_runs, validate
 
     fit_names = [n.strip() for n in args.fit_parameters.split(",") if n.strip()]
     defaults = {name: getattr(args, name) for name in _DEFAULT_FLAGS if getattr(args, name) is not None}
@@ -173,7 +173,7 @@ def _run(args: argparse.Namespace) -> int:
     result = validate(runs, bandwidth=args.bandwidth)
     fit = None
     if args.fit:
-        from commscope.validate_fit import fit_runs
+        from commscope.estimate.validate_fit import fit_runs
 
         print(f"fitting {', '.join(fit_names)} to {len(runs)} runs (each refitted without one run: "
               f"{len(runs) + 1} fits)", file=sys.stderr)
@@ -215,7 +215,7 @@ def _write_fitted_cluster(path: Path, runs: Any, fit: Any, source: Path) -> None
     """The runs' cluster with the fitted factors, as a cluster file (one cluster only)."""
     from commscope.errors import ConfigError
     from commscope.spec.files import cluster_to_mapping, write_mapping
-    from commscope.validate_fit import fitted_cluster
+    from commscope.estimate.validate_fit import fitted_cluster
 
     clusters = {json.dumps(cluster_to_mapping(r.cluster), sort_keys=True): r.cluster for r in runs}
     if len(clusters) > 1:
@@ -236,7 +236,7 @@ def _write_fitted_cluster(path: Path, runs: Any, fit: Any, source: Path) -> None
 def format_validation(result: Any) -> str:
     """The table: one line per run, the error summary, then the notes (each once, with the runs it applies to)."""
     from commscope.cli.terminal import format_table
-    from commscope.validate import TERMS
+    from commscope.estimate.validate import TERMS
 
     rows = result.rows
     terms = [(f, label) for f, label in TERMS if f == "compute_s" or any(getattr(r, f) for r in rows)]

@@ -97,8 +97,8 @@ def resolve_workload_job(args: argparse.Namespace, *, moe: bool = False):
     on 4 ranks) and small batches by default."""
     from commscope.cli.common import _given, parallel_file_values, resolve_cluster, resolve_model, resolve_parallel
     from commscope.errors import ConfigError
-    from commscope.workloads.gpt import REFERENCE_MODEL
-    from commscope.workloads.moe import REFERENCE_MOE
+    from commscope.trainings.gpt import REFERENCE_MODEL
+    from commscope.trainings.moe import REFERENCE_MOE
 
     args.model = args.model or (REFERENCE_MOE if moe else REFERENCE_MODEL)
     model = resolve_model(args)
@@ -133,8 +133,8 @@ def _refuse_unrunnable(model, parallel, args: argparse.Namespace, outputs: list[
     (Whether another run writes the output, or an earlier one's files are there, :func:`_claim_outputs` says.)"""
     from commscope.cli.common import check_out_dir
     from commscope.errors import ConfigError
-    from commscope.launch import check_backend, check_nproc
-    from commscope.workloads.gpt import MAX_PARAMS
+    from commscope.measure.launch import check_backend, check_nproc
+    from commscope.trainings.gpt import MAX_PARAMS
 
     if model.num_parameters() > MAX_PARAMS:
         raise ConfigError("model", model.name, f"has {model.num_parameters():,} parameters; a reference run trains it "
@@ -177,8 +177,8 @@ def _claim_outputs(args: argparse.Namespace, stack, outputs: list[tuple[str, Pat
 def run_gpt(args: argparse.Namespace) -> int:
     from contextlib import ExitStack
 
-    from commscope.capture.recorder import RECORDING_FILES
-    from commscope.workloads.gpt import RunConfig, check_config
+    from commscope.measure.capture.recorder import RECORDING_FILES
+    from commscope.trainings.gpt import RunConfig, check_config
 
     model, parallel, cluster = resolve_workload_job(args)
     cfg = RunConfig(model=model, parallel=parallel, steps=args.steps, warmup=args.warmup, seed=args.seed,
@@ -193,7 +193,7 @@ def run_gpt(args: argparse.Namespace) -> int:
 
 def _run_gpt(args: argparse.Namespace, cfg, model, parallel, cluster, backend: str) -> int:
     from commscope.cli.terminal import Progress
-    from commscope.workloads.gpt import run
+    from commscope.trainings.gpt import run
 
     if args.record is not None:  # the job beside its logs from the start: a crashed run is still described
         write_job(args.record, model, parallel)
@@ -252,7 +252,7 @@ def _summary(results: list[dict], model, parallel, backend: str) -> dict:
 
 def _record_and_compare(logdir: Path, model, parallel, cluster) -> dict:
     from commscope.api import predict
-    from commscope.capture.analysis import compare, read_run
+    from commscope.measure.capture.analysis import compare, read_run
 
     return compare(predict(model, parallel, cluster), read_run(logdir))
 
@@ -272,8 +272,8 @@ def _print_comparison(logdir: Path, result: dict) -> None:
 def run_moe_cmd(args: argparse.Namespace) -> int:
     from contextlib import ExitStack
 
-    from commscope.capture.recorder import RECORDING_FILES
-    from commscope.workloads.moe import MoeRunConfig, check_moe_config
+    from commscope.measure.capture.recorder import RECORDING_FILES
+    from commscope.trainings.moe import MoeRunConfig, check_moe_config
 
     model, parallel, _cluster = resolve_workload_job(args, moe=True)
     routing_dir = args.record_routing or (args.record / "routing" if args.record is not None else None)
@@ -295,7 +295,7 @@ def run_moe_cmd(args: argparse.Namespace) -> int:
 
 def _run_moe(args: argparse.Namespace, cfg, model, parallel, backend: str, routing_dir: Path | None) -> int:
     from commscope.cli.terminal import Progress
-    from commscope.workloads.moe import compare_run, load_group_traces, run_moe
+    from commscope.trainings.moe import compare_run, load_group_traces, run_moe
 
     if args.record is not None:  # the job beside its logs from the start: a crashed run is still described
         write_job(args.record, model, parallel)

@@ -18,7 +18,7 @@ Nodes, with the attribute types Chakra's feeders read (the V1 feeder reads each 
   bytes), both >= 1 so that a roofline (``num_ops / min(bandwidth x num_ops / tensor_size, peak)``) is defined, and
   ``commscope_kernel`` (``gemm``, ``attention``, ``memory_bound``, ``optimizer``), ``commscope_recompute``;
 - ``COMM_COLL_NODE``: ``comm_type`` (int64, a ``CollectiveCommType``), ``comm_size`` (int64 bytes, nccl-tests'
-  convention, :mod:`commscope.record`; an all-to-all carries its group's largest send buffer, the same on every
+  convention, :mod:`commscope.commop`; an all-to-all carries its group's largest send buffer, the same on every
   member, as a simulator needs, and its own in ``commscope_send_bytes``), ``pg_name``;
 - ``COMM_SEND_NODE`` / ``COMM_RECV_NODE``: ``comm_src``, ``comm_dst``, ``comm_tag`` (int32; a send and its receive
   share the tag, unique per message), ``comm_size``;

@@ -4,7 +4,7 @@ A simulator that re-times compute (ASTRA-sim's roofline mode: ``time = num_ops /
 tensor_size, peak)``) needs each compute node's FLOP (``num_ops``), the bytes it moves through HBM
 (``tensor_size``) and what kind of kernel it is; a simulator that replays needs its time. This module gives all
 four for every compute node :mod:`commscope.io.chakra_trace` places, from the public functions of the compute
-model (:mod:`commscope.compute`), the same numbers the estimate uses.
+model (:mod:`commscope.estimate.compute`), the same numbers the estimate uses.
 
 One transformer layer runs these kernel groups, forward in this order (backward in reverse, the backward of each):
 
@@ -28,15 +28,15 @@ stage), the weight-gradient accumulation of each micro-batch without gradient ac
 optimizer step (kernel class ``optimizer``). Recomputation replays the layer's forward (``full``) or its attention
 core (``selective``) at the start of the layer's backward.
 
-Where the numbers come from: GEMM time, FLOP and operand elements from :func:`~commscope.compute.gemm.layer_gemms`
-and :func:`~commscope.compute.gemm.time_gemms`; attention and memory-bound time from
-:func:`~commscope.compute.kernels.layer_kernels` and :func:`~commscope.compute.kernels.stage_extra_bytes`;
+Where the numbers come from: GEMM time, FLOP and operand elements from :func:`~commscope.estimate.compute.gemm.layer_gemms`
+and :func:`~commscope.estimate.compute.gemm.time_gemms`; attention and memory-bound time from
+:func:`~commscope.estimate.compute.kernels.layer_kernels` and :func:`~commscope.estimate.compute.kernels.stage_extra_bytes`;
 accumulation and the optimizer step from their functions there. The compute model does not expose how a layer's
 memory-bound time divides between its kernels, so this module splits :func:`layer_kernels`' total by the element
-counts of the kernels' table in :mod:`commscope.compute.kernels` (norms 2 x 2 h T', residual adds 2 x 3 h T', rotary
+counts of the kernels' table in :mod:`commscope.estimate.compute.kernels` (norms 2 x 2 h T', residual adds 2 x 3 h T', rotary
 2 (q + g) T, activation 2 or 3 f T), and a memory-bound node's bytes are its time x the GPU's streaming bandwidth.
 Each stage's forward and backward are then scaled to the compute model's own per-stage totals
-(:func:`~commscope.compute.model.stage_compute`), so the trace's compute is the estimate's whatever the split;
+(:func:`~commscope.estimate.compute.model.stage_compute`), so the trace's compute is the estimate's whatever the split;
 ``scale`` says by how much (1 while the two agree). With ``gpu_util`` (no GPU model) compute is Megatron's FLOP
 count at u x peak, as the estimate has it: GEMMs and attention only.
 """
@@ -47,9 +47,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from commscope.compute.attention import BACKWARD_RATIO
-from commscope.compute.gemm import Gemm, layer_gemms, time_gemms
-from commscope.compute.kernels import (
+from commscope.estimate.compute.attention import BACKWARD_RATIO
+from commscope.estimate.compute.gemm import Gemm, layer_gemms, time_gemms
+from commscope.estimate.compute.kernels import (
     adam_bytes_per_param,
     grad_accumulation_bytes_per_param,
     layer_kernels,
@@ -57,13 +57,13 @@ from commscope.compute.kernels import (
     optimizer_step_time_s,
     stage_extra_bytes,
 )
-from commscope.compute.model import _kind, stage_compute, timed_attention
-from commscope.flops import token_flops
+from commscope.estimate.compute.model import _kind, stage_compute, timed_attention
+from commscope.estimate.flops import token_flops
 from commscope.spec.model import ModelSpec
 from commscope.spec.params import stage_params
 from commscope.spec.parallel import ParallelSpec
 from commscope.units import dtype_bytes
-from commscope.workload.stages import stage_layers
+from commscope.pattern.workload.stages import stage_layers
 
 __all__ = ["KERNEL_CLASSES", "Kernel", "LayerPlan", "StageKernels", "job_kernels"]
 
@@ -154,7 +154,7 @@ def _gemm_bytes(g: Gemm, elem_bytes: int) -> float:
 
 
 def _memory_weights(model: ModelSpec, parallel: ParallelSpec, kind: str) -> dict[str, float]:
-    """Forward HBM bytes of each memory-bound slot by the element counts of :mod:`commscope.compute.kernels`' table
+    """Forward HBM bytes of each memory-bound slot by the element counts of :mod:`commscope.estimate.compute.kernels`' table
     (its per-kernel split is not exposed; only shares of these are used)."""
     B, t = model.dtype_bytes, parallel.tp
     T = parallel.micro_batch_size * model.seq_len // parallel.cp
@@ -183,7 +183,7 @@ def _split(total_s: float, weights: dict[str, float]) -> dict[str, float]:
 
 
 def _gpu_layer(model: ModelSpec, parallel: ParallelSpec, gpu: Any, kind: str) -> LayerPlan:
-    """One layer of ``kind`` on ``gpu``, the way :func:`commscope.compute.model.stage_compute` times it."""
+    """One layer of ``kind`` on ``gpu``, the way :func:`commscope.estimate.compute.model.stage_compute` times it."""
     slots = MOE_SLOTS if kind == "moe" else DENSE_SLOTS
     bandwidth = gpu.streaming_bandwidth_bytes_per_s
     B = model.dtype_bytes
@@ -261,7 +261,7 @@ def _recompute(forward: tuple[Kernel, ...], recompute: str) -> tuple[Kernel, ...
 
 
 def _flop_layer(model: ModelSpec, parallel: ParallelSpec, layer: int, rate: float) -> LayerPlan:
-    """One layer at FLOP / (u x peak): Megatron's FLOP count (:func:`commscope.flops.token_flops`) split over the
+    """One layer at FLOP / (u x peak): Megatron's FLOP count (:func:`commscope.estimate.flops.token_flops`) split over the
     GEMM slots by their FLOP, the attention core apart; backward twice the forward (the estimate's rule)."""
     kind = "moe" if model.is_moe_layer(layer) else "dense"
     slots = MOE_SLOTS if kind == "moe" else DENSE_SLOTS
@@ -337,7 +337,7 @@ def job_kernels(prediction: Any, estimate: Any, gpu: Any = None) -> list[StageKe
     """The kernels of every pipeline stage of ``prediction``, timed as ``estimate`` was: by the GPU's compute model
     (``estimate.compute_model == "gpu"``; ``gpu`` as :func:`commscope.estimate.estimate` took it), else at FLOP /
     (u x peak) with the estimate's u. Each stage's totals are the compute model's (module docstring)."""
-    from commscope.estimate import compute_gpu
+    from commscope.estimate.iteration import compute_gpu
 
     model, parallel, cluster = prediction.model, prediction.parallel, prediction.cluster
     spec = None

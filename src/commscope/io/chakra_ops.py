@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from commscope.bandwidth import GroupSpan, slowest_row
+from commscope.estimate.bandwidth import GroupSpan, slowest_row
 from commscope.io.chakra_compute import Kernel, StageKernels
-from commscope.record import CommOp
+from commscope.commop import CommOp
 
 __all__ = ["MAX_TAG", "OpIndex", "TraceJob", "TraceNode", "a2a_sizes", "comm_node_name", "rank_ops"]
 

@@ -160,7 +160,7 @@ def _roofline_s(num_ops: float, tensor_size: float, peak_flops: float, bandwidth
 def bandwidth_timer(cluster: Any, bandwidth: Any = None) -> CommTime:
     """Op times from commscope's bandwidth model (the cluster's alpha-beta tiers, or a measured table), each group
     timed where its members sit, as the estimate times them."""
-    from commscope.bandwidth import AlphaBeta, GroupSpan
+    from commscope.estimate.bandwidth import AlphaBeta, GroupSpan
 
     bw = bandwidth if bandwidth is not None else AlphaBeta(cluster)
     gpn = cluster.gpus_per_node

@@ -3,7 +3,7 @@
 The program follows the estimate's schedule and overlaps communication with compute where the estimate does
 (:mod:`commscope.estimate`). What :mod:`commscope.io.chakra` encodes into Chakra, node for node.
 
-Order. A rank runs the work list of its pipeline stage, :func:`commscope.schedule.stage_order` (1F1B, interleaved
+Order. A rank runs the work list of its pipeline stage, :func:`commscope.estimate.schedule.stage_order` (1F1B, interleaved
 1F1B, GPipe); each forward or backward pass runs its model chunk's layers through the kernels of
 :mod:`commscope.io.chakra_compute`, the first virtual stage adds the embedding, the last the head (final norm,
 logits, cross-entropy). After the last pass: gradient reduction, the embedding sync, the optimizer step and the
@@ -50,7 +50,7 @@ the rank reaches it go first, a small list schedule on a clock of the rank's own
 that every rank of a stage decides alike); an op that fits no gap goes after the next blocking op, and a gather goes
 at the latest right before the compute that needs it.
 
-Every op of the op list (:meth:`commscope.workload.base.Workload.ops`), ``count`` expanded, is placed once on every
+Every op of the op list (:meth:`commscope.pattern.workload.base.Workload.ops`), ``count`` expanded, is placed once on every
 rank it involves: by name where the rules of Megatron-LM or PyTorch give it a place, else (an op this module does not
 know) after the iteration's compute, in a fixed order on every rank (``unplaced`` lists them).
 """
@@ -64,9 +64,9 @@ from typing import Any
 
 from commscope.io.chakra_compute import Kernel, StageKernels
 from commscope.io.chakra_ops import OpIndex, TraceJob, TraceNode, a2a_sizes, comm_node_name, rank_ops
-from commscope.record import CommOp
-from commscope.schedule import stage_order
-from commscope.workload.stages import stage_layers
+from commscope.commop import CommOp
+from commscope.estimate.schedule import stage_order
+from commscope.pattern.workload.stages import stage_layers
 
 __all__ = ["rank_program"]
 

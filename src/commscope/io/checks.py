@@ -1,7 +1,7 @@
 """The physical rules every reader applies to a number it reads, in one place, so that ``fit``, ``--bandwidth``,
 ``summarize``, ``compare`` and ``report`` come to the same verdict on the same file.
 
-- a message size is a whole number of bytes, at most :data:`~commscope.record.MAX_MESSAGE_BYTES` (1 TiB: no
+- a message size is a whole number of bytes, at most :data:`~commscope.commop.MAX_MESSAGE_BYTES` (1 TiB: no
   collective of a real job moves more in one call; a Kineto trace once held an op of 4e29 bytes);
 - a measured time is a finite number of seconds > 0 (a negative, zero or NaN time is no measurement);
 - a bus bandwidth is a finite number > 0;
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from commscope.errors import ConfigError
-from commscope.record import MAX_MESSAGE_BYTES
+from commscope.commop import MAX_MESSAGE_BYTES
 
 __all__ = ["bench_row_problem", "format_problem", "read_json_document", "row_time_problem", "size_problem",
            "time_problem"]

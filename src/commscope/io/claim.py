@@ -13,7 +13,7 @@ The lock is ``fcntl.flock`` on ``FOLDER/.commscope.lock`` (a folder output) or `
 file output. The kernel releases it when the process ends, however it ends (a kill, a crash): a lock file left
 behind is no claim. Forked ranks inherit the open file, and so the claim; the ranks of a job started by
 ``commscope record -- torchrun`` are other programs: they find the claim's token in :data:`CLAIM_ENV` and check it
-against the lock file (:func:`claimed_for_me`). Ranks that record through :func:`commscope.capture.record`
+against the lock file (:func:`claimed_for_me`). Ranks that record through :func:`commscope.measure.capture.record`
 without commscope's launcher share a folder among themselves with shared locks (:func:`share_folder`), which an
 exclusive claim waits for no more than they wait for it.
 

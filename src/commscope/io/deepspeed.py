@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from commscope.io.import_base import UNKNOWN_DTYPE, ImportResult, Problems, freeze_extra, missing_fields, read_input
-from commscope.record import MAX_MESSAGE_BYTES, CommOp
+from commscope.commop import MAX_MESSAGE_BYTES, CommOp
 from commscope.spec.cluster import LINK_BANDWIDTH_RANGE_BYTES_PER_S
 from commscope.units import GBIT, KiB
 

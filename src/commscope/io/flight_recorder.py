@@ -47,7 +47,7 @@ from commscope.io.import_base import (
     missing_fields,
     read_input,
 )
-from commscope.record import CommOp
+from commscope.commop import CommOp
 
 __all__ = ["import_flight_recorder", "is_flight_recorder", "load_dump"]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from commscope.record import CommOp
+from commscope.commop import CommOp
 from commscope.units import DTYPE_BYTES
 
 Format = Literal["kineto", "deepspeed", "nccl_tests", "jsonl", "flight_recorder", "nccl_debug"]

@@ -14,11 +14,11 @@ recorder``      unpickling any class; or its JSON form)
 ``nccl_debug``  ``NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL`` log lines    :mod:`commscope.io.nccl_debug`
 ==============  ======================================================  =========================================
 
-Every importer returns an :class:`ImportResult`: the :class:`~commscope.record.CommOp` records, the
+Every importer returns an :class:`ImportResult`: the :class:`~commscope.commop.CommOp` records, the
 ``missing_fields`` that the format could not give (attribution to a parallelism axis always comes later,
 from a layout, so ``axis`` is ``"other"`` and listed there), and ``problems``: one line per event, row or
 line that was odd or skipped, with its event index or line number. ``size_bytes`` always follows nccl-tests'
-convention (see :mod:`commscope.record`), converted from whatever the tool printed.
+convention (see :mod:`commscope.commop`), converted from whatever the tool printed.
 
 Input that cannot be read at all (not the format, invalid JSON, a broken gzip stream, no op in it) raises a
 ``ValueError`` that names the file and, where it can, the line or event; single bad events or rows are
@@ -41,7 +41,7 @@ from commscope.io.import_base import (
     missing_fields,
     read_input,
 )
-from commscope.record import OP_NAMES, CommOp, OpName
+from commscope.commop import OP_NAMES, CommOp, OpName
 
 __all__ = [
     "FORMATS",

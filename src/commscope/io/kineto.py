@@ -6,7 +6,7 @@ point-to-point call, a CPU event ``record_param_comms`` (``cat: cpu_op``) whose 
 the NCCL kernel that ran it (``ncclKernel_AllReduce_RING_LL_Sum_float(...)``, ``ncclDevKernel_...`` from NCCL
 2.19 on). This module reads both and pairs them.
 
-Fields of ``record_param_comms`` and how they become a :class:`~commscope.record.CommOp`
+Fields of ``record_param_comms`` and how they become a :class:`~commscope.commop.CommOp`
 ---------------------------------------------------------------------------------------
 
 ===========================  ====================================================================================
@@ -70,7 +70,7 @@ from typing import Any
 
 from commscope.io.checks import size_problem
 from commscope.io.import_base import ImportResult, Problems, freeze_extra, missing_fields, read_input
-from commscope.record import CommOp, OpName
+from commscope.commop import CommOp, OpName
 
 __all__ = ["DTYPES", "OP_NAMES", "import_kineto"]
 

@@ -1,7 +1,7 @@
 """Traffic matrices on disk: a triplet CSV for people and other tools, an NPZ for exact reloads.
 
 Orientation everywhere: a row ``src,dst,axis,bytes`` says GPU ``src`` sends ``bytes`` to GPU ``dst`` per
-iteration for parallelism axis ``axis`` (``traffic_bytes[src, dst]``, as in :mod:`commscope.traffic`).
+iteration for parallelism axis ``axis`` (``traffic_bytes[src, dst]``, as in :mod:`commscope.pattern.traffic`).
 
 Triplet CSV::
 
@@ -9,7 +9,7 @@ Triplet CSV::
     0,1,tp,473532727
     0,8,pp,3623878656
 
-one row per (src, dst, axis), sorted by src, dst, axis (in the order of :data:`commscope.record.AXES`).
+one row per (src, dst, axis), sorted by src, dst, axis (in the order of :data:`commscope.commop.AXES`).
 The CSV does not hold ``world_size``, ``gpus_per_node``, ``algorithm`` or ``view``: pass them to
 :func:`read_triplets_csv`. The NPZ holds everything, and :func:`read_npz` gives back an equal matrix.
 """
@@ -24,8 +24,8 @@ from typing import IO
 import numpy as np
 
 from commscope.io.atomic import atomic_path, write_bytes
-from commscope.record import AXES
-from commscope.traffic import TrafficMatrix
+from commscope.commop import AXES
+from commscope.pattern.traffic import TrafficMatrix
 
 TRIPLET_COLUMNS: tuple[str, ...] = ("src", "dst", "axis", "bytes")
 #: Bumped when the NPZ layout changes incompatibly.

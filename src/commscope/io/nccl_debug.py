@@ -39,7 +39,7 @@ from commscope.io.import_base import (
     missing_fields,
     read_input,
 )
-from commscope.record import CommOp, OpName
+from commscope.commop import CommOp, OpName
 
 __all__ = ["NCCL_DATATYPES", "import_nccl_debug", "looks_like_nccl_debug"]
 

@@ -7,7 +7,7 @@ nccl-tests (NVIDIA/nccl-tests) and rccl-tests (ROCm/rccl-tests) print one table 
          1048576        262144     float     sum      -1    67.31   15.58   27.26      0    65.27   16.07   28.11      0
 
 The left half is the out-of-place run, the right half the in-place run. Units: ``size`` in bytes (for all_gather
-and reduce_scatter the *total* size, n x the per-rank buffer; :class:`~commscope.record.CommOp` uses the same
+and reduce_scatter the *total* size, n x the per-rank buffer; :class:`~commscope.commop.CommOp` uses the same
 convention), ``time`` in microseconds, bandwidths in GB/s with GB = 1e9 bytes [nccl-tests-perf].
 Everything is converted to SI here: :attr:`BusbwRow.time_s`, :attr:`BusbwRow.busbw_bytes_per_s`.
 
@@ -51,7 +51,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from commscope.record import MAX_MESSAGE_BYTES
+from commscope.commop import MAX_MESSAGE_BYTES
 from commscope.spec.cluster import LINK_BANDWIDTH_RANGE_BYTES_PER_S
 from commscope.units import GB, US
 
@@ -1263,7 +1263,7 @@ def _hardware(run: dict) -> str:
 def _curve(row: BusbwRow) -> tuple:
     """What one fitted curve or bandwidth table holds: one op over one group size and placement, in one type,
     reduction op and root (rows that differ in any of these are never pooled: fit and --bandwidth keep them apart
-    or refuse them, see :func:`commscope.bench.fitted.mixed_variants`)."""
+    or refuse them, see :func:`commscope.measure.bench.fitted.mixed_variants`)."""
     return row.op, row.group_size, row.intra_node, row.dtype, row.redop, row.root
 
 

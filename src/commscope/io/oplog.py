@@ -1,4 +1,4 @@
-"""Op logs on disk: :class:`~commscope.record.CommOp` records as JSON Lines or CSV.
+"""Op logs on disk: :class:`~commscope.commop.CommOp` records as JSON Lines or CSV.
 
 JSON Lines (``.jsonl``, or ``.jsonl.gz`` compressed) is the lossless format: one JSON object per line,
 exactly :meth:`CommOp.to_dict` (``None`` fields left out), optionally preceded by one header line::
@@ -36,12 +36,12 @@ from typing import IO, Any, TypeGuard
 import numpy as np
 
 from commscope.io.import_base import KNOWN_DTYPES
-from commscope.record import MAX_MESSAGE_BYTES, ROOTED_OPS, CommOp
+from commscope.commop import MAX_MESSAGE_BYTES, ROOTED_OPS, CommOp
 
 #: Key of the optional first line of a JSONL op log.
 HEADER_KEY = "commscope_header"
 #: Key of a measured log's step line: ``{"commscope_step": {"step": 0, "t_start_ns": ..., "t_end_ns": ...}}``, one
-#: per training step a rank marked (:func:`commscope.capture.step`), on that rank's clock (``time.time_ns``).
+#: per training step a rank marked (:func:`commscope.measure.capture.step`), on that rank's clock (``time.time_ns``).
 STEP_KEY = "commscope_step"
 #: Value of ``header["format"]`` written by :func:`write_ops_jsonl`.
 FORMAT_NAME = "commscope.ops"
@@ -235,8 +235,8 @@ def line_forms(op: str, group: list[int], rank: int, dtype: str, group_name: str
     """%-format templates of the line of a recorded op of the common shape (no peer, splits or root) of one process
     group, op, dtype and backend op, indexed by ``(t_end_ns given) + 2 * (step given)``; filled with size_bytes,
     t_start_ns, [t_end_ns], seq, bytes_in, bytes_out, [step]. A recording process group keeps them in each record's
-    shape (``R_SHAPE[0]``, :mod:`commscope.capture.oprecord`): the recorder's writer
-    (``commscope.capture.recorder._line``) then formats the line once instead of assembling ~20 parts (tests hold both to ``json.dumps`` of the record's CommOp dict)."""
+    shape (``R_SHAPE[0]``, :mod:`commscope.measure.capture.oprecord`): the recorder's writer
+    (``commscope.measure.capture.recorder._line``) then formats the line once instead of assembling ~20 parts (tests hold both to ``json.dumps`` of the record's CommOp dict)."""
     def text(part: str) -> str:
         return part.replace("%", "%%")
 
@@ -338,7 +338,7 @@ def _raw_problem(obj: dict[str, Any]) -> str | None:
 def check_op(op: CommOp) -> str | None:
     """What is wrong with a record read from a file, or None: the checks CommOp leaves to readers, because a file
     can hold what code would never build (a null group, a size of ``1e400`` read as infinity, a size over
-    :data:`~commscope.record.MAX_MESSAGE_BYTES`, NaN times, an unknown dtype, a step that is no integer). The
+    :data:`~commscope.commop.MAX_MESSAGE_BYTES`, NaN times, an unknown dtype, a step that is no integer). The
     message names the field, the value and what would be valid."""
     if not isinstance(op.group, tuple) or not all(is_int(r) and r >= 0 for r in op.group):
         return f"group={op.group!r}: expected a list of ranks (integers >= 0)"
@@ -784,7 +784,7 @@ def read_ops_csv(path: str | Path) -> OpLog:
 
 
 #: The marker a launcher leaves in a recording when a rank died: which rank failed first and how
-#: (written by :func:`commscope.capture.recorder.write_failure`, read by :func:`read_failure`).
+#: (written by :func:`commscope.measure.capture.recorder.write_failure`, read by :func:`read_failure`).
 FAILURE_FILE = "failure.json"
 
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from commscope.io.import_base import ImportResult, missing_fields, missing_of, note_fields
 from commscope.io.oplog import FAILURE_FILE, is_int, read_failure
-from commscope.record import COLLECTIVES, CommOp, op_root
+from commscope.commop import COLLECTIVES, CommOp, op_root
 
 __all__ = ["AxisAttribution", "RunFindings", "RunLog", "RunTotals", "is_logical", "op_step", "read_run", "read_run_totals", "run_totals",
            "write_run_parquet"]
@@ -133,7 +133,7 @@ class RunTotals(RunFindings):
 
 
 class AxisAttribution:
-    """The axis of a measured op from the group it ran on, using a :class:`~commscope.layout.Layout`: called
+    """The axis of a measured op from the group it ran on, using a :class:`~commscope.pattern.layout.Layout`: called
     with an op, gives its axis (``tp``, ``pp``, ``dp``, ``ep``, ``cp``, ``emb`` or ``other``)."""
 
     def __init__(self, layout: Any) -> None:
@@ -204,7 +204,7 @@ def op_step(op: CommOp) -> int | None:
 def read_run(path: str | Path, *, layout: Any = None) -> RunLog:
     """Read a measured run from ``path``: a directory of per-rank files, or one file, of any importable format.
 
-    ``layout`` (a :class:`commscope.layout.Layout`) is the job's, when known: it decides whether records without
+    ``layout`` (a :class:`commscope.pattern.layout.Layout`) is the job's, when known: it decides whether records without
     a group may take the whole world as their group. Raises ValueError (naming the path and why) when nothing
     importable is found; every lesser problem is reported in the result.
     """

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from commscope.record import AXES, CommOp
-from commscope.traffic import TrafficMatrix
+from commscope.commop import AXES, CommOp
+from commscope.pattern.traffic import TrafficMatrix
 
 __all__ = [
     "OP_COLUMNS",

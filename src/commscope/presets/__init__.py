@@ -39,8 +39,8 @@ def list_presets() -> dict[str, list[dict[str, Any]]]:
     peak_bf16_tflops, memory_bandwidth_GBps, sustained_clock_MHz. ``stacks`` rows: name, description, source,
     compute_efficiency.
     """
-    from commscope.gpus import gpu_names, gpu_preset
-    from commscope.stacks import stack_names, stack_preset
+    from commscope.estimate.gpus import gpu_names, gpu_preset
+    from commscope.estimate.stacks import stack_names, stack_preset
 
     models = []
     for name in preset_names("models"):

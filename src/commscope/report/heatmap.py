@@ -6,7 +6,7 @@ nothing is white. TP and DP groups show as blocks on or near the diagonal, PP as
 adjacent stages, the tied-embedding sync as lines between the first and the last stage [seed-talk].
 
 Above 1,024 GPUs the GPU-level picture has more cells than a figure has pixels, so ``level="auto"`` switches
-to nodes (:meth:`~commscope.traffic.TrafficMatrix.node_matrix`: bytes node src sends to node dst, intra-node
+to nodes (:meth:`~commscope.pattern.traffic.TrafficMatrix.node_matrix`: bytes node src sends to node dst, intra-node
 traffic on the diagonal). Whenever a matrix still has more rows than the figure can show, each drawn cell is
 the *largest* entry of the block of cells it covers (stated under the figure), so that a single busy pair
 never disappears into white.
@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from commscope.record import AXES, REPORT_AXES
-from commscope.traffic import TrafficMatrix
+from commscope.commop import AXES, REPORT_AXES
+from commscope.pattern.traffic import TrafficMatrix
 from commscope.units import bytes_label
 
 if TYPE_CHECKING:  # pragma: no cover

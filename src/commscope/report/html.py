@@ -1,7 +1,7 @@
 """One self-contained HTML report: the data builder and the renderer.
 
 :func:`build_report_data` turns library results (a :class:`~commscope.api.Prediction`, its
-:class:`~commscope.estimate.Estimate`, a :class:`~commscope.plan.Plan`, measured op logs, a bandwidth
+:class:`~commscope.estimate.Estimate`, a :class:`~commscope.estimate.plan.Plan`, measured op logs, a bandwidth
 benchmark, MoE routing) into one JSON-ready dict; every number the page shows is in it, already computed
 here (pooled heatmap cells, shares, histograms, timed schedules, measured-vs-predicted bytes).
 :func:`render_html` embeds that dict in a single HTML file whose own small script only draws it: inline
@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from commscope.errors import ConfigError
-from commscope.record import AXES, REPORT_AXES, CommOp
+from commscope.commop import AXES, REPORT_AXES, CommOp
 
 #: Format of the embedded data (bumped on incompatible changes).
 FORMAT_NAME = "commscope.report"
@@ -497,12 +497,12 @@ def breakdown_section(estimate, *, parallel=None, plan=None) -> dict[str, Any]:
 
 def schedule_section(parallel, estimate, *, names: Sequence[str] | None = None) -> dict[str, Any]:
     """Timed pipeline schedules of one iteration (stage times from ``estimate``, see
-    :func:`commscope.schedule.schedule_for`), followed by the estimate's DP and embedding reduction.
+    :func:`commscope.estimate.schedule.schedule_for`), followed by the estimate's DP and embedding reduction.
 
     ``names`` defaults to the configured schedule, plus plain 1F1B beside an interleaved one and an
     interleaved v=2 what-if beside 1F1B when the micro-batches allow it.
     """
-    from commscope.schedule import (
+    from commscope.estimate.schedule import (
         FORWARD_SHARE,
         micro_batch_time_s,
         pipeline_schedule,
@@ -554,11 +554,11 @@ def schedule_section(parallel, estimate, *, names: Sequence[str] | None = None) 
 
 def predicted_bytes_by_axis(workload) -> dict[str, dict[str, int]]:
     """Bytes (sum of message sizes) and ops per axis of one predicted iteration, counted as measured logs
-    record them (:func:`commscope.capture.analysis.predicted_ops_by_kind`). Worked example: a TP all_reduce of
+    record them (:func:`commscope.measure.capture.analysis.predicted_ops_by_kind`). Worked example: a TP all_reduce of
     13,107,200 bytes over 2 ranks is one op of 13,107,200 bytes; a balanced all_to_all of 4 x 1 MB over 4
     ranks is 4 ops of 4 MB.
     """
-    from commscope.capture.analysis import predicted_ops_by_kind
+    from commscope.measure.capture.analysis import predicted_ops_by_kind
 
     out = {a: {"bytes": 0, "ops": 0} for a in AXES}
     for (axis, _op), (count, nbytes) in predicted_ops_by_kind(workload).items():
@@ -569,8 +569,8 @@ def predicted_bytes_by_axis(workload) -> dict[str, dict[str, int]]:
 
 def logical_measured_ops(ops: Iterable[CommOp]) -> list[CommOp]:
     """Measured records counted the way :func:`predicted_bytes_by_axis` counts, setup records left out
-    (:func:`commscope.capture.analysis.is_logical`)."""
-    from commscope.capture.analysis import is_logical
+    (:func:`commscope.measure.capture.analysis.is_logical`)."""
+    from commscope.measure.capture.analysis import is_logical
 
     return [op for op in ops if op.phase != "setup" and is_logical(op)]
 
@@ -583,7 +583,7 @@ def with_axes(measured: MeasuredLogs, prediction) -> MeasuredLogs:
     if not unknown or prediction is None:
         return measured
     try:
-        from commscope.capture.analysis import attribute_axes
+        from commscope.measure.capture.analysis import attribute_axes
     except ImportError:  # pragma: no cover - the capture module is part of the package
         return measured
     fixed = attribute_axes([ops[i] for i in unknown], prediction.workload.layout)
@@ -659,7 +659,7 @@ def measured_heatmap_section(measured: MeasuredLogs, prediction=None, *, level: 
     """The measured traffic matrix (logical view, ring algorithm), drawn like the predicted one; None when
     the capture module that decomposes measured ops is unavailable or the logs hold no flows."""
     try:
-        from commscope.capture.analysis import measured_traffic
+        from commscope.measure.capture.analysis import measured_traffic
     except ImportError:  # pragma: no cover
         return None
     if measured.matrix_omitted:
@@ -700,7 +700,7 @@ def bench_section(bench: BenchResult, cluster=None) -> dict[str, Any]:
     """Bus bandwidth against message size per (op, group size, intra/inter-node), with the cluster's
     alpha-beta model at the same points (a group inside one node when ``intra_node`` is true or unknown and
     it fits, else spread over as few nodes as hold it, at least two)."""
-    from commscope.bandwidth import AlphaBeta, GroupSpan, busbw_factor
+    from commscope.estimate.bandwidth import AlphaBeta, GroupSpan, busbw_factor
 
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for row in bench.rows:
@@ -742,7 +742,7 @@ def bench_section(bench: BenchResult, cluster=None) -> dict[str, Any]:
 
 def time_section(time_result: dict[str, Any]) -> dict[str, Any]:
     """Measured against predicted in time, from :func:`commscope.cli.compare_cmd.time_comparison` (a
-    :func:`commscope.capture.timing.compare_time` result): durations against message size per (axis, op, group
+    :func:`commscope.measure.capture.timing.compare_time` result): durations against message size per (axis, op, group
     size) with the model's curve, effective-bandwidth factors per op kind, exposed communication per step and
     axis, and the predicted step against the measured one, term by term."""
     series: dict[tuple, dict[str, Any]] = {}
@@ -911,8 +911,8 @@ def _inputs(prediction, estimate, *, command_line: str | None, files: dict[str, 
 
 def _timed_attention(prediction) -> str | None:
     """How the estimate times attention where it is not as the job asked (flash on a GPU without fused kernels)."""
-    from commscope.compute.model import timed_attention
-    from commscope.gpus import gpu_for_cluster
+    from commscope.estimate.compute.model import timed_attention
+    from commscope.estimate.gpus import gpu_for_cluster
 
     try:
         gpu = gpu_for_cluster(prediction.cluster)

@@ -1,6 +1,6 @@
 """Predicted against measured iteration time as a PNG (extra ``plots``): the picture of ``commscope validate``.
 
-Draws a :class:`~commscope.validate.Validation`; computes nothing. matplotlib is imported only when the
+Draws a :class:`~commscope.estimate.validate.Validation`; computes nothing. matplotlib is imported only when the
 function draws, through its object API and the Agg canvas (no pyplot, the user's backend untouched).
 """
 

@@ -84,7 +84,7 @@ class ParallelSpec:
     pipeline_layers: tuple[int, ...] | None = None
     """Explicit layers per pipeline stage (sums to num_layers); default: an even split, or, when pp does not
     divide the layers, a balanced split (stage loads one layer apart at most) with the first and last stages among
-    the lighter (see :func:`commscope.workload.stages.balanced_pipeline_layers`)."""
+    the lighter (see :func:`commscope.pattern.workload.stages.balanced_pipeline_layers`)."""
     decoder_first_pipeline_num_layers: int | None = None
     """Megatron ``--decoder-first-pipeline-num-layers``: layers of the first stage; the rest split evenly."""
     decoder_last_pipeline_num_layers: int | None = None
@@ -126,7 +126,7 @@ class ParallelSpec:
     (PyTorch's DDP or FSDP2 for data parallelism, DTensor for tensor/sequence parallelism,
     torch.distributed.pipelining for pipelines: what ``commscope workload gpt`` runs)."""
     stack: str | None = None
-    """The software stack whose measured efficiency scales compute time (a preset of :mod:`commscope.stacks`, e.g.
+    """The software stack whose measured efficiency scales compute time (a preset of :mod:`commscope.estimate.stacks`, e.g.
     ``megatron-core-2024``); None: the kernel-level model alone. Timing only: it changes no op."""
 
     def __post_init__(self) -> None:
@@ -138,7 +138,7 @@ class ParallelSpec:
         check(self.schedule in ("1f1b", "gpipe"), "schedule", self.schedule, "valid: 1f1b, gpipe")
         check(self.framework in FRAMEWORKS, "framework", self.framework, _VALID_FRAMEWORKS)
         if self.stack is not None:
-            from commscope.stacks import stack_preset
+            from commscope.estimate.stacks import stack_preset
 
             stack_preset(self.stack)  # a name that is no preset is refused here, naming the valid ones
         check(self.attention in ATTENTION_KINDS, "attention", self.attention, _VALID_ATTENTION)

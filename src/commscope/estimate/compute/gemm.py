@@ -1,0 +1,558 @@
+"""The GEMMs one GPU runs for a transformer layer, and how long the GPU takes for each.
+
+The compute model's lowest layer (:mod:`commscope.estimate.compute`): :func:`layer_gemms` lists the GEMM shapes,
+:func:`gemm_timing` times them on a :class:`~commscope.estimate.gpus.GpuSpec` with the tile/wave model. Both serve
+:mod:`commscope.estimate.compute.model` (iteration compute time, used by ``estimate`` and ``plan``) and
+:mod:`commscope.estimate.shapes` (shape rules and suggestions).
+
+1. :func:`layer_gemms` lists the GEMMs one GPU runs for one transformer layer and one micro-batch under
+   tensor (t), sequence, context (c) and expert (e) parallelism, Megatron-style [megatron-lm-2019]:
+
+   =============  =========  ==============  ============  =============  ==========================
+   GEMM           batch      M               N             K              notes
+   =============  =========  ==============  ============  =============  ==========================
+   qkv            1          b s / c         (a + 2g) d/t  h              column-parallel
+   attn_scores    b a / t    s / c           s             d              Q K^T per head
+   attn_values    b a / t    s / c           d             s              softmax(Q K^T) V per head
+   attn_proj      1          b s / c         h             a d / t        row-parallel
+   mlp_up         1          b s / c         f/t (x2 gated) h             column-parallel (gate + up fused)
+   mlp_down       1          b s / c         h             f / t          row-parallel
+   logits         1          b s / c         V' / t        h              once per model (last stage)
+   =============  =========  ==============  ============  =============  ==========================
+
+   with a heads, g query groups, d head size, f FFN width, V' the padded vocabulary. Sequence parallelism
+   all-gathers the sequence before the column-parallel GEMMs and reduce-scatters after the row-parallel ones,
+   so the GEMM shapes are those without it (only norms and dropout run on s/t). Each forward GEMM
+   C[M, N] = A[M, K] B[K, N] has two backward GEMMs: ``dgrad`` dA = dC B^T with (M, N, K) -> (M, K, N) and
+   ``wgrad`` dB = A^T dC with (M, N, K) -> (K, N, M). For the attention GEMMs both operands are
+   activations (dQ, dK; dP, dV); the names keep the operand order. FlashAttention fuses the two attention
+   GEMMs into one kernel whose tiles see the same M, N, K; the model treats them as cuBLAS batched GEMMs.
+   MoE layers replace the MLP by a router GEMM (b s/c x E x h) and ``E/e`` local experts, each a GEMM of
+   ``b s/c x top_k x e / E`` tokens (balanced routing) [megatron-core].
+
+2. :func:`gemm_timing` predicts the time of a GEMM on a :class:`~commscope.estimate.gpus.GpuSpec`
+   [nvidia-matmul-guide]:
+
+   - the output is cut into CTA tiles of tile_m x tile_n; ``ceil(M/tile_m) ceil(N/tile_n)`` tiles (times the
+     batch) are computed whole: *tile quantisation*, tile efficiency = M N / (padded M x padded N);
+   - K is padded to a multiple of the tile's K step (``tile_k``);
+   - the tiles run in waves of ``num_sms x ctas_per_sm``; the last wave may be partly empty: *wave
+     quantisation*, wave efficiency = tiles / (waves x SMs);
+   - one CTA computes its tile at ``achievable_fraction x peak / SMs x tile_throughput x alignment``:
+     ``achievable_fraction`` (~0.8) is the calibration constant for large aligned GEMMs, ``tile_throughput``
+     the relative speed of smaller tiles, ``alignment`` 1 when M, N, K are multiples of 128 bytes (64
+     fp16/bf16 elements), ``partial_alignment_factor`` when they are multiples of 16 bytes (8 elements)
+     only, ``unaligned_factor`` otherwise (the tensor-core rule of [nvidia-matmul-guide]; the factors are
+     assumptions to calibrate);
+   - the memory roofline: the operands and the result move at least once, ``B (M K + K N + M N)`` bytes per
+     GEMM, at ``memory_efficiency x`` HBM bandwidth; arithmetic intensity = FLOP / bytes;
+   - time = max(compute, memory) + split-K reduction + kernel overhead, minimised over the tile sizes and
+     (when the tiles fill less than one wave) split-K factors, as cuBLAS's heuristics choose.
+
+   - each CTA also spends ``cta_fill_steps`` K steps filling its operand pipeline and writing its tile
+     (prologue and epilogue), which short-K GEMMs feel most;
+
+   Worked example (A100 preset: 108 SMs, 312 TFLOP/s, achievable 0.80, K step 32, 4 fill steps): M = N = K =
+   4096 in bf16 on 256x128 tiles gives 16 x 32 = 512 tiles in ceil(512/108) = 5 waves (wave efficiency
+   512/540 = 0.95); one CTA needs 2 x 256 x 128 x (128 + 4) x 32 / (0.80 x 312e12 / 108) = 120 us, so 5 waves
+   take 599 us + 4 us overhead: 228 TFLOP/s, 73% of peak.
+
+The functions import numpy only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from commscope.errors import ConfigError
+from commscope.estimate.gpus import GpuSpec
+from commscope.spec.model import ModelSpec
+from commscope.spec.parallel import ParallelSpec
+from commscope.units import TFLOP, dtype_bytes
+
+__all__ = [
+    "ALIGN_ELEMENTS",
+    "ATTENTION",
+    "PASSES",
+    "SYMBOL_TEXT",
+    "Gemm",
+    "GemmResult",
+    "GemmTimer",
+    "GemmTiming",
+    "alignment_factor",
+    "gemm_timing",
+    "layer_dims",
+    "layer_gemms",
+    "model_gemms",
+    "time_gemms",
+]
+
+Pass = Literal["fwd", "dgrad", "wgrad"]
+PASSES: tuple[str, ...] = ("fwd", "dgrad", "wgrad")
+
+#: The multiple the shape rules ask for, in elements: 64 [anthony-2024] (128 bytes of fp16/bf16, the A100
+#: optimum of [nvidia-matmul-guide], and the narrow side of the 64/128/256-wide CTA tiles).
+ALIGN_ELEMENTS = 64
+
+#: How each dimension symbol reads in a table.
+SYMBOL_TEXT: dict[str, str] = {
+    "tokens": "b*s/cp", "seq_q": "s/cp", "seq_k": "s", "hidden": "h", "head": "d", "q_width": "a*d/t",
+    "qkv_width": "(a+2g)*d/t", "ffn_width": "f/t", "vocab_width": "V'/t", "experts": "E",
+    "expert_tokens": "b*s*k*e/E", "expert_ffn_width": "f_moe/t", "shared_ffn_width": "f_shared/t",
+}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 1. The GEMMs of a layer
+# ---------------------------------------------------------------------------------------------------------
+
+
+Dim = tuple[str, int]
+"""A GEMM dimension as (symbol, coefficient): its size is ``coefficient x dims[symbol]``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Gemm:
+    """One GEMM shape that one GPU runs per layer and micro-batch: ``batch`` x (M x K) @ (K x N), ``count`` times."""
+
+    name: str
+    """``qkv``, ``attn_scores``, ``attn_values``, ``attn_proj``, ``mlp_up``, ``mlp_down``, ``logits``, ``router``,
+    ``expert_up``, ``expert_down``, ``shared_up``, ``shared_down``."""
+    pass_: str
+    """``fwd``, ``dgrad`` (gradient of the first operand) or ``wgrad`` (of the second)."""
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+    """Independent GEMMs of the same shape in one batched call (attention: micro-batch x local heads)."""
+    count: int = 1
+    """Calls of this shape per layer (MoE: local experts)."""
+    dims: tuple[Dim, Dim, Dim]
+    """Symbols of M, N, K (see :data:`SYMBOL_TEXT`)."""
+    part: str
+    """``attention``, ``mlp``, ``moe`` or ``logits``."""
+    layer_kind: str = "dense"
+    """``dense`` or ``moe`` layer; ``model`` for the logits (once per model)."""
+    io_elements: int
+    """Elements one GEMM of the batch moves through HBM: M K + K N + M N, less the s x s score matrices that a
+    fused (flash) attention kernel keeps on chip."""
+
+    @property
+    def flop(self) -> float:
+        """2 M N K per GEMM (one multiply-add = 2 FLOP), times batch and count."""
+        return 2.0 * self.m * self.n * self.k * self.batch * self.count
+
+    @property
+    def symbols(self) -> frozenset[str]:
+        return frozenset(sym for sym, _ in self.dims)
+
+    def dim_text(self, i: int) -> str:
+        sym, coef = self.dims[i]
+        text = SYMBOL_TEXT.get(sym, sym)
+        return f"{coef}*{text}" if coef != 1 else text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "pass": self.pass_, "m": self.m, "n": self.n, "k": self.k, "batch": self.batch,
+                "count": self.count, "flop": self.flop, "io_elements": self.io_elements, "part": self.part, "layer_kind": self.layer_kind,
+                "m_dim": self.dim_text(0), "n_dim": self.dim_text(1), "k_dim": self.dim_text(2)}
+
+
+def layer_dims(model: ModelSpec, *, tp: int = 1, cp: int = 1, ep: int = 1, micro_batch_size: int = 1) -> dict[str, int]:
+    """The size of every dimension symbol for one GPU (see :data:`SYMBOL_TEXT`).
+
+    Raises :class:`ConfigError` when tp, cp or ep do not divide what they split (Megatron refuses those).
+    """
+    t, c, e, b = tp, cp, ep, micro_batch_size
+    a, g, d = model.num_heads, model.kv_heads, model.head_size
+    if a % t:
+        raise ConfigError("tp", t, f"must divide num_heads={a}")
+    if g % t and t % g:
+        raise ConfigError("tp", t, f"must divide num_query_groups={g} (or be a multiple of it)")
+    if model.ffn % t:
+        raise ConfigError("tp", t, f"must divide ffn_hidden_size={model.ffn}")
+    if model.seq_len % c:
+        raise ConfigError("cp", c, f"must divide seq_length={model.seq_len}")
+    kv_local = max(1, g // t)  # with t > g each rank keeps one (replicated) key/value head
+    dims = {
+        "tokens": b * model.seq_len // c,
+        "seq_q": model.seq_len // c,
+        "seq_k": model.seq_len,
+        "hidden": model.hidden_size,
+        "head": d,
+        "q_width": a * d // t,
+        "qkv_width": (a // t + 2 * kv_local) * d,
+        "ffn_width": model.ffn // t,
+        "vocab_width": model.padded_vocab_size(t) // t,
+    }
+    if model.is_moe:
+        if model.num_experts % e:
+            raise ConfigError("ep", e, f"must divide num_experts={model.num_experts}")
+        if model.moe_ffn % t:
+            raise ConfigError("tp", t, f"must divide moe_ffn_hidden_size={model.moe_ffn}")
+        dims["experts"] = model.num_experts
+        dims["expert_tokens"] = -(-dims["tokens"] * model.top_k * e // model.num_experts)
+        dims["expert_ffn_width"] = model.moe_ffn // t
+        if model.num_shared_experts:
+            dims["shared_ffn_width"] = model.moe_ffn * model.num_shared_experts // t
+    return dims
+
+
+# (name, part, batch symbol or None, M, N, K) of each forward GEMM; "gate" marks the x2 of a gated MLP.
+_ATTENTION = (
+    ("qkv", None, ("tokens", 1), ("qkv_width", 1), ("hidden", 1)),
+    ("attn_scores", "heads", ("seq_q", 1), ("seq_k", 1), ("head", 1)),
+    ("attn_values", "heads", ("seq_q", 1), ("head", 1), ("seq_k", 1)),
+    ("attn_proj", None, ("tokens", 1), ("hidden", 1), ("q_width", 1)),
+)
+
+
+def _backward(m: Dim, n: Dim, k: Dim) -> dict[str, tuple[Dim, Dim, Dim]]:
+    """(M, N, K) of the forward GEMM and its two backward GEMMs [nvidia-matmul-guide, "backward pass"]."""
+    return {"fwd": (m, n, k), "dgrad": (m, k, n), "wgrad": (k, n, m)}
+
+
+def _forward_specs(model: ModelSpec, layer_kind: str) -> list[tuple[str, str, str | None, int, Dim, Dim, Dim]]:
+    """(name, part, batch kind, count symbol, M, N, K) of the forward GEMMs of one layer of ``layer_kind``."""
+    up = 2 if model.gated_mlp else 1
+    specs: list[tuple[str, str, str | None, int, Dim, Dim, Dim]] = [
+        (name, "attention", batch, 1, m, n, k) for name, batch, m, n, k in _ATTENTION]
+    if layer_kind == "moe":
+        specs.append(("router", "moe", None, 1, ("tokens", 1), ("experts", 1), ("hidden", 1)))
+        specs.append(("expert_up", "moe", None, -1, ("expert_tokens", 1), ("expert_ffn_width", up), ("hidden", 1)))
+        specs.append(("expert_down", "moe", None, -1, ("expert_tokens", 1), ("hidden", 1), ("expert_ffn_width", 1)))
+        if model.num_shared_experts:
+            specs.append(("shared_up", "moe", None, 1, ("tokens", 1), ("shared_ffn_width", up), ("hidden", 1)))
+            specs.append(("shared_down", "moe", None, 1, ("tokens", 1), ("hidden", 1), ("shared_ffn_width", 1)))
+    else:
+        specs.append(("mlp_up", "mlp", None, 1, ("tokens", 1), ("ffn_width", up), ("hidden", 1)))
+        specs.append(("mlp_down", "mlp", None, 1, ("tokens", 1), ("hidden", 1), ("ffn_width", 1)))
+    return specs
+
+
+_SEQ = frozenset({"seq_q", "seq_k"})
+
+Attention = Literal["flash", "unfused"]
+ATTENTION = ("flash", "unfused")
+
+
+def _io_elements(dims3: tuple[Dim, Dim, Dim], sizes: tuple[int, int, int], attention: str) -> int:
+    """Elements of A (M x K), B (K x N) and C (M x N) that move through HBM; with ``flash`` attention the
+    s x s scores and probabilities stay on chip [FlashAttention, Dao et al. 2022]."""
+    (ms, _), (ns, _), (ks, _) = dims3
+    m, n, k = sizes
+    total = 0
+    for (r, c), (rs, cs) in (((m, k), (ms, ks)), ((k, n), (ks, ns)), ((m, n), (ms, ns))):
+        if attention == "flash" and rs in _SEQ and cs in _SEQ:
+            continue
+        total += r * c
+    return total
+
+
+def _build(name: str, part: str, pass_: str, dims3: tuple[Dim, Dim, Dim], values: dict[str, int], batch: int,
+           count: int, layer_kind: str, attention: str = "flash") -> Gemm:
+    m, n, k = (coef * values[sym] for sym, coef in dims3)
+    return Gemm(name=name, pass_=pass_, m=m, n=n, k=k, batch=batch, count=count, dims=dims3, part=part,
+                layer_kind=layer_kind, io_elements=_io_elements(dims3, (m, n, k), attention))
+
+
+def layer_gemms(model: ModelSpec, parallel: ParallelSpec | None = None, *, layer_kind: str | None = None,
+                logits: bool = False, dims: dict[str, int] | None = None, attention: str = "flash") -> tuple[Gemm, ...]:
+    """The GEMMs one GPU runs for one layer and one micro-batch: forward, dgrad and wgrad of each.
+
+    ``layer_kind`` is ``dense`` or ``moe`` (default: ``moe`` for an MoE model, else ``dense``); ``logits=True``
+    returns the output-layer GEMMs instead. ``dims`` replaces the sizes of :func:`layer_dims` (used to price
+    a rule by rounding one symbol up). ``attention="flash"`` (default, Megatron with Transformer Engine)
+    keeps the s x s score matrix on chip; ``"unfused"`` writes and reads it (the memory roofline then
+    dominates the attention GEMMs).
+
+    >>> from commscope.presets import model_preset
+    >>> [(g.name, g.m, g.n, g.k) for g in layer_gemms(model_preset("gpt3-2.7b")) if g.pass_ == "fwd"][:3]
+    [('qkv', 2048, 7680, 2560), ('attn_scores', 2048, 2048, 80), ('attn_values', 2048, 80, 2048)]
+    """
+    if attention not in ATTENTION:
+        raise ConfigError("attention", attention, f"valid: {', '.join(ATTENTION)}")
+    par = parallel or ParallelSpec()
+    values = dims if dims is not None else layer_dims(model, tp=par.tp, cp=par.cp, ep=par.ep,
+                                                       micro_batch_size=par.micro_batch_size)
+    heads_batch = par.micro_batch_size * (model.num_heads // par.tp)
+    out: list[Gemm] = []
+    if logits:
+        for pass_, d3 in _backward(("tokens", 1), ("vocab_width", 1), ("hidden", 1)).items():
+            out.append(_build("logits", "logits", pass_, d3, values, 1, 1, "model", attention))
+        return tuple(out)
+    kind = layer_kind or ("moe" if model.is_moe else "dense")
+    if kind not in ("dense", "moe"):
+        raise ConfigError("layer_kind", kind, "valid: dense, moe")
+    if kind == "moe" and not model.is_moe:
+        raise ConfigError("layer_kind", kind, f"{model.name} has no MoE layers")
+    for name, part, batch_kind, count, m, n, k in _forward_specs(model, kind):
+        batch = heads_batch if batch_kind == "heads" else 1
+        num = model.num_experts // par.ep if count == -1 else count
+        for pass_, d3 in _backward(m, n, k).items():
+            out.append(_build(name, part, pass_, d3, values, batch, num, kind, attention))
+    return tuple(out)
+
+
+def model_gemms(model: ModelSpec, parallel: ParallelSpec | None = None, *, dims: dict[str, int] | None = None,
+                attention: str = "flash") -> tuple[tuple[Gemm, int], ...]:
+    """Every GEMM shape of one micro-batch on one tensor-parallel rank with how many layers run it.
+
+    Dense layers, MoE layers and the logits (multiplicity 1); summed over the pipeline stages.
+    """
+    par = parallel or ParallelSpec()
+    num_moe = model.num_moe_layers
+    num_dense = model.num_layers - num_moe
+    out: list[tuple[Gemm, int]] = []
+    if num_dense:
+        out += [(g, num_dense) for g in layer_gemms(model, par, layer_kind="dense", dims=dims, attention=attention)]
+    if num_moe:
+        out += [(g, num_moe) for g in layer_gemms(model, par, layer_kind="moe", dims=dims, attention=attention)]
+    out += [(g, 1) for g in layer_gemms(model, par, logits=True, dims=dims, attention=attention)]
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 2. The GEMM model
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GemmTiming:
+    """Predicted execution of GEMMs (arrays, one entry per GEMM; see the module docstring, point 2)."""
+
+    time_s: np.ndarray
+    """Predicted time of one call: max(compute, memory) + split-K reduction + kernel overhead."""
+    compute_time_s: np.ndarray
+    memory_time_s: np.ndarray
+    flop: np.ndarray
+    efficiency: np.ndarray
+    """FLOP / (time x datasheet peak)."""
+    tile_m: np.ndarray
+    tile_n: np.ndarray
+    split_k: np.ndarray
+    num_tiles: np.ndarray
+    """Output tiles including the batch (CTAs before split-K)."""
+    num_waves: np.ndarray
+    tile_efficiency: np.ndarray
+    """M N over the padded M x padded N of the tiles: 1 means no tile quantisation."""
+    wave_efficiency: np.ndarray
+    """CTAs over waves x SM slots: 1 means no wave quantisation."""
+    k_efficiency: np.ndarray
+    """K over K padded to the tile's K step (and split)."""
+    tile_throughput: np.ndarray
+    """Relative speed of the chosen tile size (1 for the largest)."""
+    alignment_factor: np.ndarray
+    arithmetic_intensity: np.ndarray
+    """FLOP per byte of the operands and result moved once."""
+    memory_bound: np.ndarray
+    peak_flops: float
+
+
+def _ceil_div(a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
+    return -(-a // b)
+
+
+def alignment_factor(gpu: GpuSpec, elem_bytes: int, *dims: np.ndarray) -> np.ndarray:
+    """1 when every dimension is a multiple of ``alignment_optimal_bytes``; ``partial_alignment_factor`` when
+    every one is a multiple of ``alignment_required_bytes`` (16 B: 8 fp16 elements); else ``unaligned_factor``
+    [nvidia-matmul-guide, "Tensor Core Requirements"]."""
+    opt = np.ones(np.broadcast_shapes(*(np.shape(d) for d in dims)), dtype=bool)
+    req = opt.copy()
+    for d in dims:
+        size = np.asarray(d, dtype=np.int64) * elem_bytes
+        opt &= size % gpu.alignment_optimal_bytes == 0
+        req &= size % gpu.alignment_required_bytes == 0
+    return np.where(opt, 1.0, np.where(req, gpu.partial_alignment_factor, gpu.unaligned_factor))
+
+
+def legacy_kernel(gpu: GpuSpec, elem_bytes: int, *dims: np.ndarray) -> np.ndarray:
+    """Where a GPU with TMA (``tma_alignment_bytes``, Hopper: 16) must run the older, non-TMA kernel: some dimension
+    is not a multiple of that many bytes (TMA needs 16-byte aligned strides) [nvidia-matmul-guide, cuda-tma]."""
+    out = np.zeros(np.broadcast_shapes(*(np.shape(d) for d in dims)), dtype=bool)
+    if not gpu.tma_alignment_bytes:
+        return out
+    for d in dims:
+        out |= (np.asarray(d, dtype=np.int64) * elem_bytes) % gpu.tma_alignment_bytes != 0
+    return out
+
+
+def k_step_elements(gpu: GpuSpec, elem_bytes: int) -> int:
+    """Elements of K one main-loop step covers: ``tile_k`` is given for 2-byte types, and a step moves the same
+    bytes whatever the type (Hopper: 64 bf16 or 128 FP8 elements, 128 bytes of each operand row)."""
+    return max(1, gpu.tile_k * 2 // elem_bytes)
+
+
+def gemm_timing(gpu: GpuSpec, m: Any, n: Any, k: Any, batch: Any = 1, *, dtype: str = "bf16",
+                io_elements: Any = None) -> GemmTiming:
+    """Predicted time and efficiency of ``batch`` x (m x k) @ (k x n) GEMMs; arguments broadcast (numpy).
+
+    ``io_elements`` (per GEMM of the batch) replaces ``m k + k n + m n`` in the memory roofline. See the module
+    docstring (point 2) for the model and a worked example.
+    """
+    m, n, k, batch = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (m, n, k, batch)))
+    if np.any(m < 1) or np.any(n < 1) or np.any(k < 1) or np.any(batch < 1):
+        raise ConfigError("gemm", (m.tolist(), n.tolist(), k.tolist()), "GEMM dimensions must be positive")
+    elem = dtype_bytes(dtype)
+    peak = gpu.peak_flops_for(dtype)
+    flop = 2.0 * m * n * k * batch
+    align = alignment_factor(gpu, elem, m, n, k)
+    legacy = legacy_kernel(gpu, elem, m, n, k)
+    # the older kernel: its own per-SM rate, and never persistent
+    align = np.where(legacy, align * gpu.legacy_gemm_fraction, align)
+    persistent = gpu.persistent_gemm & ~legacy
+    slots = gpu.num_sms * gpu.ctas_per_sm
+    rate_per_slot = peak * gpu.achievable_fraction_for(dtype) / slots  # FLOP/s of one CTA on the best tile, aligned
+    bandwidth = gpu.streaming_bandwidth_bytes_per_s
+    io = (m * k + k * n + m * n) if io_elements is None else np.broadcast_to(np.asarray(io_elements, dtype=np.int64), m.shape)
+    operand_bytes = elem * batch * io
+    t_mem = operand_bytes / bandwidth
+    k_step = k_step_elements(gpu, elem)
+
+    # every (tile, split-K) candidate on a last axis, in the order cuBLAS's heuristics are read here (tiles outer,
+    # splits inner): the first fastest allowed candidate is the one picked
+    tm, tn, thr, split = _candidates(gpu)
+    M, N, K, Bt = m[..., None], n[..., None], k[..., None], batch[..., None]
+    tiles_m, tiles_n = _ceil_div(M, tm), _ceil_div(N, tn)
+    tiles = tiles_m * tiles_n * Bt
+    k_split = _ceil_div(K, split)
+    k_steps = _ceil_div(k_split, k_step)
+    allowed = (split == 1) | ((tiles < slots) & (k_split >= 2 * k_step))
+    ctas = tiles * split
+    waves = _ceil_div(ctas, slots)
+    t_step = 2.0 * tm * tn * k_step / (rate_per_slot * thr * align[..., None])
+    # one CTA per tile fills its pipeline and writes its tile alone; a persistent kernel's CTA fills once and hides
+    # all but epilogue_steps of each tile's epilogue under the next tile's main loop
+    t_comp = np.where(persistent[..., None], (waves * (k_steps + gpu.epilogue_steps) + gpu.cta_fill_steps) * t_step,
+                      waves * (k_steps + gpu.cta_fill_steps) * t_step)
+    # split-K: every split writes fp32 partial tiles that a reduction reads back and sums
+    t_reduce = np.where(split == 1, 0.0, 4.0 * Bt * M * N * (split + 1) / bandwidth)
+    t = np.maximum(t_comp, t_mem[..., None]) + t_reduce + gpu.kernel_overhead_s
+    i = np.argmin(np.where(allowed, t, np.inf), axis=-1)  # the picked candidate of each GEMM
+    best_t = np.take_along_axis(t, i[..., None], axis=-1)[..., 0]
+    comp = np.take_along_axis(t_comp, i[..., None], axis=-1)[..., 0]
+    # the picked candidate's own numbers, recomputed from its tile and split (cheaper than picking each array)
+    ptm, ptn, pthr, psplit = tm[i], tn[i], thr[i], split[i]
+    p_tiles_m, p_tiles_n = _ceil_div(m, ptm), _ceil_div(n, ptn)
+    p_tiles = p_tiles_m * p_tiles_n * batch
+    p_ksteps = _ceil_div(_ceil_div(k, psplit), k_step)
+    p_waves = _ceil_div(p_tiles * psplit, slots)
+    return GemmTiming(
+        time_s=best_t, compute_time_s=comp, memory_time_s=t_mem, flop=flop, efficiency=flop / (best_t * peak),
+        tile_m=ptm, tile_n=ptn, split_k=psplit, num_tiles=p_tiles, num_waves=p_waves,
+        tile_efficiency=(m * n) / (p_tiles_m * ptm * p_tiles_n * ptn), wave_efficiency=p_tiles * psplit / (p_waves * slots),
+        k_efficiency=k / (psplit * p_ksteps * k_step), tile_throughput=pthr, alignment_factor=align,
+        arithmetic_intensity=flop / operand_bytes, memory_bound=t_mem > comp, peak_flops=peak)
+
+
+def _candidates(gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(tile_m, tile_n, relative throughput, split-K) of every candidate kernel of ``gpu``, tiles outer."""
+    pairs = [(t, thr, sk) for t, thr in zip(gpu.tile_sizes, gpu.tile_throughputs) for sk in gpu.split_k]
+    return (np.array([t[0] for t, _, _ in pairs], dtype=np.int64), np.array([t[1] for t, _, _ in pairs], dtype=np.int64),
+            np.array([thr for _, thr, _ in pairs], dtype=float), np.array([sk for _, _, sk in pairs], dtype=np.int64))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GemmResult:
+    """One GEMM with its predicted execution on one GPU."""
+
+    gemm: Gemm
+    layers: int
+    """Layers (per micro-batch, summed over pipeline stages) that run this GEMM; 1 for the logits."""
+    time_s: float
+    """One layer's calls: ``count`` x the time of one (batched) call."""
+    compute_time_s: float
+    memory_time_s: float
+    efficiency: float
+    tile: tuple[int, int]
+    split_k: int
+    num_tiles: int
+    num_waves: int
+    tile_efficiency: float
+    wave_efficiency: float
+    k_efficiency: float
+    tile_throughput: float
+    alignment_factor: float
+    arithmetic_intensity: float
+    memory_bound: bool
+    broken_rules: tuple[str, ...] = ()
+    """Ids of the shape rules whose dimensions this GEMM has."""
+
+    @property
+    def achieved_flops(self) -> float:
+        return self.gemm.flop / self.time_s
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.gemm.to_dict()
+        d.update({"layers": self.layers, "time_s": self.time_s, "compute_time_s": self.compute_time_s,
+                  "memory_time_s": self.memory_time_s, "efficiency": self.efficiency,
+                  "achieved_tflops": self.achieved_flops / TFLOP, "tile": list(self.tile), "split_k": self.split_k,
+                  "num_tiles": self.num_tiles, "num_waves": self.num_waves, "tile_efficiency": self.tile_efficiency,
+                  "wave_efficiency": self.wave_efficiency, "k_efficiency": self.k_efficiency,
+                  "tile_throughput": self.tile_throughput, "alignment_factor": self.alignment_factor,
+                  "arithmetic_intensity_flop_per_byte": self.arithmetic_intensity,
+                  "bound": "memory" if self.memory_bound else "compute", "broken_rules": list(self.broken_rules)})
+        return d
+
+
+def _results(gemms: Sequence[tuple[Gemm, int]], t: GemmTiming, rows: Sequence[int]) -> tuple[GemmResult, ...]:
+    out = []
+    for (g, layers), i in zip(gemms, rows):
+        out.append(GemmResult(
+            gemm=g, layers=layers, time_s=float(t.time_s[i]) * g.count, compute_time_s=float(t.compute_time_s[i]) * g.count,
+            memory_time_s=float(t.memory_time_s[i]) * g.count, efficiency=float(t.efficiency[i]),
+            tile=(int(t.tile_m[i]), int(t.tile_n[i])), split_k=int(t.split_k[i]), num_tiles=int(t.num_tiles[i]),
+            num_waves=int(t.num_waves[i]), tile_efficiency=float(t.tile_efficiency[i]),
+            wave_efficiency=float(t.wave_efficiency[i]), k_efficiency=float(t.k_efficiency[i]),
+            tile_throughput=float(t.tile_throughput[i]), alignment_factor=float(t.alignment_factor[i]),
+            arithmetic_intensity=float(t.arithmetic_intensity[i]), memory_bound=bool(t.memory_bound[i])))
+    return tuple(out)
+
+
+def _shape_key(g: Gemm) -> tuple[int, int, int, int, int]:
+    return (g.m, g.n, g.k, g.batch, g.io_elements)
+
+
+def _timing(keys: Sequence[tuple[int, int, int, int, int]], gpu: GpuSpec, dtype: str) -> GemmTiming:
+    arr = np.array(keys, dtype=np.int64).reshape(-1, 5)
+    return gemm_timing(gpu, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], dtype=dtype, io_elements=arr[:, 4])
+
+
+def time_gemms(gemms: Sequence[tuple[Gemm, int]], gpu: GpuSpec, dtype: str) -> tuple[GemmResult, ...]:
+    """Time every (GEMM, layers) pair with :func:`gemm_timing` in one vectorised call."""
+    if not gemms:
+        return ()
+    return _results(gemms, _timing([_shape_key(g) for g, _ in gemms], gpu, dtype), range(len(gemms)))
+
+
+class GemmTimer:
+    """:func:`time_gemms` for many calls on one GPU: the shapes announced with :meth:`prefetch` are timed together
+    in one :func:`gemm_timing` call per dtype (each GEMM's time depends on its own shape only, so the results are
+    those of :func:`time_gemms`). :mod:`commscope.estimate.many` times the layers of thousands of configurations so."""
+
+    def __init__(self, gpu: GpuSpec) -> None:
+        self.gpu = gpu
+        self._pending: dict[str, set[tuple[int, int, int, int, int]]] = {}
+        self._timed: dict[str, tuple[GemmTiming, dict[tuple[int, int, int, int, int], int]]] = {}
+
+    def prefetch(self, gemms: Sequence[Gemm], dtype: str) -> None:
+        self._pending.setdefault(dtype, set()).update(_shape_key(g) for g in gemms)
+
+    def _flush(self, dtype: str) -> None:
+        keys = sorted(self._pending.pop(dtype, set()) | set(self._timed.get(dtype, (None, {}))[1]))
+        self._timed[dtype] = (_timing(keys, self.gpu, dtype), {k: i for i, k in enumerate(keys)})
+
+    def __call__(self, gemms: Sequence[tuple[Gemm, int]], gpu: GpuSpec, dtype: str) -> tuple[GemmResult, ...]:
+        if not gemms:
+            return ()
+        assert gpu is self.gpu
+        keys = [_shape_key(g) for g, _ in gemms]
+        index = self._timed.get(dtype, (None, {}))[1]
+        if self._pending.get(dtype) or any(k not in index for k in keys):
+            self.prefetch([g for g, _ in gemms], dtype)
+            self._flush(dtype)
+        timing, index = self._timed[dtype]
+        return _results(gemms, timing, [index[k] for k in keys])

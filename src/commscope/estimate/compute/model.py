@@ -1,0 +1,418 @@
+"""Compute time of one training iteration, per pipeline stage and micro-batch, from the GPU's own model.
+
+For each layer kind of the model (dense, MoE) on one GPU and one micro-batch:
+
+- the linear GEMMs (QKV, attention output, MLP or experts, router) forward, dgrad and wgrad, each timed by
+  the tile/wave model of :mod:`commscope.estimate.compute.gemm` (in FP8 under ``fp8_format``);
+- the attention core, fused or unfused, and the memory-bound kernels of :mod:`commscope.estimate.compute.kernels`;
+- without gradient accumulation fusion, the add of each micro-batch's weight gradients into the accumulated ones;
+- recomputation: ``full`` repeats the layer's whole forward in backward; ``selective`` repeats the attention
+  core [korthikanti-2022]: the two batched GEMMs, softmax and dropout when unfused, the fused kernel's forward
+  when flash (Megatron-core checkpoints its core attention either way, so with flash attention selective costs a
+  kernel forward and saves only the kernel's softmax statistics).
+
+A stage sums the layers it holds (all its virtual chunks), the first stage adds the embedding, the last the
+final norm, the logits GEMMs and the cross-entropy. The optimizer step is per iteration and per stage.
+
+The result also says how much of each pass is linear-layer GEMM time, which is what tensor-parallel
+communication can hide under with ``--tp-comm-overlap``, and how much is attention, which hides the context-
+parallel ring (:mod:`commscope.estimate`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from commscope.estimate.compute.attention import BACKWARD_RATIO
+from commscope.estimate.compute.effects import launch_gap_s, layer_kernel_count, overlap_chunks
+from commscope.estimate.compute.gemm import Gemm, GemmResult, layer_gemms, time_gemms
+from commscope.estimate.compute.kernels import (
+    HALF_DTYPES,
+    attention_kernel_for,
+    LayerKernels,
+    fused_softmax_available,
+    grad_accumulation_bytes_per_param,
+    grad_accumulation_note,
+    softmax_rows_per_block,
+    layer_kernels,
+    linear_gemm_dtype,
+    optimizer_step_time_s,
+    stage_extra_bytes,
+    torch_softmax_extra_bytes,
+)
+from commscope.errors import ConfigError
+from commscope.estimate.gpus import GpuSpec
+from commscope.spec.model import ModelSpec
+from commscope.spec.parallel import ParallelSpec
+from commscope.spec.params import stage_params
+from commscope.pattern.workload.stages import virtual_stage_layers
+
+__all__ = ["StageCompute", "stage_compute", "timed_attention"]
+
+_CORE = frozenset({"attn_scores", "attn_values"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageCompute:
+    """Compute of one GPU of each pipeline stage (arrays of length pp; seconds per micro-batch unless noted)."""
+
+    forward_s: np.ndarray
+    backward_s: np.ndarray
+    """dgrad + wgrad + attention and memory-bound backward + recomputation."""
+    recompute_s: np.ndarray
+    """The part of ``backward_s`` that repeats forward work."""
+    gemm_s: np.ndarray
+    """Linear-layer and logits GEMMs, forward and backward (recomputation apart)."""
+    attention_s: np.ndarray
+    """Attention core forward and backward (fused kernel, or unfused GEMMs and softmax/dropout)."""
+    memory_s: np.ndarray
+    """Memory-bound kernels forward and backward."""
+    linear_forward_s: np.ndarray
+    """Forward linear-layer GEMM time (what TP communication overlaps with, forward)."""
+    linear_backward_s: np.ndarray
+    """Backward linear-layer GEMM time, recomputed forward GEMMs included."""
+    optimizer_s: np.ndarray
+    """Optimizer step, once per iteration."""
+    flop: np.ndarray
+    """FLOP the kernels execute per micro-batch (causal attention at half, recomputation included)."""
+    gemm_efficiency: float
+    """FLOP-weighted fraction of peak of the linear GEMMs of the slowest stage."""
+    gpu: str
+    notes: tuple[str, ...] = ()
+    clock_s: np.ndarray | None = None
+    """Of the compute above, what the sustained clock adds (in-training effect 1 of :mod:`commscope.estimate.compute.effects`)."""
+    chunks_s: np.ndarray | None = None
+    """What cutting overlapped GEMMs into Transformer Engine's pieces adds (effect 3)."""
+    gaps_s: np.ndarray | None = None
+    """Host launch gaps (effect 4)."""
+    stack_s: np.ndarray | None = None
+    """What the stack's (and cluster's) compute efficiency adds per micro-batch (:mod:`commscope.estimate.stacks`)."""
+    stack_opt_s: np.ndarray | None = None
+    """The same for the optimizer step (per iteration)."""
+    efficiency: float = 1.0
+
+    def breakdown(self, stage: int, num_micro_batches: int) -> dict[str, float]:
+        """Seconds per iteration of ``stage`` by kind of work, and what each in-training effect adds to them."""
+        m = num_micro_batches
+        out = {"gemm_s": float(self.gemm_s[stage] * m), "attention_s": float(self.attention_s[stage] * m),
+               "memory_bound_s": float(self.memory_s[stage] * m), "recompute_s": float(self.recompute_s[stage] * m),
+               "optimizer_s": float(self.optimizer_s[stage])}
+        for key, arr in (("clock_s", self.clock_s), ("overlap_chunks_s", self.chunks_s), ("launch_gaps_s", self.gaps_s),
+                         ("stack_s", self.stack_s)):
+            if arr is not None:
+                out[key] = float(arr[stage] * m)
+        if self.stack_opt_s is not None:
+            out["stack_s"] = out.get("stack_s", 0.0) + float(self.stack_opt_s[stage])
+        return out
+
+
+
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    """One layer of one kind for one micro-batch (seconds), the in-training effects included."""
+
+    lin_fwd: float
+    lin_bwd: float
+    att_fwd: float
+    att_bwd: float
+    mem_fwd: float
+    mem_bwd: float
+    recompute: float
+    recompute_linear: float
+    flop: float
+    lin_flop: float
+    lin_time: float
+    """Linear GEMM time as calibrated (whole GEMMs, at the calibration clock): what the efficiency note reports."""
+    clock: float = 0.0
+    """Of the above, what the sustained clock adds to the compute-bound kernels (forward + backward + recompute)."""
+    chunks: float = 0.0
+    """What cutting the overlapped GEMMs into Transformer Engine's pieces adds."""
+    gaps_fwd: float = 0.0
+    """Host launch gaps of the forward (:func:`commscope.estimate.compute.effects.launch_gap_s`)."""
+    gaps_bwd: float = 0.0
+
+    @property
+    def fwd(self) -> float:
+        return self.lin_fwd + self.att_fwd + self.mem_fwd + self.gaps_fwd
+
+    @property
+    def bwd(self) -> float:
+        return self.lin_bwd + self.att_bwd + self.mem_bwd + self.recompute + self.gaps_bwd
+
+
+def _by_pass(results: tuple[GemmResult, ...]) -> dict[str, float]:
+    out = {"fwd": 0.0, "dgrad": 0.0, "wgrad": 0.0}
+    for r in results:
+        out[r.gemm.pass_] += r.time_s
+    return out
+
+
+def _chunked(g: Gemm, parallel: ParallelSpec) -> Gemm:
+    """``g`` as Transformer Engine's overlap runs it: ``n`` GEMMs of 1/n of the tokens (M) each."""
+    n = overlap_chunks(g.name, g.pass_, parallel)
+    if n == 1:
+        return g
+    m = -(-g.m // n)
+    return replace(g, m=m, count=g.count * n, io_elements=m * g.k + g.k * g.n + m * g.n)
+
+
+def logits_times(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
+                 timer: Callable[..., Any] = time_gemms) -> dict[str, float]:
+    """Seconds of the output layer's GEMMs per pass (fwd, dgrad, wgrad), at the sustained clock."""
+    out = _by_pass(timer(tuple((g, 1) for g in layer_gemms(model, parallel, logits=True)), gpu, model.dtype))
+    return {k: v * gpu.clock_factor for k, v in out.items()}
+
+
+def _kind(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, timer: Callable[..., Any] = time_gemms) -> _Kind:
+    """One layer of ``kind``; ``timer`` times GEMMs (:func:`time_gemms`, or a :class:`GemmTimer`)."""
+    gemms = layer_gemms(model, parallel, layer_kind=kind, attention=parallel.attention)
+    linear = tuple(g for g in gemms if g.name not in _CORE)
+    core = tuple(g for g in gemms if g.name in _CORE) if parallel.attention == "unfused" else ()
+    lin_dtype = linear_gemm_dtype(model, parallel)
+    if parallel.fp8_format is not None and "fp8" not in gpu.peak_flops:
+        raise ConfigError("fp8_format", parallel.fp8_format,
+                          f"GPU {gpu.name!r} has no FP8 tensor cores (FP8 needs Hopper or Ada, sm_89+); it has "
+                          f"{', '.join(sorted(gpu.peak_flops))}: drop --fp8-format")
+    fp8 = tuple((g, 1) for g in linear if g.name != "router")
+    plain = tuple((g, 1) for g in linear if g.name == "router")
+    whole = timer(fp8, gpu, lin_dtype) + timer(plain, gpu, model.dtype)
+    pieces = tuple((_chunked(g, parallel), 1) for g, _ in fp8)
+    if any(g is not c for (g, _), (c, _) in zip(fp8, pieces)):
+        # the pieces run on several streams (Transformer Engine's userbuffers), one piece's launch and ramp under
+        # the previous one's tail: the fixed cost of a GEMM call is paid once per GEMM, not per piece
+        lin = tuple(replace(r, time_s=r.time_s - (r.gemm.count - g.count) * gpu.kernel_overhead_s)
+                    for r, (g, _) in zip(timer(pieces, gpu, lin_dtype), fp8)) + timer(plain, gpu, model.dtype)
+    else:
+        lin = whole
+    cor = timer(tuple((g, 1) for g in core), gpu, model.dtype)
+    k: LayerKernels = layer_kernels(model, parallel, gpu, moe=(kind == "moe"))
+    clock = gpu.clock_factor
+    lp, cp_ = _by_pass(lin), _by_pass(cor)
+    lp = {p: t * clock for p, t in lp.items()}
+    flash = parallel.attention == "flash"
+    # compute-bound at the sustained clock: the GEMMs and the fused kernel; unfused softmax/dropout are memory-bound
+    att_fwd = (k.attention_fwd_s * clock if flash else k.attention_fwd_s) + cp_["fwd"] * clock
+    att_bwd = (k.attention_bwd_s * clock if flash else k.attention_bwd_s) + (cp_["dgrad"] + cp_["wgrad"]) * clock
+    att_compute_fwd = (k.attention_fwd_s if flash else 0.0) + cp_["fwd"]
+    att_compute_bwd = (k.attention_bwd_s if flash else 0.0) + cp_["dgrad"] + cp_["wgrad"]
+    lin_fwd, lin_bwd = lp["fwd"], lp["dgrad"] + lp["wgrad"]
+    fwd = lin_fwd + att_fwd + k.memory_fwd_s
+    # host launch gaps: an eager framework's layer cannot run faster than its kernels are launched
+    n_fwd, n_bwd = layer_kernel_count(gemms=sum(g.count for g in linear + core if g.pass_ == "fwd"), attention_fused=flash,
+                                      rope=model.position_embedding == "rope", gated=model.gated_mlp)
+    gaps_fwd = float(launch_gap_s(n_fwd, fwd))
+    recompute_linear = 0.0
+    if parallel.recompute == "full":
+        recompute, recompute_linear = fwd + gaps_fwd, lin_fwd
+        recompute_compute = sum(r.time_s for r in lin if r.gemm.pass_ == "fwd") + att_compute_fwd
+    elif parallel.recompute == "selective":
+        recompute, recompute_compute = att_fwd, att_compute_fwd
+    else:
+        recompute, recompute_compute = 0.0, 0.0
+    bwd_kernels = lin_bwd + att_bwd + k.memory_bwd_s + recompute
+    gaps_bwd = float(launch_gap_s(n_bwd, bwd_kernels))
+    lin_flop = sum(r.gemm.flop for r in whole)
+    flop = lin_flop + sum(r.gemm.flop for r in cor) + (1 + BACKWARD_RATIO) * k.attention_flop
+    if parallel.recompute == "full":
+        flop += sum(r.gemm.flop for r in whole + cor if r.gemm.pass_ == "fwd") + k.attention_flop
+    elif parallel.recompute == "selective":
+        flop += sum(r.gemm.flop for r in cor if r.gemm.pass_ == "fwd") + k.attention_flop
+    lin_whole = sum(r.time_s for r in whole)
+    lin_pieces = sum(r.time_s for r in lin)
+    compute_bound = lin_pieces + att_compute_fwd + att_compute_bwd + recompute_compute
+    return _Kind(lin_fwd=lin_fwd, lin_bwd=lin_bwd, att_fwd=att_fwd, att_bwd=att_bwd,
+                 mem_fwd=k.memory_fwd_s, mem_bwd=k.memory_bwd_s, recompute=recompute,
+                 recompute_linear=recompute_linear, flop=flop, lin_flop=lin_flop, lin_time=lin_whole,
+                 clock=compute_bound * (clock - 1.0), chunks=(lin_pieces - lin_whole) * clock,
+                 gaps_fwd=gaps_fwd, gaps_bwd=gaps_bwd)
+
+
+def first_max(x: Any, rel: float = 1e-9) -> Any:
+    """Index along the last axis of the first value within ``rel`` of the largest: the stage that decides, the
+    same one whatever order its time was summed in (np.argmax alone lets a rounding difference between two equal
+    stages pick either, and the scalar and the many-configuration paths sum in different orders)."""
+    x = np.asarray(x)
+    top = x.max(axis=-1, keepdims=True)
+    return np.argmax(x >= top - rel * np.abs(top), axis=-1)
+
+
+def _softmax_fallback_note(model: ModelSpec, parallel: ParallelSpec) -> str:
+    """Why Megatron's fused softmax kernel does not run in this unfused attention, and what the fallback costs."""
+    batches = parallel.micro_batch_size * (model.num_heads // parallel.tp)
+    rows = max(4, softmax_rows_per_block(model.seq_len))
+    if model.dtype not in HALF_DTYPES:
+        why = f"{model.dtype} scores (the kernel takes fp16/bf16)"
+    elif not fused_softmax_available(model, micro_batch_size=rows, tp=model.num_heads, cp=parallel.cp):
+        # (refused even with a whole block of rows: the sequence is what the kernel does not take)
+        why = f"sequence {model.seq_len} (the kernel takes 16 < s <= 4096, a multiple of 4)"
+    else:
+        why = (f"micro-batch {parallel.micro_batch_size} x {model.num_heads // parallel.tp} heads per rank = {batches}, "
+               f"not a multiple of the kernel's {rows} rows per block: a micro-batch that makes it one avoids this")
+    fwd, _ = torch_softmax_extra_bytes(model)
+    kernel = 2 * model.dtype_bytes
+    return (f"unfused attention: Megatron's fused softmax kernel does not run ({why}); PyTorch's scale, mask and "
+            f"softmax are timed instead ({(kernel + fwd) / kernel:.0f}x the kernel's bytes forward)")
+
+
+def timed_attention(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> tuple[ParallelSpec, tuple[str, ...]]:
+    """``parallel`` with its attention as ``gpu`` runs it (unfused where the GPU has no fused kernels), and notes
+    that say where that, or Megatron's softmax kernel, differs from what was asked."""
+    notes = []
+    if parallel.attention == "flash" and not gpu.flash_attention:
+        notes.append(f"{gpu.name} has no fused (flash) attention kernels: attention is timed unfused")
+        parallel = replace(parallel, attention="unfused")
+    if parallel.attention == "unfused" and not fused_softmax_available(
+            model, micro_batch_size=parallel.micro_batch_size, tp=parallel.tp, cp=parallel.cp):
+        notes.append(_softmax_fallback_note(model, parallel))
+    return parallel, tuple(notes)
+
+
+def compute_efficiency(parallel: ParallelSpec, cluster_efficiency: float = 1.0) -> float:
+    """The fraction of the modelled speed compute runs at: the named stack's efficiency (:mod:`commscope.estimate.stacks`)
+    times the cluster's own (``ClusterSpec.compute_efficiency``, fitted by ``validate --fit``)."""
+    if parallel.stack is None:
+        return cluster_efficiency
+    from commscope.estimate.stacks import stack_preset
+
+    return stack_preset(parallel.stack).compute_efficiency * cluster_efficiency
+
+
+#: The per-stage arrays a compute efficiency scales (every time, none of the FLOP counts).
+TIME_ARRAYS = ("fwd", "bwd", "rec", "gemm", "att", "mem", "lin_f", "lin_b", "opt", "clock", "chunks", "gaps")
+
+
+def apply_efficiency(arrays: dict[str, np.ndarray], efficiency: float) -> None:
+    """Scale every time array of a stage-compute dict by 1 / ``efficiency`` in place, and record what that adds
+    as ``stack`` (per micro-batch, the optimizer step's share apart in ``stack_opt``)."""
+    scale = 1.0 / efficiency
+    arrays["stack"] = (arrays["fwd"] + arrays["bwd"]) * (scale - 1.0)
+    arrays["stack_opt"] = arrays["opt"] * (scale - 1.0)
+    if efficiency != 1.0:
+        for key in TIME_ARRAYS:
+            arrays[key] = arrays[key] * scale
+
+
+def _stage_row(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kinds: dict[str, _Kind],
+               chunks: list[range], moe_counts: tuple[int, ...], *, first: bool, last: bool,
+               logits: dict[str, float], logits_flop: float, accumulation_bytes: int) -> dict[str, float]:
+    """One stage's entries of :func:`stage_compute`'s arrays, per micro-batch (the optimizer step per iteration)."""
+    bandwidth = gpu.streaming_bandwidth_bytes_per_s
+    row = dict.fromkeys(("fwd", "bwd", "rec", "gemm", "att", "mem", "lin_f", "lin_b", "opt", "flop", "lin_flop",
+                         "lin_time", "clock", "chunks", "gaps"), 0.0)
+    num_moe = sum(moe_counts)
+    counts = {"moe": num_moe, "dense": sum(len(chunk) for chunk in chunks) - num_moe}
+    for kind, k in kinds.items():
+        n = counts[kind]
+        for key, value in (("fwd", k.fwd), ("bwd", k.bwd), ("rec", k.recompute), ("gemm", k.lin_fwd + k.lin_bwd),
+                           ("att", k.att_fwd + k.att_bwd), ("mem", k.mem_fwd + k.mem_bwd), ("lin_f", k.lin_fwd),
+                           ("lin_b", k.lin_bwd + k.recompute_linear), ("flop", k.flop), ("lin_flop", k.lin_flop),
+                           ("lin_time", k.lin_time), ("clock", k.clock), ("chunks", k.chunks),
+                           ("gaps", k.gaps_fwd + k.gaps_bwd)):
+            row[key] += n * value
+    extra_fwd, extra_bwd = stage_extra_bytes(model, parallel, first=first, last=last)
+    row["fwd"] += extra_fwd / bandwidth
+    row["bwd"] += extra_bwd / bandwidth
+    row["mem"] += (extra_fwd + extra_bwd) / bandwidth
+    if last:
+        row["fwd"] += logits["fwd"]
+        row["bwd"] += logits["dgrad"] + logits["wgrad"]
+        row["gemm"] += logits["fwd"] + logits["dgrad"] + logits["wgrad"]
+        row["clock"] += sum(logits.values()) * (1.0 - 1.0 / gpu.clock_factor)
+        row["flop"] += logits_flop
+    params = [stage_params(model, chunk, tp=parallel.tp, ep=parallel.ep, first=first and i == 0,
+                           last=last and i == len(chunks) - 1) for i, chunk in enumerate(chunks)]
+    dense_params, expert_params = sum(s.dense for s in params), sum(s.expert for s in params)
+    row["opt"] = optimizer_step_time_s(model, parallel, gpu, dense_params=dense_params, expert_params=expert_params)
+    accumulate = (dense_params + expert_params) * accumulation_bytes / bandwidth
+    row["bwd"] += accumulate
+    row["mem"] += accumulate
+    return row
+
+
+def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, efficiency: float = 1.0) -> StageCompute:
+    """Per-stage compute of ``model`` under ``parallel`` on ``gpu`` (see the module docstring); ``efficiency``
+    is the cluster's own compute efficiency (the stack's is read from ``parallel.stack``)."""
+    parallel, attention_notes = timed_attention(model, parallel, gpu)
+    notes = list(attention_notes)
+    p = parallel.pp
+    kinds = {"dense": _kind(model, parallel, gpu, "dense")} if model.num_layers > model.num_moe_layers else {}
+    if model.is_moe:
+        kinds["moe"] = _kind(model, parallel, gpu, "moe")
+    logits_gemms = layer_gemms(model, parallel, logits=True)
+    logits = logits_times(model, parallel, gpu)
+    logits_flop = sum(g.flop for g in logits_gemms)
+    accumulation_bytes = grad_accumulation_bytes_per_param(model, parallel)
+    accumulation_note = grad_accumulation_note(model, parallel)
+    if accumulation_note:
+        notes.append(accumulation_note)
+    arrays = {key: np.zeros(p) for key in ("fwd", "bwd", "rec", "gemm", "att", "mem", "lin_f", "lin_b", "opt", "flop",
+                                           "lin_flop", "lin_time", "clock", "chunks", "gaps")}
+    rows: dict[tuple[Any, ...], dict[str, float]] = {}  # one row per distinct stage: the cost grows with them, not pp
+    virtual = virtual_stage_layers(model, parallel)  # (stage_layers would split the layers again for every stage)
+    for stage in range(p):
+        chunks = [virtual[chunk * p + stage] for chunk in range(parallel.virtual_pipeline_size)]
+        first, last = stage == 0, stage == p - 1
+        moe_counts = tuple(sum(1 for layer in chunk if model.is_moe_layer(layer)) for chunk in chunks) \
+            if model.is_moe else (0,) * len(chunks)
+        key = (tuple(len(c) for c in chunks), moe_counts, first, last)
+        row = rows.get(key)
+        if row is None:
+            row = rows[key] = _stage_row(model, parallel, gpu, kinds, chunks, moe_counts, first=first, last=last,
+                                         logits=logits, logits_flop=logits_flop, accumulation_bytes=accumulation_bytes)
+        for name, value in row.items():
+            arrays[name][stage] = value
+    eff_total = compute_efficiency(parallel, efficiency)
+    apply_efficiency(arrays, eff_total)
+    crit = int(first_max(arrays["fwd"] + arrays["bwd"]))
+    lin_dtype = linear_gemm_dtype(model, parallel)
+    peak = gpu.peak_flops_for(lin_dtype)
+    eff = float(arrays["lin_flop"][crit] / (arrays["lin_time"][crit] * peak)) if arrays["lin_time"][crit] else 0.0
+    notes.append(compute_note(gpu, lin_dtype, eff, parallel))
+    notes += effects_notes(model, parallel, gpu, arrays, crit, eff_total)
+    return StageCompute(forward_s=arrays["fwd"], backward_s=arrays["bwd"], recompute_s=arrays["rec"],
+                        gemm_s=arrays["gemm"], attention_s=arrays["att"], memory_s=arrays["mem"],
+                        linear_forward_s=arrays["lin_f"], linear_backward_s=arrays["lin_b"], optimizer_s=arrays["opt"],
+                        flop=arrays["flop"], gemm_efficiency=eff, gpu=gpu.name, notes=tuple(notes),
+                        clock_s=arrays["clock"], chunks_s=arrays["chunks"], gaps_s=arrays["gaps"],
+                        stack_s=arrays["stack"], stack_opt_s=arrays["stack_opt"], efficiency=eff_total)
+
+
+def compute_note(gpu: GpuSpec, lin_dtype: str, gemm_efficiency: float, parallel: ParallelSpec) -> str:
+    """The compute model's line in an estimate's notes: what it timed with which constants, and the command that
+    replaces the constants with the user's own GPU's."""
+    attention: str = parallel.attention
+    if attention == "flash" and gpu.attention_kernels:
+        attention = f"fused ({attention_kernel_for(parallel, gpu)[0]})"
+    return (f"compute: per-GEMM tile/wave model on {gpu.name} ({lin_dtype} linear GEMMs at {gemm_efficiency:.0%} of "
+            f"peak), {attention} attention, memory-bound kernels at {round(gpu.memory_efficiency * 100, 1):g}% of "
+            f"{gpu.memory_bandwidth_bytes_per_s / 1e9:.0f} GB/s, Adam step; kernel constants from the {gpu.name} "
+            "file (`commscope calibrate --model ... --out gpu.toml` on your GPU measures its own: --gpu gpu.toml)")
+
+
+def effects_notes(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, arrays: dict[str, np.ndarray], crit: int,
+                  efficiency: float) -> list[str]:
+    """What the in-training effects and the efficiency did to the critical stage, said where a user sees it."""
+    per_mb = float(arrays["fwd"][crit] + arrays["bwd"][crit]) or 1.0
+    notes = []
+    if gpu.clock_factor != 1.0:
+        notes.append(f"in training: compute-bound kernels at the sustained clock ({gpu.sustained_clock_MHz:g} MHz at the "
+                     f"power limit against {gpu.kernel_clock_MHz:g} MHz measured): +{arrays['clock'][crit] / per_mb:.1%}")
+    else:
+        notes.append(f"in training: {gpu.name} states no sustained clock: kernels timed at their calibrated clock "
+                     "(`commscope calibrate` on the GPU measures it)")
+    if arrays["chunks"][crit] > 0:
+        notes.append(f"in training: --tp-comm-overlap cuts the overlapped GEMMs into Transformer Engine's pieces "
+                     f"(tp {parallel.tp} for the all-gathers' ring exchange, 4 for the pipelined reduce-scatters): "
+                     f"+{arrays['chunks'][crit] / per_mb:.1%}")
+    if arrays["gaps"][crit] > 0:
+        notes.append(f"in training: the layers' kernels run shorter than an eager framework launches them "
+                     f"(~8 us each): the GPU waits {arrays['gaps'][crit] / per_mb:.1%} of its compute on the host")
+    if efficiency != 1.0:
+        who = f"stack {parallel.stack}" if parallel.stack else "this cluster's fitted compute efficiency"
+        notes.append(f"compute at {efficiency:.0%} of the modelled speed ({who}): "
+                     f"+{arrays['stack'][crit] / (per_mb - arrays['stack'][crit]):.1%}")
+    return notes

@@ -1,0 +1,318 @@
+"""Op-level estimates of many configurations at once: :func:`commscope.estimate.estimate`, vectorised.
+
+``estimate_many(model, cluster, parallels)`` returns, for every ParallelSpec, the Estimate that
+``estimate(predict(model, parallel, cluster))`` returns (the refined method: every op of the Megatron workload
+timed by the alpha-beta model, compute by the GPU's model per stage), without building workloads or traffic
+matrices. Equal up to the order of floating-point sums (relative 1e-12; tests/estimate/test_estimate_many.py holds it
+equal to the scalar path, and both to :func:`commscope.estimate.estimate_op_by_op`, on random configurations).
+
+How: the configurations are checked once per distinct job (:func:`commscope.pattern.workload.dense.check_job`), grouped by
+pipeline depth, and each group goes through the closed form of :mod:`commscope.estimate` (spans of the layout,
+layers and parameters of the split, communication and the pipeline schedule as (configurations, stages) arrays) at
+once. The layer compute of :mod:`commscope.estimate.compute.model` is computed once per distinct (tp, cp, ep, micro-batch, sp,
+recomputation, attention, fp8), its GEMMs timed together, and summed per stage by layer counts: what
+:func:`commscope.estimate.compute.model.stage_compute` gives each configuration, without a loop over its stages and layers.
+
+Configurations outside the closed form (another framework, MoE capacity factors, more than
+:data:`commscope.estimate.MAX_GRAD_BUCKETS` gradient buckets on a stage) go op by op, so every input gets its exact
+estimate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from commscope.estimate.compute.kernels import (
+    adam_step_time_s,
+    grad_accumulation_bytes_per_param,
+    grad_accumulation_note,
+    linear_gemm_dtype,
+    stage_extra_bytes,
+)
+from commscope.estimate.compute.model import TIME_ARRAYS, compute_efficiency, compute_note, effects_notes, first_max
+from commscope.errors import ConfigError
+from commscope.estimate.iteration import (
+    _CHECK_KEY,
+    _FIELDS,
+    _ROW,
+    _SPANS_KEY,
+    _STAGES_KEY,
+    MAX_GRAD_BUCKETS,
+    Estimate,
+    _Arrays,
+    _evaluate,
+    _first_rows,
+    _flop_arrays,
+    _keys,
+    _numeric,
+    _spans,
+    _Spans,
+    _stages,
+    compute_gpu,
+    estimate_op_by_op,
+)
+from commscope.spec.cluster import ClusterSpec
+from commscope.spec.model import ModelSpec
+from commscope.spec.parallel import ParallelSpec
+from commscope.pattern.workload.dense import check_job
+
+__all__ = ["estimate_many"]
+
+# ------------------------------------------------------------------------------------------------- entry points
+
+
+def estimate_many(model: ModelSpec, cluster: ClusterSpec, parallels: Sequence[ParallelSpec], *,
+                  gpu_util: float | None = None, gpu: Any = None) -> list[Estimate]:
+    """The refined estimate of every configuration in ``parallels`` (see the module docstring), in order.
+
+    Raises :class:`ConfigError` as :func:`commscope.estimate.estimate` and :func:`commscope.predict` would for
+    the first invalid configuration.
+    """
+    if gpu_util is not None and not 0 < gpu_util <= 1:
+        raise ConfigError("gpu_util", gpu_util, "must be in (0, 1]")
+    if not parallels:
+        return []
+    gpu_spec, base_notes = compute_gpu(cluster, gpu_util, gpu)
+    u = cluster.gpu_util if gpu_util is None else gpu_util
+    columns: dict[str, Any] = dict(zip(_FIELDS, zip(*map(_ROW, parallels))))
+    keys = _Keys(columns)
+    # every distinct job checked once, in order: the first invalid configuration raises, as one by one
+    check_keys, check_index = keys.of(_CHECK_KEY)
+    first_of = np.full(len(check_keys), len(parallels))
+    np.minimum.at(first_of, check_index, np.arange(len(parallels)))
+    for i in first_of:
+        check_job(model, parallels[int(i)])
+    stage_keys, stage_index = keys.of(_STAGES_KEY)
+    stages = [_stages(model, parallels[int(i)]) for i in _first_rows(stage_index, len(stage_keys))]
+    # the closed form: Megatron with balanced routing, and gradient buckets the arrays hold
+    counted: dict[tuple[int, int | None], int] = {}
+    buckets = [counted[k] if k in counted else counted.setdefault(k, stages[k[0]].num_buckets(k[1]))
+               for k in zip(stage_index.tolist(), columns["grad_bucket_elements"])]
+    ok = ((np.array(columns["framework"]) == "megatron") & (np.array(buckets) <= MAX_GRAD_BUCKETS)
+          & (not (model.is_moe and model.capacity_factor is not None)))
+    out: list[Estimate | None] = [None] * len(parallels)
+    if ok.any():
+        peak = cluster.peak_flops_for(model.dtype)
+        layer_compute = _layer_computes(model, parallels, keys.of(_COMPUTE_KEY), np.flatnonzero(ok), gpu_spec) \
+            if gpu_spec else None
+        spans_index = keys.of(_SPANS_KEY)[1]
+        numeric = _numeric(columns)
+        spans: dict[int, _Spans] = {}
+        alike: dict[tuple[Any, ...], tuple[np.ndarray, ...]] = {}  # stage 0's spans, shared by layouts alike
+        pp = np.array(columns["pp"])
+        for depth in np.unique(pp[ok]).tolist():
+            rows = np.flatnonzero(ok & (pp == depth))
+            for k in np.unique(spans_index[rows]).tolist():
+                if k not in spans:
+                    spans[k] = _spans(parallels[int(rows[spans_index[rows] == k][0])], cluster.gpus_per_node, model.is_moe,
+                                      alike)
+            a = _Arrays(model, parallels, numeric, columns, rows, spans, spans_index[rows], stages, stage_index[rows])
+            if layer_compute is not None:
+                c, compute_notes = _gpu_compute(model, a, gpu_spec, layer_compute, cluster.compute_efficiency)
+            else:
+                c, compute_notes = _flop_arrays(model, a, u, peak), [()] * len(rows)
+            for i, e in zip(rows.tolist(), _evaluate(model, cluster, a, c, compute_notes,
+                                                     gpu_spec if layer_compute is not None else None, u, base_notes)):
+                out[i] = e
+    for i in np.flatnonzero(~ok).tolist():
+        out[i] = _op_by_op(model, cluster, parallels[i], gpu_util, gpu)
+    return [e for e in out if e is not None]
+
+
+class _Keys:
+    """Distinct keys made of columns, for several sets of columns: the rows are reduced once to their distinct
+    combinations of every column any set reads, and each set's keys are made from those."""
+
+    def __init__(self, columns: dict[str, tuple[Any, ...]]) -> None:
+        self.names = tuple(dict.fromkeys(_CHECK_KEY + _STAGES_KEY + _SPANS_KEY + _COMPUTE_KEY))
+        self.distinct, self.index = _keys(columns, self.names)
+
+    def of(self, names: tuple[str, ...]) -> tuple[list[tuple[Any, ...]], np.ndarray]:
+        """The distinct keys made of ``names`` (in order of first appearance) and each row's index into them."""
+        at = [self.names.index(n) for n in names]
+        first: dict[tuple[Any, ...], int] = {}
+        local = np.array([first.setdefault(tuple(k[i] for i in at), len(first)) for k in self.distinct], dtype=np.int64)
+        return list(first), local[self.index]
+
+
+def _op_by_op(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, gpu_util: float | None, gpu: Any) -> Estimate:
+    from commscope.api import predict
+
+    return estimate_op_by_op(predict(model, par, cluster), gpu_util=gpu_util, gpu=gpu)
+
+
+# ---------------------------------------------------------------------------------------------------- compute
+
+
+_KIND_FIELDS = ("fwd", "bwd", "recompute", "lin_fwd", "lin_bwd", "att_fwd", "att_bwd", "mem_fwd", "mem_bwd",
+                "recompute_linear", "flop", "lin_flop", "lin_time", "clock", "chunks", "gaps_fwd", "gaps_bwd")
+
+
+@dataclass(frozen=True, slots=True)
+class _LayerCompute:
+    """The compute model's quantities of every distinct :data:`_COMPUTE_KEY` (one row each) and each row's key."""
+
+    dense: np.ndarray
+    """(keys, fields): one dense layer's :data:`_KIND_FIELDS`."""
+    moe: np.ndarray
+    logits: np.ndarray
+    """(keys, 3): the logits GEMMs' forward, dgrad, wgrad."""
+    logits_flop: np.ndarray
+    extra: np.ndarray
+    """(keys, 4, 2): memory-bound (forward, backward) bytes of the first stage, a middle one, the last, and the one
+    stage of pp 1 (first and last)."""
+    lin_dtype: list[str]
+    specs: dict[int, ParallelSpec]
+    """A ParallelSpec of each key, attention as the GPU runs it (what the compute note names)."""
+    notes: list[tuple[str, ...]]
+    index: np.ndarray
+    """Every configuration's key."""
+
+
+#: What one layer's compute depends on (the compute model's inputs of a ParallelSpec).
+_COMPUTE_KEY = ("tp", "cp", "ep", "micro_batch_size", "sequence_parallel", "recompute", "attention", "fp8_format",
+                "tp_comm_overlap", "framework")
+
+
+def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec],
+                    compute_keys: tuple[list[tuple[Any, ...]], np.ndarray], rows: np.ndarray, gpu: Any) -> _LayerCompute:
+    """The compute model's per-layer and per-stage-end quantities of every distinct compute key (``compute_keys``:
+    the keys and each configuration's) among ``rows``, their GEMMs timed together
+    (:class:`~commscope.estimate.compute.gemm.GemmTimer`)."""
+    from commscope.estimate.compute.gemm import GemmTimer, layer_gemms
+    from commscope.estimate.compute.model import _kind, logits_times, timed_attention
+
+    keys, index = compute_keys
+    wanted = set(index[rows].tolist())
+    specs: dict[int, ParallelSpec] = {}
+    attention_notes: dict[int, tuple[str, ...]] = {}
+    for k, i in enumerate(_first_rows(index, len(keys))):
+        if k not in wanted:
+            continue
+        par = parallels[i]
+        # as stage_compute: attention as the GPU runs it
+        specs[k], attention_notes[k] = timed_attention(model, ParallelSpec(
+            tp=par.tp, cp=par.cp, ep=par.ep, dp=par.ep, micro_batch_size=par.micro_batch_size,
+            global_batch_size=par.micro_batch_size * par.ep, sequence_parallel=par.sequence_parallel,
+            recompute=par.recompute, attention=par.attention, fp8_format=par.fp8_format,
+            tp_comm_overlap=par.tp_comm_overlap and par.tp > 1, framework=par.framework), gpu)
+    kinds = [k for k, present in (("dense", model.num_layers > model.num_moe_layers), ("moe", model.is_moe)) if present]
+    timer = GemmTimer(gpu)
+    logits_gemms = {k: layer_gemms(model, spec, logits=True) for k, spec in specs.items()}
+    announced = set()
+    for k, spec in specs.items():
+        timer.prefetch(logits_gemms[k], model.dtype)
+        # a layer's GEMM shapes do not change with recomputation (only how often they run): announced once per
+        # (tp, cp, ep, micro-batch, sp, attention, fp8); a shape missed here the timer would still time when asked
+        shapes_key = (spec.tp, spec.cp, spec.ep, spec.micro_batch_size, spec.sequence_parallel, spec.attention,
+                      spec.fp8_format, spec.tp_comm_overlap)
+        if shapes_key in announced:
+            continue
+        announced.add(shapes_key)
+        gemms = [g for kind in kinds for g in layer_gemms(model, spec, layer_kind=kind, attention=spec.attention)]
+        for dtype in {linear_gemm_dtype(model, spec), model.dtype}:
+            timer.prefetch(gemms, dtype)
+    width = len(keys)
+    per_kind = {kind: np.zeros((width, len(_KIND_FIELDS))) for kind in ("dense", "moe")}
+    logits, logits_flop, extra = np.zeros((width, 3)), np.zeros(width), np.zeros((width, 4, 2))
+    lin_dtype = [""] * width
+    notes: list[tuple[str, ...]] = [()] * width
+    for k, spec in specs.items():
+        for kind in kinds:
+            layer = _kind(model, spec, gpu, kind, timer)
+            per_kind[kind][k] = [getattr(layer, f) for f in _KIND_FIELDS]
+        by_pass = logits_times(model, spec, gpu, timer)
+        logits[k] = [by_pass["fwd"], by_pass["dgrad"], by_pass["wgrad"]]
+        logits_flop[k] = sum(g.flop for g in logits_gemms[k])
+        extra[k] = [stage_extra_bytes(model, spec, first=f, last=la)
+                    for f, la in ((True, False), (False, False), (False, True), (True, True))]
+        lin_dtype[k], notes[k] = linear_gemm_dtype(model, spec), attention_notes[k]
+    return _LayerCompute(dense=per_kind["dense"], moe=per_kind["moe"], logits=logits, logits_flop=logits_flop,
+                         extra=extra, lin_dtype=lin_dtype, specs=specs, notes=notes, index=index)
+
+
+def _gpu_compute(model: ModelSpec, a: _Arrays, gpu: Any, lc: _LayerCompute,
+                 cluster_efficiency: float = 1.0) -> tuple[dict[str, np.ndarray], list[tuple[str, ...]]]:
+    """Per-stage arrays of :class:`~commscope.estimate.compute.model.StageCompute` for every configuration (n, p)."""
+    p = a.p
+    key = lc.index[a.rows]
+    nd = a.st_layers - a.st_moe_layers
+    nm = a.st_moe_layers
+    dense, moe = lc.dense[key], lc.moe[key]
+
+    def layer(field: str) -> np.ndarray:
+        i = _KIND_FIELDS.index(field)
+        return np.asarray(nd * dense[:, i:i + 1] + nm * moe[:, i:i + 1])
+
+    last = (np.arange(p) == p - 1)[None, :]
+    bw = gpu.streaming_bandwidth_bytes_per_s
+    # (n, p, 2): the first stage's ends, a middle stage's, the last's; with pp 1 the one stage is first and last
+    ext = lc.extra[key][:, [3] if p == 1 else np.where(np.arange(p) == 0, 0, np.where(last[0], 2, 1))]
+    lg = lc.logits[key]
+    c: dict[str, np.ndarray] = {}
+    c["fwd"] = layer("fwd") + ext[:, :, 0] / bw + last * lg[:, 0:1]
+    c["bwd"] = layer("bwd") + ext[:, :, 1] / bw + last * (lg[:, 1:2] + lg[:, 2:3])
+    c["rec"] = layer("recompute")
+    c["gemm"] = layer("lin_fwd") + layer("lin_bwd") + last * (lg[:, 0:1] + lg[:, 1:2] + lg[:, 2:3])
+    c["att"] = layer("att_fwd") + layer("att_bwd")
+    c["mem"] = layer("mem_fwd") + layer("mem_bwd") + (ext[:, :, 0] + ext[:, :, 1]) / bw
+    c["lin_f"] = layer("lin_fwd")
+    c["lin_b"] = layer("lin_bwd") + layer("recompute_linear")
+    c["flop"] = layer("flop") + last * lc.logits_flop[key][:, None]
+    lin_flop, lin_time = layer("lin_flop"), layer("lin_time")
+    c["clock"] = layer("clock") + last * (lg[:, 0:1] + lg[:, 1:2] + lg[:, 2:3]) * (1.0 - 1.0 / gpu.clock_factor)
+    c["chunks"] = layer("chunks")
+    c["gaps"] = layer("gaps_fwd") + layer("gaps_bwd")
+    # without gradient accumulation fusion, each micro-batch's backward adds its weight gradients into the
+    # accumulated ones (compute.kernels.grad_accumulation_bytes_per_param)
+    # (gradient accumulation depends on the fusion flag, the gradients' dtype and the micro-batches)
+    accumulation: dict[tuple[Any, ...], tuple[int, str | None]] = {}
+    akeys = list(zip(a.values("gradient_accumulation_fusion"), a.values("grad_reduce_dtype"), a.m[:, 0].tolist()))
+    for akey, par in zip(akeys, a.pars):
+        if akey not in accumulation:
+            accumulation[akey] = (grad_accumulation_bytes_per_param(model, par), grad_accumulation_note(model, par))
+    per_param = np.array([accumulation[k][0] for k in akeys], dtype=np.float64)[:, None]
+    accumulate = (a.st_dense_params + a.st_expert_params) * per_param / bw
+    c["bwd"] = c["bwd"] + accumulate
+    c["mem"] = c["mem"] + accumulate
+    c["opt"] = adam_step_time_s(model, gpu, dense_params=a.st_dense_params, expert_params=a.st_expert_params,
+                                dense_shard=np.where(a.shards, a.dp * a.cp, 1),
+                                expert_shard=np.where(a.shards, a.dp * a.cp // a.ep, 1))
+    # the stack's and the cluster's compute efficiency (compute.model.apply_efficiency), per configuration
+    stacks = a.values("stack")
+    efficiency = {st: compute_efficiency(par, cluster_efficiency) for st, par in zip(stacks, a.pars)}
+    effs = np.array([efficiency[st] for st in stacks])[:, None]
+    scale = 1.0 / effs
+    c["stack"] = (c["fwd"] + c["bwd"]) * (scale - 1.0)
+    c["stack_opt"] = c["opt"] * (scale - 1.0)
+    for name in TIME_ARRAYS:
+        c[name] = c[name] * scale
+    # the compute model's notes: FLOP-weighted GEMM efficiency of its slowest stage (one note per whole percent, as
+    # "{:.0%}" formats it: the product by 100 rounded half to even), and the in-training effects on that stage
+    crit = first_max(c["fwd"] + c["bwd"])
+    rows = np.arange(a.n)
+    lin_flop, lin_time = lin_flop[rows, crit], lin_time[rows, crit]
+    peak = np.array([gpu.peak_flops_for(dt) if dt else 1.0 for dt in lc.lin_dtype])[key]
+    eff = np.where(lin_time > 0, lin_flop / (np.where(lin_time > 0, lin_time, 1.0) * peak), 0.0)
+    effects = {name: c[name][rows, crit].tolist() for name in ("fwd", "bwd", "clock", "chunks", "gaps", "stack")}
+    lines: dict[tuple[Any, ...], str] = {}
+    made: dict[tuple[Any, ...], tuple[str, ...]] = {}
+    notes = []
+    for j, (k, e, pct, akey, st) in enumerate(zip(key.tolist(), eff.tolist(), np.rint(eff * 100).tolist(), akeys,
+                                                   stacks)):
+        if (k, pct) not in lines:
+            lines[(k, pct)] = compute_note(gpu, lc.lin_dtype[k], e, lc.specs[k])
+        row = tuple(effects[name][j] for name in ("fwd", "bwd", "clock", "chunks", "gaps", "stack"))
+        note_key = (k, pct, accumulation[akey][1], st, row)
+        if note_key not in made:
+            arrays = {name: np.array([value]) for name, value in zip(("fwd", "bwd", "clock", "chunks", "gaps", "stack"), row)}
+            note = accumulation[akey][1]
+            made[note_key] = (*lc.notes[k], *((note,) if note else ()), lines[(k, pct)],
+                              *effects_notes(model, a.pars[j], gpu, arrays, 0, efficiency[st]))
+        notes.append(made[note_key])
+    return c, notes
+
