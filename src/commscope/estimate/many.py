@@ -7,15 +7,15 @@ matrices. Equal up to the order of floating-point sums (relative 1e-12; tests/es
 equal to the scalar path, and both to :func:`commscope.estimate.estimate_op_by_op`, on random configurations).
 
 How: the configurations are checked once per distinct job (:func:`commscope.pattern.workload.dense.check_job`), grouped by
-pipeline depth, and each group goes through the closed form of :mod:`commscope.estimate` (spans of the layout,
+pipeline depth, and each group goes through the closed form of :mod:`commscope.estimate.closed_form` (spans of the layout,
 layers and parameters of the split, communication and the pipeline schedule as (configurations, stages) arrays) at
 once. The layer compute of :mod:`commscope.estimate.compute.model` is computed once per distinct (tp, cp, ep, micro-batch, sp,
 recomputation, attention, fp8), its GEMMs timed together, and summed per stage by layer counts: what
 :func:`commscope.estimate.compute.model.stage_compute` gives each configuration, without a loop over its stages and layers.
 
 Configurations outside the closed form (another framework, MoE capacity factors, more than
-:data:`commscope.estimate.MAX_GRAD_BUCKETS` gradient buckets on a stage) go op by op, so every input gets its exact
-estimate.
+:data:`commscope.estimate.closed_form.MAX_GRAD_BUCKETS` gradient buckets on a stage) go op by op, so every input gets
+its exact estimate.
 """
 
 from __future__ import annotations
@@ -35,26 +35,23 @@ from commscope.estimate.compute.kernels import (
 )
 from commscope.estimate.compute.model import TIME_ARRAYS, compute_efficiency, compute_note, effects_notes, first_max
 from commscope.errors import ConfigError
-from commscope.estimate.iteration import (
+from commscope.estimate.closed_form import (
     _CHECK_KEY,
     _FIELDS,
     _ROW,
     _SPANS_KEY,
     _STAGES_KEY,
     MAX_GRAD_BUCKETS,
-    Estimate,
     _Arrays,
     _evaluate,
     _first_rows,
     _flop_arrays,
     _keys,
     _numeric,
-    _spans,
-    _Spans,
-    _stages,
-    compute_gpu,
-    estimate_op_by_op,
 )
+from commscope.estimate.iteration import compute_gpu, estimate_op_by_op
+from commscope.estimate.stage_structure import _spans, _Spans, _stages
+from commscope.estimate.terms import Estimate
 from commscope.spec.cluster import ClusterSpec
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec

@@ -19,7 +19,8 @@ from commscope.estimate.compute.kernels import (
 )
 from commscope.estimate.compute.model import stage_compute
 from commscope.errors import ConfigError
-from commscope.estimate.iteration import _late_gathers, _overlapped_buckets, estimate
+from commscope.estimate.iteration import estimate
+from commscope.estimate.overlap import _late_gathers, _overlapped_buckets
 from commscope.estimate.gpus import gpu_for_cluster, gpu_preset
 from commscope.presets import cluster_preset, model_preset
 from commscope.spec.model import ModelSpec

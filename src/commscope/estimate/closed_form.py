@@ -1,0 +1,561 @@
+"""The closed form: the refined estimate of Megatron jobs with balanced routing, on (configurations, stages) arrays.
+
+:func:`commscope.estimate.estimate` answers one configuration with it (:func:`estimate_one`), and
+:mod:`commscope.estimate.many` many at once. The structure of each job (the spans of its layout, what each stage
+holds under its layer split: :mod:`commscope.estimate.stage_structure`) is computed once per layout and per split;
+the configurations are read as columns (:class:`_Arrays`); the op sets of :mod:`commscope.pattern.workload.dense`
+then reduce to counts per stage x op time (:func:`_communication`), and the pipeline schedule of the op-by-op path
+(:mod:`commscope.estimate.op_by_op`) runs on those arrays (:func:`_evaluate`). No Python loop runs per stage or
+layer, so the cost does not grow with the pipeline depth or the layers; tests/estimate/test_estimate_many.py holds
+it equal to the op-by-op path on random jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from commscope.estimate.bandwidth import _alpha_beta_terms
+from commscope.estimate.compute.effects import comm_sm_time_s
+from commscope.estimate.compute.model import StageCompute, first_max
+from commscope.estimate.flops import token_flops
+from commscope.estimate.overlap import HIDDEN_MIN_S, OVERLAP_NOTES, _late_gathers, _overlapped_buckets
+from commscope.estimate.stage_structure import _spans, _Spans, _stages, _Stages
+from commscope.estimate.terms import Estimate, finish_many
+from commscope.units import dtype_bytes
+
+if TYPE_CHECKING:
+    from commscope.estimate.gpus import GpuSpec
+    from commscope.spec.cluster import ClusterSpec
+    from commscope.spec.model import ModelSpec
+    from commscope.spec.parallel import ParallelSpec
+
+#: More gradient buckets than this on one stage (a tiny ``grad_bucket_size`` on a large model) go op by op: the
+#: bucket overlap is a recurrence over buckets, and the arrays hold one entry per bucket.
+MAX_GRAD_BUCKETS = 256
+
+#: The axes of the reported mean bus bandwidth, in the order the op-by-op path meets their op sets (layers: TP, CP,
+#: EP; stages: PP; step: DP, embedding sync), so that both print them alike.
+_EFF_AXES = ("tp", "cp", "ep", "pp", "dp", "emb")
+
+
+# --------------------------------------------------------------------------------------- configurations as columns
+
+
+#: What the closed form reads of a ParallelSpec, one column each (properties included).
+_FIELDS = ("tp", "pp", "dp", "cp", "ep", "virtual_pipeline_size", "order", "pipeline_layers",
+           "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers", "micro_batch_size",
+           "global_batch_size", "sequence_parallel", "recompute", "zero_stage", "shards_optimizer", "framework",
+           "attention", "fp8_format", "grad_reduce_dtype", "gradient_accumulation_fusion",
+           "scatter_gather_tensors_in_pipeline", "tp_comm_overlap", "overlap_p2p_comm", "overlap_grad_reduce",
+           "overlap_param_gather", "grad_bucket_elements", "world_size", "stack")
+_ROW = attrgetter(*_FIELDS)
+#: The columns each key is made of: the layout (spans), the layer split (stages), the job's validity
+#: (:func:`commscope.pattern.workload.dense.check_job`).
+_SPANS_KEY = ("tp", "pp", "dp", "cp", "ep", "order")
+_STAGES_KEY = ("tp", "ep", "pp", "virtual_pipeline_size", "pipeline_layers", "decoder_first_pipeline_num_layers",
+               "decoder_last_pipeline_num_layers")
+_CHECK_KEY = ("micro_batch_size", "cp", "sequence_parallel", *_STAGES_KEY)
+
+
+def _keys(columns: dict[str, tuple[Any, ...]], names: tuple[str, ...]) -> tuple[list[tuple[Any, ...]], np.ndarray]:
+    """The distinct keys made of columns ``names`` (in order of first appearance) and each row's index into them."""
+    keys = list(zip(*(columns[n] for n in names)))
+    first = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+    return list(first), np.fromiter(map(first.__getitem__, keys), dtype=np.int64, count=len(keys))
+
+
+#: The columns the arrays read as numbers (the others stay Python values).
+_NUMERIC = ("tp", "cp", "ep", "dp", "pp", "micro_batch_size", "global_batch_size", "virtual_pipeline_size",
+            "sequence_parallel", "zero_stage", "shards_optimizer", "scatter_gather_tensors_in_pipeline",
+            "tp_comm_overlap", "overlap_p2p_comm", "overlap_grad_reduce", "overlap_param_gather", "world_size")
+
+
+def _numeric(columns: dict[str, tuple[Any, ...]]) -> dict[str, np.ndarray]:
+    """The :data:`_NUMERIC` columns as int64 arrays (flags as 0/1), with the gradient bucket size (0: one bucket per
+    stage) and full recomputation."""
+    out = {name: np.array(columns[name], dtype=np.int64) for name in _NUMERIC}
+    out["grad_bucket_elements"] = np.array([b or 0 for b in columns["grad_bucket_elements"]], dtype=np.int64)
+    out["full_recompute"] = np.array([r == "full" for r in columns["recompute"]])
+    return out
+
+
+def _first_rows(index: np.ndarray, count: int) -> list[int]:
+    """The first row of each of ``count`` keys."""
+    first = np.full(count, len(index))
+    np.minimum.at(first, index, np.arange(len(index)))
+    out: list[int] = first.tolist()
+    return out
+
+
+def estimate_one(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, compute: StageCompute | None, u: float,
+                 notes: list[str], gpu: GpuSpec | None = None) -> Estimate | None:
+    """:func:`estimate` of one Megatron job with balanced routing, whose compute per stage the caller has
+    (``compute``: ``gpu``'s compute model; None: FLOP / (u x peak)) and whose job is checked; None where the op-by-op
+    path must answer (more than :data:`MAX_GRAD_BUCKETS` gradient buckets on a stage)."""
+    st = _stages(model, par)
+    if st.num_buckets(par.grad_bucket_elements) > MAX_GRAD_BUCKETS:
+        return None
+    columns = dict(zip(_FIELDS, ((x,) for x in _ROW(par))))
+    zero = np.zeros(1, dtype=np.int64)
+    a = _Arrays(model, [par], _numeric(columns), columns, zero, {0: _spans(par, cluster.gpus_per_node, model.is_moe)},
+                zero, [st], zero)
+    if compute is None:
+        peak = cluster.peak_flops_for(model.dtype)
+        return _evaluate(model, cluster, a, _flop_arrays(model, a, u, peak), [()], None, u, notes)[0]
+    zeros = np.zeros(par.pp)
+    c = {key: np.asarray(zeros if value is None else value, dtype=np.float64)[None, :] for key, value in (
+        ("fwd", compute.forward_s), ("bwd", compute.backward_s), ("att", compute.attention_s),
+        ("lin_f", compute.linear_forward_s), ("lin_b", compute.linear_backward_s), ("opt", compute.optimizer_s),
+        ("gemm", compute.gemm_s), ("mem", compute.memory_s), ("rec", compute.recompute_s), ("flop", compute.flop),
+        ("clock", compute.clock_s), ("chunks", compute.chunks_s), ("gaps", compute.gaps_s), ("stack", compute.stack_s),
+        ("stack_opt", compute.stack_opt_s))}
+    return _evaluate(model, cluster, a, c, [compute.notes], gpu, u, notes)[0]
+
+
+# ------------------------------------------------------------------------------------- arrays of configurations
+
+
+class _Arrays:
+    """The configurations of one pipeline depth as columns (n, 1), their structure as (n, p) arrays."""
+
+    def __init__(self, model: ModelSpec, parallels: Sequence[ParallelSpec], numeric: dict[str, np.ndarray],
+                 columns: dict[str, tuple[Any, ...]], rows: np.ndarray, spans: dict[int, _Spans], spans_index: np.ndarray,
+                 stages: Sequence[_Stages], stages_index: np.ndarray) -> None:
+        self.n = len(rows)
+        self.rows = rows
+        self.columns, self.numeric = columns, numeric
+        self.pars = [parallels[i] for i in rows.tolist()]
+
+        def col(name: str) -> np.ndarray:
+            out: np.ndarray = numeric[name][rows][:, None]
+            return out
+
+        self.tp, self.cp, self.ep, self.dp = col("tp"), col("cp"), col("ep"), col("dp")
+        self.p = int(numeric["pp"][rows[0]])
+        self.mb, self.gb, self.v = col("micro_batch_size"), col("global_batch_size"), col("virtual_pipeline_size")
+        self.m = self.gb // (self.mb * self.dp)
+        self.sp = (col("sequence_parallel") > 0) & (self.tp > 1)
+        self.full = col("full_recompute")
+        self.zero3 = col("zero_stage") == 3
+        self.shards = col("shards_optimizer") > 0
+        self.gather = (col("scatter_gather_tensors_in_pipeline") > 0) & (self.tp > 1) & ~self.sp
+        self.bucket = col("grad_bucket_elements")
+        # bytes of a reduced gradient element (commscope.pattern.workload.framework.grad_dtype)
+        reduce_dtype = self.values("grad_reduce_dtype")
+        size = {g: dtype_bytes(g or ("fp32" if model.dtype == "bf16" else model.dtype)) for g in set(reduce_dtype)}
+        self.G = np.array([size[g] for g in reduce_dtype], dtype=np.int64)[:, None]
+        # the distinct structures of these rows, stacked once and indexed per row (one: a view repeated n times)
+        st_keys, st_local = np.unique(stages_index, return_inverse=True)
+        st = [stages[k] for k in st_keys.tolist()]
+        sp_keys, sp_local = np.unique(spans_index, return_inverse=True)
+        sp = [spans[k] for k in sp_keys.tolist()]
+
+        def per_row(items: list[Any], local: np.ndarray, name: str) -> np.ndarray:
+            if len(items) == 1:
+                one = getattr(items[0], name)
+                return np.broadcast_to(one, (self.n, *one.shape))
+            out: np.ndarray = np.stack([getattr(x, name) for x in items])[local]
+            return out
+
+        for name in ("layers", "moe_layers", "dense_params", "expert_params", "replicated", "body_flop", "core_flop",
+                     "zero3", "zero3_expert"):
+            setattr(self, "st_" + name, per_row(st, st_local, name))
+        self.split_notes = [st[k].split_note for k in st_local.tolist()]
+        for name in ("tp", "cp", "dp", "edp", "ep"):  # (n, p) each of n, num_nodes, per_node
+            x = per_row(sp, sp_local, name)
+            setattr(self, "span_" + name, (x[:, 0], x[:, 1], x[:, 2]))
+        self.pp_across = per_row(sp, sp_local, "pp_across")
+        x = per_row(sp, sp_local, "emb")
+        self.span_emb = (x[:, 0:1], x[:, 1:2], x[:, 2:3])
+
+    def flags(self, name: str) -> np.ndarray:
+        """A boolean column."""
+        out: np.ndarray = self.numeric[name][self.rows][:, None] > 0
+        return out
+
+    def values(self, name: str) -> list[Any]:
+        """A column's values for these rows."""
+        column = self.columns[name]
+        return [column[i] for i in self.rows.tolist()]
+
+    # set in __init__ (typed here for mypy)
+    st_layers: np.ndarray
+    st_moe_layers: np.ndarray
+    st_dense_params: np.ndarray
+    st_expert_params: np.ndarray
+    st_replicated: np.ndarray
+    st_body_flop: np.ndarray
+    st_core_flop: np.ndarray
+    st_zero3: np.ndarray
+    st_zero3_expert: np.ndarray
+    span_tp: tuple[np.ndarray, np.ndarray, np.ndarray]
+    span_cp: tuple[np.ndarray, np.ndarray, np.ndarray]
+    span_dp: tuple[np.ndarray, np.ndarray, np.ndarray]
+    span_edp: tuple[np.ndarray, np.ndarray, np.ndarray]
+    span_ep: tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+class _Times:
+    """Alpha-beta op times and bus bandwidths (:func:`commscope.estimate.bandwidth.alpha_beta_time_s`, the same arithmetic in
+    the same order) with each (op, span)'s latency, bus factor and bandwidth worked out once."""
+
+    def __init__(self, cluster: ClusterSpec, spans: dict[str, tuple[Any, Any, Any]]) -> None:
+        self.cluster, self.spans = cluster, spans
+        self._terms: dict[tuple[str, str], tuple[Any, ...]] = {}
+
+    def terms(self, op: str, span: str) -> tuple[Any, ...]:
+        # all_gather and reduce_scatter have one formula (steps n - 1, bus factor (n - 1) / n: bandwidth.py's docstring)
+        key = ("all_gather" if op == "reduce_scatter" else op, span)
+        if key not in self._terms:
+            n, nodes, k = self.spans[span]
+            steps, alpha, f, bw = _alpha_beta_terms(self.cluster, op, np.ones(np.shape(n)), n, nodes, k)
+            self._terms[key] = (steps * alpha, f, bw, np.asarray(n) < 2)
+        return self._terms[key]
+
+    def t(self, op: str, size: Any, span: str) -> np.ndarray:
+        latency, f, bw, alone = self.terms(op, span)
+        size = np.asarray(size, dtype=np.float64)
+        return np.where(alone | (size <= 0), 0.0, latency + size * f / bw)
+
+    def busbw(self, op: str, span: str) -> np.ndarray:
+        """:func:`commscope.estimate.bandwidth.alpha_beta_busbw_bytes_per_s`."""
+        _, _, bw, alone = self.terms(op, span)
+        return np.where(alone, self.cluster.intra_node.bandwidth_bytes_per_s, bw)
+
+
+def _flop_arrays(model: ModelSpec, a: _Arrays, u: float, peak: float) -> dict[str, np.ndarray]:
+    """The FLOP / (u x peak) compute of :func:`commscope.estimate.estimate_op_by_op` for every configuration (n, p)."""
+    tf = token_flops(model)
+    p = a.p
+    tokens_mb = a.mb * model.seq_len / a.cp
+    rate = a.tp * u * peak
+    f = a.st_body_flop + np.where(np.arange(p) == p - 1, tf.logits, 0.0)[None, :]
+    rc = np.array(a.values("recompute"))[:, None]
+    extra = np.where(rc == "selective", a.st_core_flop, np.where(rc == "full", a.st_body_flop, 0.0))
+    fwd = tokens_mb * f / rate
+    bwd = tokens_mb * (2 * f + extra) / rate
+    att = tokens_mb * (3 * a.st_core_flop) / rate
+    return {"fwd": fwd, "bwd": bwd, "att": att, "lin_f": fwd, "lin_b": bwd, "opt": np.zeros_like(fwd)}
+
+
+# ---------------------------------------------------------------------------------------------- communication
+
+
+class _BusBw:
+    """Each axis's bus bandwidth summed over its op sets, and how many op sets, per configuration: what the mean bus
+    bandwidth of :attr:`Estimate.effective_bandwidth_bytes_per_s` is made of (:func:`_dicts`)."""
+
+    __slots__ = ("counts", "sums", "times")
+
+    def __init__(self, times: _Times) -> None:
+        self.times = times
+        self.sums: dict[str, Any] = {}
+        self.counts: dict[str, Any] = {}
+
+    def add(self, axis: str, op: str, span: str, count: Any) -> None:
+        """Add ``count`` op sets per stage (n, p) at ``span`` to the axis's mean bus bandwidth (a group of one
+        rank has no op set)."""
+        T = self.times
+        cnt = np.where(T.terms(op, span)[3], 0, count)
+        self.sums[axis] = self.sums.get(axis, 0.0) + (cnt * T.busbw(op, span)).sum(axis=1)
+        self.counts[axis] = self.counts.get(axis, 0) + cnt.sum(axis=1)
+
+
+#: One axis's communication per stage, (n, p) each: in the forward passes, the backward passes, once per iteration.
+_AxisComm = dict[str, np.ndarray]
+
+
+def _communication(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
+                   z: np.ndarray) -> tuple[dict[str, _AxisComm], list[np.ndarray], list[np.ndarray]]:
+    """Every configuration's communication op by op in closed form: the op sets of
+    :mod:`commscope.pattern.workload.dense` as counts per stage x op time, for each axis (``z``: zeros, (n, p), for
+    what an axis does not send); and the data-parallel step's gradient and parameter buckets, (n, p) each."""
+    p = a.p
+    B = model.dtype_bytes
+    tokens = a.mb * model.seq_len // a.cp
+    act = tokens * model.hidden_size * B
+    stage = np.arange(p)[None, :]
+    first, last = stage == 0, stage == p - 1
+    comm = {axis: {k: z for k in ("fwd", "bwd", "iter")} for axis in _EFF_AXES}
+    has_layers = a.st_layers > 0
+    if (a.tp > 1).any():
+        comm["tp"] = _tp_comm(a, T, bb, tokens, act, first, last, has_layers)
+    if (a.cp > 1).any():
+        comm["cp"] = _cp_comm(model, a, T, bb, tokens, has_layers, z)
+    if model.is_moe and (a.ep > 1).any():
+        comm["ep"] = _ep_comm(model, a, T, bb, tokens, z)
+    if p > 1:
+        comm["pp"] = _pp_comm(a, T, bb, act, last, z)
+    comm["dp"], grad_buckets, param_buckets = _dp_comm(model, a, T, bb, z)
+    if p > 1 and model.tied_embeddings:
+        t_emb = T.t("all_reduce", _emb_elements(model, a.tp) * a.G, "emb")
+        comm["emb"] = {"fwd": z, "bwd": z, "iter": (first | last) * t_emb}
+        bb.add("emb", "all_reduce", "emb", np.ones((a.n, 1), dtype=np.int64))
+    return comm, grad_buckets, param_buckets
+
+
+def _tp_comm(a: _Arrays, T: _Times, bb: _BusBw, tokens: np.ndarray, act: np.ndarray, first: np.ndarray,
+             last: np.ndarray, has_layers: np.ndarray) -> _AxisComm:
+    """Tensor parallelism: each layer's all-reduces (all-gathers and reduce-scatters with sequence parallelism), the
+    embedding's and the logits' on the first and last stage, and the gradients of the replicated parameters."""
+    t, L, m, sp, full = T.t, a.st_layers, a.m, a.sp, a.full
+    t_ar, t_ag, t_rs = (t(op, act, "tp") for op in ("all_reduce", "all_gather", "reduce_scatter"))
+    t_ce = t("all_reduce", tokens * dtype_bytes("fp32"), "tp")
+    lm = L * m
+    rec = 1 + full
+    f = np.where(sp, 2 * (t_ag * lm + t_rs * lm), 2 * t_ar * lm)
+    b = np.where(sp, 2 * (t_ag * lm + t_rs * lm) * rec, 2 * t_ar * lm * rec)
+    f = f + first * np.where(sp, t_rs * m, t_ar * m)
+    b = b + first * np.where(sp, t_ag * m, 0.0)
+    f = f + last * (np.where(sp, t_ag * m, 0.0) + t_ce * (3 * m))
+    b = b + last * np.where(sp, t_rs * m, t_ar * m)
+    repl = a.st_replicated * a.G
+    out = {"fwd": f, "bwd": b, "iter": np.where(sp & (repl > 0), t("all_reduce", repl, "tp"), 0.0)}
+    per_layer_sets = has_layers * 2 * (2 + full)  # of each of AG and RS with SP, of AR twice that without
+    sets = np.where(sp, per_layer_sets + first + last, 0)
+    bb.add("tp", "all_gather", "tp", sets)
+    bb.add("tp", "reduce_scatter", "tp", sets)
+    # (counts as integers: numpy adds two boolean arrays as a logical or, which would count the last stage's
+    # cross-entropy and sequence-parallel gradient all-reduces as one)
+    bb.add("tp", "all_reduce", "tp", np.where(sp, last.astype(np.int64) + (repl > 0), per_layer_sets + first + 2 * last))
+    return out
+
+
+def _cp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw, tokens: np.ndarray, has_layers: np.ndarray,
+             z: np.ndarray) -> _AxisComm:
+    """Context parallelism: the ring attention's K/V sends of every layer, cp - 1 steps forward, twice that backward
+    (and once more with full recomputation)."""
+    L, m, full = a.st_layers, a.m, a.full
+    kv = 2 * tokens * np.maximum(1, model.kv_heads // a.tp) * model.head_size * model.dtype_bytes
+    t_kv = T.t("send", kv, "cp")
+    steps_bwd = 2 * (a.cp - 1) + np.where(full, a.cp - 1, 0)
+    bb.add("cp", "send", "cp", has_layers * 2)
+    return {"fwd": t_kv * (L * m * (a.cp - 1)), "bwd": t_kv * (L * m * steps_bwd), "iter": z}
+
+
+def _ep_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw, tokens: np.ndarray, z: np.ndarray) -> _AxisComm:
+    """Expert parallelism under balanced routing: each MoE layer's token counts all-gathered, and its dispatch and
+    combine all-to-alls forward and backward."""
+    t, m = T.t, a.m
+    nm = a.st_moe_layers
+    routed = np.where(a.sp, tokens // a.tp, tokens)  # commscope.moe.routing.routed_tokens_per_rank
+    # balanced routing: every rank sends routed x top_k tokens in all (balanced_routing's rows sum to that)
+    t_a2a = t("all_to_all", routed * model.top_k * model.hidden_size * model.dtype_bytes, "ep")
+    t_cnt = t("all_gather", a.ep * model.num_experts * 8, "ep")
+    with_moe = nm > 0
+    bb.add("ep", "all_gather", "ep", with_moe)
+    bb.add("ep", "all_to_all", "ep", 4 * with_moe)
+    return {"fwd": t_cnt * (nm * m) + t_a2a * (nm * m) * 2, "bwd": t_a2a * (nm * m) * 2, "iter": z}
+
+
+def _pp_comm(a: _Arrays, T: _Times, bb: _BusBw, act: np.ndarray, last: np.ndarray, z: np.ndarray) -> _AxisComm:
+    """Pipeline parallelism: the activations and gradients sent across every stage boundary (inside a node or across
+    nodes), and Megatron's scatter/gather of them over the receiver's TP group."""
+    t, m = T.t, a.m
+    size = np.where(a.sp | a.gather, act // a.tp, act)
+    # boundaries from stage s to (s + 1) mod p: v - 1 of them from the last stage (chunk k to chunk k + 1), v from
+    # every other; half of each transfer counts on the sender's stage, half on the receiver's
+    count = np.broadcast_to(a.v, (a.n, a.p)) - last
+    half = z
+    for span, sel in (("inside", ~a.pp_across), ("across", a.pp_across)):
+        k = count * sel
+        half = half + (k + np.roll(k, 1, axis=1)) * (t("send", size, span) * m / 2)
+        bb.add("pp", "send", span, 2 * k)
+    out = {"fwd": half, "bwd": half, "iter": z}
+    if a.gather.any():  # Megatron's scatter/gather: the receiver all-gathers the pieces over its TP group
+        into, out_of = np.roll(count, 1, axis=1) * a.gather, count * a.gather
+        t_gather = t("all_gather", act, "tp") * m
+        out = {"fwd": half + into * t_gather, "bwd": half + out_of * t_gather, "iter": z}
+        bb.add("pp", "all_gather", "tp", into + out_of)
+    return out
+
+
+def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
+             z: np.ndarray) -> tuple[_AxisComm, list[np.ndarray], list[np.ndarray]]:
+    """Data parallelism, of the dense parameters over dp x cp and of the experts' over the expert-data-parallel
+    group: the gradient buckets reduced and the parameter buckets gathered once per iteration (returned apart: their
+    overlap is a recurrence over them), and ZeRO-3's per-layer gathers and reduce-scatters in the passes."""
+    t, m, B = T.t, a.m, model.dtype_bytes
+    grad_buckets: list[np.ndarray] = []  # (n, p) per bucket: the dense parameters' buckets, then the experts'
+    param_buckets: list[np.ndarray] = []
+    dp_fwd, dp_bwd = z, z
+    for elements, span, entries in ((a.st_dense_params, "dp", a.st_zero3), (a.st_expert_params, "edp", a.st_zero3_expert)):
+        present = (elements > 0) & ~T.terms("all_reduce", span)[3]
+        if not present.any():
+            continue
+        # gradient buckets of at most grad_bucket_elements (one per stage without), the last holding the rest
+        num = np.where(a.bucket > 0, -(-elements // np.maximum(a.bucket, 1)), 1) * present
+        plain = ~a.zero3
+        if num.max() == 1:  # one bucket per stage: (n, p)
+            span3, sizes, G, shards = span, elements * present, a.G, a.shards
+        else:  # (n, p, buckets)
+            k = np.arange(int(num.max()))[None, None, :]
+            full_size = np.where(a.bucket > 0, a.bucket, elements)[:, :, None]
+            rest = (elements - (num - 1) * a.bucket)[:, :, None]
+            sizes = np.where(k < num[:, :, None] - 1, full_size, np.where(k < num[:, :, None], rest, 0))
+            span3, G, shards, plain = span + "3", a.G[:, :, None], a.shards[:, :, None], plain[:, :, None]
+            T.spans[span3] = tuple(x[:, :, None] for x in T.spans[span])
+        grads = np.where(shards, t("reduce_scatter", sizes * G, span3), t("all_reduce", sizes * G, span3)) * plain
+        params = t("all_gather", sizes * B, span3) * (plain & shards)
+        if grads.ndim == 2:
+            grad_buckets.append(grads)
+            param_buckets.append(params)
+        else:
+            grad_buckets += list(np.moveaxis(grads, 2, 0))
+            param_buckets += list(np.moveaxis(params, 2, 0))
+        z3_sets: Any = 0
+        if a.zero3.any():
+            # (n, p, sizes) each: elements, gathers per micro-batch and op sets of each gather size
+            zn, per_mb, sets = entries[:, 0], entries[:, 1], entries[:, 2]
+            T.spans[span + "3"] = tuple(x[:, :, None] for x in T.spans[span])
+            t_ag = t("all_gather", zn * B, span + "3")
+            t_rs = t("reduce_scatter", zn * a.G[:, :, None], span + "3")
+            cnt = per_mb * m[:, :, None] * present[:, :, None]
+            dp_fwd = dp_fwd + np.where(a.zero3, (t_ag * cnt).sum(axis=2), 0.0)
+            dp_bwd = dp_bwd + np.where(a.zero3, (t_ag * cnt + t_rs * cnt).sum(axis=2), 0.0)
+            z3_sets = sets.sum(axis=2) * present
+        bb.add("dp", "all_gather", span, np.where(a.zero3, 2 * z3_sets, num * a.shards))
+        bb.add("dp", "reduce_scatter", span, np.where(a.zero3, z3_sets, num * a.shards))
+        bb.add("dp", "all_reduce", span, np.where(a.zero3 | a.shards, 0, num))
+    return {"fwd": dp_fwd, "bwd": dp_bwd, "iter": z}, grad_buckets, param_buckets
+
+
+# --------------------------------------------------------------------------------------------------- schedule
+
+
+def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, np.ndarray],
+              compute_notes: Sequence[tuple[str, ...]], gpu: GpuSpec | None, u_flops: float,
+              base_notes: list[str]) -> list[Estimate]:
+    """Every configuration's communication op by op in closed form (:func:`_communication`), and the pipeline
+    schedule of :func:`commscope.estimate.estimate_op_by_op`, on (configurations, stages) arrays. ``c``: the compute
+    per stage (``gpu``: the GPU whose compute model gave it, None for FLOP / (u x peak))."""
+    n, p = a.n, a.p
+    peak = cluster.peak_flops_for(model.dtype)
+    fwd, bwd, m = c["fwd"], c["bwd"], a.m
+    z = np.zeros((n, p))
+    T = _Times(cluster, {"tp": a.span_tp, "cp": a.span_cp, "dp": a.span_dp, "edp": a.span_edp, "ep": a.span_ep,
+                         "emb": a.span_emb, "inside": (2, 1, 1), "across": (2, 2, 1)})
+    bb = _BusBw(T)
+    comm, grad_buckets, param_buckets = _communication(model, a, T, bb, z)
+
+    # --- the pipeline schedule (estimate.estimate_op_by_op, on arrays of configurations) ---
+    v = a.v
+    tp_all = comm["tp"]["fwd"] + comm["tp"]["bwd"]
+    tp_exp = np.where(a.flags("tp_comm_overlap"), np.maximum(0.0, comm["tp"]["fwd"] - m * c["lin_f"])
+                      + np.maximum(0.0, comm["tp"]["bwd"] - m * c["lin_b"]), tp_all)
+    cp_all = comm["cp"]["fwd"] + comm["cp"]["bwd"]
+    cp_exp = np.maximum(0.0, cp_all - m * c["att"])
+    pp_all = comm["pp"]["fwd"] + comm["pp"]["bwd"]
+    p2p_overlap = (v > 1) & a.flags("overlap_p2p_comm")
+    pp_exp = np.where(p2p_overlap, np.maximum(0.0, pp_all - m * (fwd + bwd)), pp_all)
+    ep_all = comm["ep"]["fwd"] + comm["ep"]["bwd"]
+    dp_layer = comm["dp"]["fwd"] + comm["dp"]["bwd"]
+    dp_layer_exp = np.maximum(0.0, comm["dp"]["fwd"] - m * fwd) + np.maximum(0.0, comm["dp"]["bwd"] - m * bwd)
+    # compute slowed by the SMs that overlapped collectives take (compute.effects, point 2)
+    sm = np.asarray(comm_sm_time_s(gpu, tp=tp_all - tp_exp, cp=cp_all - cp_exp, pp=pp_all - pp_exp,
+                                   dp=dp_layer - dp_layer_exp)) * np.ones((n, p))
+    per_mb = fwd + bwd + (sm + tp_exp + pp_exp + cp_exp + ep_all + dp_layer_exp) / m
+    rows = np.arange(n)
+    crit = first_max(per_mb)
+    bubble = (per_mb.sum(axis=1) - per_mb[rows, crit]) / v[:, 0]
+    grad_t, param_t = sum(grad_buckets, z), sum(param_buckets, z)
+    grad_exp = np.where(a.flags("overlap_grad_reduce"), _overlapped_buckets(grad_buckets, bwd), grad_t) if grad_buckets else z
+    param_exp = np.where(a.flags("overlap_param_gather"), _late_gathers(param_buckets, fwd), param_t) if param_buckets else z
+    dp_tail = grad_exp + param_exp + comm["dp"]["iter"]
+    # the last backward (and the next forward) slowed by the buckets reduced (gathered) beside them
+    sm_tail = np.asarray(comm_sm_time_s(gpu, dp=grad_t - grad_exp + param_t - param_exp)) * np.ones((n, p))
+    tail = (dp_tail + comm["emb"]["iter"] + comm["tp"]["iter"] + comm["cp"]["iter"] + comm["ep"]["iter"] + sm_tail
+            + c["opt"])
+    lead = np.arange(p)[None, :] * bwd / v
+    end = first_max(tail - lead)
+    hide = np.minimum(lead[rows, end], tail[rows, end])
+    terms = {"dp": dp_tail[rows, end], "emb": comm["emb"]["iter"][rows, end],
+             "tp": comm["tp"]["iter"][rows, end] + comm["cp"]["iter"][rows, end] + comm["ep"]["iter"][rows, end],
+             "sm": sm_tail[rows, end], "opt": c["opt"][rows, end]}
+    for key, value in terms.items():
+        cut = np.minimum(hide, value)
+        terms[key] = value - cut
+        hide = hide - cut
+    hidden_cols = {"tp": tp_all[rows, crit] - tp_exp[rows, crit], "cp": cp_all[rows, crit] - cp_exp[rows, crit],
+                   "pp": pp_all[rows, crit] - pp_exp[rows, crit],
+                   "dp": (dp_layer[rows, crit] - dp_layer_exp[rows, crit] + grad_t[rows, end] + param_t[rows, end]
+                          + comm["dp"]["iter"][rows, end] - terms["dp"])}
+    m_col = m[:, 0]
+    work = fwd[rows, crit] + bwd[rows, crit]
+    comp = m_col * work + sm[rows, crit] + terms["sm"]
+    if gpu is not None:
+        u: Any = np.where(work > 0, c["flop"][rows, crit] / (np.where(work > 0, work, 1.0) * peak), u_flops)
+        breakdown = _gpu_breakdown(c, rows, crit, m_col, sm[rows, crit] + terms["sm"])
+    else:
+        u, breakdown = u_flops, [{}] * n
+    flags = zip(a.values("tp_comm_overlap"), (p2p_overlap[:, 0]).tolist(), a.values("overlap_grad_reduce"),
+                a.values("overlap_param_gather"))
+    return finish_many(model, "refined", u, peak, global_batch_size=a.gb[:, 0], world_size=a.numeric["world_size"][a.rows],
+                       recompute=a.values("recompute"), comp=comp, tp=tp_exp[rows, crit] + terms["tp"],
+                       pp=pp_exp[rows, crit], dp=dp_layer_exp[rows, crit] + terms["dp"], ep=ep_all[rows, crit],
+                       cp=cp_exp[rows, crit], emb=terms["emb"], bubble=bubble, optimizer=terms["opt"],
+                       micro_batch=per_mb[rows, crit],
+                       tail=terms["dp"] + terms["emb"] + terms["tp"] + terms["sm"] + terms["opt"],
+                       stage=crit, eff=_dicts(_EFF_AXES, bb.sums, bb.counts, n),
+                       notes=_notes(base_notes, compute_notes, flags, a.split_notes),
+                       hidden=_hidden(hidden_cols, n), breakdown=breakdown,
+                       compute_model="gpu" if gpu is not None else "flops",
+                       stage_micro_batch=per_mb)
+
+
+def _gpu_breakdown(c: dict[str, np.ndarray], rows: np.ndarray, crit: np.ndarray, m_col: np.ndarray,
+                   comm_sms: np.ndarray) -> list[dict[str, float]]:
+    """Each configuration's compute on its critical stage by kind (:attr:`Estimate.compute_breakdown_s`), in
+    StageCompute.breakdown's order, then what the collectives' SMs took (``comm_sms``)."""
+    parts = [(name, (c[key][rows, crit] * m_col).tolist()) for name, key in (
+        ("gemm_s", "gemm"), ("attention_s", "att"), ("memory_bound_s", "mem"), ("recompute_s", "rec"))]
+    parts += [("optimizer_s", c["opt"][rows, crit].tolist())]
+    parts += [(name, (c[key][rows, crit] * m_col).tolist()) for name, key in (
+        ("clock_s", "clock"), ("overlap_chunks_s", "chunks"), ("launch_gaps_s", "gaps"))]
+    parts += [("stack_s", (c["stack"][rows, crit] * m_col + c["stack_opt"][rows, crit]).tolist()),
+              ("comm_sms_s", comm_sms.tolist())]
+    names = [name for name, _ in parts]
+    return [dict(zip(names, values)) for values in zip(*(values for _, values in parts))]
+
+
+def _dicts(axes: tuple[str, ...], sums: dict[str, Any], counts: dict[str, Any], n: int) -> list[dict[str, float]]:
+    """Each configuration's mean bus bandwidth per axis (axes without an op set left out), in ``axes`` order."""
+    present = [axis for axis in axes if axis in sums]
+    means = [np.divide(sums[axis], np.maximum(counts[axis], 1)).tolist() for axis in present]
+    has = [(counts[axis] > 0).tolist() for axis in present]
+    if all(all(h) for h in has):
+        return [dict(zip(present, values)) for values in zip(*means)] if present else [{} for _ in range(n)]
+    return [{axis: mean[j] for axis, mean, h in zip(present, means, has) if h[j]} for j in range(n)]
+
+
+def _hidden(columns: dict[str, np.ndarray], n: int) -> list[dict[str, float]]:
+    """Each configuration's hidden communication per axis, what is below HIDDEN_MIN_S left out."""
+    names = list(columns)
+    values = [columns[k].tolist() for k in names]
+    return [{k: x for k, x in zip(names, row) if x > HIDDEN_MIN_S} for row in zip(*values)] if n else []
+
+
+def _emb_elements(model: ModelSpec, tp: np.ndarray) -> np.ndarray:
+    """Word-embedding elements on one TP rank (the vocabulary padded for tp), per configuration."""
+    multiple = model.make_vocab_size_divisible_by * tp
+    out: np.ndarray = -(-model.vocab_size // multiple) * multiple * model.hidden_size // tp
+    return out
+
+
+def _notes(base: list[str], compute: Sequence[tuple[str, ...]], flags: Any,
+           split: Sequence[str | None]) -> list[tuple[str, ...]]:
+    """Each configuration's notes, in the op-by-op path's order (built once per distinct combination)."""
+    made: dict[tuple[Any, ...], tuple[str, ...]] = {}
+    out = []
+    for cn, fl, sn in zip(compute, flags, split):
+        key = (id(cn), fl, sn)
+        if key not in made:
+            lines = [*base, *cn]
+            lines += [text for on, text in zip(fl, OVERLAP_NOTES) if on]
+            made[key] = tuple(lines + ([sn] if sn else []))
+        out.append(made[key])
+    return out

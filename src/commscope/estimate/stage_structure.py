@@ -1,0 +1,220 @@
+"""What the closed form reads of a job's pipeline stages before it times any op: where each axis's groups sit, and
+what each stage holds.
+
+The closed form (:mod:`commscope.estimate.closed_form`) reduces the op sets of a Megatron job to counts per stage x
+op time. What those counts and times depend on splits in two, each computed once and shared by every configuration
+that has it: the layout alone (:class:`_Spans`: the span over nodes of the slowest group of every axis on every
+stage, and the pipeline boundaries that cross nodes; once per tp, pp, dp, cp, ep and rank order, from the real
+:class:`~commscope.pattern.layout.Layout`, in one vectorised pass per axis), and the layer split alone
+(:class:`_Stages`: layers, parameters, FLOP and ZeRO-3 gathers per stage; once per tp, ep, pp, v and split, in closed
+form over the stages). No Python loop runs per stage or layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from commscope.estimate.bandwidth import GroupSpan
+from commscope.estimate.flops import token_flops
+from commscope.pattern.layout import Layout
+from commscope.pattern.workload.stages import pipeline_split, pipeline_split_note
+from commscope.spec.params import layer_params, stage_params
+
+if TYPE_CHECKING:
+    from commscope.spec.model import ModelSpec
+    from commscope.spec.parallel import ParallelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class _Spans:
+    """Where the groups of one layout sit: for every axis, (n, num_nodes, per_node) of the slowest group on each
+    stage (what the op-by-op path times each op set by), shape (3, pp); and which pipeline boundaries cross nodes."""
+
+    tp: np.ndarray
+    cp: np.ndarray
+    """Of the context-parallel ring's (src, dst) pairs (its sends)."""
+    dp: np.ndarray
+    """Of the dp x cp groups (dense gradients)."""
+    edp: np.ndarray
+    """Of the expert-data-parallel groups (expert gradients)."""
+    ep: np.ndarray
+    pp_across: np.ndarray
+    """(pp,) bool: some pipeline's boundary from stage s to stage (s + 1) mod pp crosses nodes."""
+    emb: np.ndarray
+    """(3,) the slowest (first stage, last stage) pair of the tied-embedding sync."""
+
+
+_NO_ROW = np.iinfo(np.int64).max
+
+
+def _stage_spans(rows: np.ndarray, stage_of_row: np.ndarray, p: int, gpn: int) -> np.ndarray:
+    """(3, p): the span of the slowest of ``rows`` (a (G, n) array of groups) on each stage, by
+    :meth:`GroupSpan.slowest`'s order (crossing nodes first, then the fewest members on a node, then the most nodes),
+    in one pass: each row's span is ranked by one integer and the smallest per stage kept. A stage without groups
+    (or groups of one rank) gets n = 1, which times to 0 s."""
+    out = np.ones((3, p), dtype=np.int64)
+    n = rows.shape[1]
+    if rows.shape[0] == 0 or n < 2:
+        return out
+    if n == 2:  # pairs (sends, the embedding sync): apart or on one node
+        apart = rows[:, 0] // gpn != rows[:, 1] // gpn
+        num_nodes, per_node = 1 + apart, 2 - apart
+    else:
+        num_nodes, per_node = GroupSpan.row_spans(rows, gpn)
+    present = np.bincount(stage_of_row, minlength=p) > 0
+    if num_nodes.max() == 1:  # every group inside a node (the common case)
+        out[0], out[2] = np.where(present, n, 1), np.where(present, n, 1)
+        return out
+    # rank (num_nodes == 1, per_node, -num_nodes) ascending as one integer: n + 1 > per_node and num_nodes <= n
+    rank = ((num_nodes == 1) * (n + 1) + per_node) * (n + 1) + (n - num_nodes)
+    best = np.full(p, _NO_ROW)
+    np.minimum.at(best, stage_of_row, rank)
+    best = np.where(present, best, 0)
+    out[0] = np.where(present, n, 1)
+    out[1] = np.where(present, n - best % (n + 1), 1)
+    out[2] = np.where(present, best // (n + 1) % (n + 1), 1)
+    return out
+
+
+_ONE = np.ones((3, 1), dtype=np.int64)
+
+
+def _spans(par: ParallelSpec, gpn: int, moe: bool, cache: dict[tuple[Any, ...], tuple[np.ndarray, ...]] | None = None) -> _Spans:
+    """:class:`_Spans` of ``par``'s layout (the expert groups only for an MoE model: a dense one has none to time).
+
+    Where pp is the outermost axis of the rank order and a stage spans whole nodes (stage_stride a multiple of the
+    GPUs per node), every stage's groups are stage 0's moved by whole nodes, so they sit alike: the axes' spans are
+    those of stage 0 on every stage, which do not depend on pp (``cache``, keyed without it, holds them across
+    layouts)."""
+    layout = Layout(par)
+    p = par.pp
+    stride = layout.stage_stride
+    sizes = {"tp": par.tp, "cp": par.cp, "dp-cp": par.dp * par.cp, "expert-dp": par.expert_dp if moe else 1,
+             "ep": par.ep if moe else 1}
+    alike = par.order.endswith("-pp") and stride % gpn == 0
+
+    def of(kind: str, pairs: bool = False) -> np.ndarray:
+        if sizes[kind] < 2:
+            return np.broadcast_to(_ONE, (3, p))
+        groups = layout.first_stage_groups(kind) if alike else layout.groups(kind)
+        stages = np.zeros(len(groups), dtype=np.int64) if alike else groups[:, 0] // stride % p
+        if pairs:  # the ring's (src, dst) sends, as the workload's context-parallel op sets
+            stages = np.repeat(stages, groups.shape[1])
+            groups = np.stack([groups.reshape(-1), np.roll(groups, -1, axis=1).reshape(-1)], axis=1)
+        if alike:
+            return np.broadcast_to(_stage_spans(groups, stages, 1, gpn), (3, p))
+        return _stage_spans(groups, stages, p, gpn)
+
+    key = (par.tp, par.dp, par.cp, par.ep, par.order, gpn, moe)
+    axes = cache.get(key) if alike and cache is not None else None
+    if axes is None:
+        axes = (of("tp"), of("cp", pairs=True), of("dp-cp"), of("expert-dp"), of("ep"))
+        if alike and cache is not None:
+            cache[key] = tuple(x[:, :1] for x in axes)
+    axes = tuple(np.broadcast_to(x[:, :1], (3, p)) if alike else x for x in axes)
+    if p > 1:
+        pp_nodes = layout.groups("pp") // gpn
+        across = (pp_nodes != np.roll(pp_nodes, -1, axis=1)).any(axis=0)
+        emb = layout.groups("emb")
+        emb_span = _stage_spans(emb, np.zeros(len(emb), dtype=np.int64), 1, gpn)[:, 0]
+    else:
+        across, emb_span = np.zeros(1, dtype=bool), _ONE[:, 0]
+    return _Spans(tp=axes[0], cp=axes[1], dp=axes[2], edp=axes[3], ep=axes[4], pp_across=across, emb=emb_span)
+
+
+@dataclass(frozen=True, slots=True)
+class _Stages:
+    """What each pipeline stage holds under one layer split (arrays of length pp)."""
+
+    layers: np.ndarray
+    moe_layers: np.ndarray
+    dense_params: np.ndarray
+    """Parameters of one rank whose gradients the dp x cp group reduces."""
+    expert_params: np.ndarray
+    replicated: np.ndarray
+    """Of those, copied on every TP rank (sequence parallelism all-reduces their gradients over TP)."""
+    body_flop: np.ndarray
+    """Forward FLOP per token of the stage's layers (:func:`commscope.estimate.flops.token_flops`)."""
+    core_flop: np.ndarray
+    """Of those, the attention core's."""
+    zero3: np.ndarray
+    """(3, pp, 3): per ZeRO-3 gather size of the dense parameters (a dense layer's, an MoE layer's when it differs,
+    the embedding-side modules'): elements, gathers per micro-batch, op sets."""
+    zero3_expert: np.ndarray
+    """(3, pp, 1): the same for the expert parameters of the MoE layers."""
+    split_note: str | None
+
+    def num_buckets(self, bucket_elements: int | None) -> int:
+        """Gradient buckets of the stage with the most (dense or expert parameters) at ``bucket_elements`` each."""
+        most = max(int(self.dense_params.max(initial=0)), int(self.expert_params.max(initial=0)))
+        return 1 if not bucket_elements or not most else -(-most // bucket_elements)
+
+
+def _moe_before(model: ModelSpec, x: np.ndarray) -> np.ndarray:
+    """Layers with routed experts among layers 0..x-1 (:meth:`ModelSpec.is_moe_layer`, counted in closed form)."""
+    if not model.is_moe:
+        return np.zeros_like(x)
+    k, f = model.first_k_dense_layers, model.moe_layer_freq
+    return np.where(x > k, -(-(x - k) // f), 0)
+
+
+def _stages(model: ModelSpec, par: ParallelSpec) -> _Stages:
+    """:class:`_Stages` of ``par``'s split, without a loop over stages or layers: every layer of one kind (dense,
+    MoE) has the same parameters and FLOP, so a stage is its count of each kind plus the first and last stage's
+    embedding-side modules."""
+    p, v, tp, ep = par.pp, par.virtual_pipeline_size, par.tp, par.ep
+    sizes = np.array(pipeline_split(model, par), dtype=np.int64)  # virtual stage k = chunk x pp + stage
+    starts = np.cumsum(sizes) - sizes
+    moe = (_moe_before(model, starts + sizes) - _moe_before(model, starts)).reshape(v, p).sum(axis=0)
+    layers = sizes.reshape(v, p).sum(axis=0)
+    dense = layers - moe
+    tf = token_flops(model)
+    zero = {"dense": 0, "moe": 0}
+    shard, repl, expert, flop, core = dict(zero), dict(zero), dict(zero), {"dense": 0.0, "moe": 0.0}, {"dense": 0.0, "moe": 0.0}
+    moe_index = model.first_k_dense_layers
+    kinds = {"moe": moe_index} if model.num_moe_layers else {}
+    if model.num_layers > model.num_moe_layers:  # layer 0, or 1 when experts start at layer 0 (freq > 1)
+        kinds["dense"] = 1 if model.is_moe and moe_index == 0 else 0
+    for kind, index in kinds.items():
+        lp = layer_params(model, index, tp=tp, ep=ep)
+        shard[kind], repl[kind] = lp.tp_sharded // tp + lp.replicated, lp.replicated
+        expert[kind] = lp.expert // (ep * tp)
+        flop[kind], core[kind] = tf.layers[index], tf.attention_core[index]
+
+    def ends(first: bool, last: bool) -> int:
+        return stage_params(model, range(0), tp=tp, ep=ep, first=first, last=last).dense
+
+    # the embedding-side parameters of each stage: its first chunk on stage 0, its last chunk on stage p - 1
+    middle = ends(False, False)
+    end_params = np.full(p, v * middle, dtype=np.int64)
+    if p == 1 and v == 1:
+        end_params[0] = ends(True, True)
+    else:
+        end_params[0] += ends(True, False) - middle
+        end_params[p - 1] += ends(False, True) - middle
+    last = np.arange(p) == p - 1
+    norm = model.hidden_size * (2 if model.normalization == "layernorm" else 1)
+    # ZeRO-3 gathers each layer's parameters, and the embedding-side modules of the stage (as the first and last
+    # stage, whatever its chunks) as one more, once per micro-batch; layers of equal size share an op set
+    whole = np.zeros(p, dtype=np.int64)
+    whole[0] = ends(True, p == 1)
+    if p > 1:
+        whole[p - 1] = ends(False, True)
+    whole[1:p - 1] = middle
+    same = shard["moe"] == shard["dense"]
+    z_elements = np.stack([np.full(p, shard["dense"]), np.full(p, shard["moe"]), whole], axis=1)
+    z_count = np.stack([dense * (shard["dense"] > 0) + (moe * (shard["moe"] > 0) if same else 0),
+                        0 if same else moe * (shard["moe"] > 0), (whole > 0).astype(np.int64)], axis=1)
+    zx_count = (moe * (expert["moe"] > 0))[:, None]
+    return _Stages(
+        layers=layers, moe_layers=moe,
+        dense_params=end_params + dense * shard["dense"] + moe * shard["moe"],
+        expert_params=moe * expert["moe"],
+        replicated=dense * repl["dense"] + moe * repl["moe"] + last * norm,
+        body_flop=dense * flop["dense"] + moe * flop["moe"], core_flop=dense * core["dense"] + moe * core["moe"],
+        zero3=np.stack([z_elements, z_count, (z_count > 0).astype(np.int64)]),
+        zero3_expert=np.stack([np.full((p, 1), expert["moe"]), zx_count, (zx_count > 0).astype(np.int64)]),
+        split_note=pipeline_split_note(model, par))

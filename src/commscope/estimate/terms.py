@@ -1,0 +1,155 @@
+"""The Estimate: the time of one iteration, term by term, and how it is made from its terms.
+
+Both ways to the refined estimate (op by op, :mod:`commscope.estimate.op_by_op`; in closed form,
+:mod:`commscope.estimate.closed_form`) and the seed method end the same way: the exposed seconds of every term
+(compute, TP, PP, DP, CP, EP, embedding sync, bubble, optimizer) go to :func:`finish_many`, which adds them up and
+derives what follows from the total (the communication and bubble ratios, tokens per second, TFLOP/s per GPU and
+MFU). It lives here, apart from the entry points of :mod:`commscope.estimate.iteration`, so that every path can
+import it without importing the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from commscope.estimate.flops import iteration_flops
+
+if TYPE_CHECKING:
+    from commscope.spec.model import ModelSpec
+    from commscope.spec.parallel import ParallelSpec
+
+
+class JobOf(Protocol):
+    """What :func:`_finish` reads of a job: a :class:`~commscope.api.Prediction`, or the lighter record
+    :mod:`commscope.estimate.many` builds per configuration."""
+
+    @property
+    def model(self) -> ModelSpec: ...
+
+    @property
+    def parallel(self) -> ParallelSpec: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Estimate:
+    """Predicted time of one iteration, term by term (seconds)."""
+
+    method: str
+    iteration_time_s: float
+    compute_s: float
+    tp_s: float
+    pp_s: float
+    dp_s: float
+    ep_s: float
+    cp_s: float
+    emb_s: float
+    bubble_s: float
+    comm_ratio: float
+    bubble_ratio: float
+    tokens_per_s: float
+    tflops_per_gpu: float
+    """Hardware TFLOP/s per GPU (recomputation included), as Megatron-LM reports it."""
+    mfu: float
+    """Model FLOPs (3 x forward, no recomputation) per second over peak FLOP/s."""
+    gpu_util: float
+    peak_flops: float
+    world_size: int
+    critical_stage: int
+    effective_bandwidth_bytes_per_s: dict[str, float] = field(default_factory=dict)
+    """The C of each axis (seed method) or the mean busbw of its ops (refined)."""
+    optimizer_s: float = 0.0
+    """Optimizer step on the stage whose end of iteration is last (compute model only)."""
+    hidden_s: dict[str, float] = field(default_factory=dict)
+    """Communication per axis that overlaps compute and so costs no time (the ``*_s`` terms are exposed time)."""
+    compute_breakdown_s: dict[str, float] = field(default_factory=dict)
+    """The critical stage's compute per iteration by kind: gemm, attention, memory_bound, recompute, optimizer."""
+    compute_model: str = "flops"
+    """``gpu`` (per-kernel compute model of :mod:`commscope.estimate.compute`) or ``flops`` (FLOP / (u x peak))."""
+    micro_batch_s: float = 0.0
+    """Time of one micro-batch on the critical stage, exposed pipeline communication included: the unit of the
+    pipeline's steady state (the bubble is the fill and drain through the other stages, at most (p - 1) / v of it)."""
+    stage_micro_batch_s: tuple[float, ...] = ()
+    """``micro_batch_s`` of every pipeline stage (the critical one is the largest): what the fill and the drain
+    pass through, and what :func:`commscope.estimate.schedule.schedule_for` times each stage of the timeline with."""
+    tail_s: float = 0.0
+    """What runs after the pipeline drains on the stage that ends last: exposed gradient reduction, embedding sync,
+    optimizer step, exposed parameter all-gather. The iteration is m micro_batch_s + bubble_s + tail_s."""
+    notes: tuple[str, ...] = ()
+
+    @property
+    def comm_s(self) -> float:
+        """Exposed communication."""
+        return self.tp_s + self.pp_s + self.dp_s + self.ep_s + self.cp_s + self.emb_s
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["notes"] = list(self.notes)
+        d["comm_s"] = self.comm_s
+        return d
+
+
+
+def _finish(prediction: JobOf, method: str, u: float, peak: float, *, comp: float, tp: float, pp: float, dp: float,
+            ep: float, cp: float, emb: float, bubble: float, stage: int, eff: dict[str, float], notes: list[str],
+            optimizer: float = 0.0, hidden: dict[str, float] | None = None, breakdown: dict[str, float] | None = None,
+            compute_model: str = "flops", micro_batch: float | None = None, tail: float | None = None,
+            stage_micro_batch: Sequence[float] = ()) -> Estimate:
+    par = prediction.parallel
+    if micro_batch is None:
+        micro_batch = (comp + tp + pp + cp + ep) / par.num_micro_batches
+    if tail is None:
+        tail = dp + emb + optimizer
+    return finish_many(prediction.model, method, u, peak, global_batch_size=np.array([par.global_batch_size]),
+                       world_size=np.array([par.world_size]), recompute=[par.recompute], comp=np.array([comp]),
+                       tp=np.array([tp]), pp=np.array([pp]), dp=np.array([dp]), ep=np.array([ep]), cp=np.array([cp]),
+                       emb=np.array([emb]), bubble=np.array([bubble]), optimizer=np.array([optimizer]),
+                       micro_batch=np.array([micro_batch]), tail=np.array([tail]), stage=np.array([stage]), eff=[eff],
+                       notes=[tuple(notes)], hidden=[dict(hidden or {})], breakdown=[dict(breakdown or {})],
+                       compute_model=compute_model, stage_micro_batch=[tuple(float(x) for x in stage_micro_batch)])[0]
+
+
+def finish_many(model: ModelSpec, method: str, u: Any, peak: float, *, global_batch_size: np.ndarray,
+                world_size: np.ndarray, recompute: Sequence[str], comp: np.ndarray, tp: np.ndarray, pp: np.ndarray,
+                dp: np.ndarray, ep: np.ndarray, cp: np.ndarray, emb: np.ndarray, bubble: np.ndarray,
+                optimizer: np.ndarray, micro_batch: np.ndarray, tail: np.ndarray, stage: np.ndarray,
+                eff: Sequence[dict[str, float]], notes: Sequence[tuple[str, ...]], hidden: Sequence[dict[str, float]],
+                breakdown: Sequence[dict[str, float]], compute_model: str,
+                stage_micro_batch: np.ndarray | Sequence[Sequence[float]]) -> list[Estimate]:
+    """The Estimates of configurations from their exposed terms (arrays, one entry per configuration; ``u`` one or
+    one each): the total and what follows from it (ratios, throughput, FLOP rates)."""
+    total = comp + tp + pp + dp + ep + cp + emb + bubble + optimizer
+    tokens = np.asarray(global_batch_size, dtype=np.int64) * model.seq_len
+    world = np.asarray(world_size, dtype=np.int64)
+    model_flops, hardware = np.zeros(len(total)), np.zeros(len(total))
+    rc = np.array(recompute)
+    for kind in set(recompute):
+        sel = rc == kind
+        fl = iteration_flops(model, tokens[sel], recompute=kind)
+        model_flops[sel], hardware[sel] = fl["model"], fl["hardware"]
+    nonzero = total != 0
+    safe = np.where(nonzero, total, 1.0)
+
+    def share(x: np.ndarray) -> list[float]:
+        return np.where(nonzero, x, 0.0).tolist()  # type: ignore[no-any-return]
+
+    per_mb = stage_micro_batch.tolist() if isinstance(stage_micro_batch, np.ndarray) else stage_micro_batch
+    return [Estimate(method=method, iteration_time_s=a_total, compute_s=a_comp, tp_s=a_tp, pp_s=a_pp, dp_s=a_dp,
+                     ep_s=a_ep, cp_s=a_cp, emb_s=a_emb, bubble_s=a_bubble, comm_ratio=a_comm, bubble_ratio=a_bratio,
+                     tokens_per_s=a_tokens, tflops_per_gpu=a_tflops, mfu=a_mfu, gpu_util=a_u, peak_flops=peak,
+                     world_size=a_world, critical_stage=a_stage, effective_bandwidth_bytes_per_s=a_eff,
+                     optimizer_s=a_opt, hidden_s=a_hidden, compute_breakdown_s=a_breakdown, compute_model=compute_model,
+                     micro_batch_s=a_mb, stage_micro_batch_s=tuple(a_stages), tail_s=a_tail, notes=a_notes)
+            for (a_total, a_comp, a_tp, a_pp, a_dp, a_ep, a_cp, a_emb, a_bubble, a_comm, a_bratio, a_tokens, a_tflops,
+                 a_mfu, a_u, a_world, a_stage, a_eff, a_opt, a_hidden, a_breakdown, a_mb, a_stages, a_tail, a_notes)
+            in zip(total.tolist(), comp.tolist(), tp.tolist(), pp.tolist(), dp.tolist(), ep.tolist(), cp.tolist(),
+                   emb.tolist(), bubble.tolist(), share((tp + pp + dp + ep + cp + emb) / safe), share(bubble / safe),
+                   share(tokens / safe), share(hardware / safe / world / 1e12),
+                   share(model_flops / safe / world / peak),
+                   np.broadcast_to(np.asarray(u, dtype=np.float64), total.shape).tolist(), world.tolist(),
+                   np.asarray(stage).tolist(), eff, optimizer.tolist(), hidden, breakdown, micro_batch.tolist(), per_mb,
+                   tail.tolist(), notes)]
+
