@@ -124,7 +124,9 @@ def test_layer_counts_in_closed_form_are_the_layer_by_layer_ones(name, num_layer
     """The search counts parameters and GEMM time of thousands of candidates of up to num_layers layers; it counts
     one layer of each kind and multiplies (once layer by layer: gpt-1.5b with 2,400 layers took 8.8 s, 1.3 s now).
     The closed forms must give what the layer-by-layer counts give, for every MoE layer pattern."""
-    from commscope.estimate.shapes import _gemm_times_s, _totals, model_gemms, time_gemms
+    from commscope.estimate.shapes import model_gemms, time_gemms
+    from commscope.estimate.shapes_rules import _totals
+    from commscope.estimate.shapes_search import _gemm_times_s
     from commscope.spec.params import embedding_params, layer_params
 
     model = dataclasses.replace(model_preset(name), num_layers=num_layers)
