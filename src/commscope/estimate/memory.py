@@ -350,6 +350,69 @@ def _chunk_count(passes: np.ndarray, p: np.ndarray, v: np.ndarray, chunk: np.nda
     return (passes // cycle) * p + np.clip(passes % cycle - chunk * p, 0, p)
 
 
+def _chunk_split(model: ModelSpec, p: np.ndarray,
+                 v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool, np.ndarray]:
+    """The layers of each chunk of many configurations, as the workload splits them (even, or balanced when pp x v
+    does not divide the layers), computed once per (pp, v) pair among them: each configuration's index into the
+    pairs, the layers of each pair's virtual stages (chunk x pp + stage) and the layer each starts at, whether every
+    split is even, and (under an uneven split) the first middle stage of each run of stages that hold alike."""
+    L = model.num_layers
+    p_b, v_b = np.broadcast_arrays(p, v)
+    present = np.zeros((int(p_b.max()) + 1, int(v_b.max()) + 1), dtype=bool)
+    present[p_b, v_b] = True
+    pairs = np.argwhere(present)  # the few (pp, v) pairs among the configurations
+    ids = np.zeros(present.shape, dtype=np.int64)
+    ids[pairs[:, 0], pairs[:, 1]] = np.arange(len(pairs))
+    pair_index = ids[p_b, v_b]
+    width = int((pairs[:, 0] * pairs[:, 1]).max())
+    sizes = np.zeros((len(pairs), width), dtype=np.int64)
+    for u, (pu, vu) in enumerate(pairs):
+        if 1 <= pu * vu <= L:  # else no split exists: an invalid configuration, left with no layers
+            split = _split(model, int(pu), int(vu))
+            sizes[u, :len(split)] = split
+    starts = np.cumsum(sizes, axis=1) - sizes
+    even = bool(np.all(L % (pairs[:, 0] * pairs[:, 1]) == 0))
+    # under an uneven split, the first middle stage of each run of stages whose chunks hold alike (stage 1, and
+    # where the heavier stages begin): later stages of a run hold its layers with fewer micro-batches in flight
+    runs = [[s for s in range(1, max(int(pu) - 1, 2)) if s == 1 or any(
+        sizes[u, c * pu + s] != sizes[u, c * pu + s - 1] for c in range(int(vu)))] for u, (pu, vu) in enumerate(pairs)]
+    run_starts = np.ones((len(pairs), max(len(r) for r in runs)), dtype=np.int64)
+    for u, r in enumerate(runs):
+        run_starts[u, :len(r)] = r
+    return pair_index, sizes, starts, even, run_starts
+
+
+def _activation_bytes(model: ModelSpec, attention: str, *, t: np.ndarray, tf: np.ndarray, c: np.ndarray,
+                      b: np.ndarray, sp: np.ndarray, rc: np.ndarray,
+                      vocab: np.ndarray) -> tuple[np.ndarray, np.ndarray | float, np.ndarray, np.ndarray]:
+    """Activation bytes one micro-batch leaves on a GPU, per configuration: of a dense layer, of an MoE layer (0 for a
+    dense model), of the embedding and of the output layer ([korthikanti-2022] Table 2, generalised; see the module
+    docstring)."""
+    B, h = model.dtype_bytes, model.hidden_size
+    seq = model.seq_len / c
+    tokens = b * seq
+    sp_div = np.where(sp, tf, 1.0)
+
+    def layer_act(moe: bool) -> np.ndarray:
+        flash = attention == "flash"
+        ta = _token_activations(model, moe=moe, tp=1, seq=1.0, flash=flash)
+        # K/V heads are copied when tp > g: the split term counts max(g, t) of them
+        kv_extra = 2 * (np.maximum(model.kv_heads, t) - model.kv_heads) * model.head_size * B
+        scores = ta.scores * (1.0 if flash else seq) / tf
+        if not flash:  # where Megatron's fused softmax does not run, PyTorch's keeps its output in fp32
+            fallback = ~fused_softmax_available(model, micro_batch_size=b, tp=t, cp=c)
+            scores = scores + np.where(fallback, model.num_heads * seq * softmax_fallback_saved_bytes(model) / tf, 0.0)
+        kept = (ta.replicated / sp_div + (ta.split + kv_extra) / tf + ta.unsplit
+                + np.where(rc == RECOMPUTE_CODES["none"], scores, 0.0))
+        return tokens * np.where(rc == RECOMPUTE_CODES["full"], ta.layer_input / sp_div, kept)
+
+    act_dense = layer_act(False)
+    act_moe = layer_act(True) if model.is_moe else 0.0
+    emb_act = tokens * h * _MASK_BYTES / sp_div
+    out_act = tokens * (2 * h * B / sp_div + _FP32_BYTES * vocab / tf)
+    return act_dense, act_moe, emb_act, out_act
+
+
 def total_memory_bytes(
     model: ModelSpec,
     *,
@@ -393,28 +456,7 @@ def total_memory_bytes(
 
     # ---- layers of each chunk (the split the workload uses: even, or balanced when pp x v does not divide the
     # layers), looked up per configuration; MoE layers of a chunk counted by prefix sums ----
-    p_b, v_b = np.broadcast_arrays(p, v)
-    present = np.zeros((int(p_b.max()) + 1, int(v_b.max()) + 1), dtype=bool)
-    present[p_b, v_b] = True
-    pairs = np.argwhere(present)  # the few (pp, v) pairs among the configurations
-    ids = np.zeros(present.shape, dtype=np.int64)
-    ids[pairs[:, 0], pairs[:, 1]] = np.arange(len(pairs))
-    pair_index = ids[p_b, v_b]
-    width = int((pairs[:, 0] * pairs[:, 1]).max())
-    sizes = np.zeros((len(pairs), width), dtype=np.int64)
-    for u, (pu, vu) in enumerate(pairs):
-        if 1 <= pu * vu <= L:  # else no split exists: an invalid configuration, left with no layers
-            split = _split(model, int(pu), int(vu))
-            sizes[u, :len(split)] = split
-    starts = np.cumsum(sizes, axis=1) - sizes
-    even = bool(np.all(L % (pairs[:, 0] * pairs[:, 1]) == 0))
-    # under an uneven split, the first middle stage of each run of stages whose chunks hold alike (stage 1, and
-    # where the heavier stages begin): later stages of a run hold its layers with fewer micro-batches in flight
-    runs = [[s for s in range(1, max(int(pu) - 1, 2)) if s == 1 or any(
-        sizes[u, c * pu + s] != sizes[u, c * pu + s - 1] for c in range(int(vu)))] for u, (pu, vu) in enumerate(pairs)]
-    run_starts = np.ones((len(pairs), max(len(r) for r in runs)), dtype=np.int64)
-    for u, r in enumerate(runs):
-        run_starts[u, :len(r)] = r
+    pair_index, sizes, starts, even, run_starts = _chunk_split(model, p, v)
     n_even = L // (p * v)
     cum_moe = np.concatenate(([0], np.cumsum([model.is_moe_layer(i) for i in range(L)]))).astype(np.int64)
     v_max = int(np.max(v))
@@ -458,27 +500,8 @@ def total_memory_bytes(
         return w + g + o
 
     # ---- activations per micro-batch ([korthikanti-2022] Table 2, generalised; see the module docstring) ----
-    seq = model.seq_len / c
-    tokens = b * seq
-    sp_div = np.where(sp, tf, 1.0)
-
-    def layer_act(moe: bool) -> np.ndarray:
-        flash = attention == "flash"
-        ta = _token_activations(model, moe=moe, tp=1, seq=1.0, flash=flash)
-        # K/V heads are copied when tp > g: the split term counts max(g, t) of them
-        kv_extra = 2 * (np.maximum(model.kv_heads, t) - model.kv_heads) * model.head_size * B
-        scores = ta.scores * (1.0 if flash else seq) / tf
-        if not flash:  # where Megatron's fused softmax does not run, PyTorch's keeps its output in fp32
-            fallback = ~fused_softmax_available(model, micro_batch_size=b, tp=t, cp=c)
-            scores = scores + np.where(fallback, model.num_heads * seq * softmax_fallback_saved_bytes(model) / tf, 0.0)
-        kept = (ta.replicated / sp_div + (ta.split + kv_extra) / tf + ta.unsplit
-                + np.where(rc == RECOMPUTE_CODES["none"], scores, 0.0))
-        return tokens * np.where(rc == RECOMPUTE_CODES["full"], ta.layer_input / sp_div, kept)
-
-    act_dense = layer_act(False)
-    act_moe = layer_act(True) if model.is_moe else 0.0
-    emb_act = tokens * h * _MASK_BYTES / sp_div
-    out_act = tokens * (2 * h * B / sp_div + _FP32_BYTES * vocab / tf)
+    act_dense, act_moe, emb_act, out_act = _activation_bytes(model, attention, t=t, tf=tf, c=c, b=b, sp=sp, rc=rc,
+                                                             vocab=vocab)
 
     def stage_total(stage: np.ndarray) -> np.ndarray:
         """Peak bytes of pipeline ``stage`` (an array broadcasting with the configurations)."""
