@@ -6,10 +6,16 @@ The flow, each module using only the ones before it::
     compute/                     every kernel of a training step and its in-training effects
     bandwidth                    the effective-bandwidth model of each collective on each link
     memory, schedule             what fits on a GPU; the pipeline schedules
-    iteration                    the iteration time, term by term (the ``estimate`` function)
+    terms, overlap               the Estimate, term by term; what the frameworks' overlaps hide
+    op_by_op                     the refined iteration time from the op list (its definition)
+    stage_structure, closed_form the same in closed form over the stages, on arrays of configurations
+    iteration                    the iteration time: the ``estimate`` function, the seed method
     many, plan                   many configurations at once; the ranked plan
+    validate_columns, _runs      a file of measured runs: its columns; reading it into specs
     validate, validate_fit       predicted against measured runs; a cluster's efficiency fitted to them
-    shapes                       the GEMM shapes of a model against the GPU (the shape rules)
+    shapes_rules, _report,       the GEMM shapes of a model against the GPU: the shape rules, the report of one
+    _search, _sweep, _measure    job, nearby faster shapes, sweeps, GEMMs timed with torch
+    shapes                       where the names of the shapes_* modules are imported from
 
 The names users import from here stay here: :func:`estimate`, :func:`estimate_op_by_op`, :class:`Estimate`,
 :data:`METHODS` (loaded on first use, so that importing a submodule stays light).
