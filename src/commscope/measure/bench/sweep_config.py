@@ -3,8 +3,8 @@
 The ops, reductions, dtypes and ``-a`` modes a sweep accepts; nccl-tests' size arithmetic (the count and bytes of
 each op at a requested size, the size loop of ``-b``/``-e``/``-f``/``-i``); :class:`SweepConfig`, checked when
 made; and the checks of a configuration against the world it will run on (group sizes, the root, the reduction,
-a size that holds an element, the host's memory), which every command runs before it launches a rank. Nothing
-here imports torch. The semantics are :mod:`commscope.measure.bench.sweep`'s docstring.
+a size that holds an element, the host's memory), which ``bench``, ``tune`` and ``calibrate`` run before they
+launch a rank. Nothing here imports torch. The semantics are :mod:`commscope.measure.bench.sweep`'s docstring.
 """
 
 from __future__ import annotations
