@@ -11,14 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from commscope.measure.bench.sweep import (  # noqa: E402
-    OPS,
-    SweepConfig,
-    WrongResultsError,
-    _expected,
-    _Pattern,
-    run_sweep,
-)
+from commscope.measure.bench.collectives import _expected, _Pattern  # noqa: E402
+from commscope.measure.bench.sweep import OPS, SweepConfig, WrongResultsError, run_sweep  # noqa: E402
 from commscope.cli.main import main  # noqa: E402
 from commscope.measure.launch import LaunchError, spawn  # noqa: E402
 

@@ -396,7 +396,7 @@ def test_a_curve_of_thousands_of_sizes_is_fitted_on_a_grid():
     again, and the lines from sums are those of the direct least squares."""
     import numpy as np
 
-    from commscope.measure.bench.fit import EXHAUSTIVE_SIZES, _line, _line_from_sums, fit_curve
+    from commscope.measure.bench.piecewise import EXHAUSTIVE_SIZES, _line, _line_from_sums, fit_curve
 
     x = np.unique(np.round(np.logspace(3, 27, 2000, base=2)))
     truth = np.where(x < 2**19, 36e-6 + x / 46e9, np.where(x < 2**24, 53e-6 + x / 135e9, 145e-6 + x / 211e9))

@@ -45,50 +45,60 @@ the host; the median call. One job is about 35 timings of ~0.35 s each (15 GEMMs
 
 ``device="cpu"`` runs the same code on the CPU with ``time.perf_counter`` (a test of this code and of the file
 formats, no GPU model); ``commscope calibrate`` refuses to measure without a CUDA device.
+
+This module runs the job's kernels; beside it, and importable from here too, :mod:`commscope.measure.bench.kernel_files`
+holds the files' columns, names and directory rules, :mod:`commscope.measure.bench.kernel_timing` the budgets, the
+timer and the GEMM, and :mod:`commscope.measure.bench.nvidia_smi` the clock and power sampler.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
-import math
 import platform
-import re
-import shutil
-import statistics
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 from commscope.errors import ConfigError
+from commscope.measure.bench.kernel_files import (
+    ATTENTION_COLUMNS,
+    COPIES_COLUMNS,
+    FP8_COLUMNS,
+    GEMMS_COLUMNS,
+    KERNEL_FILES,
+    LAYERS_COLUMNS,
+    SMI_COLUMNS,
+    SUSTAINED_COLUMNS,
+    _tflops,
+    _write_csv,
+    check_kernel_directory,
+    file_prefix,
+    job_prefix,
+    kernel_files_in,
+    model_label,
+    write_gemms_csv,
+)
+from commscope.measure.bench.kernel_timing import (
+    CPU_TEST_CONFIG,
+    MeasureConfig,
+    _l2_bytes,
+    _rotated,
+    _Timer,
+    _torch_dtype,
+    gemm_operands,
+    time_gemm,
+)
+from commscope.measure.bench.nvidia_smi import SMI_QUERY, _smi_devices, _smi_query, _SmiSampler, smi_rows
 from commscope.spec.model import ModelSpec
-from commscope.units import GiB, MiB
+from commscope.units import MiB
 
 __all__ = ["ATTENTION_COLUMNS", "COPIES_COLUMNS", "CPU_TEST_CONFIG", "FP8_COLUMNS", "GEMMS_COLUMNS", "KERNEL_FILES",
            "LAYERS_COLUMNS", "SMI_COLUMNS", "SMI_QUERY", "SUSTAINED_COLUMNS", "KernelRun", "MeasureConfig",
            "check_kernel_directory", "file_prefix", "gemm_operands", "job_prefix", "kernel_files_in", "layer_flop",
            "measure_kernels", "model_label", "smi_rows", "time_gemm", "write_gemms_csv"]
-
-#: Columns of each file, exactly as in ``shared/data/gpu`` (the fit needs the ones it names, reads the rest as notes).
-GEMMS_COLUMNS = ("model", "tp", "micro_batch", "gemm", "pass", "m", "n", "k", "batch", "flop", "measured_s",
-                 "measured_tflops", "measured_nn_layout_s")
-FP8_COLUMNS = ("model", "tp", "gemm", "m", "n", "k", "flop", "fp8_s", "bf16_s", "fp8_tflops", "bf16_tflops")
-ATTENTION_COLUMNS = ("model", "tp", "local_heads", "seq_len", "head_dim", "causal_fwd_flop", "backend", "fwd_s", "bwd_s",
-                     "micro_batch")
-COPIES_COLUMNS = ("copy_bytes", "measured_s")
-LAYERS_COLUMNS = ("model", "tp", "micro_batch", "mode", "fwd_s_per_layer", "bwd_s_per_layer", "flop_fwd_bwd_per_layer")
-SUSTAINED_COLUMNS = ("t_s", "iterations", "fwd_bwd_s_per_layer", "tflops")
-SMI_COLUMNS = ("timestamp", "clocks_sm", "power_draw", "temperature_c", "throttle_reasons")
-#: nvidia-smi's names of :data:`SMI_COLUMNS` (``clocks_event_reasons`` is the newer drivers' name of the last).
-SMI_QUERY = ("timestamp", "clocks.sm", "power.draw", "temperature.gpu", "clocks_throttle_reasons.active")
-_SMI_QUERY_NEW = (*SMI_QUERY[:-1], "clocks_event_reasons.active")
-
-#: The file name endings :func:`commscope.estimate.compute.calibration.read_kernel_dir` reads.
-KERNEL_FILES = ("gemms.csv", "attention.csv", "layers.csv", "nvidia_smi.csv", "copies.csv")
 
 #: GEMMs a fused attention kernel runs inside itself (timed as attention, not as GEMMs).
 _ATTENTION_GEMMS = ("attn_scores", "attn_values")
@@ -96,41 +106,6 @@ _ATTENTION_GEMMS = ("attn_scores", "attn_values")
 _FP8_GEMMS = ("qkv", "attn_proj", "mlp_up", "mlp_down")
 #: Causal fused attention's backward over its forward FLOP [commscope.estimate.compute.attention.BACKWARD_RATIO].
 _ATTENTION_BWD_RATIO = 2.5
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MeasureConfig:
-    """How long and how much to measure (defaults: a CUDA GPU, under a minute plus ``sustained_s``)."""
-
-    load_s: float = 0.3
-    """Each kernel runs back to back this long right before it is timed: the GPU at its loaded clock."""
-    min_timed_s: float = 0.03
-    """Timed calls of one kernel span at least this long ..."""
-    min_calls: int = 5
-    """... and are at least this many."""
-    max_calls: int = 2000
-    warmup_calls: int = 2
-    copy_sizes_bytes: tuple[int, ...] = (64 * MiB, 256 * MiB, GiB)
-    stacked_layers: int = 4
-    """Layers timed together (per layer = total / this)."""
-    sustained_s: float = 30.0
-    """Seconds of continuous layers for the clock under load (0: none)."""
-    window_s: float = 2.0
-    smi_interval_ms: int = 500
-
-    def __post_init__(self) -> None:
-        for name in ("load_s", "min_timed_s", "sustained_s"):
-            if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
-                raise ConfigError(name, getattr(self, name), "must be a finite number of seconds >= 0")
-        if not self.window_s > 0:
-            raise ConfigError("window_s", self.window_s, "must be > 0 seconds")
-        if self.min_calls < 1 or self.max_calls < self.min_calls or self.stacked_layers < 1 or self.warmup_calls < 0:
-            raise ConfigError("min_calls", self.min_calls, "needs 1 <= min_calls <= max_calls, stacked_layers >= 1")
-
-
-#: Tiny budgets for the CPU path of the tests (the same code, the same files).
-CPU_TEST_CONFIG = MeasureConfig(load_s=0.005, min_timed_s=0.002, min_calls=3, max_calls=50, warmup_calls=1,
-                                copy_sizes_bytes=(1 * MiB, 4 * MiB), stacked_layers=2, sustained_s=0.3, window_s=0.1)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,228 +126,6 @@ class KernelRun:
         return {"directory": str(self.directory), "device": self.device,
                 "files": {k: str(v) for k, v in self.files.items()}, "rows": dict(self.rows),
                 "notes": list(self.notes), "wall_s": self.wall_s}
-
-
-def kernel_files_in(directory: Path) -> list[Path]:
-    """The kernel CSVs in ``directory`` (the file name endings the fit reads)."""
-    if not directory.is_dir():
-        return []
-    return sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(KERNEL_FILES))
-
-
-def file_prefix(device: str) -> str:
-    """``NVIDIA H200`` -> ``nvidia-h200``: the device in the file names."""
-    return re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") or "gpu"
-
-
-def model_label(model: ModelSpec) -> tuple[str, bool]:
-    """(the preset's name, True) when ``model`` is that preset unchanged, else (a file-name-safe label, False): the
-    ``model`` column of the rows and the model part of the file names."""
-    from commscope.presets import model_preset
-
-    try:
-        if model_preset(model.name) == model:
-            return model.name, True
-    except ConfigError:
-        pass
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", model.name).strip("-.") or "model", False
-
-
-def job_prefix(device: str, model: ModelSpec, tp: int, micro_batch: int) -> str:
-    """The start of one job's file names: ``nvidia-h200_llama3-70b_tp8_mb1`` (device, model, tp, micro-batch)."""
-    return f"{file_prefix(device)}_{model_label(model)[0]}_tp{tp}_mb{micro_batch}"
-
-
-def check_kernel_directory(directory: Path, device: str, job: str, field: str = "kernels-out") -> None:
-    """Refuse to add the job ``job`` (:func:`job_prefix`) to ``directory`` when it would mix what the fit keeps apart:
-    this job measured there before (its kernels counted twice), or another device's measurements (two GPUs fitted
-    as one). Other jobs of the same device are welcome: the fit of the directory learns from all of them, and
-    leaves each model out in turn."""
-    files = kernel_files_in(directory)
-    again = [f for f in files if f.name.startswith(f"{job}_")]
-    if again:
-        raise ConfigError(field, str(directory), f"already holds this job's measurements ({again[0].name}); a second "
-                                                 "run would count its kernels twice: give another directory")
-    other = [f for f in files if not f.name.startswith(f"{file_prefix(device)}_")]
-    if other:
-        raise ConfigError(field, str(directory), f"holds measurements of another device ({other[0].name}); this is "
-                                                 f"{device}, and one fit of both would mix two GPUs: give a directory "
-                                                 "of its own")
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Timing
-# ---------------------------------------------------------------------------------------------------------
-
-
-class _Timer:
-    """Times a call on one device: warm-up, a rate probe, ``load_s`` of load, then the timed calls (see the module
-    docstring). CUDA: events around each call; CPU: ``time.perf_counter``."""
-
-    def __init__(self, torch: Any, device: Any, config: MeasureConfig) -> None:
-        self.torch, self.device, self.cfg = torch, device, config
-        self.cuda = device.type == "cuda"
-
-    def sync(self) -> None:
-        if self.cuda:
-            self.torch.cuda.synchronize(self.device)
-
-    def estimate_s(self, fn: Callable[[], Any], calls: int = 3) -> float:
-        """Wall seconds per call of ``fn`` after its warm-up (the host's share included: an upper bound)."""
-        for _ in range(self.cfg.warmup_calls):
-            fn()
-        self.sync()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        self.sync()
-        return max((time.perf_counter() - t0) / calls, 1e-9)
-
-    def times_s(self, fn: Callable[[], Any]) -> list[float]:
-        """Seconds of each timed call of ``fn``."""
-        cfg = self.cfg
-        per_call = self.estimate_s(fn)
-        for _ in range(min(math.ceil(cfg.load_s / per_call), 100 * cfg.max_calls)):
-            fn()  # no synchronisation: the timed calls queue behind the load, the GPU never idles between them
-        calls = max(cfg.min_calls, min(cfg.max_calls, math.ceil(cfg.min_timed_s / per_call)))
-        if self.cuda:
-            events = [(self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True))
-                      for _ in range(calls)]
-            for start, end in events:
-                start.record()
-                fn()
-                end.record()
-            self.sync()
-            return [start.elapsed_time(end) / 1e3 for start, end in events]
-        laps = []
-        for _ in range(calls):
-            t0 = time.perf_counter()
-            fn()
-            laps.append(time.perf_counter() - t0)
-        return laps
-
-    def median_s(self, fn: Callable[[], Any]) -> float:
-        return float(statistics.median(self.times_s(fn)))
-
-
-def _torch_dtype(torch: Any, dtype: str) -> Any:
-    table = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "tf32": torch.float32}
-    if dtype not in table:
-        raise ConfigError("dtype", dtype, "measurable GEMM dtypes: bf16, fp16, fp32")
-    return table[dtype]
-
-
-def _l2_bytes(torch: Any, device: Any) -> int:
-    if device.type != "cuda":
-        return 0
-    return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * MiB))
-
-
-def _rotated(make: Callable[[], tuple[Any, ...]], set_bytes: int, l2_bytes: int) -> Callable[[], tuple[Any, ...]]:
-    """A function returning the next of enough operand sets (each from ``make``) that the ones used since a set's
-    last use fill twice the L2 cache: each call reads its operands from HBM, as in training."""
-    count = 1 if set_bytes >= 2 * l2_bytes else min(64, math.ceil(2 * l2_bytes / max(set_bytes, 1)) + 1)
-    sets = [make() for _ in range(count)]
-    state = {"i": 0}
-
-    def next_set() -> tuple[Any, ...]:
-        state["i"] = (state["i"] + 1) % count
-        return sets[state["i"]]
-
-    return next_set
-
-
-def gemm_operands(pass_: str, m: int, n: int, k: int, *, batch: int = 1, dtype: str = "bf16", device: Any = "cpu"
-                  ) -> tuple[Any, Any, Any]:
-    """(A, B, out) of one ``batch`` x (M x K) @ (K x N) in the layout training runs ``pass_`` in (random data;
-    M, N, K as :func:`commscope.estimate.compute.gemm.layer_gemms` names them, for the forward's ``Y = X W^T`` of a
-    ``torch.nn.Linear`` with X (M x K) and W stored [N, K]):
-
-    - ``fwd``: A = X (M x K), B = W^T, a transposed view of W stored [N, K];
-    - ``dgrad`` (M, N, K = tokens, in, out): A = dY (M x K), B = W stored [K, N] (the forward's [out, in]);
-    - ``wgrad`` (M, N, K = in, out, tokens): dW = dY^T X, stored [out, in] = (N x M): A = dY^T, a transposed view of
-      dY stored [K, N], B = X stored [K, M]; ``out`` is N x M.
-    """
-    import torch
-
-    dev = torch.device(device)
-    tdtype = _torch_dtype(torch, dtype)
-    lead = (batch,) if batch > 1 else ()
-
-    def randn(*shape: int) -> Any:
-        return torch.randn((*lead, *shape), device=dev, dtype=tdtype)
-
-    def empty(*shape: int) -> Any:
-        return torch.empty((*lead, *shape), device=dev, dtype=tdtype)
-
-    if pass_ == "fwd":
-        return randn(m, k), randn(n, k).transpose(-1, -2), empty(m, n)
-    if pass_ == "dgrad":
-        return randn(m, k), randn(k, n), empty(m, n)
-    if pass_ == "wgrad":
-        return randn(k, n).transpose(-1, -2), randn(k, m), empty(n, m)
-    raise ConfigError("pass", pass_, "valid: fwd, dgrad, wgrad")
-
-
-def time_gemm(pass_: str, m: int, n: int, k: int, *, batch: int = 1, dtype: str = "bf16", device: Any = "cuda",
-              config: MeasureConfig | None = None, timer: Any = None) -> float:
-    """Median seconds of one ``torch.matmul`` of :func:`gemm_operands` (the layout of ``pass_``), with operand sets
-    rotated where one fits twice into the L2 cache (see the module docstring)."""
-    import torch
-
-    dev = torch.device(device)
-    t = timer or _Timer(torch, dev, config or MeasureConfig())
-    size = torch.finfo(_torch_dtype(torch, dtype)).bits // 8
-    operands = _rotated(lambda: gemm_operands(pass_, m, n, k, batch=batch, dtype=dtype, device=dev),
-                        batch * (m * k + k * n + m * n) * size, _l2_bytes(torch, dev))
-
-    def call() -> None:
-        a, b, c = operands()
-        torch.matmul(a, b, out=c)
-
-    return t.median_s(call)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# CSV files
-# ---------------------------------------------------------------------------------------------------------
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.9g}"
-    return "" if value is None else str(value)
-
-
-def _write_csv(path: Path, columns: Sequence[str], rows: Sequence[dict[str, Any]]) -> Path:
-    from commscope.io.atomic import atomic_open
-
-    with atomic_open(path, "w", newline="") as f:  # beside the target, renamed into place when complete
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(columns)
-        for row in rows:
-            w.writerow([_cell(row.get(c)) for c in columns])
-    return path
-
-
-def _tflops(flop: float, seconds: float) -> float:
-    """TFLOP/s to 4 significant digits (``686.2``; a CPU's ``0.01234``, never a 0 the fit would refuse)."""
-    return float(f"{flop / seconds / 1e12:.4g}")
-
-
-def write_gemms_csv(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
-    """``rows`` (model, tp, micro_batch, gemm, pass, m, n, k, batch, measured_s) as a ``*gemms.csv`` file, flop and
-    TFLOP/s filled in."""
-    full = []
-    for r in rows:
-        flop = 2 * r["m"] * r["n"] * r["k"] * r.get("batch", 1)
-        full.append({"batch": 1, **r, "flop": flop, "measured_tflops": _tflops(flop, r["measured_s"])})
-    return _write_csv(path, GEMMS_COLUMNS, full)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The job's kernels
-# ---------------------------------------------------------------------------------------------------------
 
 
 def _attention_fwd_flop(micro_batch: int, heads: int, seq: int, head_dim: int) -> int:
@@ -438,91 +191,6 @@ def _make_layer(torch: Any, model: ModelSpec, tp: int, dtype: Any, device: Any, 
             return x + self.down(z)
 
     return _Layer()
-
-
-def _smi_command(device_id: str, fields: Sequence[str]) -> list[str]:
-    """One nvidia-smi query of ``fields`` for ``device_id``, one CSV line without header."""
-    return [shutil.which("nvidia-smi") or "nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader",
-            "-i", device_id]
-
-
-def _smi_devices(torch: Any, device: Any) -> list[str]:
-    """nvidia-smi's names of ``device`` to try: its UUID (CUDA_VISIBLE_DEVICES renumbers the indices), then the
-    index CUDA_VISIBLE_DEVICES maps it to, then its own index."""
-    import os
-
-    out = []
-    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
-    if uuid is not None:
-        text = str(uuid)
-        out.append(text if text.startswith("GPU-") else f"GPU-{text}")
-    index = device.index or 0
-    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
-    if index < len(visible):
-        out.append(visible[index])
-    out.append(str(index))
-    return list(dict.fromkeys(out))
-
-
-def _smi_query(devices: Sequence[str]) -> tuple[str, tuple[str, ...]] | None:
-    """(device name, query fields) that this nvidia-smi answers (the old or the new name of the throttle reasons,
-    or none), or None: no nvidia-smi, or it does not answer."""
-    if shutil.which("nvidia-smi") is None:
-        return None
-    for device_id in devices:
-        for fields in (SMI_QUERY, _SMI_QUERY_NEW, SMI_QUERY[:-1]):
-            try:
-                done = subprocess.run(_smi_command(device_id, fields), check=False, capture_output=True, text=True,
-                                      timeout=20)
-            except (OSError, subprocess.TimeoutExpired):
-                return None
-            if done.returncode == 0 and len(done.stdout.strip().split(",")) == len(fields):
-                return device_id, fields
-    return None
-
-
-class _SmiSampler:
-    """nvidia-smi queried every ``interval_s`` from a thread while the sustained run lasts: one complete process
-    per sample, so no line is lost to a pipe's buffer when sampling stops."""
-
-    def __init__(self, device_id: str, fields: Sequence[str], interval_s: float) -> None:
-        import threading
-
-        self.command = _smi_command(device_id, fields)
-        self.interval_s = interval_s
-        self.lines: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="nvidia-smi sampler", daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            t0 = time.monotonic()
-            try:
-                done = subprocess.run(self.command, check=False, capture_output=True, text=True, timeout=10)
-                if done.returncode == 0:
-                    self.lines += [line for line in done.stdout.splitlines() if line.strip()]
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - t0)))
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=15)
-
-
-def smi_rows(text: str) -> list[dict[str, str]]:
-    """nvidia-smi's ``--format=csv,noheader`` lines as rows of :data:`SMI_COLUMNS` (values as it prints them,
-    ``" 1575 MHz"``; the fit reads the number before the unit)."""
-    rows = []
-    for line in text.splitlines():
-        cells = line.split(",")
-        if len(cells) >= 3:
-            rows.append(dict(zip(SMI_COLUMNS, cells)))
-    return rows
 
 
 class _Session:

@@ -1,0 +1,471 @@
+"""What ``commscope fit`` reads: the rows of a bench JSON or of nccl-tests / rccl-tests output, as FitPoints.
+
+:func:`load_points` tells the two apart (and names another tool's records given by mistake), then reads every row
+into a :class:`FitPoint` (op, group size, size, time). A damaged row (a value no measurement has) is skipped and
+named in one line; a row that contradicts a flag, failed its data check, or mixes what one fitted curve cannot hold
+(several types, reduction ops or roots, several machines' tables) refuses the whole input with a ConfigError that
+says which flag picks one. The fit itself is :mod:`commscope.measure.bench.fit`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from commscope.measure.bench.fitted import (
+    BUSBW_OPS,
+    VARIANTS,
+    canonical_op,
+    mixed_variants,
+    root_variant,
+    row_variants,
+)
+from commscope.errors import ConfigError
+from commscope.commop import MAX_MESSAGE_BYTES
+
+__all__ = ["FIT_OPS", "FitPoint", "check_op", "load_points", "problem_lines"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FitPoint:
+    """One measured row: ``op`` over ``group_size`` ranks moved ``size_bytes`` in ``time_s``."""
+
+    op: str
+    group_size: int
+    size_bytes: int
+    time_s: float
+    intra_node: bool | None = None
+    noisy: bool = False
+    """The measurement flagged this row noisy (commscope bench: coefficient of variation above its threshold)."""
+
+
+
+#: The ops a row to fit may measure: those with an nccl-tests bus-bandwidth factor.
+FIT_OPS = BUSBW_OPS
+
+#: Damaged rows are said one line each, up to this many (then a count): a whole broken file is one refusal.
+_MAX_PROBLEMS = 10
+
+
+def _known_op(name: Any) -> str | None:
+    """The canonical name of ``name`` if fit knows its bus-bandwidth factor, else None."""
+    op = canonical_op(str(name))
+    return op if op in FIT_OPS else None
+
+
+def check_op(op: str | None) -> str | None:
+    """``--op`` as a canonical collective; ConfigError naming the valid ones."""
+    if op is None:
+        return None
+    known = _known_op(op)
+    if known is None:
+        raise ConfigError("op", op, f"expected one of {', '.join(FIT_OPS)} (nccl-tests' names such as allreduce or "
+                                    "all_reduce_perf work too)")
+    return known
+
+
+def _damage(row: dict, i: int, source: str) -> str | None:
+    """Why bench-JSON row ``i`` is damaged (a value no measurement has), naming the row, field and value; else None
+    (the rules every reader applies: :func:`commscope.io.checks.bench_row_problem`)."""
+    from commscope.io.checks import bench_row_problem
+
+    if _known_op(row["op"]) is None:
+        return f"{source} rows[{i}].op={row['op']!r}: not a collective fit knows ({', '.join(FIT_OPS)})"
+    why = bench_row_problem(row)
+    return None if why is None else f"{source} rows[{i}].{why}"
+
+
+def _points_from_bench(data: dict, source: str, *, group_size: int | None = None, op: str | None = None,
+                       dtype: str | None = None, redop: str | None = None, root: int | None = None,
+                       ) -> tuple[list[FitPoint], dict[str, Any]]:
+    """FitPoints of bench JSON. Rows that failed the data check are refused (the run is not to be trusted);
+    damaged rows (an unknown op, a size, group size or time no measurement has) are skipped, each named in
+    ``info["problems"]``. ``group_size`` and ``op`` (the flags for nccl-tests output that does not say) must agree
+    with every row: bench JSON names each row's own. Rows of several types, reduction ops or roots (sweeps merged)
+    must be picked from with ``dtype`` / ``redop`` / ``root``."""
+    rows = data.get("rows")
+    if not isinstance(rows, list) or not rows:
+        raise ConfigError("rows", source, "no rows: expected {\"meta\": ..., \"rows\": [...]} from `commscope bench`")
+    items: list[tuple[FitPoint, str | None, str | None, str | None]] = []
+    problems: list[str] = []
+    # A file of a million rows holds a few kinds of row (op, group size, type, ...): each kind is checked and named
+    # once, by the first row of it that passes every check below, and later rows of a known kind whose numbers are
+    # plainly valid (the rules of commscope.io.checks, tested on their types) become points without the checks again.
+    # Anything else goes through the checks, as every row once did: the same points and problems, ~5x faster.
+    kinds: dict[tuple[Any, ...], tuple[str, int, bool | None, bool, tuple[str | None, str | None, str | None]]] = {}
+    for i, row in enumerate(rows, start=1):
+        try:
+            kind = (row["op"], row["group_size"], row.get("intra_node"), row.get("dtype"), row.get("redop"),
+                    row.get("root"), row.get("noisy"), row.get("wrong"))
+            known = kinds.get(kind)
+        except (TypeError, KeyError, AttributeError):  # no object, a field missing, a value of no plain kind
+            kind, known = None, None
+        if known is not None and _plain_numbers(row):
+            row_op, n, intra, noisy, variants = known
+            items.append((FitPoint(op=row_op, group_size=n, size_bytes=row["size_bytes"],
+                                   time_s=float(row["time_s"]), intra_node=intra, noisy=noisy), *variants))
+            continue
+        if not isinstance(row, dict):
+            raise ConfigError(f"rows[{i}]", row, "must be an object", source=source)
+        missing = [k for k in ("op", "group_size", "size_bytes", "time_s") if k not in row]
+        if missing:
+            raise ConfigError(f"rows[{i}]", {k: row[k] for k in list(row)[:4]}, f"lacks {', '.join(missing)}",
+                              source=source)
+        if row.get("wrong"):
+            raise ConfigError(f"rows[{i}].wrong", row["wrong"],
+                              f"{row['op']} at {row['size_bytes']} B had wrong results; refit from a clean run",
+                              source=source)
+        why = _damage(row, i, source)
+        if why is not None:
+            problems.append(f"{why}: row skipped")
+            continue
+        size, t, n, row_op = int(row["size_bytes"]), float(row["time_s"]), int(row["group_size"]), canonical_op(row["op"])
+        if group_size is not None and n != group_size:
+            raise ConfigError("group_size", group_size, f"{source} rows[{i}] ran on {n} ranks: bench JSON names each "
+                                                        "row's group size (--group-size is for nccl-tests output that "
+                                                        "does not say); leave it out")
+        if op is not None and row_op != op:
+            raise ConfigError("op", op, f"{source} rows[{i}] measures {row_op}: bench JSON names each row's op (--op is "
+                                        "for nccl-tests output whose header does not); leave it out")
+        intra = row.get("intra_node")
+        point = FitPoint(op=row_op, group_size=n, size_bytes=size, time_s=t,
+                         intra_node=intra if isinstance(intra, bool) else None, noisy=bool(row.get("noisy")))
+        variants = row_variants(row)
+        items.append((point, *variants))
+        if kind is not None:
+            kinds[kind] = (point.op, point.group_size, point.intra_node, point.noisy, variants)
+    if not items:
+        raise ConfigError("input", source, f"has no usable rows: {'; '.join(problems[:3])}")
+    points, chosen = _select_variants(items, source, dtype=dtype, redop=redop, root=root)
+    meta = data.get("meta", {}) if isinstance(data.get("meta"), dict) else {}
+    return points, {"time_kind": "median", "backend": meta.get("backend"), "problems": problems, "notes": [],
+                    "chosen": chosen}
+
+
+def _plain_numbers(row: dict) -> bool:
+    """Whether a bench row's size, time and bus bandwidths plainly pass :func:`commscope.io.checks.bench_row_problem`:
+    an int size of 1 B to 1 TiB, a float or int time finite and > 0, each bandwidth absent or a finite float > 0
+    (anything else is checked in full)."""
+    size, t = row["size_bytes"], row["time_s"]
+    if type(size) is not int or not 1 <= size <= MAX_MESSAGE_BYTES or type(t) not in (float, int) or not 0 < t < math.inf:
+        return False
+    for key in ("busbw_bytes_per_s", "busbw_GBps"):
+        b = row.get(key)
+        if b is not None and (type(b) not in (float, int) or not 0 < b < math.inf):
+            return False
+    return True
+
+
+def _canonical_dtype(name: str) -> str:
+    from commscope.io.nccl_tests import _canonical_dtype as canon
+
+    return canon(str(name).strip())
+
+
+def _select_variants(items: Sequence[tuple[FitPoint, str | None, str | None, str | None]], source: str, *,
+                     dtype: str | None, redop: str | None, root: int | None = None) -> tuple[list[FitPoint], str | None]:
+    """The points of ``items`` (point, dtype, redop, root) of the type ``dtype``, reduction op ``redop`` and root
+    ``root`` (a row that has none, such as all_gather's redop or all_reduce's root, passes), and what was chosen. A
+    curve (op, group size) timed in several types, reduction ops or roots (nccl-tests ``-r -1``) with no flag to pick
+    one is refused, naming them: pooled, the fit would mix what the measurement kept apart; one of them taken, the
+    others would vanish."""
+    chosen = []
+    for i, (given, (label, _, flag, _, _)) in enumerate(zip((dtype, redop, root), VARIANTS, strict=True)):
+        if given is None:
+            continue
+        want = _canonical_dtype(str(given)) if i == 0 else str(given).strip().lower()
+        have = [v for v in dict.fromkeys(it[1 + i] for it in items) if isinstance(v, str)]
+        if not have:
+            raise ConfigError(flag.lstrip("-"), given, f"{source} names no {label} of its rows; leave {flag} out")
+        if want not in have:
+            raise ConfigError(flag.lstrip("-"), given, f"{source} has no rows of that {label}; its rows are "
+                                                       f"{', '.join(have)}")
+        items = [it for it in items if it[1 + i] in (None, want)]
+        chosen.append(f"{label} {want}")
+    # each curve's variants in the order they come (a million rows hold a few distinct ones)
+    mixed = mixed_variants(dict.fromkeys((point.op, point.group_size, point.intra_node, d, r, rt)
+                                         for point, d, r, rt in items))
+    if mixed is not None:
+        op, n, what, pick, opts = mixed
+        raise ConfigError("input", source, f"times {op} over {n} ranks {what}, as nccl-tests {opts} does; one "
+                                           f"fitted curve holds one of each: pick with {pick} (or another of those)")
+    return [it[0] for it in items], ", ".join(chosen) or None
+
+
+def _line_of(problem: str, name: str) -> int | None:
+    """The line number of a reader's problem ``name:LINE: ...``; None for one about the whole file."""
+    head = f"{name}:"
+    if not problem.startswith(head):
+        return None
+    number = problem[len(head):].split(":", 1)[0]
+    return int(number) if number.isdigit() else None
+
+
+def _keep_tables(result: Any, keep: set[int], name: str) -> tuple[list[Any], list[str]]:
+    """The rows of the tables numbered ``keep`` (from 1, in file order) and the reader's problems about those tables
+    (and about the file), less what it said of a repeat between a kept table and one left out (nothing of theirs is
+    pooled now)."""
+    from commscope.io.nccl_tests import repeated_tables
+
+    runs = result.meta.get("runs", [])
+    starts = [min(x for x in (r.get("op_named_line"), r.get("first_line")) if x) for r in runs]
+    spans = [(lo, (starts[i + 1] - 1) if i + 1 < len(runs) else math.inf) for i, lo in enumerate(starts)]
+    keep_spans = [span for i, span in enumerate(spans, start=1) if i in keep]
+    drop_spans = [span for i, span in enumerate(spans, start=1) if i not in keep]
+
+    def kept(problem: str) -> bool:
+        pair = repeated_tables(problem, runs)
+        if pair is not None:
+            return all(t in keep for t in pair)
+        ln = _line_of(problem, name)
+        return ln is None or any(lo <= ln <= hi for lo, hi in keep_spans) or not any(
+            lo <= ln <= hi for lo, hi in drop_spans)
+
+    return [r for r in result.rows if r.table in keep], [p for p in result.problems if kept(p)]
+
+
+def _tables_arg(run: str | Sequence[int] | None, runs: list[dict], name: str) -> list[int] | None:
+    """``--run 1,3`` as table numbers, each checked against the file's tables."""
+    if run is None:
+        return None
+    text = run if isinstance(run, str) else ",".join(map(str, run))
+    valid = (f"table numbers from 1 to {len(runs)} (file order), comma-separated: --run 1"
+             + (" or --run 1,2" if len(runs) > 1 else ""))
+    numbers = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or not 1 <= int(part) <= len(runs):
+            raise ConfigError("run", text, f"{name} has {len(runs)} table{'s' if len(runs) > 1 else ''}: give "
+                                           f"{valid}")
+        numbers.append(int(part))
+    return sorted(set(numbers))
+
+def _points_from_nccl_tests(path: Path, group_size: int | None, op: str | None = None, *, dtype: str | None = None,
+                            redop: str | None = None, root: int | None = None, run: str | Sequence[int] | None = None,
+                            ) -> tuple[list[FitPoint], dict[str, Any]]:
+    """FitPoints of nccl-tests output, one per table line (its out-of-place half, as nccl-tests' summaries use).
+    Lines the reader could not read, and lines whose out-of-place time is no measurement (<= 0), are skipped and
+    named in ``info["problems"]``, with everything else the reader found wrong with the output. ``group_size`` and
+    ``op`` fill in what the output does not say; where it says otherwise, they are refused. In a log of several
+    collectives (nccl-tests run once per test binary, the outputs pasted together), ``op`` picks one of them.
+    ``dtype``, ``redop`` and ``root`` pick one type, reduction op and root of a table that times several (``-d all``,
+    ``-o all``, ``-r -1``). Tables that time one curve on one machine (a run repeated) are pooled, each size's
+    median; tables of other machines (outputs pasted together) are refused together until ``run`` picks one
+    machine's tables (their numbers from 1 in file order, ``"1,3"``)."""
+    rows, problems, notes, file_ops = _tables_to_fit(path, op, run)
+    by_key, one_rank = _lines_to_fit(rows, path.name, file_ops, group_size, op, problems)
+    if not by_key and one_rank == len(rows):
+        raise ConfigError("input", path.name, "the rows ran on 1 rank: nothing crossed a link (busbw is 0 by "
+                                              "definition), so there is no bandwidth to fit; measure over 2 ranks or "
+                                              "more")
+    if one_rank:
+        notes.append(f"{one_rank} rows ran on 1 rank (nothing crossed a link, busbw 0 by definition): skipped")
+    items = [(FitPoint(op=k[0], group_size=k[1], size_bytes=k[2], time_s=float(r.time_s), intra_node=k[3]), k[4], k[5],
+              root_variant(k[6])) for k, r in by_key.items()]
+    points, chosen = _select_variants(items, path.name, dtype=dtype, redop=redop, root=root)
+    if not points:
+        raise ConfigError("input", path.name, "has no usable nccl-tests rows (size > 0, a time, >= 2 ranks)"
+                          + (f": {'; '.join(problems[:3])}" if problems else ""))
+    return points, {"time_kind": "mean", "backend": "nccl-tests", "problems": problems, "notes": notes,
+                    "chosen": chosen}
+
+
+def _tables_to_fit(path: Path, op: str | None, run: str | Sequence[int] | None,
+                   ) -> tuple[Sequence[Any], list[str], list[str], list[str]]:
+    """The rows of the tables of ``path`` to fit, the reader's problems about them, notes on the tables left out,
+    and the file's collectives. ``op`` picks one collective of a log of several, or takes the rows of output that
+    names none as its own; ``run`` picks tables by number; tables of other machines left together are refused."""
+    from commscope.io.nccl_tests import describe_tables, mixed_hardware, parse_nccl_tests, pick_tables
+
+    try:
+        result = parse_nccl_tests(path, quick=True)  # the rows only read: as named tuples, faster to make
+    except ValueError as exc:
+        raise ConfigError("input", path.name, str(exc)) from None
+    runs = result.meta.get("runs", [])
+    file_ops = list(dict.fromkeys(r["op"] for r in runs))
+    notes: list[str] = []
+    keep = set(range(1, len(runs) + 1))
+    if op is not None and len(file_ops) > 1:  # --op picks one collective of several
+        if op not in file_ops:
+            raise ConfigError("op", op, f"{path.name} holds the tables of {', '.join(file_ops)}; --op picks one of "
+                                        "them")
+        keep = {i for i in keep if runs[i - 1]["op"] == op}
+        failed = {r.op for r in result.rows if r.op != op and r.failed_check}
+        left = ", ".join(f"{o} (failed its data check)" if o in failed else o for o in file_ops if o != op)
+        notes.append(f"fitted {op} only (--op): left out the file's other collectives, {left}")
+    elif op is not None:
+        for r in runs:
+            named = r.get("op_named")
+            if named is not None and named != op:
+                raise ConfigError("op", op, f"{path.name} line {r.get('op_named_line')} names the test {named}; "
+                                            "leave --op out (it is for output that does not name it)")
+        result = parse_nccl_tests(path, op=op, quick=True)  # read again, the rows taken as op's
+        runs = result.meta.get("runs", [])
+    tables = _tables_arg(run, runs, path.name)
+    if tables is not None:  # --run picks tables
+        other = [t for t in tables if t not in keep]
+        if other:
+            raise ConfigError("run", run, f"table {other[0]} of {path.name} times {runs[other[0] - 1]['op']}; --op "
+                                          f"{op} picks the tables of {op} (table{'s' if len(keep) > 1 else ''} "
+                                          f"{', '.join(map(str, sorted(keep)))})")
+        left_out = [r for r in runs if r["table"] in keep and r["table"] not in tables]
+        keep = set(tables)
+        if left_out:
+            notes.append(f"fitted table{'s' if len(tables) > 1 else ''} {', '.join(map(str, tables))} only (--run): "
+                         f"left out {describe_tables(left_out)}")
+    if len(keep) < len(runs):
+        rows, problems = _keep_tables(result, keep, path.name)
+    else:
+        rows, problems = result.rows, list(result.problems)
+    mixed = mixed_hardware(rows, runs)
+    if mixed is not None:
+        mixed_op, n, where = mixed
+        raise ConfigError("input", path.name, f"times {mixed_op} over {n or '?'} ranks on other hardware, outputs "
+                                              f"pasted together: {describe_tables(where)}; one fitted curve holds one "
+                                              f"machine's tables: pick with {pick_tables(where)}")
+    return rows, problems, notes, file_ops
+
+
+def _lines_to_fit(rows: Sequence[Any], name: str, file_ops: Sequence[str], group_size: int | None, op: str | None,
+                  problems: list[str],
+                  ) -> tuple[dict[tuple[str, int, int, bool | None, str, str | None, int | None, str], Any], int]:
+    """The table lines of ``rows`` to fit, each its out-of-place half where it has one, by (op, n, size, intra-node,
+    type, redop, root, line), and how many rows ran on one rank (not kept). A damaged line is skipped and named in
+    ``problems``; a row of no known collective, of a group size other than ``group_size``, or that failed its data
+    check is refused."""
+    from commscope.io.checks import row_time_problem
+
+    # (op, n, size, intra-node, type, redop, root, line): every line one point, repeated tables' pooled by fit()
+    by_key: dict[tuple[str, int, int, bool | None, str, str | None, int | None, str], Any] = {}
+    damaged: set[str] = set()
+    one_rank = 0
+    for row in rows:
+        if row.op == "unknown":  # no header names the test and the rows fit no collective's arithmetic
+            raise ConfigError("input", name, f"{row.source}: the collective of these rows cannot be told (no "
+                                             "command line names the test binary and the rows fit none); give "
+                                             "it with --op all_reduce (or all_gather, ...)")
+        if canonical_op(row.op) not in FIT_OPS:
+            raise ConfigError("op", row.op, f"{name} measures {row.op}, which has no nccl-tests bus-bandwidth "
+                                            f"factor; fit knows {', '.join(FIT_OPS)}")
+        said = getattr(row, "group_size", None)
+        if group_size is not None and said is not None and said != group_size:
+            raise ConfigError("group_size", group_size, f"{name} says its rows ran on {said} ranks (its '# Using "
+                                                        "devices' or NCCL nranks lines); leave --group-size out (it is "
+                                                        "for output that does not say)")
+        n = said or group_size
+        if not n:
+            raise ConfigError("group_size", None, f"{name} does not say how many ranks ran; give --group-size N",
+                              source=name)
+        if n < 2:
+            one_rank += 1
+            continue  # one rank: busbw is 0 by definition, nothing crosses a link
+        if row.failed_check:
+            others = [o for o in file_ops if o != row.op]
+            hint = (f", or give --op to fit one of the file's other collectives ({', '.join(others)})"
+                    if others and op is None else "")
+            raise ConfigError("data check", row.wrong if row.wrong is not None else row.max_error,
+                              f"{row.op} at {row.size_bytes} B failed nccl-tests' data check ({row.source}); "
+                              f"refit from a clean run{hint}", source=name)
+        if row.size_bytes is None or row.size_bytes <= 0 or row.source in damaged:
+            continue  # zero-byte rows say nothing about alpha and beta
+        t = row.time_s
+        why = None if type(t) is float and 0 < t < math.inf else row_time_problem(row.op, row.size_bytes, t)
+        if why is not None:
+            if not row.in_place:  # the line's measurement is damaged: the line is skipped, not its other half used
+                damaged.add(row.source)  # the out-of-place half comes first: the in-place half is not used
+                problems.append(f"{row.source}: {why}: row skipped")
+            continue
+        key = (canonical_op(row.op), int(n), int(row.size_bytes), row.intra_node, row.dtype, row.redop, row.root,
+               row.source)
+        if key not in by_key or (by_key[key].in_place and not row.in_place):
+            by_key[key] = row  # the out-of-place half where there is one, as nccl-tests' summaries use
+    return by_key, one_rank
+
+
+#: What other tools' records are, for an input of theirs given to fit: (what it is, the commands that read it).
+_OTHER_FORMATS = {
+    "kineto": "a PyTorch profiler (Kineto) trace",
+    "deepspeed": "DeepSpeed comms-logger output",
+    "jsonl": "a commscope op log (`commscope record`)",
+    "flight_recorder": "a PyTorch Flight Recorder dump",
+    "nccl_debug": "an NCCL_DEBUG=INFO log",
+}
+
+
+def _refuse_other_format(name: str, data: bytes) -> None:
+    """A ConfigError naming what ``data`` is when it is another tool's records, which fit does not take."""
+    from commscope.io.importers import _detect
+
+    try:
+        fmt = _detect(name, data)
+    except ValueError:
+        return
+    what = _OTHER_FORMATS.get(fmt)
+    if what is not None:
+        raise ConfigError("input", name, f"is {what}; fit takes `commscope bench --out` JSON "
+                                         f"or nccl-tests / rccl-tests output; `commscope summarize {name}` (and "
+                                         "compare, report) read this format")
+
+
+_NOT_JSON = object()
+
+
+def load_points(path: Path, *, group_size: int | None = None, op: str | None = None, dtype: str | None = None,
+                redop: str | None = None, root: int | None = None, run: str | Sequence[int] | None = None,
+                ) -> tuple[list[FitPoint], dict[str, Any]]:
+    """Rows of ``path`` (bench JSON or nccl-tests stdout) as FitPoints, with ``time_kind``, ``backend``,
+    ``problems`` (one line per damaged row skipped, naming file, row or line, field and value), ``notes`` (what was
+    left out on purpose, and why) and ``chosen`` (the type, reduction op and root ``dtype``/``redop``/``root``
+    picked, or None).
+    ``group_size`` and ``op`` say what nccl-tests output does not (ranks, the collective), or ``op`` picks one
+    collective of a log of several; a value the file contradicts is refused. ``dtype``, ``redop`` and ``root`` pick
+    one type, reduction op and root where the rows time several (nccl-tests ``-d all`` / ``-o all`` / ``-r -1``),
+    which must be picked. ``run`` picks tables of nccl-tests output by number (from 1 in file order, ``"1,3"``): the
+    tables of one machine where the file holds several machines' outputs, which are never pooled."""
+    from commscope.io.import_base import read_input
+
+    path = Path(path)
+    op = check_op(op)
+    if path.is_dir() or not path.exists():
+        raise ConfigError("input", str(path), "is a directory; give a file" if path.is_dir() else "no such file")
+    try:
+        name, data = read_input(path)  # .gz too; a pipe or a device refused (it would be read twice)
+    except ValueError as exc:
+        raise ConfigError("input", str(path), str(exc).removeprefix(f"{path}: ").removeprefix(f"{path.name}: ")) \
+            from None
+    text = data.decode("utf-8-sig", errors="replace")
+    parsed: Any = _NOT_JSON
+    if path.suffix.lower() == ".json":
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as exc:
+            _refuse_other_format(name, data)
+            raise ConfigError("input", path.name, f"is not valid JSON: {exc}") from None
+    elif text.lstrip().startswith(("{", "[")):  # JSON under another name, or output whose first line is a
+        try:  # launcher's warning ("[1732812345.1] [host:1:0] ucp_context.c:1104 UCX WARN ...") above a table
+            parsed = json.loads(text)
+        except json.JSONDecodeError:
+            parsed = _NOT_JSON
+    if parsed is not _NOT_JSON:
+        if not (isinstance(parsed, dict) and "rows" in parsed):
+            _refuse_other_format(name, data)
+        if not isinstance(parsed, dict):
+            raise ConfigError("input", path.name, "expected a JSON object with \"rows\" (commscope bench --out)")
+        if run is not None:
+            raise ConfigError("run", run, f"{path.name} is bench JSON, one sweep: --run picks tables of nccl-tests "
+                                          "output; leave it out")
+        return _points_from_bench(parsed, path.name, group_size=group_size, op=op, dtype=dtype, redop=redop,
+                                  root=root)
+    _refuse_other_format(name, data)
+    return _points_from_nccl_tests(path, group_size, op, dtype=dtype, redop=redop, root=root, run=run)
+
+
+def problem_lines(problems: Sequence[str], limit: int = _MAX_PROBLEMS) -> list[str]:
+    """``problems`` as at most ``limit`` lines, the last saying how many more there are."""
+    if len(problems) <= limit:
+        return list(problems)
+    return [*problems[:limit - 1], f"... and {len(problems) - limit + 1} more problems"]
