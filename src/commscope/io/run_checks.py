@@ -16,7 +16,7 @@ from typing import Any
 
 from commscope.commop import CommOp
 from commscope.io.import_base import ImportResult
-from commscope.io.oplog import is_int
+from commscope.io.oplog_checks import is_int
 from commscope.io.run_log import op_step
 
 _RANK_IN_NAME = re.compile(r"(\d+)(?:\D*)$")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from commscope.commop import CommOp
-from commscope.io.oplog import is_int
+from commscope.io.oplog_checks import is_int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

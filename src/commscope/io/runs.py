@@ -34,7 +34,8 @@ from typing import Any
 
 from commscope.commop import COLLECTIVES, CommOp
 from commscope.io.import_base import ImportResult, missing_fields, missing_of
-from commscope.io.oplog import FAILURE_FILE, is_int, read_failure
+from commscope.io.oplog import FAILURE_FILE, read_failure
+from commscope.io.oplog_checks import is_int
 from commscope.io.run_checks import (
     _RECORDER_NAME,
     _duplicate,
