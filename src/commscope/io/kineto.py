@@ -43,7 +43,7 @@ last NCCL kernel paired with it (when the GPU finished it), or None when none wa
 nanoseconds when the trace has ``baseTimeNanoseconds`` (Kineto writes ``ts`` in microseconds relative to it),
 else the trace's own clock; ``ts`` is a float with about 1 ns resolution at today's values.
 
-Pairing CPU events with GPU kernels, in this order of trust:
+Pairing CPU events with GPU kernels (:mod:`commscope.io.kineto_pairing`), in this order of trust:
 
 1. ``External id``: Kineto gives a GPU kernel the ``External id`` of the CPU op that launched it, which for an
    NCCL kernel is the ``record_param_comms`` event itself (true for all 21 kernels of the fixture).
@@ -59,7 +59,6 @@ layout), ``phase``, ``micro_batch``, ``layer``; ``peer`` on older PyTorch (no ``
 
 from __future__ import annotations
 
-import bisect
 import json
 import math
 import re
@@ -70,6 +69,7 @@ from typing import Any
 
 from commscope.io.checks import size_problem
 from commscope.io.import_base import ImportResult, Problems, freeze_extra, missing_fields, read_input
+from commscope.io.kineto_pairing import _mark_nesting, _pair
 from commscope.commop import CommOp, OpName
 
 __all__ = ["DTYPES", "OP_NAMES", "import_kineto"]
@@ -145,18 +145,6 @@ DTYPES: dict[str, tuple[str, int]] = {
 }
 #: Ops whose size is the output (gathered) buffer.
 _SIZE_FROM_OUT = frozenset({"all_gather", "gather"})
-#: NCCL kernel function (from the kernel name) -> the CommOp ops it can carry out.
-_KERNEL_FUNCS: dict[str, frozenset[str]] = {
-    "AllReduce": frozenset({"all_reduce", "barrier"}),
-    "Broadcast": frozenset({"broadcast"}),
-    "Reduce": frozenset({"reduce"}),
-    "AllGather": frozenset({"all_gather"}),
-    "ReduceScatter": frozenset({"reduce_scatter"}),
-    "SendRecv": frozenset({"send", "recv", "all_to_all", "gather", "scatter"}),
-    "Send": frozenset({"send", "all_to_all", "gather", "scatter"}),
-    "Recv": frozenset({"recv", "all_to_all", "gather", "scatter"}),
-    "AllToAll": frozenset({"all_to_all"}),
-}
 _KERNEL_BACKEND_OP = {"AllReduce": "all_reduce", "Broadcast": "broadcast", "Reduce": "reduce",
                       "AllGather": "all_gather", "ReduceScatter": "reduce_scatter", "SendRecv": "sendrecv",
                       "Send": "send", "Recv": "recv", "AllToAll": "all_to_all"}
@@ -261,6 +249,59 @@ def import_kineto(path: str | Path, *, strict: bool = False) -> ImportResult:
     """
     name, data = read_input(path)
     problems = Problems(name, strict=strict)
+    top, events = _trace_events(name, data)
+
+    dist_info = info if isinstance(info := top.get("distributedInfo"), dict) else {}
+    trace_rank = _int(dist_info.get("rank"))
+    world_size = _int(dist_info.get("world_size"))
+    base_ns = _int(top.get("baseTimeNanoseconds"))
+    pg_config = dist_info.get("pg_config")
+    pg_ranks = _pg_ranks(pg_config)
+
+    found = _read_events(events, problems)
+    rpcs, kernels = found.rpcs, found.kernels
+    legacy = not rpcs and bool(found.annotations)
+    if legacy:
+        rpcs = _legacy_rpcs(found.annotations, found.parents, problems)
+    _mark_nesting(rpcs)
+    counts = _pair(rpcs, kernels, found.launches)
+
+    ops: list[tuple[float, int, CommOp]] = []
+    for rpc in rpcs:
+        op = _to_commop(rpc, trace_rank=trace_rank, world_size=world_size, base_ns=base_ns, pg_ranks=pg_ranks,
+                        problems=problems)
+        if op is not None:
+            ops.append((rpc.ts_us, rpc.index, op))
+    ops.sort(key=lambda t: (t[0], t[1]))
+    result_ops = [op for _, _, op in ops]
+
+    _note_pairing(rpcs, kernels, counts, legacy, found.legacy_rpc, problems)
+    if not result_ops:
+        raise ValueError(f"{name}: nothing importable: " + _why_empty(found.num_rpc_events, found.legacy_rpc, rpcs,
+                                                                      kernels, problems))
+
+    meta = {
+        "rank": trace_rank,
+        "world_size": world_size,
+        "backend": dist_info.get("backend"),
+        "nccl_version": dist_info.get("nccl_version"),
+        "pg_config": pg_config if isinstance(pg_config, list) else None,
+        "base_time_ns": base_ns,
+        "time_base": "unix_ns" if base_ns is not None else "trace_clock",
+        "num_record_param_comms": found.num_rpc_events,
+        "recovered_from": "nccl_annotations" if legacy else "record_param_comms",
+        "num_nccl_kernels": len(kernels),
+        "pairing": dict(counts),
+        "skipped": dict(found.skipped),
+    }
+    always = ("axis", "phase", "micro_batch", "layer")
+    return ImportResult(ops=result_ops, source=str(path), format="kineto",
+                        missing_fields=missing_fields(result_ops, always), problems=problems.finish(), meta=meta)
+
+
+def _trace_events(name: str, data: bytes) -> tuple[dict[str, Any], list[Any]]:
+    """The top-level object of a trace (``{}`` for a bare list of events) and its ``traceEvents``; ValueError naming
+    the file when it is no JSON Chrome/Kineto trace."""
     try:
         # utf-8-sig: a byte-order mark (an editor's, PowerShell's) is skipped, as format detection skips it
         top = json.loads(data.decode("utf-8-sig", errors="replace"))
@@ -278,28 +319,44 @@ def import_kineto(path: str | Path, *, strict: bool = False) -> ImportResult:
         events, top = top, {}
     else:
         raise ValueError(f"{name}: the JSON holds a {type(top).__name__}; expected a Kineto trace object")
+    return top, events
 
-    dist_info = info if isinstance(info := top.get("distributedInfo"), dict) else {}
-    trace_rank = _int(dist_info.get("rank"))
-    world_size = _int(dist_info.get("world_size"))
-    base_ns = _int(top.get("baseTimeNanoseconds"))
+
+def _pg_ranks(pg_config: Any) -> dict[str, list[int]]:
+    """Each process group's global ranks from ``distributedInfo.pg_config``, by group name (a group whose rank list
+    the profiler cut short is left out)."""
     pg_ranks: dict[str, list[int]] = {}
-    pg_config = dist_info.get("pg_config")
     if isinstance(pg_config, list):
         for pg in pg_config:
             if isinstance(pg, dict) and isinstance(pg.get("pg_name"), (str, int)):
                 ranks, truncated = _int_list(pg.get("ranks"))
                 if ranks is not None and not truncated:
                     pg_ranks[str(pg["pg_name"])] = ranks
+    return pg_ranks
 
-    rpcs: list[_Rpc] = []
-    kernels: list[_Kernel] = []
-    launches: dict[int, tuple[tuple[Any, Any], float]] = {}
-    skipped: dict[str, int] = defaultdict(int)
-    num_rpc_events = 0
-    legacy_rpc = 0
-    annotations: list[tuple[int, dict[str, Any]]] = []
-    parents: list[tuple[int, dict[str, Any]]] = []
+
+@dataclass(slots=True)
+class _Events:
+    """The events of a trace that :func:`import_kineto` reads, by kind (:func:`_read_events` finds them)."""
+
+    rpcs: list[_Rpc] = field(default_factory=list)
+    kernels: list[_Kernel] = field(default_factory=list)
+    launches: dict[int, tuple[tuple[Any, Any], float]] = field(default_factory=dict)
+    """CUDA / HIP runtime launches by correlation id: (the launching thread, the launch time)."""
+    skipped: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    num_rpc_events: int = 0
+    legacy_rpc: int = 0
+    """record_param_comms without ``Collective name`` (PyTorch < 2.1)."""
+    annotations: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    """``nccl:<op>`` annotations, from which a trace before PyTorch 2.1 recovers its ops."""
+    parents: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    """``c10d::`` calls, the parents of those annotations."""
+
+
+def _read_events(events: list[Any], problems: Problems) -> _Events:
+    """One pass over ``traceEvents``: the record_param_comms read, the NCCL kernels, the runtime launches, and the
+    annotations and c10d calls an old trace's ops are recovered from; an event that is no object is reported."""
+    found = _Events()
     for i, ev in enumerate(events):
         if not isinstance(ev, dict):
             problems.add(f"event {i}", f"not a JSON object ({type(ev).__name__}), skipped")
@@ -308,44 +365,35 @@ def import_kineto(path: str | Path, *, strict: bool = False) -> ImportResult:
         cat = ev.get("cat")
         args = ev.get("args")
         if ev_name == "record_param_comms":
-            num_rpc_events += 1
+            found.num_rpc_events += 1
             if isinstance(args, dict) and "Collective name" not in args:
-                legacy_rpc += 1  # PyTorch < 2.1: the op is recovered from its nccl:<op> annotation below
+                found.legacy_rpc += 1  # PyTorch < 2.1: the op is recovered from its nccl:<op> annotation below
                 continue
-            rpc = _read_rpc(i, ev, problems, skipped)
+            rpc = _read_rpc(i, ev, problems, found.skipped)
             if rpc is not None:
-                rpcs.append(rpc)
+                found.rpcs.append(rpc)
         elif isinstance(ev_name, str) and ev_name.startswith("nccl:") and isinstance(args, dict):
-            annotations.append((i, ev))
+            found.annotations.append((i, ev))
         elif isinstance(ev_name, str) and ev_name.startswith("c10d::") and isinstance(args, dict):
-            parents.append((i, ev))
+            found.parents.append((i, ev))
         elif cat in ("kernel", "Kernel") and isinstance(ev_name, str):
             m = _KERNEL_RE.match(ev_name)
             if m:
                 k = _read_kernel(i, ev, m.group(1), problems)
                 if k is not None:
-                    kernels.append(k)
+                    found.kernels.append(k)
         elif isinstance(cat, str) and cat in _RUNTIME_CATS and isinstance(args, dict):
             corr = _int(args.get("correlation"))
             ts = _number(ev.get("ts"))
             if corr is not None and ts is not None:
-                launches[corr] = ((_hashable(ev.get("pid")), _hashable(ev.get("tid"))), ts)
+                found.launches[corr] = ((_hashable(ev.get("pid")), _hashable(ev.get("tid"))), ts)
+    return found
 
-    legacy = not rpcs and bool(annotations)
-    if legacy:
-        rpcs = _legacy_rpcs(annotations, parents, problems)
-    _mark_nesting(rpcs)
-    counts = _pair(rpcs, kernels, launches)
 
-    ops: list[tuple[float, int, CommOp]] = []
-    for rpc in rpcs:
-        op = _to_commop(rpc, trace_rank=trace_rank, world_size=world_size, base_ns=base_ns, pg_ranks=pg_ranks,
-                        problems=problems)
-        if op is not None:
-            ops.append((rpc.ts_us, rpc.index, op))
-    ops.sort(key=lambda t: (t[0], t[1]))
-    result_ops = [op for _, _, op in ops]
-
+def _note_pairing(rpcs: list[_Rpc], kernels: list[_Kernel], counts: dict[str, int], legacy: bool, legacy_rpc: int,
+                  problems: Problems) -> None:
+    """Say what the pairing left uncertain: ops without a kernel, kernels without an op, pairs made by order only,
+    and what a trace before PyTorch 2.1 could not give."""
     no_kernel = [r.index for r in rpcs if not r.kernels and not r.container]
     if no_kernel:
         shown = ", ".join(map(str, no_kernel[:10])) + (", ..." if len(no_kernel) > 10 else "")
@@ -366,27 +414,6 @@ def import_kineto(path: str | Path, *, strict: bool = False) -> ImportResult:
                             f"'Collective name'): op, size and dtype recovered from {len(rpcs)} nccl:<op> annotations "
                             f"and their input shapes; not recoverable: the process group (group left empty), the "
                             f"peer of send/recv, the size of an all_gather whose c10d:: call is missing")
-    if not result_ops:
-        raise ValueError(f"{name}: nothing importable: " + _why_empty(num_rpc_events, legacy_rpc, rpcs, kernels,
-                                                                      problems))
-
-    meta = {
-        "rank": trace_rank,
-        "world_size": world_size,
-        "backend": dist_info.get("backend"),
-        "nccl_version": dist_info.get("nccl_version"),
-        "pg_config": pg_config if isinstance(pg_config, list) else None,
-        "base_time_ns": base_ns,
-        "time_base": "unix_ns" if base_ns is not None else "trace_clock",
-        "num_record_param_comms": num_rpc_events,
-        "recovered_from": "nccl_annotations" if legacy else "record_param_comms",
-        "num_nccl_kernels": len(kernels),
-        "pairing": dict(counts),
-        "skipped": dict(skipped),
-    }
-    always = ("axis", "phase", "micro_batch", "layer")
-    return ImportResult(ops=result_ops, source=str(path), format="kineto",
-                        missing_fields=missing_fields(result_ops, always), problems=problems.finish(), meta=meta)
 
 
 #: Element type names of old traces' ``Input type`` (C++ names) -> the c10 ScalarType names of :data:`DTYPES`.
@@ -544,89 +571,6 @@ def _read_kernel(i: int, ev: dict[str, Any], func: str, problems: Problems) -> _
     return _Kernel(index=i, ts_us=ts, dur_us=dur, name=str(ev["name"]), func=func,
                    coll=OP_NAMES.get(coll.lower()) if coll else None, ext_id=_int(args.get("External id")),
                    correlation=_int(args.get("correlation")), stream=_hashable(args.get("stream", ev.get("tid"))))
-
-
-def _mark_nesting(rpcs: list[_Rpc]) -> None:
-    """Set ``inside`` of an event that lies within another on the same thread (a barrier's all_reduce)."""
-    by_thread: dict[tuple[Any, Any], list[_Rpc]] = defaultdict(list)
-    for r in rpcs:
-        by_thread[r.thread].append(r)
-    for items in by_thread.values():
-        items.sort(key=lambda r: (r.ts_us, -(r.dur_us or 0.0)))
-        stack: list[_Rpc] = []
-        for r in items:
-            while stack and (stack[-1].dur_us is None or stack[-1].ts_us + stack[-1].dur_us < r.ts_us):
-                stack.pop()
-            if stack:
-                r.inside = stack[-1]
-                stack[-1].container = True
-            if r.dur_us is not None:
-                stack.append(r)
-
-
-def _kernel_fits(k: _Kernel, r: _Rpc) -> bool:
-    if k.coll is not None:
-        return k.coll == r.op or (r.op == "barrier" and k.coll == "all_reduce")
-    return k.func not in _KERNEL_FUNCS or r.op in _KERNEL_FUNCS[k.func]
-
-
-def _pair(rpcs: list[_Rpc], kernels: list[_Kernel],
-          launches: dict[int, tuple[tuple[Any, Any], float]]) -> dict[str, int]:
-    counts = {"external_id": 0, "correlation": 0, "order": 0, "none": 0}
-    by_ext: dict[int, list[_Rpc]] = defaultdict(list)
-    for r in rpcs:
-        if r.ext_id is not None:
-            by_ext[r.ext_id].append(r)
-    # 1. External id
-    for k in kernels:
-        if k.ext_id is None:
-            continue
-        cands = [r for r in by_ext.get(k.ext_id, ()) if _kernel_fits(k, r)]
-        if len(cands) == 1:
-            _attach(cands[0], k, "external_id")
-    # 2. correlation -> the launch -> the innermost record_param_comms around it on its thread
-    by_thread: dict[tuple[Any, Any], list[_Rpc]] = defaultdict(list)
-    for r in rpcs:
-        if r.dur_us is not None:
-            by_thread[r.thread].append(r)
-    starts: dict[tuple[Any, Any], list[float]] = {}
-    for t, items in by_thread.items():
-        items.sort(key=lambda r: r.ts_us)
-        starts[t] = [r.ts_us for r in items]
-    for k in kernels:
-        if k.used or k.correlation is None or k.correlation not in launches:
-            continue
-        thread, ts = launches[k.correlation]
-        items = by_thread.get(thread, [])
-        if not items:
-            continue
-        j = bisect.bisect_right(starts[thread], ts)
-        for r in reversed(items[:j]):
-            if r.ts_us <= ts <= r.ts_us + (r.dur_us or 0.0) and _kernel_fits(k, r) and r.pairing in (None,
-                                                                                                   "correlation"):
-                _attach(r, k, "correlation")
-                break
-    # 3. order, for what is left
-    free_rpcs = sorted((r for r in rpcs if not r.kernels and not r.container), key=lambda r: (r.ts_us, r.index))
-    free_kernels = sorted((k for k in kernels if not k.used), key=lambda k: (k.ts_us, k.index))
-    for r in free_rpcs:
-        for k in free_kernels:
-            if not k.used and k.ts_us >= r.ts_us and _kernel_fits(k, r):
-                _attach(r, k, "order")
-                break
-    for r in rpcs:
-        if r.pairing is not None:
-            counts[r.pairing] += 1
-        else:
-            counts["none"] += 1
-    return counts
-
-
-def _attach(r: _Rpc, k: _Kernel, how: str) -> None:
-    r.kernels.append(k)
-    k.used = True
-    if r.pairing is None:
-        r.pairing = how
 
 
 def _to_commop(r: _Rpc, *, trace_rank: int | None, world_size: int | None, base_ns: int | None,

@@ -20,20 +20,36 @@ stops the reading, only an input with nothing importable does (a ``ValueError`` 
 Records without process-group ranks (DeepSpeed's) take the whole world as their group when the world size is
 known and no layout says the job has groups of another size; otherwise :attr:`RunLog.matrix_omitted` says why no
 traffic matrix can be built from them.
+
+This module reads the files (:func:`read_run`, :func:`read_run_totals`, :func:`write_run_parquet`) and is where
+callers import from; what a run is once read lives in :mod:`commscope.io.run_log`, the folding of records into
+totals in :mod:`commscope.io.run_fold`, and the checks of the run as a whole in :mod:`commscope.io.run_checks`.
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter, defaultdict
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from commscope.io.import_base import ImportResult, missing_fields, missing_of, note_fields
-from commscope.io.oplog import FAILURE_FILE, is_int, read_failure
-from commscope.commop import COLLECTIVES, CommOp, op_root
+from commscope.commop import COLLECTIVES, CommOp
+from commscope.io.import_base import ImportResult, missing_fields, missing_of
+from commscope.io.oplog import FAILURE_FILE, read_failure
+from commscope.io.oplog_checks import is_int
+from commscope.io.run_checks import (
+    _RECORDER_NAME,
+    _duplicate,
+    _file_names,
+    _file_rank,
+    _finished_ranks,
+    _marker,
+    _partial_steps,
+    _partial_steps_of,
+    _rank_of,
+    _why_no_matrix,
+)
+from commscope.io.run_fold import _Fold, _RunFold, run_totals
+from commscope.io.run_log import AxisAttribution, RunFindings, RunLog, RunTotals, is_logical, op_step, senders
 
 __all__ = ["AxisAttribution", "RunFindings", "RunLog", "RunTotals", "is_logical", "op_step", "read_run", "read_run_totals", "run_totals",
            "write_run_parquet"]
@@ -41,164 +57,12 @@ __all__ = ["AxisAttribution", "RunFindings", "RunLog", "RunTotals", "is_logical"
 #: Headers whose ``started_ns`` differ by more than this are from different runs (a job's ranks start within
 #: seconds of each other; one hour leaves room for a slow rendezvous).
 MIXED_RUN_START_SPREAD_NS = 3600 * 10**9
-_RANK_IN_NAME = re.compile(r"(\d+)(?:\D*)$")
-#: The name the recorder gives a rank's log (gzipped afterwards, or by the synthetic writer, too).
-_RECORDER_NAME = re.compile(r"rank(\d{5})(\.jsonl(?:\.gz)?)")
-#: Formats whose records without a group are the world's: DeepSpeed computes its bandwidths with the world size.
-_WORLD_GROUP_FORMATS = frozenset({"deepspeed"})
 #: Formats whose records name the rank that logged them, not the ranks of the job: DeepSpeed's verbose lines come
 #: from rank 0 alone (``log_dist(..., ranks=[0])``), so rank 0 says nothing of a world of 32. The world size is the
 #: log's own (from its bandwidths, or given), else unknown, never the ranks seen.
 _LOGGING_RANK_FORMATS = frozenset({"deepspeed"})
 _IGNORED_SUFFIXES = (".done", ".md", ".png", ".html", ".npz", ".csv", ".toml")  # .toml: the job saved beside the logs
 _IGNORED_NAMES = (FAILURE_FILE,)  # the launcher's marker of a failed run: read into RunLog.failure
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunFindings:
-    """What a measured run's files say about the run as a whole, apart from its records: shared by
-    :class:`RunLog` (records in memory) and :class:`RunTotals` (records folded into totals)."""
-
-    world_size: int
-    """Ranks of the job (0 when nothing says it)."""
-    problems: tuple[str, ...] = ()
-    """What was wrong in the input or skipped: ``<file> line <n>: ...`` for records, run-level findings too."""
-    unfinished_ranks: tuple[int, ...] = ()
-    """Ranks whose commscope log has no completion marker (the job crashed or is still running)."""
-    headers: dict[int, dict] = field(default_factory=dict)
-    files: tuple[str, ...] = ()
-    formats: tuple[str, ...] = ()
-    """The formats read (``jsonl``, ``kineto``, ...)."""
-    missing_fields: tuple[str, ...] = ()
-    """CommOp fields the input could not give (see :class:`commscope.io.importers.ImportResult`)."""
-    notes: tuple[str, ...] = ()
-    """What was assumed or recovered (a group taken from the world size, ...): facts a user must know."""
-    matrix_omitted: str | None = None
-    """Why no traffic matrix can be built from these records (None: it can)."""
-    partial_steps: dict[int, tuple[int, ...]] = field(default_factory=dict)
-    """Steps some ranks did not log completely: step -> the ranks that miss it or were cut short in it."""
-    steps_by_rank: dict[int, list[dict[str, int]]] = field(default_factory=dict)
-    """Each rank's step lines (``step``, ``t_start_ns``, ``t_end_ns``), when the job marked its steps."""
-    failure: dict[str, Any] | None = None
-    """The launcher's marker of a failed run (:data:`commscope.io.oplog.FAILURE_FILE`): the rank that failed
-    first and how; None when the run did not fail under a commscope launcher."""
-    silent_ranks: tuple[int, ...] = ()
-    """Ranks of a recording that logged no op: a log of their own holding none (only its header, or only damaged
-    records), or no log where the other ranks have theirs. What they sent is missing from every total."""
-
-    def findings(self) -> dict[str, Any]:
-        """These fields by name, to hand on to another kind of run."""
-        return {f.name: getattr(self, f.name) for f in fields(RunFindings)}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunLog(RunFindings):
-    """All ranks' records of one measured run."""
-
-    ops_by_rank: dict[int, list[CommOp]]
-    """Records of each global rank, in file order (an empty list for a rank whose commscope log holds none)."""
-    unranked: tuple[CommOp, ...] = ()
-    """Records that name no rank (a DeepSpeed summary row, an nccl-tests row): each counts once."""
-
-    @property
-    def all_ops(self) -> list[CommOp]:
-        """Every record, ranked ones by rank, then the unranked ones."""
-        return [op for _, ops in sorted(self.ops_by_rank.items()) for op in ops] + list(self.unranked)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunTotals(RunFindings):
-    """What ``summarize`` and ``compare`` need of a measured run, without its records: the run-level findings of
-    :class:`RunLog` and its logical ops (:func:`is_logical`) merged, records that differ only in what these
-    commands do not read (times, sequence numbers, names, phases, layers) one op with their counts summed.
-
-    :func:`read_run_totals` builds it reading one rank's file at a time (memory: the distinct ops of the run,
-    not its records); :func:`run_totals` from a RunLog in memory. Both give equal totals for the same files."""
-
-    ranks_logged: tuple[int, ...] = ()
-    """Ranks with at least one record, or a commscope log of their own (one without records included: a rank that
-    logged no op, reported in :attr:`problems`)."""
-    num_records: int = 0
-    """Records read, ranked and unranked (each line once, whatever its ``count``)."""
-    num_unranked: int = 0
-    logical: tuple[CommOp, ...] = ()
-    """The logical ops, merged: op, axis, group, size, dtype, rank, peer, splits, backend_op and a rooted
-    collective's root (``extra["root"]``, where recorded) kept, ``count`` the sum over the records merged (of every
-    step and setup); in a fixed order."""
-    by_step: tuple[tuple[str, str, int | None, int, int], ...] = ()
-    """Logical ops per step: (axis, op, step or None for setup, count, bytes), the axis attributed from
-    :attr:`axes_layout` (the recorded axis without one)."""
-    axes_layout: Any = field(default=None, compare=False)
-    """The layout :attr:`by_step`'s axes come from (None: as recorded)."""
-
-
-class AxisAttribution:
-    """The axis of a measured op from the group it ran on, using a :class:`~commscope.pattern.layout.Layout`: called
-    with an op, gives its axis (``tp``, ``pp``, ``dp``, ``ep``, ``cp``, ``emb`` or ``other``)."""
-
-    def __init__(self, layout: Any) -> None:
-        self.by_group: dict[frozenset, str] = {}
-        for kind, axis in (("tp", "tp"), ("cp", "cp"), ("dp", "dp"), ("dp-cp", "dp"), ("expert-dp", "dp"), ("emb", "emb")):
-            for g in layout.groups(kind):
-                self.by_group.setdefault(frozenset(int(x) for x in g), axis)
-        # an EP group can hold the same ranks as a DP group (dp = ep): all-to-alls (and int64 all-gathers) on it
-        # are EP, the rest DP
-        self.ep_groups = ({frozenset(int(x) for x in g) for g in layout.groups("ep")} if layout.parallel.ep > 1
-                          else set())
-        self.pp_pairs = {frozenset((int(g[i]), int(g[j]))) for g in layout.groups("pp") for i in range(len(g))
-                         for j in range(len(g)) if i != j}
-        self.cp_groups = [frozenset(int(x) for x in g) for g in layout.groups("cp")]
-        self.world = frozenset(range(layout.world_size))
-        self.dp_only = layout.parallel.dp == layout.world_size
-
-    def __call__(self, op: CommOp) -> str:
-        members = frozenset(op.group)
-        if op.op in ("send", "recv") and op.peer is not None:
-            pair = frozenset((op.rank, op.peer))
-            axis = "pp" if pair in self.pp_pairs else self.by_group.get(members, "other")
-            if axis == "other":
-                for g in self.cp_groups:
-                    if pair <= g:
-                        axis = "cp"
-            return axis
-        if members in self.ep_groups and (op.op == "all_to_all" or (op.op == "all_gather" and op.dtype == "int64")):
-            # integer all-gathers on an EP group are the MoE dispatcher's token counts, not DP parameter gathers
-            return "ep"
-        axis = self.by_group.get(members, "dp" if members == self.world and self.dp_only else "other")
-        if axis == "other" and members in self.ep_groups:
-            axis = "ep"
-        return axis
-
-
-def is_logical(op: CommOp) -> bool:
-    """Whether a measured record counts as one logical op: a collective once (the record of its group's lowest
-    rank, or a record without a rank), an all_to_all and a send on every issuing rank, never a recv. (An all_to_all
-    record without a rank but with a group, an nccl-tests row, stands for every member's send: the totals count it
-    :func:`senders` times.)"""
-    return _is_logical(op.op, op.rank, op.group)
-
-
-def senders(op: CommOp, rank: int | None) -> int:
-    """How many per-rank all_to_all calls record ``op`` (of ``rank``, None: no rank known) stands for: all_to_all
-    is counted once per sending rank, as commscope's own logs and its predictions count it; a record with a group
-    but no rank (nccl-tests prints one row per collective, each of its n ranks sending ``size_bytes``) stands for
-    n of them. 1 for everything else, and for an all_to_all without a group (DeepSpeed's summary table: one rank's
-    own calls)."""
-    return len(op.group) if op.op == "all_to_all" and rank is None and op.group else 1
-
-
-def _is_logical(name: str, rank: int | None, group: tuple[int, ...]) -> bool:
-    if name == "recv":
-        return False
-    return name in ("send", "all_to_all") or rank is None or not group or rank == min(group)
-
-
-def op_step(op: CommOp) -> int | None:
-    """The training step a measured op was tagged with (None: setup)."""
-    for key, value in op.extra:
-        if key == "step":
-            return value if is_int(value) else None
-    return None
 
 
 def read_run(path: str | Path, *, layout: Any = None) -> RunLog:
@@ -292,136 +156,6 @@ def _run_files(path: Path) -> list[Path]:
         raise ValueError(f"{path}: an empty directory: no rank*.jsonl logs (commscope record) and no file another "
                          f"tool wrote (Kineto traces, DeepSpeed logs, Flight Recorder dumps, NCCL_DEBUG logs)")
     return files
-
-
-class _Fold:
-    """Totals of records, added one record (or ``n`` equal ones) at a time."""
-
-    def __init__(self) -> None:
-        self.records: Counter[int | None] = Counter()
-        self.steps: dict[int, Counter[int]] = {}
-        self.logical: dict[tuple, int] = {}
-        self.world = 0
-        self.groupless = 0
-        self.p2p_groupless = 0
-        self.a2a_unranked = 0  # all_to_all records without the rank that sent them (no row of the matrix)
-        self.relevant: set[str] = set()
-        self.known: set[str] = set()
-        self.own_rank_known = False  # whether some record names its rank itself (the file's missing fields)
-
-    def add(self, op: CommOp, by_step: dict[int | None, int], rank: int | None) -> None:
-        """Records equal to ``op`` but for their step, ``by_step[s]`` of step ``s``, of the file of ``rank`` (the
-        rank of records that name none)."""
-        r = op.rank if op.rank is not None else rank
-        n = sum(by_step.values())
-        self.records[r] += n
-        if r is not None:
-            counts = self.steps.get(r)
-            if counts is None:
-                counts = self.steps[r] = Counter()
-            for step, k in by_step.items():
-                if step is not None:
-                    counts[step] += k
-            self.world = max(self.world, r + 1)
-        if op.group:
-            self.world = max(self.world, max(op.group) + 1)
-        else:
-            if op.op in COLLECTIVES and op.op != "barrier":
-                self.groupless += n
-            if op.op in ("send", "recv", "all_to_all"):
-                self.p2p_groupless += n
-        if op.op == "all_to_all" and r is None:
-            self.a2a_unranked += n
-        self.own_rank_known = self.own_rank_known or op.rank is not None
-        note_fields(op, self.relevant, self.known, rank=r)
-        self.add_logical(op, by_step, r)
-
-    def add_logical(self, op: CommOp, by_step: dict[int | None, int], r: int | None) -> None:
-        if _is_logical(op.op, r, op.group):
-            each = op.count * senders(op, r)
-            root = op_root(op)
-            for step, k in by_step.items():
-                key = (op.op, op.axis, op.group, op.size_bytes, op.dtype, r, op.peer, op.splits, op.backend_op, root,
-                       step)
-                self.logical[key] = self.logical.get(key, 0) + each * k
-
-    def file_missing(self) -> tuple[str, ...]:
-        """The missing fields of the file's own records (before records without a rank took the file's)."""
-        known = self.known if self.own_rank_known else self.known - {"rank"}
-        return missing_of(self.relevant, known)
-
-
-class _RunFold(_Fold):
-    """The run's totals: files' folds merged, logical ops kept without their step, and per step only counts and
-    bytes per (axis, op), the axis attributed from a layout (memory: the run's distinct ops, not x its steps)."""
-
-    def __init__(self, layout: Any = None) -> None:
-        super().__init__()
-        self.layout = layout
-        self.axis_of = AxisAttribution(layout) if layout is not None else None
-        self.axes: dict[tuple, str] = {}
-        self.by_step: dict[tuple[str, str, int | None], list[int]] = {}
-        self.rank_steps: dict[int, tuple[tuple[int, int], ...]] = {}  # rank -> (step, records), ...
-        self.interned: dict[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]] = {}  # ranks alike share one
-
-    def merge(self, other: _Fold) -> None:
-        self.records.update(other.records)
-        for r, counts in other.steps.items():
-            if r in self.rank_steps:  # records of one rank in two files
-                counts = Counter(dict(self.rank_steps[r])) + counts
-            frozen = tuple(sorted(counts.items()))
-            self.rank_steps[r] = self.interned.setdefault(frozen, frozen)
-        for (name, axis, group, size, dtype, rank, peer, splits, backend_op, root, step), count in other.logical.items():
-            key = (name, axis, group, size, dtype, rank, peer, splits, backend_op, root, None)
-            self.logical[key] = self.logical.get(key, 0) + count
-            where = (name, axis, group, dtype, rank, peer)
-            attributed = self.axes.get(where)
-            if attributed is None:
-                attributed = self.axes[where] = axis if self.axis_of is None else self.axis_of(
-                    CommOp(op=name, axis=axis, group=group, size_bytes=size, dtype=dtype, rank=rank, peer=peer))
-            row = self.by_step.setdefault((attributed, name, step), [0, 0])
-            row[0] += count
-            row[1] += count * size
-        self.world = max(self.world, other.world)
-        self.groupless += other.groupless
-        self.p2p_groupless += other.p2p_groupless
-        self.a2a_unranked += other.a2a_unranked
-        self.relevant |= other.relevant
-        self.known |= other.known
-
-    def logical_ops(self) -> tuple[CommOp, ...]:
-        out = [CommOp(op=name, axis=axis, group=group, size_bytes=size, dtype=dtype, rank=rank, peer=peer,
-                      splits=splits, backend_op=backend_op, count=count,
-                      extra=(("root", root),) if root is not None else ())
-               for (name, axis, group, size, dtype, rank, peer, splits, backend_op, root, _), count
-               in self.logical.items()]
-        return tuple(sorted(out, key=_op_order))
-
-    def step_rows(self) -> tuple[tuple[str, str, int | None, int, int], ...]:
-        return tuple(sorted(((a, o, s, c, b) for (a, o, s), (c, b) in self.by_step.items()),
-                            key=lambda row: (row[0], row[1], -1 if row[2] is None else row[2])))
-
-
-def _op_order(op: CommOp) -> tuple:
-    return (op.op, op.axis, op.group, op.size_bytes, op.dtype, -1 if op.rank is None else op.rank,
-            -1 if op.peer is None else op.peer, op.splits or (), op.backend_op or "",
-            -1 if (root := op_root(op)) is None else root)
-
-
-def run_totals(run: RunLog, *, layout: Any = None) -> RunTotals:
-    """The totals of a run read into memory (see :class:`RunTotals`); ``layout`` attributes the axes per step."""
-    each = _Fold()
-    for rank, ops in sorted(run.ops_by_rank.items()):
-        for op in ops:
-            each.add_logical(op, {op_step(op): 1}, rank if op.rank is None else op.rank)
-    for op in run.unranked:
-        each.add_logical(op, {op_step(op): 1}, op.rank)
-    fold = _RunFold(layout)
-    fold.merge(each)
-    return RunTotals(**run.findings(), ranks_logged=tuple(sorted(run.ops_by_rank)),
-                     num_records=sum(len(v) for v in run.ops_by_rank.values()) + len(run.unranked),
-                     num_unranked=len(run.unranked), logical=fold.logical_ops(), by_step=fold.step_rows(),
-                     axes_layout=layout)
 
 
 def _read_file(f: Path, fold: bool, alone: bool = False) -> tuple[ImportResult | str, _Fold | None]:
@@ -731,71 +465,6 @@ class _Reader:
                 None)
 
 
-def _why_no_matrix(num: int, num_p2p: int, formats: str, layout: Any, world: int, *,
-                   a2a_unranked: int = 0) -> str | None:
-    """Why records without a group (``num`` collectives, ``num_p2p`` send/recv/all_to_all) or all_to_alls without
-    the rank that sent them (``a2a_unranked``: a matrix row is one rank's sends) leave the run without a traffic
-    matrix; None when there are none, or when they can take the whole world as their group."""
-    if not num:
-        if num_p2p:
-            return (f"{num_p2p} send/recv/all_to_all records name no peer or group ({formats}): the traffic matrix "
-                    f"is omitted")
-        return _why_no_a2a_rows(a2a_unranked, formats)
-    if formats not in _WORLD_GROUP_FORMATS:
-        return (f"{num} collective records name no process group ({formats} does not say it), so their traffic "
-                f"cannot be placed; the traffic matrix is omitted")
-    if layout is not None:
-        p = layout.parallel
-        if max(p.tp, p.pp, p.cp) > 1:
-            return (f"{num} collective records name no process group ({formats} logs none), and with tp={p.tp}, "
-                    f"pp={p.pp}, cp={p.cp} their group could be any of several; the traffic matrix is omitted")
-    if world < 2:
-        return (f"{num} collective records name no process group ({formats} logs none) and the world size is "
-                f"unknown; the traffic matrix is omitted")
-    return _why_no_a2a_rows(a2a_unranked, formats)
-
-
-def _why_no_a2a_rows(a2a_unranked: int, formats: str) -> str | None:
-    """Why all_to_all records that name no sending rank (a row for the whole group, as nccl-tests and DeepSpeed's
-    summary table give) leave the run without a traffic matrix, whose rows are each rank's sends."""
-    if not a2a_unranked:
-        return None
-    return (f"{a2a_unranked} all_to_all records ({formats}) name no sending rank (one row for the whole group), so "
-            f"their sends cannot be placed rank by rank; the traffic matrix is omitted")
-
-
-def _file_names(names: list[str], limit: int = 6) -> str:
-    """File names for a problem line, the recorder's names of consecutive ranks as one range
-    (``rank00001.jsonl to rank00003.jsonl``): at most ``limit`` items, then how many files more."""
-    ranges: list[list[str]] = []
-    last: tuple[int, str] | None = None  # the rank and suffix of the name before, when it is the recorder's
-    for name in sorted(names):
-        m = _RECORDER_NAME.fullmatch(name)
-        this = (int(m.group(1)), m.group(2)) if m else None
-        if this is not None and last is not None and this == (last[0] + 1, last[1]):
-            ranges[-1].append(name)
-        else:
-            ranges.append([name])
-        last = this
-    shown = [", ".join(r) if len(r) < 3 else f"{r[0]} to {r[-1]}" for r in ranges[:limit]]
-    more = sum(len(r) for r in ranges[limit:])
-    return ", ".join(shown + ([f"and {more} files more"] if more else []))
-
-
-def _duplicate(f: Path, rank: int, first: str) -> str:
-    return (f"{f.name}: rank {rank} again (also in {first}): two runs in one directory, or a copied file? this "
-            f"file is skipped")
-
-
-def _marker(f: Path) -> Path | None:
-    """The completion marker of a rank log, or None when it has none: the recorder's ``rank00003.done`` beside
-    ``rank00003.jsonl`` (and beside the same log gzipped afterwards, ``rank00003.jsonl.gz``), or the log's name
-    with its last suffix replaced (``rank00003.jsonl.done`` beside ``rank00003.jsonl.gz``)."""
-    for marker in (f.with_name(f.name.split(".", 1)[0] + ".done"), f.with_suffix(".done")):
-        if marker.is_file():
-            return marker
-    return None
-
 
 def _read_jsonl(f: Path) -> ImportResult:
     """A commscope op log as an ImportResult; a log with a header and no op is a rank that issued none."""
@@ -806,71 +475,3 @@ def _read_jsonl(f: Path) -> ImportResult:
                         problems=list(log.problems), meta={"header": dict(log.header), "steps": list(log.steps),
                                                            "num_records": log.num_records, "num_ops": len(log.ops)})
 
-
-def _file_rank(f: Path, result: ImportResult, problems: list[str]) -> int | None:
-    """The rank a whole file belongs to: a commscope header's, a trace's or dump's own, else its name's digits."""
-    rank, found = _rank_of(f, result.meta.get("header") or {}, result.meta, result.format)
-    problems += found
-    return rank
-
-
-def _rank_of(f: Path, header: dict[str, Any], meta: dict[str, Any], fmt: str) -> tuple[int | None, list[str]]:
-    """:func:`_file_rank` from a file's header, meta and format: the rank and what was wrong on the way."""
-    problems = []
-    stated = header.get("rank", meta.get("rank"))
-    m = _RANK_IN_NAME.search(f.name.split(".", 1)[0])
-    named = int(m.group(1)) if m and f.name.startswith(("rank", "rank-", "rank_")) else None
-    if stated is not None and (isinstance(stated, bool) or not isinstance(stated, int) or stated < 0):
-        problems.append(f"{f.name} line 1: header rank={stated!r} is no rank (an integer >= 0); "
-                        + (f"using {named} from the file name" if named is not None else "its records keep theirs"))
-        stated = None
-    if stated is not None and named is not None and stated != named:
-        problems.append(f"{f.name}: the header says rank {stated}, the file name rank {named}; using the header's")
-    world = header.get("world_size")
-    if stated is not None and is_int(world) and 0 < world <= stated:
-        problems.append(f"{f.name} line 1: header rank={stated} is not below its world_size={world}: a rank of "
-                        f"another run, or a damaged header?")
-    if fmt in ("jsonl", "kineto", "flight_recorder"):
-        return (stated if stated is not None else named), problems
-    return None, problems
-
-
-def _partial_steps(ops_by_rank: dict[int, list[CommOp]], finished: Collection[int] = ()) -> dict[int, tuple[int, ...]]:
-    """Steps that some rank with step tags lacks, and a rank's last step when the rank may have been stopped in
-    it (it is not among ``finished``, the ranks whose log ended normally) and it holds fewer records than every
-    other step of that rank. Steps differ in their ops: DDP rebuilds its buckets in its second step, which then
-    holds more ops than the rest (a median of the others took the last of 3 steps as short)."""
-    return _partial_steps_of({r: Counter(s for s in map(op_step, ops) if s is not None)
-                              for r, ops in ops_by_rank.items()}, finished)
-
-
-def _partial_steps_of(counts: Mapping[int, Mapping[int, int] | tuple[tuple[int, int], ...]],
-                      finished: Collection[int] = ()) -> dict[int, tuple[int, ...]]:
-    """:func:`_partial_steps` from each rank's records per step (a mapping or (step, records) pairs; ranks whose
-    counts are one object are looked at once)."""
-    seen: dict[int, tuple[frozenset[int], int | None]] = {}  # id of counts -> (steps, the last step when short)
-    tagged: dict[int, tuple[frozenset[int], int | None]] = {}
-    for r, c in counts.items():
-        if not c:
-            continue
-        view = seen.get(id(c))
-        if view is None:
-            d = dict(c)
-            last = max(d)
-            others = [n for s, n in d.items() if s != last]
-            view = seen[id(c)] = (frozenset(d), last if others and d[last] < min(others) else None)
-        tagged[r] = view if r not in finished else (view[0], None)
-    every = frozenset().union(*(v[0] for v in tagged.values())) if tagged else frozenset()
-    out: dict[int, set[int]] = defaultdict(set)
-    for r, (steps, short) in tagged.items():
-        for s in every - steps:
-            out[s].add(r)
-        if short is not None:
-            out[short].add(r)
-    return {s: tuple(sorted(rs)) for s, rs in sorted(out.items())}
-
-
-def _finished_ranks(headers: Mapping[int, Any], unfinished: Collection[int], failure: dict[str, Any] | None) -> set[int]:
-    """Ranks whose commscope log ended normally (its completion marker written) in a run that did not fail: their
-    last step is whole, however few ops it holds."""
-    return set() if failure is not None else set(headers) - set(unfinished)
