@@ -42,6 +42,7 @@ MOVED: dict[str, str] = {
     "launch": "measure.launch",
     "capture": "measure.capture",
     "bench": "measure.bench",
+    "bench.fitted": "estimate.fitted",
     "tune": "measure.tune",
     "workloads": "trainings",
 }

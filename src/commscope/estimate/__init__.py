@@ -5,6 +5,7 @@ The flow, each module using only the ones before it::
     flops, gpus, stacks          the GPU (kernel constants per preset) and the software stack
     compute/                     every kernel of a training step and its in-training effects
     bandwidth                    the effective-bandwidth model of each collective on each link
+    fitted                       the same fitted to measurements (``commscope fit``'s TOML model)
     memory, schedule             what fits on a GPU; the pipeline schedules
     terms, overlap               the Estimate, term by term; what the frameworks' overlaps hide
     op_by_op                     the refined iteration time from the op list (its definition)

@@ -5,7 +5,7 @@ Accepted: nccl-tests / rccl-tests stdout (parsed by :mod:`commscope.io.nccl_test
 ``op, group_size, size_bytes`` and ``busbw_GBps`` (or ``busbw_bytes_per_s``), optionally ``intra_node``.
 ``commscope bench --out`` JSON is such a table (its rows must have passed their data check: ``wrong`` 0).
 A TOML file written by ``commscope fit`` (``[model] kind = "commscope-fitted-bandwidth"``) gives the fitted
-alpha-beta model (:class:`commscope.measure.bench.fitted.FittedModel`) instead of an interpolated table, and so does a
+alpha-beta model (:class:`commscope.estimate.fitted.FittedModel`) instead of an interpolated table, and so does a
 cluster file written by ``commscope calibrate`` (its ``[collectives]`` table holds such a model).
 """
 
@@ -18,7 +18,7 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
-from commscope.measure.bench.fitted import BUSBW_OPS, mixed_variants, row_variants
+from commscope.estimate.fitted import BUSBW_OPS, mixed_variants, row_variants
 from commscope.estimate.bandwidth import AlphaBeta, BandwidthModel, MeasuredTable, TableRow, table_from_bench_rows
 from commscope.errors import ConfigError
 from commscope.spec.cluster import LINK_BANDWIDTH_RANGE_BYTES_PER_S, implausible_link
@@ -37,7 +37,7 @@ def _rows_from_mappings(items, source: str, skipped: list[str], *, line_of=None)
     ``skipped`` (``b.json rows[3].time_s=-1e-05: not a measured time (must be > 0): row skipped``), as ``fit`` skips
     it; a table of no usable row is refused. A table that is no table (not a list of rows, a row lacking a column, an
     unreadable intra_node) is refused. ``line_of(i)``: how row ``i`` (from 1) is named (``rows[i]``)."""
-    from commscope.measure.bench.fitted import canonical_op
+    from commscope.estimate.fitted import canonical_op
     from commscope.io.checks import bench_row_problem
 
     if not isinstance(items, list):
@@ -171,7 +171,7 @@ def _read_bandwidth(path: Path, fallback: AlphaBeta | None, skipped: list[str]) 
                 data = data["collectives"]
             model = data.get("model")
             if isinstance(model, dict) and model.get("kind") is not None:
-                from commscope.measure.bench.fitted import read_fitted
+                from commscope.estimate.fitted import read_fitted
 
                 return read_fitted(path, fallback=fallback)
             return MeasuredTable(rows=_rows_from_mappings(data.get("rows", []), source, skipped), source=source,

@@ -69,7 +69,7 @@ from typing import Any
 
 from commscope.io.checks import size_problem
 from commscope.io.import_base import ImportResult, Problems, freeze_extra, missing_fields, read_input
-from commscope.io.kineto_pairing import _mark_nesting, _pair
+from commscope.io.kineto_pairing import _Kernel, _mark_nesting, _pair, _Rpc
 from commscope.commop import CommOp, OpName
 
 __all__ = ["DTYPES", "OP_NAMES", "import_kineto"]
@@ -152,38 +152,6 @@ _KERNEL_RE = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)")
 _INT_RE = re.compile(r"-?\d+")
 _RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime", "hip_runtime"})
 _MAX_TIME_US = 1e17
-
-
-@dataclass(slots=True)
-class _Rpc:
-    index: int
-    ts_us: float
-    dur_us: float | None
-    thread: tuple[Any, Any]
-    coll: str
-    op: OpName
-    args: dict[str, Any]
-    ext_id: int | None
-    kernels: list[_Kernel] = field(default_factory=list)
-    pairing: str | None = None
-    inside: _Rpc | None = None
-    """The record_param_comms this one lies within, on the same thread (a barrier's all_reduce)."""
-    container: bool = False
-    """True when another record_param_comms lies within this one: the inner one launches the kernel."""
-
-
-@dataclass(slots=True)
-class _Kernel:
-    index: int
-    ts_us: float
-    dur_us: float
-    name: str
-    func: str | None
-    coll: str | None
-    ext_id: int | None
-    correlation: int | None
-    stream: Any
-    used: bool = False
 
 
 def _number(value: Any) -> float | None:

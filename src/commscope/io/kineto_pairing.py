@@ -3,17 +3,53 @@ trust :mod:`commscope.io.kineto`'s docstring gives (``External id``, then ``corr
 launch, then time order), and the nesting of one such event inside another on the same thread (a barrier's
 all_reduce), whose inner event launches the kernel.
 
-:func:`commscope.io.kineto.import_kineto` pairs with these; a paired op's ``t_end_ns`` is its last kernel's end.
+:func:`commscope.io.kineto.import_kineto` reads the events into :class:`_Rpc` and :class:`_Kernel` and pairs them
+with these; a paired op's ``t_end_ns`` is its last kernel's end.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
-if TYPE_CHECKING:
-    from commscope.io.kineto import _Kernel, _Rpc
+from commscope.commop import OpName
+
+# The two kinds of event paired: a record_param_comms (the op as the framework issued it) and a GPU kernel.
+
+
+@dataclass(slots=True)
+class _Rpc:
+    index: int
+    ts_us: float
+    dur_us: float | None
+    thread: tuple[Any, Any]
+    coll: str
+    op: OpName
+    args: dict[str, Any]
+    ext_id: int | None
+    kernels: list[_Kernel] = field(default_factory=list)
+    pairing: str | None = None
+    inside: _Rpc | None = None
+    """The record_param_comms this one lies within, on the same thread (a barrier's all_reduce)."""
+    container: bool = False
+    """True when another record_param_comms lies within this one: the inner one launches the kernel."""
+
+
+@dataclass(slots=True)
+class _Kernel:
+    index: int
+    ts_us: float
+    dur_us: float
+    name: str
+    func: str | None
+    coll: str | None
+    ext_id: int | None
+    correlation: int | None
+    stream: Any
+    used: bool = False
+
 
 #: NCCL kernel function (from the kernel name) -> the CommOp ops it can carry out.
 _KERNEL_FUNCS: dict[str, frozenset[str]] = {

@@ -11,12 +11,11 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from commscope.io.nccl_tests_lines import _Problems
+from commscope.io.nccl_tests_rows import BusbwRow
 
-if TYPE_CHECKING:
-    from commscope.io.nccl_tests import BusbwRow
 
 
 def _hardware(run: dict) -> str:
@@ -29,7 +28,7 @@ def _hardware(run: dict) -> str:
 def _curve(row: BusbwRow) -> tuple:
     """What one fitted curve or bandwidth table holds: one op over one group size and placement, in one type,
     reduction op and root (rows that differ in any of these are never pooled: fit and --bandwidth keep them apart
-    or refuse them, see :func:`commscope.measure.bench.fitted.mixed_variants`)."""
+    or refuse them, see :func:`commscope.estimate.fitted.mixed_variants`)."""
     return row.op, row.group_size, row.intra_node, row.dtype, row.redop, row.root
 
 

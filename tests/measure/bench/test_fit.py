@@ -12,7 +12,7 @@ from conftest import SHARED, requires_shared
 from commscope.estimate.bandwidth import AlphaBeta, GroupSpan
 from commscope.measure.bench.fit import FitPoint, fit, fit_curve, load_points, to_toml
 from commscope.cli.fit_cmd import format_fit
-from commscope.measure.bench.fitted import Curve, FittedModel, Segment, canonical_op, read_fitted
+from commscope.estimate.fitted import Curve, FittedModel, Segment, canonical_op, read_fitted
 from commscope.cli.main import main
 from commscope.errors import ConfigError
 from commscope.io.bandwidth_file import read_bandwidth

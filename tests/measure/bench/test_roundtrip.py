@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("torch")
 
 from commscope.api import predict
-from commscope.measure.bench.fitted import FittedModel, read_fitted
+from commscope.estimate.fitted import FittedModel, read_fitted
 from commscope.cli.main import main
 from commscope.estimate.iteration import estimate
 from commscope.spec.parallel import ParallelSpec

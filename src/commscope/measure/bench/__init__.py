@@ -4,7 +4,7 @@
     commscope fit bench.json --out mycluster.toml                                  # -> estimate --bandwidth
 
 :mod:`commscope.measure.bench.sweep` measures (needs torch, imported only when a sweep runs), :mod:`commscope.measure.bench.fit`
-fits latency and bandwidth per op and group size, :mod:`commscope.measure.bench.fitted` is the resulting model the
+fits latency and bandwidth per op and group size, :mod:`commscope.estimate.fitted` is the resulting model the
 estimator uses. Nothing here imports torch at import time.
 """
 

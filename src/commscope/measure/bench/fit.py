@@ -44,7 +44,7 @@ from commscope.measure.bench.fit_input import (
     load_points,
     problem_lines,
 )
-from commscope.measure.bench.fitted import FITTED_KIND, Curve, FittedModel, Segment, _factor
+from commscope.estimate.fitted import FITTED_KIND, Curve, FittedModel, Segment, _factor
 from commscope.measure.bench.piecewise import EXHAUSTIVE_SIZES, fit_curve
 from commscope.spec.cluster import implausible_link
 from commscope.units import GB, US

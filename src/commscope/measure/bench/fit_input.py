@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from commscope.measure.bench.fitted import (
+from commscope.estimate.fitted import (
     BUSBW_OPS,
     VARIANTS,
     canonical_op,
