@@ -6,12 +6,22 @@ repository. A test that reads it says so with ``@requires_shared(*parts)`` (or c
 fixture), and is skipped with its reason on a fresh clone without it. CI, which has ``../shared``, sets
 ``COMMSCOPE_REQUIRE_SHARED=1``: there a missing file fails the test instead of skipping it. Fixtures the project
 writes itself live under ``tests/``.
+
+A test that exercises torch carries the marker ``torch``: conftest sets it where a test skips without torch
+(``pytest.importorskip("torch")`` in its module, its body or a fixture it uses); a test that runs torch only in the
+processes it starts says ``@pytest.mark.torch`` itself, and is skipped here when torch is not installed. ``pytest -m
+torch`` selects them all (the recorder, the reference workloads, bench and tune ranks): CI runs that selection a second
+time on another torch version.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import inspect
 import os
+import re
 import sys
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -61,9 +71,47 @@ def shared_or_skip(*parts: str) -> Path:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "requires_shared(*parts): reads ../shared/<parts>; skipped with its reason when that is absent")
+    config.addinivalue_line(
+        "markers", "torch: exercises torch; set by conftest.py where the test skips without torch, by hand where only "
+                   "the processes it starts run torch (then skipped here when torch is not installed)")
+
+
+_IMPORTS_TORCH = re.compile(r"""importorskip\(\s*["']torch""")
+
+
+@cache
+def _module_imports_torch(path: str) -> bool:
+    """Whether a statement at the top level of this file (column 0) skips without torch."""
+    text = Path(path).read_text(encoding="utf-8")
+    return any(_IMPORTS_TORCH.search(line) for line in text.splitlines() if line[:1] not in ("", " ", "#", "\t"))
+
+
+def _needs_torch(item: pytest.Item) -> bool:
+    """Whether the test skips without torch: in its module, its own body, or a fixture it uses (at any depth)."""
+    if not isinstance(item, pytest.Function):
+        return False
+    if _module_imports_torch(str(item.path)):
+        return True
+    functions = [item.function]
+    for defs in item._fixtureinfo.name2fixturedefs.values():
+        functions.extend(d.func for d in defs)
+    for function in functions:
+        try:
+            source = inspect.getsource(function)
+        except (OSError, TypeError):  # a fixture pytest or a plugin defines without a source file
+            continue
+        if _IMPORTS_TORCH.search(source):
+            return True
+    return False
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    torch_installed = importlib.util.find_spec("torch") is not None
+    for item in items:
+        if _needs_torch(item):
+            item.add_marker(pytest.mark.torch)
+        elif not torch_installed and item.get_closest_marker("torch") is not None:
+            item.add_marker(pytest.mark.skip(reason="needs torch (the package's torch extra), which is not installed"))
     if _strict():
         return  # pytest_runtest_setup fails them instead
     for item in items:

@@ -74,6 +74,7 @@ def holder(tmp_path):
     _finish(proc)
 
 
+@pytest.mark.torch  # its commands start gloo ranks or check the backend with torch
 def test_a_second_writer_is_refused_before_it_does_anything(holder, capsys, tmp_path):
     held, proc = holder
     before = _snapshot(held)
@@ -90,6 +91,7 @@ def test_a_second_writer_is_refused_before_it_does_anything(holder, capsys, tmp_
     assert not (held / "failure.json").exists()
 
 
+@pytest.mark.torch  # its commands start gloo ranks or check the backend with torch
 def test_two_workloads_into_one_folder(tmp_path):
     """The issue's case: the second of two `workload --record same` a second apart once started its ranks, was
     refused by them, and wrote failure.json into the first run's recording. Now it is refused before any rank starts
@@ -112,6 +114,7 @@ def test_two_workloads_into_one_folder(tmp_path):
     assert s["unfinished_ranks"] == [] and not s.get("failure") and s["world_size"] == 2
 
 
+@pytest.mark.torch  # its commands start gloo ranks or check the backend with torch
 def test_two_benches_into_one_file(tmp_path):
     """Two `bench --out same.json` once both printed 'wrote same.json' and one measurement was lost."""
     out = tmp_path / "same.json"
@@ -147,6 +150,7 @@ def test_replacing_an_output_needs_force(capsys, tmp_path):
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
+@pytest.mark.torch  # its commands start gloo ranks or check the backend with torch
 def test_outputs_are_never_written_through_a_planted_link(capsys, tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text("the user's file")
@@ -210,6 +214,7 @@ def test_a_full_disk_leaves_the_earlier_files_or_none(tmp_path):
     assert "r.html" not in after and not [n for n in after if n.startswith(".")]
 
 
+@pytest.mark.torch  # its commands start gloo ranks or check the backend with torch
 def test_a_recording_on_a_full_disk_is_one_line(tmp_path):
     """The ranks' logs fill the disk: the training runs on, the launcher says in one line which log stopped, and
     nothing is compared with the incomplete recording (it once raised OSError in a rank, naming no file)."""
@@ -223,6 +228,7 @@ def test_a_recording_on_a_full_disk_is_one_line(tmp_path):
     assert "nothing was compared" in err[0]
 
 
+@pytest.mark.torch  # its commands start gloo ranks or check the backend with torch
 def test_a_recorded_job_on_a_full_disk_is_one_line(tmp_path):
     """`commscope record -- python train.py` whose rank log fills the disk: the job runs on (its exit status 0), and
     record says in one line that the recording stopped and why, exit status 2 (it said 'N rank log(s) ... (exit
