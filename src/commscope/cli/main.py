@@ -62,6 +62,33 @@ def _version() -> str:
     return __version__
 
 
+#: The optional packages a command may need, by the top-level module it imports: (what it is for, how to install
+#: it). Without a GPU, PyTorch's CPU build comes from its own index: plain ``pip install torch`` pulls a CUDA build of
+#: several GB (https://pytorch.org/get-started/locally/).
+OPTIONAL_MODULES = {
+    "torch": ("PyTorch (torch.distributed starts and records the ranks)",
+              ("pip install 'commscope[torch]' (without a GPU, the CPU build: pip install torch "
+               "--index-url https://download.pytorch.org/whl/cpu)")),
+    "matplotlib": ("matplotlib (the plots)", "pip install 'commscope[plots]'"),
+    "yaml": ("PyYAML", "pip install 'commscope[yaml]'"),
+    "pyarrow": ("pyarrow (Parquet)", "pip install 'commscope[parquet]'"),
+    "pandas": ("pandas", "pip install 'commscope[pandas]'"),
+    "polars": ("polars", "pip install 'commscope[polars]'"),
+    "duckdb": ("DuckDB", "pip install 'commscope[duckdb]'"),
+    "chakra": ("mlc-chakra (Chakra traces)", "pip install 'commscope[chakra]'"),
+}
+
+
+def missing_extra(exc: ModuleNotFoundError) -> str | None:
+    """The one line that says which optional package a command needs and how to install it, where ``exc`` is that
+    package missing; None for any other missing module (a bug, which keeps its traceback)."""
+    top = (exc.name or "").split(".")[0]
+    if top not in OPTIONAL_MODULES:
+        return None
+    what, how = OPTIONAL_MODULES[top]
+    return f"this command needs {what}, which is not installed: {how}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(_command_of(argv))
@@ -92,6 +119,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for it; files already written are kept
         print(f"commscope {args.command}: interrupted", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as exc:  # an optional extra this command needs (torch, matplotlib, ...) is missing
+        needs = missing_extra(exc)
+        if needs is None:
+            raise
+        print(f"commscope {args.command}: error: {needs}", file=sys.stderr)
+        return 2
     except OSError as exc:  # a path the user gave: missing, a file, unwritable, a full disk
         print(f"commscope {args.command}: error: {os_error_message(exc)}", file=sys.stderr)
         return 2
