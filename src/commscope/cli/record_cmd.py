@@ -51,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
     from commscope.cli.outputs import claim_dir
 
     check_out_dir(args.out)
+    import commscope.measure.capture.pg  # noqa: F401  (needs torch: where it is missing, said before a folder is made)
+
     if shutil.which(command[0]) is None:  # before anything is written: no empty log folder left behind
         raise ConfigError("command", command[0], "not found on PATH")
     job = _job(args)  # checked (tp divides the heads, ...) before the job starts, saved once it may
