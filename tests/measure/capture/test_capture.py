@@ -609,3 +609,20 @@ def test_a_coalesced_batch_let_go_is_followed_when_its_work_has_a_future(tmp_pat
     ops = _ops(tmp_path, 0, timed=False).ops
     assert [(o.op, o.size_bytes, o.t_end_ns is not None) for o in ops] == [
         ("all_gather", 8, True), ("all_gather", 4, True), ("reduce_scatter", 8, False), ("reduce_scatter", 4, False)]
+
+
+def _barrier(rank, world, logdir):
+    log = _with_log(logdir)
+    dist.all_reduce(torch.ones(16))
+    dist.barrier()
+    log.close()
+
+
+def test_a_recorded_barrier_is_read_back(tmp_path):
+    """The recorder writes a barrier with dtype 'none' (it moves no data), and every reader refused that record as
+    of an unknown dtype: `summarize` of any job that called dist.barrier() printed a problem per rank and left the
+    barrier out. 2 gloo ranks: each log reads back without a problem, barrier included."""
+    spawn(_barrier, 2, args=(str(tmp_path),), backend="commscope", env=ENV, timeout_s=120)
+    for rank in range(2):
+        ops = _ops(tmp_path, rank).ops
+        assert [(o.op, o.size_bytes) for o in ops] == [("all_reduce", 64), ("barrier", 0)]
