@@ -173,6 +173,24 @@ def test_outputs_are_never_written_through_a_planted_link(capsys, tmp_path):
     assert victim.read_text() == "the user's file"
 
 
+def test_an_output_folder_that_is_a_link_keeps_the_earlier_run(capsys, tmp_path):
+    """A link to a folder as --out (``ln -s /scratch/runs out``) is followed, as a user who made it means; but the
+    earlier run's files were looked for only where no link led, so a second run replaced them without --force."""
+    real = tmp_path / "scratch"
+    real.mkdir()
+    out = tmp_path / "out"
+    out.symlink_to(real)
+    argv = ["traffic", "--model", "gpt3-125m", "--tp", "1", "--no-plot", "--out", str(out)]
+    assert main([*argv, "--dp", "2"]) == 0
+    capsys.readouterr()
+    before = _snapshot(real)
+    assert "ops.jsonl" in before
+    err = _one_line(capsys, main([*argv, "--dp", "4"]))  # another job, the same folder
+    assert "already holds the files of an earlier run" in err and "give --force" in err, err
+    assert _snapshot(real) == before
+    assert main([*argv, "--dp", "4", "--force"]) == 0 and "replacing the files of an earlier run" in capsys.readouterr().err
+
+
 def test_a_full_disk_leaves_the_earlier_files_or_none(tmp_path):
     """traffic --out, fit --out and report --out on a full tmpfs: one line naming the file, exit 2, and the earlier
     run's files as they were (or no file at all), never one cut short."""
