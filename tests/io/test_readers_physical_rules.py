@@ -150,6 +150,29 @@ def test_a_log_of_another_format_or_a_newer_version_is_refused_naming_it(capsys,
         assert "no log for rank(s) 2 of the 4 ranks" in said_all
 
 
+def test_report_says_what_it_skipped_of_a_recording_as_summarize_does(capsys, tmp_path):
+    """report --measured put a skipped record and an unread rank log into the page only, and said nothing on the
+    terminal, where summarize and compare name them: the same recording, the same lines on stderr."""
+    logs = _rank_logs(tmp_path)
+    log = logs / "rank00002.jsonl"
+    lines = log.read_text().splitlines()
+    header = json.loads(lines[0])
+    header["commscope_header"]["format_version"] = 99
+    log.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    damaged = logs / "rank00001.jsonl"
+    lines = damaged.read_text().splitlines()
+    damaged.write_text("\n".join([*lines[:3], lines[3].replace('"size_bytes":', '"size_bytes":-', 1), *lines[4:]]) + "\n")
+    code, _, said = _run(capsys, "summarize", str(logs))
+    assert code == 0
+    problems = [line.split("problem: ", 1)[1] for line in said if "problem: " in line]
+    assert any("rank00001.jsonl line 4: size_bytes=-" in p for p in problems), problems
+    assert any("rank00002.jsonl: not read" in p for p in problems), problems
+    code, _, said = _run(capsys, "report", "--no-predicted", "--measured", str(logs), "--out", str(tmp_path / "r.html"))
+    assert code == 0 and (tmp_path / "r.html").exists()
+    warned = "\n".join(said)
+    assert all(p in warned for p in problems), (problems, said)
+
+
 def test_a_deepspeed_log_of_rank_0_is_no_world_of_one(capsys, tmp_path):
     """DeepSpeed's verbose lines come from rank 0 alone: a 32-rank log whose bandwidths do not pin the world was
     once read as world size 1."""
