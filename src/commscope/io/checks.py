@@ -129,15 +129,19 @@ def format_problem(header: dict[str, Any], *, formats: Collection[str], version:
 
 def read_json_document(path: str | Path, field: str, *, what: str) -> Any:
     """The parsed JSON of the file ``path``; a ConfigError naming ``field`` and the path when it is missing, a folder,
-    not text (a binary file) or not valid JSON (with the line). ``what`` says what was expected
+    a pipe or a device, unreadable, not text (a binary file) or not valid JSON (with the line). ``what`` says what was expected
     (``a tuning table that `commscope tune --out` wrote``)."""
     p = Path(path)
     if p.is_dir():
         raise ConfigError(field, str(p), f"is a directory; give {what}")
+    if p.exists() and not p.is_file():  # a pipe would block the read, a device never end it
+        raise ConfigError(field, str(p), f"is not a regular file (a pipe or a device?); give {what}")
     try:
         data = p.read_bytes()
     except FileNotFoundError:
         raise ConfigError(field, str(p), f"no such file; give {what}") from None
+    except OSError as exc:
+        raise ConfigError(field, str(p), f"cannot read it ({exc.strerror or exc}); give {what}") from None
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
