@@ -153,7 +153,11 @@ def _run_files(path: Path) -> list[Path]:
                     and not p.name.endswith(_IGNORED_SUFFIXES) and p.name not in _IGNORED_NAMES),
                    key=lambda p: (_RECORDER_NAME.fullmatch(p.name) is None, p.name))
     if not files:
-        raise ValueError(f"{path}: an empty directory: no rank*.jsonl logs (commscope record) and no file another "
+        odd = sorted(p.name for p in path.iterdir() if not p.name.startswith(".") and not p.is_file()
+                     and not p.is_dir())  # a pipe, a device, a dangling link: never read (a read could block)
+        what = (f"holds no regular file ({', '.join(odd[:4])}{' ...' if len(odd) > 4 else ''}: not a regular file, a "
+                "pipe, a device or a dangling link)" if odd else "an empty directory")
+        raise ValueError(f"{path}: {what}: no rank*.jsonl logs (commscope record) and no file another "
                          f"tool wrote (Kineto traces, DeepSpeed logs, Flight Recorder dumps, NCCL_DEBUG logs)")
     return files
 
