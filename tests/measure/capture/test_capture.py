@@ -626,3 +626,41 @@ def test_a_recorded_barrier_is_read_back(tmp_path):
     for rank in range(2):
         ops = _ops(tmp_path, rank).ops
         assert [(o.op, o.size_bytes) for o in ops] == [("all_reduce", 64), ("barrier", 0)]
+
+
+def _second_job(rank, world, logdir, store_path, first_logs):
+    """A user's script started at the same moment as another job recording into the same folder: the folder was
+    empty when record() checked it, and the other job's logs landed there before this job's first write."""
+    import shutil
+
+    import commscope.measure.capture
+
+    with commscope.measure.capture.record(logdir, batch=4, flush_s=60):
+        if rank == 0:
+            for f in sorted(Path(first_logs).iterdir()):
+                shutil.copy2(f, Path(logdir) / f.name)
+        dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
+        t = torch.ones(256)
+        for _ in range(10):
+            dist.all_reduce(t)
+        dist.destroy_process_group()
+
+
+def test_a_job_refused_by_another_jobs_logs_leaves_no_failure_marker_in_them(tmp_path):
+    """Two jobs recording into one folder at once through record(): the second is refused at its first write, as it
+    must be, but it wrote failure.json into the first job's recording, so `summarize` reported the first job, which
+    finished, as failed (issue 36's first case, by the Python API). The refused job now leaves the folder as it was."""
+    assert _run_user_job(tmp_path / "first", crash=False) == [0, 0]
+    first = tmp_path / "first" / "logs"
+    shared = tmp_path / "shared"
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_second_job, args=(r, 2, str(shared), str(tmp_path / "store"), str(first)))
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        if p.is_alive():
+            p.kill()
+    assert all(p.exitcode != 0 for p in procs)
+    assert {p.name: p.read_bytes() for p in shared.iterdir()} == {p.name: p.read_bytes() for p in first.iterdir()}
