@@ -313,9 +313,13 @@ def _user_job(rank, world, logdir, store_path, crash):
 
 
 def _run_user_job(tmp_path: Path, crash: bool):
+    return _fork_ranks(_user_job, str(tmp_path / "logs"), str(tmp_path / "store"), crash)
+
+
+def _fork_ranks(target, *args):
+    """Exit codes of 2 forked ranks running ``target(rank, 2, *args)`` (a user's job, which starts its own group)."""
     ctx = multiprocessing.get_context("fork")
-    store = tmp_path / "store"
-    procs = [ctx.Process(target=_user_job, args=(r, 2, str(tmp_path / "logs"), str(store), crash)) for r in range(2)]
+    procs = [ctx.Process(target=target, args=(r, 2, *args)) for r in range(2)]
     for p in procs:
         p.start()
     for p in procs:
@@ -636,10 +640,11 @@ def _second_job(rank, world, logdir, store_path, first_logs):
     import commscope.measure.capture
 
     with commscope.measure.capture.record(logdir, batch=4, flush_s=60):
-        if rank == 0:
+        dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
+        if rank == 0:  # both ranks have checked the folder (init waited for both): the other job's logs land now
             for f in sorted(Path(first_logs).iterdir()):
                 shutil.copy2(f, Path(logdir) / f.name)
-        dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
+        dist.barrier()  # held in the log's first batch, as the first ops of a job are
         t = torch.ones(256)
         for _ in range(10):
             dist.all_reduce(t)
@@ -653,14 +658,6 @@ def test_a_job_refused_by_another_jobs_logs_leaves_no_failure_marker_in_them(tmp
     assert _run_user_job(tmp_path / "first", crash=False) == [0, 0]
     first = tmp_path / "first" / "logs"
     shared = tmp_path / "shared"
-    ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_second_job, args=(r, 2, str(shared), str(tmp_path / "store"), str(first)))
-             for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-        if p.is_alive():
-            p.kill()
-    assert all(p.exitcode != 0 for p in procs)
+    codes = _fork_ranks(_second_job, str(shared), str(tmp_path / "store"), str(first))
+    assert all(code != 0 for code in codes)
     assert {p.name: p.read_bytes() for p in shared.iterdir()} == {p.name: p.read_bytes() for p in first.iterdir()}
