@@ -228,6 +228,25 @@ def test_a_full_disk_leaves_the_earlier_files_or_none(tmp_path):
     assert "r.html" not in after and not [n for n in after if n.startswith(".")]
 
 
+def test_a_parquet_export_on_a_full_disk_leaves_no_table_of_some_ranks(tmp_path):
+    """export parquet wrote a rank's table at a time: a disk that filled at the third left the first two, which a
+    query over out/*.parquet reads as the whole run. The tables are now renamed into place together or not at all."""
+    pytest.importorskip("pyarrow")
+    from commscope.measure.capture.synthetic import write_synthetic_rank
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for rank in range(4):
+        write_synthetic_rank(logs, rank, 4, 40, gz=False, steps=1)  # ~7 KB of Parquet each
+    mnt = tmp_path / "mnt"
+    run = on_tmpfs(mnt, "20k", [[sys.executable, "-m", "commscope.cli.main", "export", "parquet", "--run", str(logs),
+                                 "--out", str(mnt / "pq")], ["ls", "-A", str(mnt / "pq")]])
+    lines = run.stdout.strip().splitlines()
+    assert lines == ["rc=2", "rc=0"], run.stdout  # refused, and the folder holds nothing (ls -A prints no name)
+    err = run.stderr.strip().splitlines()
+    assert len(err) == 1 and "No space left on device (the disk is full)" in err[0] and ".parquet" in err[0], err
+
+
 def test_a_recording_on_a_full_disk_is_one_line(tmp_path):
     """The ranks' logs fill the disk: the training runs on, the launcher says in one line which log stopped, and
     nothing is compared with the incomplete recording (it once raised OSError in a rank, naming no file)."""

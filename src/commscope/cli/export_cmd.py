@@ -131,16 +131,17 @@ def _parquet(args: argparse.Namespace) -> int:
         raise ConfigError("target", "parquet", "needs pyarrow: pip install pyarrow (or commscope[parquet])") from None
     from commscope.cli.summarize_cmd import run_layout
 
-    from commscope.cli.outputs import claim_dir
+    from commscope.cli.outputs import claim_dir, remove_files
 
     check_out_dir(args.out)
     layout = run_layout(args, args.run)
     # one run writes the folder; an earlier run's tables are never read with this one's (out/*.parquet)
-    with claim_dir(args, args.out, ("*.parquet",), what="an export"):
+    with claim_dir(args, args.out, ("*.parquet",), what="an export", clear=False) as claim:
         try:
             files, rows, problems = write_run_parquet(args.run, args.out, layout=layout)
         except ValueError as exc:
             raise ConfigError("run", str(args.run), str(exc)) from None
+        remove_files(p for p in claim.earlier if p not in files)  # --force: none of the earlier export is left
     for line in problems[:20]:
         print(f"commscope export: problem: {line}", file=sys.stderr)
     if len(problems) > 20:

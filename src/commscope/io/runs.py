@@ -107,15 +107,26 @@ def write_run_parquet(path: str | Path, out_dir: str | Path, *, layout: Any = No
     ``out_dir`` (``rank00003.jsonl.gz`` -> ``rank00003.parquet``; columns of :data:`commscope.io.tables.OP_COLUMNS`,
     the file's rank filled in where its records name none, the axis attributed from ``layout`` when it is
     given, as ``summarize`` attributes it), one file at a time, so that memory holds one rank's records at most. For queries over logs too large for one machine's memory: DuckDB, Dask or Spark read the
-    directory as one table. Returns (files written, rows, problems of the files read). Raises ValueError naming
+    directory as one table. The files are renamed into place together once every one is written
+    (:class:`~commscope.io.atomic.OutputSet`): a full disk half-way leaves no table of some ranks only, which a query
+    would read as the whole run. Returns (files written, rows, problems of the files read). Raises ValueError naming
     the path when nothing could be read."""
-    from dataclasses import replace
-
-    from commscope.io.tables import write_ops_parquet
+    from commscope.io.atomic import OutputSet
 
     path, out_dir = Path(path), Path(out_dir)
     files = _run_files(path)
     out_dir.mkdir(parents=True, exist_ok=True)
+    with OutputSet(out_dir) as staged:
+        written, rows, problems = _write_parquet_tables(path, files, staged, layout)
+    return written, rows, problems
+
+
+def _write_parquet_tables(path: Path, files: list[Path], staged: Any, layout: Any) -> tuple[list[Path], int, list[str]]:
+    from dataclasses import replace
+
+    from commscope.io.tables import write_ops_parquet
+
+    out_dir = staged.folder
     written: list[Path] = []
     rows = 0
     problems: list[str] = []
@@ -135,7 +146,7 @@ def write_run_parquet(path: str | Path, out_dir: str | Path, *, layout: Any = No
         target = out_dir / (f.name.split(".", 1)[0] + ".parquet")
         if target in written:  # two files of one stem (rank0.jsonl and rank0.csv): keep both
             target = out_dir / f"{f.name.replace('.', '_')}.parquet"
-        rows += write_ops_parquet(target, ops)
+        rows += write_ops_parquet(staged.path(target.name), ops)
         written.append(target)
     if not written:
         raise ValueError(f"{path}: no records to export" + (f" ({problems[0]})" if problems else ""))
