@@ -247,6 +247,19 @@ def test_a_parquet_export_on_a_full_disk_leaves_no_table_of_some_ranks(tmp_path)
     assert len(err) == 1 and "No space left on device (the disk is full)" in err[0] and ".parquet" in err[0], err
 
 
+def test_a_chakra_export_on_a_full_disk_leaves_no_traces_of_some_ranks(tmp_path):
+    """export chakra wrote a rank's trace at a time: a disk that filled at the third rank left two traces and no
+    comm_group.json, which a simulator reads as a job of two ranks. The files are renamed into place together."""
+    pytest.importorskip("chakra")
+    mnt = tmp_path / "mnt"
+    run = on_tmpfs(mnt, "8m", [[sys.executable, "-m", "commscope.cli.main", "export", "chakra", "--model", "gpt3-125m",
+                                "--num-layers", "2", "--tp", "2", "--pp", "1", "--dp", "2", "--cluster", "dgx-a100",
+                                "--out", str(mnt / "et")], ["ls", "-A", str(mnt / "et")]])  # 3.5 MB a rank
+    assert run.stdout.strip().splitlines() == ["rc=2", "rc=0"], run.stdout  # refused, and the folder holds nothing
+    err = run.stderr.strip().splitlines()
+    assert len(err) == 1 and "No space left on device (the disk is full)" in err[0] and ".et" in err[0], err
+
+
 def test_a_recording_on_a_full_disk_is_one_line(tmp_path):
     """The ranks' logs fill the disk: the training runs on, the launcher says in one line which log stopped, and
     nothing is compared with the incomplete recording (it once raised OSError in a rank, naming no file)."""
