@@ -69,6 +69,23 @@ def test_a_damaged_bench_row_is_skipped_alike_everywhere(capsys, tmp_path):
     assert warnings == [["b.json rows[3].time_s=-4e-05: not a measured time (must be > 0): row skipped"]] * 3
 
 
+def test_a_group_larger_than_any_cluster_is_skipped_alike_everywhere(capsys, tmp_path):
+    """A bench row of group_size 1e308 was used by estimate --bandwidth and report --bench without a word, and fit
+    refused the whole file printing a 309-digit number."""
+    bench = _bench(tmp_path / "b.json", [2e-5, 3e-5, 5e-5, 9e-5])
+    doc = json.loads(bench.read_text())
+    doc["rows"] += [{**doc["rows"][1], "group_size": 1e308}]
+    bench.write_text(json.dumps(doc))
+    warnings = []
+    for argv in (["fit", str(bench), "--json"], ["estimate", *JOB, "--bandwidth", str(bench)],
+                 ["report", "--bench", str(bench), "--out", str(tmp_path / "r.html"), *JOB]):
+        code, _, err = _run(capsys, *argv)
+        assert code == 0, err
+        warnings.append([line.split("warning: ", 1)[1] for line in err if "warning: b.json" in line])
+    said = "b.json rows[5].group_size=1e+308: more ranks than any cluster (at most 1,048,576): row skipped"
+    assert warnings == [[said]] * 3
+
+
 @requires_shared("data", "real-logs", A100)
 def test_a_zero_time_line_of_nccl_tests_is_skipped_alike(capsys, tmp_path):
     """estimate --bandwidth once used the busbw of a line whose time was 0.00 (no measurement) silently."""
