@@ -58,15 +58,21 @@ def test_a_bench_file_of_no_real_time_is_refused_alike_everywhere(capsys, tmp_pa
     assert not (tmp_path / "r.html").exists()
 
 
-def test_a_damaged_bench_row_is_skipped_alike_everywhere(capsys, tmp_path):
-    bench = _bench(tmp_path / "b.json", [2e-5, 3e-5, -4e-5, 9e-5])
+def _bench_warnings(capsys: pytest.CaptureFixture[str], bench: Path, tmp_path: Path) -> list[list[str]]:
+    """The warnings about ``bench`` of fit, estimate --bandwidth and report --bench, each of which must succeed."""
     warnings = []
     for argv in (["fit", str(bench), "--json"], ["estimate", *JOB, "--bandwidth", str(bench)],
                  ["report", "--bench", str(bench), "--out", str(tmp_path / "r.html"), *JOB]):
         code, _, err = _run(capsys, *argv)
         assert code == 0, err
-        warnings.append([line.split("warning: ", 1)[1] for line in err if "warning: b.json" in line])
-    assert warnings == [["b.json rows[3].time_s=-4e-05: not a measured time (must be > 0): row skipped"]] * 3
+        warnings.append([line.split("warning: ", 1)[1] for line in err if f"warning: {bench.name}" in line])
+    return warnings
+
+
+def test_a_damaged_bench_row_is_skipped_alike_everywhere(capsys, tmp_path):
+    bench = _bench(tmp_path / "b.json", [2e-5, 3e-5, -4e-5, 9e-5])
+    assert _bench_warnings(capsys, bench, tmp_path) == [
+        ["b.json rows[3].time_s=-4e-05: not a measured time (must be > 0): row skipped"]] * 3
 
 
 def test_a_group_larger_than_any_cluster_is_skipped_alike_everywhere(capsys, tmp_path):
@@ -76,14 +82,8 @@ def test_a_group_larger_than_any_cluster_is_skipped_alike_everywhere(capsys, tmp
     doc = json.loads(bench.read_text())
     doc["rows"] += [{**doc["rows"][1], "group_size": 1e308}]
     bench.write_text(json.dumps(doc))
-    warnings = []
-    for argv in (["fit", str(bench), "--json"], ["estimate", *JOB, "--bandwidth", str(bench)],
-                 ["report", "--bench", str(bench), "--out", str(tmp_path / "r.html"), *JOB]):
-        code, _, err = _run(capsys, *argv)
-        assert code == 0, err
-        warnings.append([line.split("warning: ", 1)[1] for line in err if "warning: b.json" in line])
     said = "b.json rows[5].group_size=1e+308: more ranks than any cluster (at most 1,048,576): row skipped"
-    assert warnings == [[said]] * 3
+    assert _bench_warnings(capsys, bench, tmp_path) == [[said]] * 3
 
 
 @requires_shared("data", "real-logs", A100)
