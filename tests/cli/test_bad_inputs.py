@@ -504,18 +504,53 @@ def test_a_pipeline_with_fewer_micro_batches_than_stages_says_what_it_costs(caps
     assert code == 0 and "micro-batches for pp" not in out + err
 
 
-@pytest.mark.parametrize("command", ["fit", "summarize"])
+PIPE_READERS = {"fit": ["fit"], "summarize": ["summarize"], "tune --show": ["tune", "--show"],
+                "estimate --bandwidth": ["estimate", "--model", "gpt3-125m", "--cluster", "dgx-a100", "--dp", "2",
+                                         "--bandwidth"],
+                "report --bench": ["report", "--no-predicted", "--out", "r.html", "--bench"]}
+
+
+@pytest.mark.parametrize("command", list(PIPE_READERS))
 def test_a_pipe_is_named_as_such_not_as_a_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                                        command: str) -> None:
     """`commscope fit <(zcat log.gz)` said 'no such file' of a file that exists (a pipe, which the readers would
-    read twice: format detection consumed it)."""
+    read twice: format detection consumed it); tune --show, estimate --bandwidth and report --bench said so still."""
     import os
 
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)  # never opened: the check looks at the file's type only
-    assert main([command, str(fifo)]) == 2
+    argv = [str(tmp_path / a) if a == "r.html" else a for a in PIPE_READERS[command]]
+    assert main([*argv, str(fifo)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "not a regular file (a pipe or a device?)" in err and str(fifo) in err
+
+
+@pytest.mark.parametrize("command", list(PIPE_READERS))
+def test_an_unreadable_file_is_said_to_be_unreadable(tmp_path: Path, command: str) -> None:
+    """A file the user may not read was met by tune --show, estimate --bandwidth and report --bench as 'Permission
+    denied (choose a writable place)': a hint for a write, on a read. As a user without the right to read it (root
+    with its right to read anything dropped, where the tests run as root)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root without setpriv: every file is readable")
+        prefix = [setpriv, "--inh-caps=-dac_override,-dac_read_search",
+                  "--bounding-set=-dac_override,-dac_read_search", "--"]
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"rows": []}')
+    secret.chmod(0)
+    argv = [str(tmp_path / a) if a == "r.html" else a for a in PIPE_READERS[command]]
+    proc = subprocess.run([*prefix, sys.executable, "-m", "commscope.cli.main", *argv, str(secret)],
+                          capture_output=True, text=True, check=False, timeout=120, cwd=tmp_path)
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "Permission denied" in err[-1] and "secret.json" in err[-1] and "writable" not in err[-1], err
 
 
 def test_an_option_given_twice_with_two_values_is_said(capsys: pytest.CaptureFixture[str]) -> None:

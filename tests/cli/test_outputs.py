@@ -177,6 +177,24 @@ def test_outputs_are_never_written_through_a_planted_link(capsys, tmp_path):
     assert victim.read_text() == "the user's file"
 
 
+def test_an_output_folder_that_is_a_link_keeps_the_earlier_run(capsys, tmp_path):
+    """A link to a folder as --out (``ln -s /scratch/runs out``) is followed, as a user who made it means; but the
+    earlier run's files were looked for only where no link led, so a second run replaced them without --force."""
+    real = tmp_path / "scratch"
+    real.mkdir()
+    out = tmp_path / "out"
+    out.symlink_to(real)
+    argv = ["traffic", "--model", "gpt3-125m", "--tp", "1", "--no-plot", "--out", str(out)]
+    assert main([*argv, "--dp", "2"]) == 0
+    capsys.readouterr()
+    before = _snapshot(real)
+    assert "ops.jsonl" in before
+    err = _one_line(capsys, main([*argv, "--dp", "4"]))  # another job, the same folder
+    assert "already holds the files of an earlier run" in err and "give --force" in err, err
+    assert _snapshot(real) == before
+    assert main([*argv, "--dp", "4", "--force"]) == 0 and "replacing the files of an earlier run" in capsys.readouterr().err
+
+
 def test_a_full_disk_leaves_the_earlier_files_or_none(tmp_path):
     """traffic --out, fit --out and report --out on a full tmpfs: one line naming the file, exit 2, and the earlier
     run's files as they were (or no file at all), never one cut short."""
@@ -212,6 +230,38 @@ def test_a_full_disk_leaves_the_earlier_files_or_none(tmp_path):
         f"commscope fit: error: No space left on device (the disk is full): {mnt / 'fit.toml'}",
         f"commscope report: error: No space left on device (the disk is full): {mnt / 'r.html'}"], run.stderr
     assert "r.html" not in after and not [n for n in after if n.startswith(".")]
+
+
+def test_a_parquet_export_on_a_full_disk_leaves_no_table_of_some_ranks(tmp_path):
+    """export parquet wrote a rank's table at a time: a disk that filled at the third left the first two, which a
+    query over out/*.parquet reads as the whole run. The tables are now renamed into place together or not at all."""
+    pytest.importorskip("pyarrow")
+    from commscope.measure.capture.synthetic import write_synthetic_rank
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for rank in range(4):
+        write_synthetic_rank(logs, rank, 4, 40, gz=False, steps=1)  # ~7 KB of Parquet each
+    mnt = tmp_path / "mnt"
+    run = on_tmpfs(mnt, "20k", [[sys.executable, "-m", "commscope.cli.main", "export", "parquet", "--run", str(logs),
+                                 "--out", str(mnt / "pq")], ["ls", "-A", str(mnt / "pq")]])
+    lines = run.stdout.strip().splitlines()
+    assert lines == ["rc=2", "rc=0"], run.stdout  # refused, and the folder holds nothing (ls -A prints no name)
+    err = run.stderr.strip().splitlines()
+    assert len(err) == 1 and "No space left on device (the disk is full)" in err[0] and ".parquet" in err[0], err
+
+
+def test_a_chakra_export_on_a_full_disk_leaves_no_traces_of_some_ranks(tmp_path):
+    """export chakra wrote a rank's trace at a time: a disk that filled at the third rank left two traces and no
+    comm_group.json, which a simulator reads as a job of two ranks. The files are renamed into place together."""
+    pytest.importorskip("chakra")
+    mnt = tmp_path / "mnt"
+    run = on_tmpfs(mnt, "8m", [[sys.executable, "-m", "commscope.cli.main", "export", "chakra", "--model", "gpt3-125m",
+                                "--num-layers", "2", "--tp", "2", "--pp", "1", "--dp", "2", "--cluster", "dgx-a100",
+                                "--out", str(mnt / "et")], ["ls", "-A", str(mnt / "et")]])  # 3.5 MB a rank
+    assert run.stdout.strip().splitlines() == ["rc=2", "rc=0"], run.stdout  # refused, and the folder holds nothing
+    err = run.stderr.strip().splitlines()
+    assert len(err) == 1 and "No space left on device (the disk is full)" in err[0] and ".et" in err[0], err
 
 
 @pytest.mark.torch  # its commands start gloo ranks or check the backend with torch

@@ -230,3 +230,24 @@ def test_a_full_disk_leaves_the_old_file_or_nothing(tmp_path):
     run = on_tmpfs(mnt, "64k", [[sys.executable, str(script)]])
     assert run.stdout.splitlines() == [f"28 {mnt / 'a.txt'}", "first ['a.txt']", "rc=0"], run.stderr
 
+
+
+def test_an_output_set_on_a_full_disk_names_the_file(tmp_path):
+    """A text file of an OutputSet (traffic's summary.json, Chakra's comm_group.json) that fills the disk: the error
+    named no file, as a write's error names none."""
+    mnt = tmp_path / "mnt"
+    code = textwrap.dedent(f"""
+        import os
+        from commscope.io.atomic import OutputSet
+        try:
+            with OutputSet({str(mnt)!r}) as out:
+                out.write_text("small.json", "{{}}")
+                out.write_text("summary.json", "y" * 200000)
+        except OSError as exc:
+            print(exc.errno, exc.filename)
+        print(sorted(os.listdir({str(mnt)!r})))
+    """)
+    script = tmp_path / "fill.py"
+    script.write_text(code)
+    run = on_tmpfs(mnt, "64k", [[sys.executable, str(script)]])
+    assert run.stdout.splitlines() == [f"28 {mnt / 'summary.json'}", "[]", "rc=0"], run.stdout + run.stderr

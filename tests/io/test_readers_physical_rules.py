@@ -58,15 +58,32 @@ def test_a_bench_file_of_no_real_time_is_refused_alike_everywhere(capsys, tmp_pa
     assert not (tmp_path / "r.html").exists()
 
 
-def test_a_damaged_bench_row_is_skipped_alike_everywhere(capsys, tmp_path):
-    bench = _bench(tmp_path / "b.json", [2e-5, 3e-5, -4e-5, 9e-5])
+def _bench_warnings(capsys: pytest.CaptureFixture[str], bench: Path, tmp_path: Path) -> list[list[str]]:
+    """The warnings about ``bench`` of fit, estimate --bandwidth and report --bench, each of which must succeed."""
     warnings = []
     for argv in (["fit", str(bench), "--json"], ["estimate", *JOB, "--bandwidth", str(bench)],
                  ["report", "--bench", str(bench), "--out", str(tmp_path / "r.html"), *JOB]):
         code, _, err = _run(capsys, *argv)
         assert code == 0, err
-        warnings.append([line.split("warning: ", 1)[1] for line in err if "warning: b.json" in line])
-    assert warnings == [["b.json rows[3].time_s=-4e-05: not a measured time (must be > 0): row skipped"]] * 3
+        warnings.append([line.split("warning: ", 1)[1] for line in err if f"warning: {bench.name}" in line])
+    return warnings
+
+
+def test_a_damaged_bench_row_is_skipped_alike_everywhere(capsys, tmp_path):
+    bench = _bench(tmp_path / "b.json", [2e-5, 3e-5, -4e-5, 9e-5])
+    assert _bench_warnings(capsys, bench, tmp_path) == [
+        ["b.json rows[3].time_s=-4e-05: not a measured time (must be > 0): row skipped"]] * 3
+
+
+def test_a_group_larger_than_any_cluster_is_skipped_alike_everywhere(capsys, tmp_path):
+    """A bench row of group_size 1e308 was used by estimate --bandwidth and report --bench without a word, and fit
+    refused the whole file printing a 309-digit number."""
+    bench = _bench(tmp_path / "b.json", [2e-5, 3e-5, 5e-5, 9e-5])
+    doc = json.loads(bench.read_text())
+    doc["rows"] += [{**doc["rows"][1], "group_size": 1e308}]
+    bench.write_text(json.dumps(doc))
+    said = "b.json rows[5].group_size=1e+308: more ranks than any cluster (at most 1,048,576): row skipped"
+    assert _bench_warnings(capsys, bench, tmp_path) == [[said]] * 3
 
 
 @requires_shared("data", "real-logs", A100)
@@ -148,6 +165,29 @@ def test_a_log_of_another_format_or_a_newer_version_is_refused_naming_it(capsys,
         said_all = out + "\n".join(err_lines)  # the results on stdout, the problems on stderr
         assert code == 0 and f"problem: rank00002.jsonl: not read: commscope_header {said}" in "\n".join(err_lines)
         assert "no log for rank(s) 2 of the 4 ranks" in said_all
+
+
+def test_report_says_what_it_skipped_of_a_recording_as_summarize_does(capsys, tmp_path):
+    """report --measured put a skipped record and an unread rank log into the page only, and said nothing on the
+    terminal, where summarize and compare name them: the same recording, the same lines on stderr."""
+    logs = _rank_logs(tmp_path)
+    log = logs / "rank00002.jsonl"
+    lines = log.read_text().splitlines()
+    header = json.loads(lines[0])
+    header["commscope_header"]["format_version"] = 99
+    log.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    damaged = logs / "rank00001.jsonl"
+    lines = damaged.read_text().splitlines()
+    damaged.write_text("\n".join([*lines[:3], lines[3].replace('"size_bytes":', '"size_bytes":-', 1), *lines[4:]]) + "\n")
+    code, _, said = _run(capsys, "summarize", str(logs))
+    assert code == 0
+    problems = [line.split("problem: ", 1)[1] for line in said if "problem: " in line]
+    assert any("rank00001.jsonl line 4: size_bytes=-" in p for p in problems), problems
+    assert any("rank00002.jsonl: not read" in p for p in problems), problems
+    code, _, said = _run(capsys, "report", "--no-predicted", "--measured", str(logs), "--out", str(tmp_path / "r.html"))
+    assert code == 0 and (tmp_path / "r.html").exists()
+    warned = "\n".join(said)
+    assert all(p in warned for p in problems), (problems, said)
 
 
 def test_a_deepspeed_log_of_rank_0_is_no_world_of_one(capsys, tmp_path):

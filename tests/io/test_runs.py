@@ -258,3 +258,21 @@ def test_a_rank_stopped_in_its_last_step_is_still_found():
     assert _partial_steps_of(killed) == {2: (1,)}
     assert _partial_steps_of(killed, finished={1}) == {}  # its log ended normally: the step is whole
     assert _partial_steps_of({0: {0: 4, 1: 4}, 1: {0: 4}}) == {1: (1,)}  # a step one rank lacks
+
+
+def test_a_folder_of_nothing_readable_says_what_it_holds(tmp_path):
+    """A rank log that is a link to a device (``ln -s /dev/zero rank00000.jsonl``) or a pipe is never read (the read
+    would not end); the folder was then called 'an empty directory', which it is not."""
+    import os
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "rank00000.jsonl").symlink_to("/dev/zero")
+    os.mkfifo(logs / "rank00001.jsonl")
+    with pytest.raises(ValueError, match=r"holds no regular file \(rank00000.jsonl, rank00001.jsonl: not a regular "
+                                         r"file, a pipe, a device or a dangling link\)"):
+        read_run(logs)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="an empty directory"):
+        read_run(empty)

@@ -60,6 +60,26 @@ def test_cli_with_expert_data_parallel_replicas(tmp_path, capsys):
                  "--no-plot"]) == 0
 
 
+@pytest.mark.parametrize("dp", [1, 2])
+def test_an_ep_group_of_one_moves_nothing_as_predicted(tmp_path, capsys, dp):
+    """`workload moe --ep 1` all-gathered and all-to-all'ed over EP groups of one rank (and all-reduced the dense
+    gradients over a world of one): ops that move nothing, which the prediction rightly leaves out, so the comparison
+    said 100% off and asked whether the job was the one recorded. Megatron-core hands a group of one its input back."""
+    rec = tmp_path / "rec"
+    code = main(["workload", "moe", "--ep", "1", "--dp", str(dp), "--steps", "1", "--record", str(rec), "--json"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["comparison"]["max_rel_error"] == 0
+    assert all(r["predicted_count"] == r["measured_count"] and r["predicted_bytes"] == r["measured_bytes"]
+               for r in out["comparison"]["by_op"]), out["comparison"]["by_op"]
+    ops = read_run(rec).all_ops
+    assert all(len(o.group) > 1 for o in ops) and (dp > 1 or not ops)
+    assert (rec / "routing").is_dir()  # the routing is still recorded
+    if dp == 1:
+        main(["workload", "moe", "--ep", "1", "--steps", "1", "--record", str(tmp_path / "again")])
+        assert "no communication, as predicted (one rank talks to no one)" in capsys.readouterr().out
+
+
 def test_ep_that_does_not_divide_dp_is_explained(capsys):
     assert main(["workload", "moe", "--ep", "4", "--dp", "2", "--steps", "1"]) == 2
     err = capsys.readouterr().err

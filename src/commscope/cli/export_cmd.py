@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("run", str(args.run), "is for `export parquet` (a recorded run); `export chakra` exports "
                                                 "the job the flags describe")
 
-    from commscope.cli.outputs import claim_dir
+    from commscope.cli.outputs import claim_dir, remove_files
     from commscope.io.chakra import GROUP_FILE, _require_chakra, check_prefix, export_chakra
 
     check_out_dir(args.out)
@@ -72,11 +72,12 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("target", "chakra", str(exc)) from None
     model, parallel, cluster = resolve_job(args)
     # one run writes the folder; an earlier export (traces of any prefix) never mixed with this one
-    with claim_dir(args, args.out, ("*.et", GROUP_FILE), what="an export"):
+    with claim_dir(args, args.out, ("*.et", GROUP_FILE), what="an export", clear=False) as claim:
         pred = predict(model, parallel, cluster)
         est = estimate_job(pred, args)
         export = export_chakra(pred, est, args.out, prefix=args.prefix, bandwidth=_bandwidth(args, pred),
-                               comm_streams=args.comm_streams)
+                               comm_streams=args.comm_streams, replace=bool(claim.earlier))
+        remove_files(p for p in claim.earlier if p not in export.paths)  # --force: none of the earlier export is left
     paths = export.paths
     print(f"wrote {len(paths) - 1} Chakra execution traces ({args.out / f'{args.prefix}.0.et'} ...; "
           f"{sum(export.num_nodes):,} nodes) and {paths[-1]}")
@@ -131,16 +132,17 @@ def _parquet(args: argparse.Namespace) -> int:
         raise ConfigError("target", "parquet", "needs pyarrow: pip install pyarrow (or commscope[parquet])") from None
     from commscope.cli.summarize_cmd import run_layout
 
-    from commscope.cli.outputs import claim_dir
+    from commscope.cli.outputs import claim_dir, remove_files
 
     check_out_dir(args.out)
     layout = run_layout(args, args.run)
     # one run writes the folder; an earlier run's tables are never read with this one's (out/*.parquet)
-    with claim_dir(args, args.out, ("*.parquet",), what="an export"):
+    with claim_dir(args, args.out, ("*.parquet",), what="an export", clear=False) as claim:
         try:
             files, rows, problems = write_run_parquet(args.run, args.out, layout=layout)
         except ValueError as exc:
             raise ConfigError("run", str(args.run), str(exc)) from None
+        remove_files(p for p in claim.earlier if p not in files)  # --force: none of the earlier export is left
     for line in problems[:20]:
         print(f"commscope export: problem: {line}", file=sys.stderr)
     if len(problems) > 20:

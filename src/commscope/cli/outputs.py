@@ -41,21 +41,22 @@ def _say(args: argparse.Namespace, message: str) -> None:
 
 def earlier_files(folder: Path, patterns: Iterable[str]) -> list[Path]:
     """Files (or links) in ``folder`` whose names match one of ``patterns``, sorted. A pattern may go down into
-    subfolders (``routing/group*/routing-rank*.npz``), never through a link to one."""
+    subfolders (``routing/group*/routing-rank*.npz``), never through a link to one. ``folder`` itself may be a link
+    (``ln -s /scratch/runs out``): the outputs are written where it leads, and so are looked for there."""
     found: set[Path] = set()
     for pattern in patterns:
         *subs, name = pattern.split("/")
         wheres = [folder]
         for sub in subs:
-            wheres = [Path(e.path) for w in wheres for e in _entries(w)
+            wheres = [Path(e.path) for w in wheres for e in _entries(w, top=w == folder)
                       if fnmatch.fnmatchcase(e.name, sub) and e.is_dir(follow_symlinks=False)]
-        found.update(Path(e.path) for w in wheres for e in _entries(w)
+        found.update(Path(e.path) for w in wheres for e in _entries(w, top=w == folder)
                      if fnmatch.fnmatchcase(e.name, name) and (e.is_symlink() or e.is_file()))
     return sorted(found)
 
 
-def _entries(folder: Path) -> list[os.DirEntry[str]]:
-    if is_link(folder):
+def _entries(folder: Path, *, top: bool = False) -> list[os.DirEntry[str]]:
+    if is_link(folder) and not top:
         return []
     try:
         with os.scandir(folder) as entries:

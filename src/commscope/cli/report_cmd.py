@@ -116,6 +116,8 @@ def _run(args: argparse.Namespace, earlier_pngs: list[Path]) -> int:
     if args.measured is not None:
         measured = report_html.load_measured(args.measured, num_iterations=args.measured_iterations,
                                              layout=prediction.workload.layout if prediction is not None else None)
+        for line in measured.problems:  # records skipped, ranks not read: said as summarize and compare say them
+            warn(args, line)
         files["measured"] = str(args.measured)
         if job_files:
             files["job"] = job_files

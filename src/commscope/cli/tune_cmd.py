@@ -171,7 +171,7 @@ def _show(args: argparse.Namespace) -> int:
     from commscope.measure.tune.files import read_table, table_document
     from commscope.measure.tune.table import ensure_compatible, machine_here
 
-    if not args.show.is_file():
+    if args.show.is_dir() or not args.show.exists():  # a pipe or an unreadable file: read_table says which
         raise ConfigError("show", str(args.show), "is a directory; give a tuning table file" if args.show.is_dir()
                           else "no such file; give a tuning table that `commscope tune --out` wrote")
     table = read_table(args.show)

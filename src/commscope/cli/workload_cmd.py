@@ -339,7 +339,9 @@ def _run_moe(args: argparse.Namespace, cfg, model, parallel, backend: str, routi
         print(f"routing (EP group 0, {m0['iterations']} steps): expert entropy {m0['expert_entropy_first']:.3f} -> "
               f"{m0['expert_entropy_last']:.3f}, written to {routing_dir}/ (analyse: commscope moe analyze "
               f"{routing_dir}{'/group000' if len(metrics) > 1 else ''} --out moe/)")
-    if comparison is not None:
+    if comparison is not None and not comparison["by_op"] and not comparison["setup"]:  # a world of one
+        print(f"\nrecorded in {args.record}/: no communication, as predicted (one rank talks to no one)")
+    elif comparison is not None:
         print(f"\nrecorded in {args.record}/: measured vs predicted, each step with its own recorded routing, "
               f"summed over {comparison['num_steps']} step(s)")
         from commscope.cli.compare_cmd import print_comparison

@@ -263,8 +263,11 @@ class OutputSet:
             _discard(tmp)
 
     def write_text(self, name: str, text: str) -> Path:
-        with open(self.path(name), "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
+        try:
+            with open(self.path(name), "w", encoding="utf-8", newline="") as fh:
+                fh.write(text)
+        except OSError as exc:  # a write's error names no file: name the one the user asked for
+            raise named_error(exc, self.folder / name) from None
         return self.folder / name
 
     def commit(self) -> list[Path]:

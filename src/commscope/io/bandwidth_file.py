@@ -155,10 +155,14 @@ def read_bandwidth(path: Path, *, fallback: AlphaBeta | None = None,
 def _read_bandwidth(path: Path, fallback: AlphaBeta | None, skipped: list[str]) -> BandwidthModel:
     path = Path(path)
     if not path.is_file():
-        raise ConfigError("bandwidth", str(path), "is a directory; give a file" if path.is_dir() else "no such file")
+        raise ConfigError("bandwidth", str(path), "is a directory; give a file" if path.is_dir() else
+                          "is not a regular file (a pipe or a device?); give a file" if path.exists() else "no such file")
     source = path.name
     suffix = path.suffix.lower()
-    text = path.read_text(errors="replace")
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        raise ConfigError("bandwidth", str(path), f"cannot read it ({exc.strerror or exc})") from None
     try:
         if suffix == ".json":
             data = json.loads(text)

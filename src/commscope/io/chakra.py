@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from commscope.errors import ConfigError
-from commscope.io.atomic import atomic_open, write_text
+from commscope.io.atomic import OutputSet, named_error
 
 __all__ = ["COMM_TYPES", "GROUP_FILE", "ChakraExport", "check_chakra_out", "check_prefix", "export_chakra", "write_chakra"]
 
@@ -109,19 +109,25 @@ def write_chakra(prediction: Any, estimate: Any, out: str | Path, *, prefix: str
 
 
 def export_chakra(prediction: Any, estimate: Any, out: str | Path, *, prefix: str = "commscope", gpu: Any = None,
-                  bandwidth: Any = None, comm_streams: int = 1) -> ChakraExport:
+                  bandwidth: Any = None, comm_streams: int = 1, replace: bool = False) -> ChakraExport:
     """Write the traces of ``prediction`` (module docstring), compute timed as ``estimate`` was (``gpu``: the GPU
     :func:`commscope.estimate.estimate` was given, if any), its one communication chain per rank ordered with the
     op times of ``bandwidth`` (the estimate's bandwidth model; default the cluster's alpha-beta tiers);
     ``comm_streams`` 1 or 2 (:mod:`commscope.io.chakra_trace`). Raises ConfigError for a bad ``prefix`` or an
-    ``out`` holding an earlier export (:func:`check_chakra_out`)."""
+    ``out`` holding an earlier export (:func:`check_chakra_out`), unless ``replace`` (the caller said so: the earlier
+    files of these names are replaced, the caller removes the others). The files are renamed into place together once
+    every one is written (:class:`~commscope.io.atomic.OutputSet`): a full disk half-way leaves the earlier files or
+    none, never the traces of some ranks, which a simulator would read as the job."""
     from commscope.io.chakra_compute import job_kernels
     from commscope.io.chakra_replay import bandwidth_timer
     from commscope.io.chakra_ops import TraceJob
     from commscope.io.chakra_trace import rank_program
 
     et, protolib = _require_chakra()
-    check_chakra_out(out, prefix)
+    if replace:
+        check_prefix(prefix)
+    else:
+        check_chakra_out(out, prefix)
     if comm_streams not in (1, 2):
         raise ConfigError("comm_streams", comm_streams, "valid: 1 (one communication chain per rank), 2")
     out = Path(out)
@@ -137,21 +143,25 @@ def export_chakra(prediction: Any, estimate: Any, out: str | Path, *, prefix: st
                   ("schedule", "string_val", job.schedule), ("num_micro_batches", "int64_val", par.num_micro_batches),
                   ("virtual_pipeline_size", "int64_val", par.virtual_pipeline_size),
                   ("compute_model", "string_val", estimate.compute_model), ("comm_streams", "int64_val", comm_streams)]
-    for rank in range(par.world_size):
-        nodes, missed = rank_program(job, rank)
-        unplaced += [f"rank {rank}: {op.axis} {op.op} {op.name} phase={op.phase} micro_batch={op.micro_batch} "
-                     f"layer={op.layer} #{j}" for op, j in missed]
-        path = out / f"{prefix}.{rank}.et"
-        with atomic_open(path, "wb") as fh:
-            meta = et.GlobalMetadata(version=SCHEMA, attr=[et.AttributeProto(name=n, **{k: v}) for n, k, v in
-                                                          [("rank", "int64_val", rank), *meta_attrs]])
-            protolib.encodeMessage(fh, meta)
-            for node in _encode(et, nodes, groups):
-                protolib.encodeMessage(fh, node)
-        paths.append(path)
-        sizes.append(len(nodes))
-    group_file = out / GROUP_FILE
-    write_text(group_file, json.dumps({name: list(g) for g, name in groups.items()}, indent=1) + "\n")
+    with OutputSet(out) as staged:
+        for rank in range(par.world_size):
+            nodes, missed = rank_program(job, rank)
+            unplaced += [f"rank {rank}: {op.axis} {op.op} {op.name} phase={op.phase} micro_batch={op.micro_batch} "
+                         f"layer={op.layer} #{j}" for op, j in missed]
+            path = out / f"{prefix}.{rank}.et"
+            try:
+                with open(staged.path(path.name), "wb") as fh:
+                    meta = et.GlobalMetadata(version=SCHEMA, attr=[et.AttributeProto(name=n, **{k: v}) for n, k, v in
+                                                                  [("rank", "int64_val", rank), *meta_attrs]])
+                    protolib.encodeMessage(fh, meta)
+                    for node in _encode(et, nodes, groups):
+                        protolib.encodeMessage(fh, node)
+            except OSError as exc:  # a full disk: the file the user asked for, not the temporary one
+                raise named_error(exc, path) from None
+            paths.append(path)
+            sizes.append(len(nodes))
+        group_file = out / GROUP_FILE
+        staged.write_text(GROUP_FILE, json.dumps({name: list(g) for g, name in groups.items()}, indent=1) + "\n")
     return ChakraExport(paths=(*paths, group_file), num_nodes=tuple(sizes), unplaced=tuple(unplaced),
                         scale=tuple(k.scale for k in job.kernels))
 

@@ -77,7 +77,7 @@ def row_time_problem(op: str, size_bytes: int, time_s: Any) -> str | None:
     return f"{op} {size_bytes} B out-of-place time={shown} is no measurement (must be > 0)"
 
 
-def _whole_problem(value: Any, field: str, minimum: int) -> str | None:
+def _whole_problem(value: Any, field: str, minimum: int, maximum: int | None = None) -> str | None:
     number = _number(value)
     if number is None:
         return f"{field}={value!r}: not a number"
@@ -85,17 +85,25 @@ def _whole_problem(value: Any, field: str, minimum: int) -> str | None:
         return f"{field}={value!r}: not a whole finite number"
     if number < minimum:
         return f"{field}={value!r}: must be >= {minimum}"
+    if maximum is not None and number > maximum:
+        return f"{field}={number:.3g}: more ranks than any cluster (at most {maximum:,})"
     return None
+
+
+#: The most ranks a measured group can have: the largest training clusters hold ~10^5 GPUs, and commscope's
+#: commands are tested to 2^20 (as ``commscope.cli.common.MAX_PLAUSIBLE_GPUS``, which ``plan`` and ``traffic`` apply).
+MAX_GROUP_RANKS = 1 << 20
 
 
 def bench_row_problem(row: dict[str, Any]) -> str | None:
     """What is wrong with the numbers of one row of ``commscope bench`` JSON or of a measured bandwidth table
     (``field=value: why``), or None (the reader checks the op, against the collectives it knows). Checked where the
-    row has them: ``size_bytes`` (whole, 1 B to 1 TiB), ``group_size`` (whole, >= 2: one rank moves nothing),
+    row has them: ``size_bytes`` (whole, 1 B to 1 TiB), ``group_size`` (whole, >= 2: one rank moves nothing, and
+    at most :data:`MAX_GROUP_RANKS`),
     ``time_s`` (finite, > 0), the bus bandwidth (``busbw_bytes_per_s`` or ``busbw_GBps``: finite, > 0)."""
     why = size_problem(row.get("size_bytes"), minimum=1)
     if why is None:
-        why = _whole_problem(row.get("group_size"), "group_size", 2)
+        why = _whole_problem(row.get("group_size"), "group_size", 2, MAX_GROUP_RANKS)
         if why is not None and _number(row.get("group_size")) is not None and why.endswith(">= 2"):
             why += " (one rank moves nothing)"
     if why is None and row.get("time_s") is not None:
@@ -129,15 +137,19 @@ def format_problem(header: dict[str, Any], *, formats: Collection[str], version:
 
 def read_json_document(path: str | Path, field: str, *, what: str) -> Any:
     """The parsed JSON of the file ``path``; a ConfigError naming ``field`` and the path when it is missing, a folder,
-    not text (a binary file) or not valid JSON (with the line). ``what`` says what was expected
+    a pipe or a device, unreadable, not text (a binary file) or not valid JSON (with the line). ``what`` says what was expected
     (``a tuning table that `commscope tune --out` wrote``)."""
     p = Path(path)
     if p.is_dir():
         raise ConfigError(field, str(p), f"is a directory; give {what}")
+    if p.exists() and not p.is_file():  # a pipe would block the read, a device never end it
+        raise ConfigError(field, str(p), f"is not a regular file (a pipe or a device?); give {what}")
     try:
         data = p.read_bytes()
     except FileNotFoundError:
         raise ConfigError(field, str(p), f"no such file; give {what}") from None
+    except OSError as exc:
+        raise ConfigError(field, str(p), f"cannot read it ({exc.strerror or exc}); give {what}") from None
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -14,9 +14,11 @@ from typing import Any, TypeGuard
 from commscope.commop import MAX_MESSAGE_BYTES, ROOTED_OPS, CommOp
 from commscope.io.import_base import KNOWN_DTYPES
 
-#: dtype names a record may carry (lower case): commscope's, torch's (``float8_e4m3fn``), the importers'.
+#: dtype names a record may carry (lower case): commscope's, torch's (``float8_e4m3fn``), the importers', and
+#: ``none``, which the recorder writes for an op that moves no data (a barrier).
 _KNOWN_DTYPES = frozenset(d.lower() for d in KNOWN_DTYPES) | {
-    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "complex32", "qint8", "quint8", "qint32"}
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "complex32", "qint8", "quint8", "qint32",
+    "none"}
 
 
 def is_int(value: Any) -> TypeGuard[int]:

@@ -107,15 +107,26 @@ def write_run_parquet(path: str | Path, out_dir: str | Path, *, layout: Any = No
     ``out_dir`` (``rank00003.jsonl.gz`` -> ``rank00003.parquet``; columns of :data:`commscope.io.tables.OP_COLUMNS`,
     the file's rank filled in where its records name none, the axis attributed from ``layout`` when it is
     given, as ``summarize`` attributes it), one file at a time, so that memory holds one rank's records at most. For queries over logs too large for one machine's memory: DuckDB, Dask or Spark read the
-    directory as one table. Returns (files written, rows, problems of the files read). Raises ValueError naming
+    directory as one table. The files are renamed into place together once every one is written
+    (:class:`~commscope.io.atomic.OutputSet`): a full disk half-way leaves no table of some ranks only, which a query
+    would read as the whole run. Returns (files written, rows, problems of the files read). Raises ValueError naming
     the path when nothing could be read."""
-    from dataclasses import replace
-
-    from commscope.io.tables import write_ops_parquet
+    from commscope.io.atomic import OutputSet
 
     path, out_dir = Path(path), Path(out_dir)
     files = _run_files(path)
     out_dir.mkdir(parents=True, exist_ok=True)
+    with OutputSet(out_dir) as staged:
+        written, rows, problems = _write_parquet_tables(path, files, staged, layout)
+    return written, rows, problems
+
+
+def _write_parquet_tables(path: Path, files: list[Path], staged: Any, layout: Any) -> tuple[list[Path], int, list[str]]:
+    from dataclasses import replace
+
+    from commscope.io.tables import write_ops_parquet
+
+    out_dir = staged.folder
     written: list[Path] = []
     rows = 0
     problems: list[str] = []
@@ -135,7 +146,7 @@ def write_run_parquet(path: str | Path, out_dir: str | Path, *, layout: Any = No
         target = out_dir / (f.name.split(".", 1)[0] + ".parquet")
         if target in written:  # two files of one stem (rank0.jsonl and rank0.csv): keep both
             target = out_dir / f"{f.name.replace('.', '_')}.parquet"
-        rows += write_ops_parquet(target, ops)
+        rows += write_ops_parquet(staged.path(target.name), ops)
         written.append(target)
     if not written:
         raise ValueError(f"{path}: no records to export" + (f" ({problems[0]})" if problems else ""))
@@ -153,7 +164,11 @@ def _run_files(path: Path) -> list[Path]:
                     and not p.name.endswith(_IGNORED_SUFFIXES) and p.name not in _IGNORED_NAMES),
                    key=lambda p: (_RECORDER_NAME.fullmatch(p.name) is None, p.name))
     if not files:
-        raise ValueError(f"{path}: an empty directory: no rank*.jsonl logs (commscope record) and no file another "
+        odd = sorted(p.name for p in path.iterdir() if not p.name.startswith(".") and not p.is_file()
+                     and not p.is_dir())  # a pipe, a device, a dangling link: never read (a read could block)
+        what = (f"holds no regular file ({', '.join(odd[:4])}{' ...' if len(odd) > 4 else ''}: not a regular file, a "
+                "pipe, a device or a dangling link)" if odd else "an empty directory")
+        raise ValueError(f"{path}: {what}: no rank*.jsonl logs (commscope record) and no file another "
                          f"tool wrote (Kineto traces, DeepSpeed logs, Flight Recorder dumps, NCCL_DEBUG logs)")
     return files
 

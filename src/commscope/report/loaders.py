@@ -147,7 +147,7 @@ def load_bench(path: str | Path) -> BenchResult:
     from commscope.io.checks import bench_row_problem, read_json_document
 
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():  # a folder, a pipe, an unreadable file: read_json_document says which
         raise ConfigError("bench", str(path), "no such file (expected a benchmark JSON with meta and rows)")
     doc = read_json_document(path, "bench", what="a benchmark JSON with meta and rows (commscope bench --out)")
     rows = doc.get("rows") if isinstance(doc, dict) else doc

@@ -177,12 +177,19 @@ def _build_moe_layer():
             tokens = x.reshape(-1, shape[-1])
             order, counts, weights = self.route(tokens)
             every = torch.empty(self.ep * self.E, dtype=torch.int64, device=x.device)
-            dist.all_gather_single(every, counts, group=self.group)
+            # an EP group of one moves nothing: Megatron-core's collectives hand a group of one its input back
+            # (tensor_parallel.mappings: `if world_size == 1: return input_`), and the prediction has no op there
+            if self.ep > 1:
+                dist.all_gather_single(every, counts, group=self.group)
+            else:
+                every.copy_(counts)
             every = every.view(self.ep, self.ep, self.local)  # [source rank, destination rank, local expert]
             send = counts.view(self.ep, self.local).sum(dim=1).tolist()
             mine = every[:, self.ep_rank, :]  # [source rank, my expert]: tokens I receive
             recv = mine.sum(dim=1).tolist()
-            received = all_to_all_single(tokens[order // self.k], recv, send, self.group)
+            received = tokens[order // self.k]
+            if self.ep > 1:
+                received = all_to_all_single(received, recv, send, self.group)
             # received rows are ordered by source rank, then expert: run each local expert on its rows
             chunks = list(received.split(mine.reshape(-1).tolist()))
             outs = [None] * len(chunks)
@@ -191,7 +198,9 @@ def _build_moe_layer():
                 y = expert(torch.cat(rows)) if sum(r.shape[0] for r in rows) else rows[0][:0]
                 for s, part in enumerate(y.split([r.shape[0] for r in rows])):
                     outs[s * self.local + e] = part
-            back = all_to_all_single(torch.cat(outs), send, recv, self.group)
+            back = torch.cat(outs)
+            if self.ep > 1:
+                back = all_to_all_single(back, send, recv, self.group)
             # dropped assignments stay zero: the token keeps only its residual for that expert
             combined = back.new_zeros(tokens.shape[0] * self.k, shape[-1]).index_copy(0, order, back)
             out = (combined.view(-1, self.k, shape[-1]) * weights.unsqueeze(-1).to(back.dtype)).sum(dim=1)
@@ -277,7 +286,8 @@ def train_moe_rank(rank: int, world: int, cfg: MoeRunConfig, backend: str = "glo
             aux_sum += float(aux.item())
         # Megatron's data parallelism without bucketing: one all-reduce of the dense gradients over dp,
         # one of the expert gradients over expert-dp
-        _all_reduce_grads(dense_params, None, world)
+        if world > 1:
+            _all_reduce_grads(dense_params, None, world)
         if len(edp_ranks) > 1:
             _all_reduce_grads(expert_params, edp_group, len(edp_ranks))
         opt.step()

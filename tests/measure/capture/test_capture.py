@@ -313,9 +313,13 @@ def _user_job(rank, world, logdir, store_path, crash):
 
 
 def _run_user_job(tmp_path: Path, crash: bool):
+    return _fork_ranks(_user_job, str(tmp_path / "logs"), str(tmp_path / "store"), crash)
+
+
+def _fork_ranks(target, *args):
+    """Exit codes of 2 forked ranks running ``target(rank, 2, *args)`` (a user's job, which starts its own group)."""
     ctx = multiprocessing.get_context("fork")
-    store = tmp_path / "store"
-    procs = [ctx.Process(target=_user_job, args=(r, 2, str(tmp_path / "logs"), str(store), crash)) for r in range(2)]
+    procs = [ctx.Process(target=target, args=(r, 2, *args)) for r in range(2)]
     for p in procs:
         p.start()
     for p in procs:
@@ -609,3 +613,51 @@ def test_a_coalesced_batch_let_go_is_followed_when_its_work_has_a_future(tmp_pat
     ops = _ops(tmp_path, 0, timed=False).ops
     assert [(o.op, o.size_bytes, o.t_end_ns is not None) for o in ops] == [
         ("all_gather", 8, True), ("all_gather", 4, True), ("reduce_scatter", 8, False), ("reduce_scatter", 4, False)]
+
+
+def _barrier(rank, world, logdir):
+    log = _with_log(logdir)
+    dist.all_reduce(torch.ones(16))
+    dist.barrier()
+    log.close()
+
+
+def test_a_recorded_barrier_is_read_back(tmp_path):
+    """The recorder writes a barrier with dtype 'none' (it moves no data), and every reader refused that record as
+    of an unknown dtype: `summarize` of any job that called dist.barrier() printed a problem per rank and left the
+    barrier out. 2 gloo ranks: each log reads back without a problem, barrier included."""
+    spawn(_barrier, 2, args=(str(tmp_path),), backend="commscope", env=ENV, timeout_s=120)
+    for rank in range(2):
+        ops = _ops(tmp_path, rank).ops
+        assert [(o.op, o.size_bytes) for o in ops] == [("all_reduce", 64), ("barrier", 0)]
+
+
+def _second_job(rank, world, logdir, store_path, first_logs):
+    """A user's script started at the same moment as another job recording into the same folder: the folder was
+    empty when record() checked it, and the other job's logs landed there before this job's first write."""
+    import shutil
+
+    import commscope.measure.capture
+
+    with commscope.measure.capture.record(logdir, batch=4, flush_s=60):
+        dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank, world_size=world)
+        if rank == 0:  # both ranks have checked the folder (init waited for both): the other job's logs land now
+            for f in sorted(Path(first_logs).iterdir()):
+                shutil.copy2(f, Path(logdir) / f.name)
+        dist.barrier()  # held in the log's first batch, as the first ops of a job are
+        t = torch.ones(256)
+        for _ in range(10):
+            dist.all_reduce(t)
+        dist.destroy_process_group()
+
+
+def test_a_job_refused_by_another_jobs_logs_leaves_no_failure_marker_in_them(tmp_path):
+    """Two jobs recording into one folder at once through record(): the second is refused at its first write, as it
+    must be, but it wrote failure.json into the first job's recording, so `summarize` reported the first job, which
+    finished, as failed (issue 36's first case, by the Python API). The refused job now leaves the folder as it was."""
+    assert _run_user_job(tmp_path / "first", crash=False) == [0, 0]
+    first = tmp_path / "first" / "logs"
+    shared = tmp_path / "shared"
+    codes = _fork_ranks(_second_job, str(shared), str(tmp_path / "store"), str(first))
+    assert all(code != 0 for code in codes)
+    assert {p.name: p.read_bytes() for p in shared.iterdir()} == {p.name: p.read_bytes() for p in first.iterdir()}

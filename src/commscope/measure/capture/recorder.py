@@ -113,6 +113,8 @@ class RankLog:
         self._step: int | None = None
         self._step_start_ns: int | None = None  # start of the step being timed (None: no step open)
         self._written = False  # whether this log has written its file (a reopen after close appends to it)
+        self.refused = False
+        """Whether the folder held this rank's log of another run when it first wrote: the folder is that run's."""
         self._broken: str | None = None  # why this log stopped writing (a full disk): its records are dropped
         self._dropped = 0
         self._say_stop = say_stop  # False: a launcher reports :attr:`stopped` in one line for all its ranks
@@ -187,6 +189,7 @@ class RankLog:
         except FileExistsError:
             from commscope.errors import ConfigError
 
+            self.refused = True
             raise ConfigError("logdir", str(self.logdir), f"already holds {path.name} of an earlier recording; "
                                                           "record into a new directory") from None
         self._written = True
@@ -459,7 +462,7 @@ def _failed_rank() -> int | None:
 def _note_failure(exc: BaseException) -> None:
     """This rank is ending on an uncaught exception: say so beside the logs (its log still closes, with its
     completion marker: the marker says the log is whole, this file says the job was not)."""
-    if _ACTIVE is None:
+    if _ACTIVE is None or _ACTIVE.refused:  # the folder is another run's: its recording is not this job's to mark
         return
     from commscope.measure.capture.pg import run_info
 
