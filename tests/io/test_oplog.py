@@ -263,3 +263,16 @@ def test_csv_rows_get_the_checks_of_jsonl_records(tmp_path):
     log = read_ops_csv(path)
     assert len(log.ops) == 1 and log.problems[0].startswith("ops.csv line 2: size_bytes=2199023255552 is larger than")
     assert log.problems[1].startswith("ops.csv line 3: dtype='float33': unknown")
+
+
+def test_a_binary_line_is_said_to_be_binary_not_a_utf16_error(tmp_path):
+    """json.loads guesses UTF-16 from bytes such as 0xff 0xfe and reported that codec's failure ('utf-16-le' codec
+    can't decode ...) for a line of binary junk in a rank log: the problem now says the line is not UTF-8 text."""
+    ops = list(_workload().ops())[:3]
+    path = tmp_path / "junk.jsonl"
+    path.write_bytes(b"\n".join([json.dumps(ops[0].to_dict()).encode(), bytes([0xFF, 0xFE, 0x00, 0x41, 0x9C, 0x00]),
+                                 json.dumps(ops[1].to_dict()).encode()]) + b"\n")
+    log = read_ops_jsonl(path)
+    assert log.ops == ops[:2]
+    assert log.problems == [("junk.jsonl line 2: invalid JSON (not UTF-8 text: byte 0xff at column 1; binary data?), "
+                             "skipped")]

@@ -194,6 +194,16 @@ def _op_from_obj(obj: dict[str, Any]) -> CommOp:
     return CommOp(**obj)
 
 
+def _why_not_json(raw: bytes, exc: ValueError) -> str:
+    """What is wrong with a line json.loads refused: bytes that are not UTF-8 text are said to be so (json.loads
+    guesses UTF-16 or UTF-32 from the first bytes of binary data and reports that codec's failure)."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return f"not UTF-8 text: byte 0x{raw[bad.start]:02x} at column {bad.start + 1}; binary data?"
+    return f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+
+
 def _parse_line(raw: bytes, lineno: int, name: str, problems: list[str],
                 header: dict[str, Any] | None = None) -> tuple[str, Any] | None:
     """One non-blank line of a JSONL op log: ``("op", CommOp)``, ``("header", dict)``, ``("step", dict)``, or None
@@ -205,8 +215,7 @@ def _parse_line(raw: bytes, lineno: int, name: str, problems: list[str],
         if not raw.endswith(b"\n"):  # only the last line of a file can lack its newline
             problems.append(f"{name} line {lineno}: truncated JSON, skipped")
         else:
-            what = f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else str(exc)
-            problems.append(f"{name} line {lineno}: invalid JSON ({what}), skipped")
+            problems.append(f"{name} line {lineno}: invalid JSON ({_why_not_json(raw, exc)}), skipped")
         return None
     if not isinstance(obj, dict):
         problems.append(f"{name} line {lineno}: expected a JSON object, got {type(obj).__name__}, skipped")
