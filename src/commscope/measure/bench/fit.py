@@ -27,7 +27,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -39,9 +38,11 @@ from commscope.errors import ConfigError
 from commscope.measure.bench.fit_input import (
     FIT_OPS,
     FitPoint,
+    FitRows,
     _points_from_bench,  # noqa: F401  (commscope.cli.calibrate_cmd and the tests read bench JSON rows through it)
     check_op,
     load_points,
+    load_rows,
     problem_lines,
 )
 from commscope.estimate.fitted import FITTED_KIND, Curve, FittedModel, Segment, _factor
@@ -49,8 +50,8 @@ from commscope.measure.bench.piecewise import EXHAUSTIVE_SIZES, fit_curve
 from commscope.spec.cluster import implausible_link
 from commscope.units import GB, US
 
-__all__ = ["EXHAUSTIVE_SIZES", "FIT_OPS", "FitPoint", "FitResult", "Residual", "check_op", "fit", "fit_curve",
-           "load_points", "problem_lines", "to_toml"]
+__all__ = ["EXHAUSTIVE_SIZES", "FIT_OPS", "FitPoint", "FitResult", "FitRows", "Residual", "check_op", "fit",
+           "fit_curve", "load_points", "load_rows", "problem_lines", "to_toml"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,31 +105,33 @@ class FitResult:
 
 # --- fitting ----------------------------------------------------------------------------------------------
 
-def fit(points: Iterable[FitPoint], *, source: str = "measurements", time_kind: str = "median",
+def fit(points: Iterable[FitPoint] | FitRows, *, source: str = "measurements", time_kind: str = "median",
         backend: str | None = None, tolerance: float = 0.1, max_pieces: int = 3) -> FitResult:
-    """Fit every (op, group size, intra_node) of ``points``; ConfigError if any has fewer than 2 sizes."""
+    """Fit every (op, group size, intra_node) of ``points`` (FitPoints, or the columns :func:`load_rows` reads);
+    ConfigError if any has fewer than 2 sizes. Repeated sizes are fitted as their median time."""
     if not 0 < tolerance:
         raise ConfigError("tolerance", tolerance, "must be > 0")
     if max_pieces < 1:
         raise ConfigError("max_pieces", max_pieces, "must be >= 1")
-    groups: dict[tuple[str, int, bool | None], dict[int, list[float]]] = {}
-    noisy: dict[tuple[str, int, bool | None], list[bool]] = {}
-    for p in points:
-        groups.setdefault((p.op, p.group_size, p.intra_node), {}).setdefault(p.size_bytes, []).append(p.time_s)
-        noisy.setdefault((p.op, p.group_size, p.intra_node), []).append(p.noisy)
-    if not groups:
+    rows = points if isinstance(points, FitRows) else FitRows.of_points(points)
+    if not len(rows):
         raise ConfigError("input", source, "has no rows to fit")
+    groups: dict[tuple[str, int, bool | None], int] = {}
+    group_of_curve = np.array([groups.setdefault((op, n, intra), len(groups)) for op, n, intra, *_ in rows.curves],
+                              dtype=np.int64)
+    group = group_of_curve[rows.curve]
+    used = set(np.unique(group).tolist())
     curves, residuals = [], []
     unreliable: dict[tuple[str, int, bool | None], str] = {}
     noisy_rows: dict[tuple[str, int, bool | None], str] = {}
     merged: list[str] = []
-    for (op, n, intra), by_size in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], str(kv[0][2]))):
-        if len(by_size) < 2:
-            only = next(iter(by_size))
-            raise ConfigError(f"{op} over {n} ranks", f"{len(by_size)} size ({only} B)",
+    for (op, n, intra), g in sorted(((k, g) for k, g in groups.items() if g in used),
+                                    key=lambda kv: (kv[0][0], kv[0][1], str(kv[0][2]))):
+        mine = group == g
+        sizes, times, first = _medians(rows.size_bytes[mine], rows.time_s[mine])
+        if len(sizes) < 2:
+            raise ConfigError(f"{op} over {n} ranks", f"{len(sizes)} size ({first} B)",
                               "need at least 2 message sizes to fit latency and bandwidth", source=source)
-        sizes = sorted(by_size)
-        times = [_median(by_size[s]) for s in sizes]  # repeated sizes: their median
         f = _factor(op, n)
         pieces = _physical(sizes, times, f, f"{op} over {n} ranks", merged, tolerance=tolerance,
                            max_pieces=max_pieces)
@@ -139,20 +142,34 @@ def fit(points: Iterable[FitPoint], *, source: str = "measurements", time_kind: 
         why = _unreliable(segs[-1])
         if why is not None:
             unreliable[(op, n, intra)] = why
-        flags = noisy[(op, n, intra)]
-        if sum(flags) * 2 > len(flags):
-            noisy_rows[(op, n, intra)] = f"{sum(flags)} of {len(flags)}"
-        # Curve.time_s's segment for each size, found walking the sizes up (they are sorted) instead of searching
+        flags = int(rows.noisy[mine].sum())
+        if flags * 2 > int(mine.sum()):
+            noisy_rows[(op, n, intra)] = f"{flags} of {int(mine.sum())}"
+        # Curve.time_s's segment for each size (Segment.time_s, on all sizes at once)
         bounds = [math.sqrt(a.size_max_bytes * b.size_min_bytes) for a, b in itertools.pairwise(segs)]
-        j = 0
-        for s, t in zip(sizes, times):
-            while j < len(bounds) and s > bounds[j]:
-                j += 1
-            residuals.append(Residual(op=op, group_size=n, size_bytes=int(s), measured_time_s=t,
-                                      fitted_time_s=segs[j].time_s(s, f)))
+        x = np.array(sizes, dtype=float)
+        j = np.searchsorted(np.array(bounds, dtype=float), x, side="left")  # the first bound >= size
+        alpha = np.array([seg.alpha_s for seg in segs])[j]
+        busbw = np.array([seg.busbw_bytes_per_s for seg in segs])[j]
+        fitted = (alpha * 1.0 + x * f / busbw).tolist()
+        residuals += [Residual(op=op, group_size=n, size_bytes=s, measured_time_s=t, fitted_time_s=ft)
+                      for s, t, ft in zip(sizes, times, fitted, strict=True)]
     return FitResult(curves=tuple(curves), residuals=tuple(residuals), source=source, time_kind=time_kind,
                      backend=backend, tolerance=tolerance, max_pieces=max_pieces, unreliable=unreliable, noisy=noisy_rows,
                      merged=tuple(merged))
+
+
+def _medians(size_bytes: np.ndarray, time_s: np.ndarray) -> tuple[list[int], list[float], int]:
+    """The distinct sizes ascending, each one's median time (the middle one, or the mean of the two middle ones, as
+    :func:`statistics.median` gives it), and the first size read."""
+    order = np.lexsort((time_s, size_bytes))
+    s, t = size_bytes[order], time_s[order]
+    sizes, start, count = np.unique(s, return_index=True, return_counts=True)
+    mid = start + count // 2
+    median = t[mid]
+    even = count % 2 == 0
+    median[even] = (t[mid[even] - 1] + t[mid[even]]) / 2
+    return sizes.tolist(), median.tolist(), int(size_bytes[0])
 
 
 def _physical(sizes: Sequence[int], times: Sequence[float], factor: float, curve: str, said: list[str], *,
@@ -177,13 +194,6 @@ def _physical(sizes: Sequence[int], times: Sequence[float], factor: float, curve
         said.append(f"{curve}: the rows of {rows} B alone give a line whose bus bandwidth {why(beta)}: fitted "
                     f"within {int(sizes[into[0]]):,}-{int(sizes[into[1]]):,} B instead")
     return kept
-
-
-def _median(values: list[float]) -> float:
-    """``float(np.median(values))``, without numpy's cost for the one or few times most sizes have."""
-    if len(values) == 1:
-        return float(values[0])
-    return float(statistics.median(values)) if len(values) < 64 else float(np.median(values))
 
 
 def _unreliable(largest: Segment) -> str | None:
