@@ -142,22 +142,26 @@ def _finish_run(run: _Run, name: str, override: str | None, problems: _Problems,
     hosts = list(dict.fromkeys(d["host"] for d in run.devices))
     num_nodes = len(hosts) if hosts else None
     intra = None if num_nodes is None else num_nodes == 1
-    types = {t: _canonical_dtype(t) for t in dict.fromkeys(cols.type_name)}
-    unknown_types = {t for t, d in types.items() if d not in _DTYPE_BYTES}
-    too_large = [s > MAX_MESSAGE_BYTES for s in cols.size]
-    # per half: its row's dtype; what the data check and the link limit say of it
-    dtype = [types[cols.type_name[i]] for i in cols.row.tolist()]
+    # each variant (type, reduction op, root) as a row has it: the type canonical, no 'none' op, no negative root
+    variants = [(_canonical_dtype(t), None if r in (None, "none") else r, None if o is None or o < 0 else o)
+                for t, r, o in cols.variants]
+    unknown_types = {t for (t, _, _), (d, _, _) in zip(cols.variants, variants, strict=True) if d not in _DTYPE_BYTES}
+    too_large = np.flatnonzero(cols.size > MAX_MESSAGE_BYTES).tolist()
+    # per half: its row's variant; what the data check and the link limit say of it
+    variant = cols.variant[cols.row]
     failed = cols.wrong_positive.copy()
     for j in cols.with_max_error:  # old tables' error column: above nccl-tests' bound for the type
-        failed[j] |= cols.max_error[j] > _error_bound(dtype[j], n)  # type: ignore[operator]
+        failed[j] |= cols.max_error[j] > _error_bound(variants[variant[j]][0], n)  # type: ignore[operator]
     fastest = np.maximum(cols.algbw_GBps * GB, cols.busbw_GBps * GB)
     said = failed | cols.starred | (fastest > LINK_BANDWIDTH_RANGE_BYTES_PER_S[1])
-    kept = ~np.array(too_large, dtype=bool)[cols.row]
+    skipped = np.zeros(len(cols.size), dtype=bool)
+    skipped[too_large] = True
+    kept = ~skipped[cols.row]
     lines = cols.line.tolist()
     bounds = np.searchsorted(cols.row, np.arange(len(cols.size) + 1)).tolist()  # row i's halves: bounds[i]:bounds[i + 1]
-    for i in sorted({int(r) for r in cols.row[said & kept]} | {i for i, t in enumerate(too_large) if t}):
-        r_line, size = lines[i], cols.size[i]
-        if too_large[i]:
+    for i in sorted(set(cols.row[said & kept].tolist()) | set(too_large)):
+        r_line, size = lines[i], int(cols.size[i])
+        if skipped[i]:
             problems.add(r_line, f"size {size} B is larger than any real message (> 1 TiB): row skipped")
             continue
         for j in range(bounds[i], bounds[i + 1]):
@@ -166,8 +170,9 @@ def _finish_run(run: _Run, name: str, override: str | None, problems: _Problems,
             if w is not None and w > 0:
                 problems.add(r_line, f"{where}: #wrong = {w} (the data check found wrong elements)")
             elif failed[j]:
+                dtype = variants[variant[j]][0]
                 problems.add(r_line, f"{where}: max error {cols.max_error[j]:g} exceeds nccl-tests' bound "
-                                     f"{_error_bound(dtype[j], n):.2g} for {dtype[j]} over {n or '?'} ranks")
+                                     f"{_error_bound(dtype, n):.2g} for {dtype} over {n or '?'} ranks")
             elif cols.starred[j]:
                 problems.add(r_line, f"{where}: the error is marked '*' (above rccl-tests' threshold)")
             if fastest[j] > LINK_BANDWIDTH_RANGE_BYTES_PER_S[1]:
@@ -176,31 +181,27 @@ def _finish_run(run: _Run, name: str, override: str | None, problems: _Problems,
                                      f"short to have moved the data, not a measurement")
     for t in sorted(unknown_types):
         problems.add(first_line, f"unknown element type {t!r}; kept as is")
-    outside = next((i for i, root in enumerate(cols.root) if root is not None and root >= (n or math.inf)), None)
+    outside = cols.first_row([c for c, (_, _, o) in enumerate(cols.variants) if o is not None and o >= (n or math.inf)])
     if outside is not None and n:  # a traffic matrix could not place it: it starts a rooted op at the group's rank 0
-        problems.add(lines[outside], f"root {cols.root[outside]} is not a rank of the {n}-rank group (0 to {n - 1}): a "
-                                     f"traffic matrix takes rank 0 for it")
+        root = cols.variants[cols.variant[outside]][2]
+        problems.add(lines[outside], f"root {root} is not a rank of the {n}-rank group (0 to {n - 1}): a traffic matrix "
+                                     "takes rank 0 for it")
     if not run.summary_line:
         problems.add(last, "the table stops without nccl-tests' summary ('# Avg bus bandwidth'): the run did not "
                            "finish or its output was cut")
-    _check_sizes(run, n, problems, min(cols.size), max(cols.size))
+    _check_sizes(run, n, problems, int(cols.size.min()), int(cols.size.max()))
     algbw_convention = None
     if timed.fits(1.0, "algbw").all():
         algbw_convention = "size/time"
     elif n and timed.fits((n - 1) / n, "algbw").all():
         algbw_convention = "size*(n-1)/n/time"  # nccl-tests before 2019, all_gather and reduce_scatter
     index = np.flatnonzero(kept)
-    rows_of = cols.row[index].tolist()
-    index_list = index.tolist()
-    redops = [None if r in (None, "none") else r for r in cols.redop]
-    roots = [None if r is None or r < 0 else r for r in cols.root]
-    rows = QuickRows(name, {table: (op, n, intra)}, {
-        "size_bytes": [cols.size[i] for i in rows_of], "count": [cols.count[i] for i in rows_of],
-        "dtype": [dtype[j] for j in index_list], "redop": [redops[i] for i in rows_of],
-        "root": [roots[i] for i in rows_of], "time_s": cols.time_us[index] * US,
+    rows = QuickRows(name, {table: (op, n, intra)}, variants, {
+        "size_bytes": cols.size[cols.row[index]].astype(np.int64), "count": cols.count[cols.row[index]],
+        "variant": variant[index], "time_s": cols.time_us[index] * US,
         "algbw_bytes_per_s": cols.algbw_GBps[index] * GB, "busbw_bytes_per_s": cols.busbw_GBps[index] * GB,
-        "wrong": [cols.wrong[j] for j in index_list], "in_place": cols.in_place[index],
-        "max_error": [cols.max_error[j] for j in index_list], "line": cols.line[cols.row[index]],
+        "wrong": cols.wrong[index], "in_place": cols.in_place[index],
+        "max_error": list(map(cols.max_error.__getitem__, index.tolist())), "line": cols.line[cols.row[index]],
         "table": np.full(len(index), table, dtype=np.int64), "failed_check": failed[index]})
     meta = {
         "op": op,
@@ -220,7 +221,7 @@ def _finish_run(run: _Run, name: str, override: str | None, problems: _Problems,
         "algbw_convention": algbw_convention,
         "op_named": run.op_hint,
         "op_named_line": run.op_hint_line or None,
-        "roots": sorted({r for r in rows.root if r is not None}),
+        "roots": sorted({variants[v][2] for v in set(rows.variant.tolist())} - {None}),
         "table": table,
     }
     meta["hardware"] = _hardware(meta) or None

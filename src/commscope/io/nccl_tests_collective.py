@@ -79,6 +79,7 @@ class _Timed:
         self.size, self.time_us, self.dt = size, time_us, dt
         self.values = {"busbw": busbw, "algbw": algbw}
         self.busbw_GBps = busbw_GBps
+        self._fits: dict[tuple[float, str], np.ndarray] = {}
 
     @classmethod
     def of(cls, cols: _Columns) -> _Timed:
@@ -94,6 +95,11 @@ class _Timed:
         size / time rather than the printed algbw: nccl-tests before 2019 printed algbw = size (n-1)/n / time for
         all_gather and reduce_scatter (with busbw = algbw), so only busbw means the same in every version.
         """
+        if (f, which) not in self._fits:  # (collectives of one factor ask alike)
+            self._fits[f, which] = self._check(f, which)
+        return self._fits[f, which]
+
+    def _check(self, f: float, which: str) -> np.ndarray:
         value, dv = self.values[which]
         t_hi, t_lo = self.time_us + self.dt, self.time_us - self.dt
         gb_per_s_us = self.size * f / GB / US  # (bytes / GB) per microsecond -> GB/s
@@ -105,36 +111,36 @@ class _Timed:
 
 
 def _evidence(cols: _Columns) -> dict[str, Any]:
-    redops = set(cols.redop) - {None}
+    redops = {r for _, r, _ in cols.variants if r is not None}
     reduces = None
     if redops & _REDOPS:
         reduces = True
     elif redops and redops <= {"none"}:
         reduces = False
-    roots = {r for r in set(cols.root) if r is not None}
+    roots = {o for _, _, o in cols.variants if o is not None}
     rooted = None
     if roots:
         rooted = any(x >= 0 for x in roots)
-    sizes = {t: _DTYPE_BYTES.get(_canonical_dtype(t)) for t in dict.fromkeys(cols.type_name)}
+    sizes = [_DTYPE_BYTES.get(_canonical_dtype(t)) for t, _, _ in cols.variants]
     mults: set[float] = set()
-    if max(cols.size) < 2**53 and max(cols.count) < 2**49:  # whole numbers a float holds: size / (count x ts) exact
-        ts = np.array([sizes[t] or 0 for t in cols.type_name], dtype=np.int64)
-        count = np.array(cols.count, dtype=np.int64)
+    if cols.size.max() < 2**53 and cols.count.max() < 2**49:  # whole numbers a float holds: size / (count ts) exact
+        ts = np.array([v or 0 for v in sizes], dtype=np.int64)[cols.variant]  # (a type of no known size: 0)
+        count = cols.count.astype(np.int64)
         ok = (ts > 0) & (count > 0)
         mults = set(np.unique(cols.sizes_float()[ok] / (count[ok] * ts[ok]).astype(float)).tolist())
     else:
-        for size, count_, t in zip(cols.size, cols.count, cols.type_name, strict=True):
-            ts_ = sizes[t]
+        for size, count_, v in zip(cols.size.tolist(), cols.count.tolist(), cols.variant.tolist(), strict=True):
+            ts_ = sizes[v]
             if ts_ and count_ > 0:
                 mults.add(size / (count_ * ts_))
     size_mult = mults.pop() if len(mults) == 1 else None
     bounds = np.searchsorted(cols.row, np.arange(len(cols.size) + 1))
     two = np.flatnonzero(np.diff(bounds) == 2)  # rows of two halves: in-place unchecked where out-of-place is
     first = bounds[two]
-    unchecked = any(cols.wrong[j] is not None and cols.wrong[j + 1] is None and cols.max_error[j + 1] is None
-                    for j in first.tolist()) if len(first) else False
+    unchecked = cols.wrong.dtype == object and any(cols.wrong[j] is not None and cols.wrong[j + 1] is None
+                                           and cols.max_error[j + 1] is None for j in first.tolist())
     return {"reduces": reduces, "rooted": rooted, "size_mult": size_mult, "unchecked_in_place": unchecked,
-            "first_redop": cols.first(cols.redop), "first_root": cols.first(cols.root)}
+            "first_redop": cols.first(1), "first_root": cols.first(2)}
 
 
 def _fits(op: str, ev: dict[str, Any], n: int | None, timed: _Timed) -> list[str]:

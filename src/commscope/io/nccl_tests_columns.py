@@ -39,11 +39,11 @@ class _Block:
     """Plain data rows of consecutive lines, as columns (two halves each: out-of-place, in-place)."""
 
     first_line: int
-    size: list[int]
-    count: list[int]
-    type_name: list[str]
-    redop: list[str | None]
-    root: list[int | None]
+    size: np.ndarray
+    count: np.ndarray
+    variant: np.ndarray
+    """Each row's (type, reduction op, root): an index into ``variants``."""
+    variants: list[tuple[str, str | None, int | None]]
     time_us: np.ndarray
     """(2, k): time of each half, microseconds; likewise ``algbw_GBps``, ``busbw_GBps``, ``wrong``."""
     algbw_GBps: np.ndarray
@@ -56,25 +56,38 @@ class _Block:
         return len(self.size)
 
 
-def _whole(col: list[str]) -> list[int] | None:
-    """The tokens of ``col`` as ints when each is 1-18 digits, else None."""
+def _codes(col: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Each token of ``col`` as the index of its value in the distinct values (in the order they come)."""
+    index = {t: i for i, t in enumerate(dict.fromkeys(col))}
+    return np.fromiter(map(index.__getitem__, col), np.int64, len(col)), list(index)
+
+
+def _whole(col: list[str]) -> np.ndarray | None:
+    """The tokens of ``col`` as int64 when each is 1-18 digits, else None."""
     if " ".join(col).encode("ascii").translate(None, b"0123456789 ") or max(map(len, col)) > _MAX_INT_DIGITS:
         return None
-    return list(map(int, col))
+    return np.fromiter(map(int, col), np.int64, len(col))
 
 
 def _decimal(col: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
     """(values, half units) of ``col`` when each token is a plain decimal of the fast row (digits, at most one point
-    with digits on both sides, at most 30 digits each side), else None."""
+    with digits on both sides, at most 30 digits each side), else None. Each token's length and point are found on
+    the bytes of the whole column at once."""
     joined = " ".join(col).encode("ascii")
     if joined.translate(None, b"0123456789. "):
         return None
     k = len(col)
-    lens = np.fromiter(map(len, col), np.int64, k)
-    dots = np.fromiter(map(str.find, col, itertools.repeat(".")), np.int64, k)
-    has = dots >= 0
-    if int(has.sum()) != joined.count(b"."):  # a token with two points
+    chars = np.frombuffer(joined, dtype=np.uint8)
+    blanks = np.flatnonzero(chars == ord(" "))
+    starts = np.concatenate([[0], blanks + 1])
+    lens = np.concatenate([blanks, [len(joined)]]) - starts
+    points = np.flatnonzero(chars == ord("."))
+    token = np.searchsorted(blanks, points)  # the token each point is in (ascending)
+    if (np.diff(token) == 0).any():  # a token with two points
         return None
+    dots = np.full(k, -1, dtype=np.int64)
+    dots[token] = points - starts[token]
+    has = dots >= 0
     frac = np.where(has, lens - dots - 1, 0)
     whole = np.where(has, dots, lens)
     if (whole < 1).any() or (whole > _MAX_DIGITS).any() or (has & (frac < 1)).any() or (frac > _MAX_DIGITS).any():
@@ -92,29 +105,36 @@ def _read_block(lines: Sequence[str], start: int, stop: int, schema: _Schema) ->
     ncol = 3 + len(names) + 8
     k = stop - start
     text = " | ".join(lines[start:stop])
-    if not text.isascii() or text.encode("ascii").translate(None, _PLAIN_BYTES):
-        return None
+    if not text.isascii() or text.encode("ascii").translate(None, _PLAIN_BYTES) or text.count("|") != k - 1:
+        return None  # (every '|' one between two lines: a token of its own)
     toks = text.split()
-    if len(toks) != k * (ncol + 1) - 1 or toks.count("|") != k - 1 or toks[ncol::ncol + 1].count("|") != k - 1:
+    if len(toks) != k * (ncol + 1) - 1 or toks[ncol::ncol + 1].count("|") != k - 1:
         return None  # a line of another number of columns, or a blank one
     cols = [toks[c::ncol + 1] for c in range(ncol)]
     size, count = _whole(cols[0]), _whole(cols[1])
     if size is None or count is None or not all(t.lower() in _FAST_TYPES for t in set(cols[2])):
         return None
-    redop: list[str | None] = [None] * k
-    root: list[int | None] = [None] * k
+    parts: list[tuple[np.ndarray, list[Any]]] = [_codes(cols[2])]  # type, reduction op, root: each row's code and the distinct values
     for name, col in zip(names, cols[3:3 + len(names)], strict=True):
-        if name == "redop":
-            if not set(col) <= _FAST_REDOPS:
-                return None
-            redop = list(col)
-        else:
-            if not all(_INT_RE.fullmatch(t) for t in set(col)):
-                return None
-            root = list(map(int, col))
+        if name == "redop" and not set(col) <= _FAST_REDOPS:
+            return None
+        if name == "root" and not all(_INT_RE.fullmatch(t) for t in set(col)):
+            return None
+        parts.append(_codes(col))
+    if "root" not in names:
+        parts.append((np.zeros(k, dtype=np.int64), [None]))
+    (tc, types), (rc, redops), (oc, roots) = parts
+    code = (tc * len(redops) + rc) * len(roots) + oc
+    distinct, first_at, variant = np.unique(code, return_index=True, return_inverse=True)
+    order = np.argsort(first_at)  # codes in the order they first come
+    renumber = np.empty(len(order), dtype=np.int64)
+    renumber[order] = np.arange(len(order))
+    triples = [(types[c // (len(redops) * len(roots))], redops[c // len(roots) % len(redops)],
+                None if roots[c % len(roots)] is None else int(roots[c % len(roots)]))
+               for c in distinct[order].tolist()]
     values: list[list[np.ndarray]] = [[], [], []]  # time, algbw, busbw: out-of-place, in-place
     units: list[list[np.ndarray]] = [[], [], []]
-    wrong: list[list[int]] = []
+    wrong: list[np.ndarray] = []
     for h in range(2):
         first = 3 + len(names) + 4 * h
         for j in range(3):
@@ -127,14 +147,15 @@ def _read_block(lines: Sequence[str], start: int, stop: int, schema: _Schema) ->
         if counts is None:
             return None
         wrong.append(counts)
-    return _Block(first_line=start + 1, size=size, count=count, type_name=cols[2], redop=redop, root=root,
+    return _Block(first_line=start + 1, size=size, count=count, variant=renumber[variant.ravel()], variants=triples,
                   time_us=np.stack(values[0]), algbw_GBps=np.stack(values[1]), busbw_GBps=np.stack(values[2]),
-                  wrong=np.array(wrong, dtype=np.int64), dt=np.stack([np.stack(u) for u in units]))
+                  wrong=np.stack(wrong), dt=np.stack([np.stack(u) for u in units]))
 
 
 class _Columns:
     """A run's rows (from :class:`_Block` and :class:`~commscope.io.nccl_tests_lines._RawRow` alike, in file order)
-    as columns: one entry per row (``line``, ``size``, ``count``, ``type_name``, ``redop``, ``root``) and one per half
+    as columns: one entry per row (``line``, ``size``, ``count``, and ``variant``: an index into ``variants``, the
+    distinct (type name, reduction op, root) of the rows, in the order they come) and one per half
     of a row, out-of-place then in-place (``row``: its row's index; ``in_place``, ``time_us``, ``algbw_GBps``,
     ``busbw_GBps``, ``wrong``, ``max_error``, ``starred`` and the half units ``dt`` of time, algbw, busbw)."""
 
@@ -142,24 +163,28 @@ class _Columns:
         from commscope.io.nccl_tests_collective import _half_units
 
         line: list[np.ndarray] = []
-        self.size: list[int] = []
-        self.count: list[int] = []
-        self.type_name: list[str] = []
-        self.redop: list[str | None] = []
-        self.root: list[int | None] = []
-        self.wrong: list[int | None] = []
+        size: list[np.ndarray | list[int]] = []
+        count: list[np.ndarray | list[int]] = []
+        wrong: list[np.ndarray | list[int | None]] = []
+        variant: list[np.ndarray | list[int]] = []
+        index: dict[tuple[str, str | None, int | None], int] = {}
         self.max_error: list[float | None] = []
         half: dict[str, list[np.ndarray]] = {k: [] for k in ("row", "in_place", "time_us", "algbw_GBps", "busbw_GBps",
                                                              "starred", "dt_time", "dt_algbw", "dt_busbw")}
         raw: list[_RawRow] = []
         wrong_positive: list[np.ndarray] = []
+        with_max_error: list[int] = []
+        rows = 0
 
         def flush() -> None:  # rows read one by one, as columns
             if not raw:
                 return
-            base = len(self.size) - len(raw)
+            base = rows - len(raw)
             hs = [(base + i, h) for i, r in enumerate(raw) for h in r.halves]
             line.append(np.array([r.line for r in raw], dtype=np.int64))
+            size.append([r.size for r in raw])
+            variant.append([index.setdefault((r.type_name, r.redop, r.root), len(index)) for r in raw])
+            count.append([r.count for r in raw])
             half["row"].append(np.array([i for i, _ in hs], dtype=np.int64))
             half["in_place"].append(np.array([h.in_place for _, h in hs], dtype=bool))
             for key in ("time_us", "algbw_GBps", "busbw_GBps"):
@@ -167,30 +192,26 @@ class _Columns:
             half["starred"].append(np.array([h.starred for _, h in hs], dtype=bool))
             for key, tok in (("dt_time", "time_tok"), ("dt_algbw", "algbw_tok"), ("dt_busbw", "busbw_tok")):
                 half[key].append(_half_units([getattr(h, tok) for _, h in hs]))
-            self.wrong.extend(h.wrong for _, h in hs)
+            wrong.append([h.wrong for _, h in hs])
             wrong_positive.append(np.array([h.wrong is not None and h.wrong > 0 for _, h in hs], dtype=bool))
+            with_max_error.extend(len(self.max_error) + j for j, (_, h) in enumerate(hs) if h.max_error is not None)
             self.max_error.extend(h.max_error for _, h in hs)
             raw.clear()
 
         for item in items:
             if isinstance(item, _RawRow):
                 raw.append(item)
-                self.size.append(item.size)
-                self.count.append(item.count)
-                self.type_name.append(item.type_name)
-                self.redop.append(item.redop)
-                self.root.append(item.root)
+                rows += 1
                 continue
             flush()
             k = len(item)
-            base = len(self.size)
             line.append(np.arange(item.first_line, item.first_line + k, dtype=np.int64))
-            self.size.extend(item.size)
-            self.count.extend(item.count)
-            self.type_name.extend(item.type_name)
-            self.redop.extend(item.redop)
-            self.root.extend(item.root)
-            half["row"].append(np.repeat(np.arange(base, base + k, dtype=np.int64), 2))
+            size.append(item.size)
+            count.append(item.count)
+            variant.append(np.array([index.setdefault(v, len(index)) for v in item.variants], dtype=np.int64)[
+                item.variant])
+            half["row"].append(np.repeat(np.arange(rows, rows + k, dtype=np.int64), 2))
+            rows += k
             half["in_place"].append(np.tile(np.array([False, True]), k))
             half["time_us"].append(item.time_us.T.ravel())
             half["algbw_GBps"].append(item.algbw_GBps.T.ravel())
@@ -198,14 +219,21 @@ class _Columns:
             half["starred"].append(np.zeros(2 * k, dtype=bool))
             for j, key in enumerate(("dt_time", "dt_algbw", "dt_busbw")):
                 half[key].append(item.dt[j].T.ravel())
-            self.wrong.extend(item.wrong.T.ravel().tolist())
+            wrong.append(item.wrong.T.ravel())
             wrong_positive.append(item.wrong.T.ravel() > 0)
             self.max_error.extend([None] * (2 * k))
         flush()
         self.line: np.ndarray = np.concatenate(line)
+        self.variant: np.ndarray = np.concatenate([np.asarray(v, dtype=np.int64) for v in variant])
+        self.variants: list[tuple[str, str | None, int | None]] = list(index)
+        self.size: np.ndarray = _whole_column(size)
+        """Each row's size (int64; Python ints where one is beyond 64 bits)."""
+        self.count: np.ndarray = _whole_column(count)
+        self.wrong: np.ndarray = _whole_column(wrong)
+        """Per half: ``#wrong`` (int64; Python ints or None where the column is ``N/A`` or an old error value)."""
         self.wrong_positive: np.ndarray = np.concatenate(wrong_positive)
         """Per half: ``#wrong`` > 0 (the data check found wrong elements)."""
-        self.with_max_error: list[int] = [j for j, e in enumerate(self.max_error) if e is not None]
+        self.with_max_error: list[int] = with_max_error
         """The halves with an old ``error`` column's value."""
         arrays = {key: np.concatenate(parts) for key, parts in half.items()}
         self.row: np.ndarray = arrays["row"]
@@ -220,11 +248,28 @@ class _Columns:
 
     def sizes_float(self) -> np.ndarray:
         """Each row's size as a float (as the checks of the printed bandwidths read it)."""
-        return np.array(self.size, dtype=float)
+        return self.size.astype(float)
 
-    def first(self, values: Sequence[Any]) -> Any:
-        """The first of ``values`` (a row column) that is not None, or None."""
-        return next((v for v in values if v is not None), None)
+    def first(self, field: int) -> Any:
+        """The first row's value of ``field`` (1: reduction op, 2: root) that is not None, or None."""
+        at = self.first_row([c for c, v in enumerate(self.variants) if v[field] is not None])
+        return None if at is None else self.variants[int(self.variant[at])][field]
+
+    def first_row(self, codes: Sequence[int]) -> int | None:
+        """The first row whose variant is one of ``codes``, or None."""
+        if not codes:
+            return None
+        at = np.flatnonzero(np.isin(self.variant, list(codes)))
+        return int(at[0]) if len(at) else None
+
+
+def _whole_column(parts: Sequence[Any]) -> np.ndarray:
+    """Parts of a column of whole numbers as one array: int64 where every value is one, else Python objects."""
+    if all(isinstance(p, np.ndarray) or all(type(v) is int and -2**62 < v < 2**62 for v in p) for p in parts):
+        return np.concatenate([np.asarray(p, dtype=np.int64) for p in parts])
+    out = np.empty(sum(len(p) for p in parts), dtype=object)
+    out[:] = list(itertools.chain.from_iterable(p.tolist() if isinstance(p, np.ndarray) else p for p in parts))
+    return out
 
 
 #: QuickRow's fields, in order.
@@ -236,23 +281,28 @@ class QuickRows:
     ``parse_nccl_tests(..., quick=True)`` gives a reader of a million rows (``commscope fit``). Iterated, each half is
     a :class:`~commscope.io.nccl_tests_rows.QuickRow`, the same fields as :class:`~commscope.io.nccl_tests.BusbwRow`;
     the columns (``size_bytes``, ``time_s``, ``in_place``, ``failed_check``, ``line``, ``table``, ...) let such a reader
-    check every row at once. ``op``, ``group_size`` and ``intra_node`` are one per table (``tables[table]``)."""
+    check every row at once. ``op``, ``group_size`` and ``intra_node`` are one per table (``tables[table]``); each
+    half's (dtype, redop, root) is ``variants[variant[i]]`` (the same values may stand at several indices)."""
 
-    def __init__(self, name: str, tables: dict[int, tuple[str, int | None, bool | None]], cols: dict[str, Any]) -> None:
+    def __init__(self, name: str, tables: dict[int, tuple[str, int | None, bool | None]],
+                 variants: list[tuple[str, str | None, int | None]], cols: dict[str, Any]) -> None:
         self.name = name
         self.tables = tables
+        self.variants = variants
         self.cols = cols
 
     @classmethod
     def concat(cls, name: str, parts: Sequence[QuickRows]) -> QuickRows:
         tables = {t: v for p in parts for t, v in p.tables.items()}
+        variants = [v for p in parts for v in p.variants]
+        offsets = np.cumsum([0] + [len(p.variants) for p in parts])
         keys = parts[0].cols.keys() if parts else ()
         cols: dict[str, Any] = {}
         for key in keys:
-            values = [p.cols[key] for p in parts]
+            values = [p.cols[key] + offsets[i] if key == "variant" else p.cols[key] for i, p in enumerate(parts)]
             cols[key] = (np.concatenate(values) if isinstance(values[0], np.ndarray)
                          else list(itertools.chain.from_iterable(values)))
-        return cls(name, tables, cols)
+        return cls(name, tables, variants, cols)
 
     def __len__(self) -> int:
         return len(self.cols["time_s"]) if self.cols else 0
@@ -269,32 +319,47 @@ class QuickRows:
         cols = {k: v[index] if isinstance(v, np.ndarray) else [v[i] for i in index.tolist()]
                 for k, v in self.cols.items()}
         left = set(self.cols["table"][index].tolist())
-        return QuickRows(self.name, {t: v for t, v in self.tables.items() if t in left}, cols)
+        return QuickRows(self.name, {t: v for t, v in self.tables.items() if t in left}, self.variants, cols)
 
     def tuples(self) -> Iterator[tuple[Any, ...]]:
         """Each half's fields, in :class:`~commscope.io.nccl_tests_rows.QuickRow`'s order."""
         c = self.cols
         table = c["table"].tolist()
         per_table = [self.tables[t] for t in table]
+        variant = [self.variants[v] for v in c["variant"].tolist()]
         lines = c["line"].tolist()
-        yield from zip([t[0] for t in per_table], c["size_bytes"], c["count"], c["dtype"], c["redop"], c["root"],
+        yield from zip([t[0] for t in per_table], c["size_bytes"].tolist(), c["count"].tolist(),
+                       [v[0] for v in variant], [v[1] for v in variant], [v[2] for v in variant],
                        [t[1] for t in per_table], c["time_s"].tolist(), c["algbw_bytes_per_s"].tolist(),
-                       c["busbw_bytes_per_s"].tolist(), c["wrong"], c["in_place"].tolist(),
+                       c["busbw_bytes_per_s"].tolist(), c["wrong"].tolist(), c["in_place"].tolist(),
                        [f"{self.name}:{ln}" for ln in lines], c["max_error"], [t[2] for t in per_table], table,
                        strict=True)
 
     def __iter__(self) -> Iterator[QuickRow]:
         return map(QuickRow._make, self.tuples())
 
+    def pairs(self, index: np.ndarray | None = None) -> tuple[list[tuple[int, int]], np.ndarray]:
+        """The distinct (table, variant) of the halves (of those at ``index``), in the order they first come, and
+        each half's place among them."""
+        table, variant = self.cols["table"], self.cols["variant"]
+        if index is not None:
+            table, variant = table[index], variant[index]
+        code = table * max(1, len(self.variants)) + variant
+        distinct, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+        order = np.argsort(first)
+        place = np.empty(len(order), dtype=np.int64)
+        place[order] = np.arange(len(order))
+        pairs = [(int(c) // max(1, len(self.variants)), int(c) % max(1, len(self.variants)))
+                 for c in distinct[order].tolist()]
+        return pairs, place[inverse.ravel()]
+
     def curve_tables(self) -> dict[tuple, list[int]]:
         """Each curve (op, group size, intra-node, type, reduction op, root: what one fitted curve holds) and the
         tables that time it, in the order they first come."""
         out: dict[tuple, list[int]] = {}
-        c = self.cols
-        for key in dict.fromkeys(zip(c["table"].tolist(), c["dtype"], c["redop"], c["root"], strict=True)):
-            table, *variant = key
+        for table, v in self.pairs()[0]:
             op, n, intra = self.tables[table]
-            seen = out.setdefault((op, n, intra, *variant), [])
+            seen = out.setdefault((op, n, intra, *self.variants[v]), [])
             if table not in seen:
                 seen.append(table)
         return out

@@ -528,7 +528,7 @@ def _lines_to_fit(rows: QuickRows, name: str, file_ops: Sequence[str], group_siz
 
     table = rows.table
     keep = np.zeros(len(rows), dtype=bool)
-    ns = np.zeros(len(rows), dtype=np.int64)
+    n_of: dict[int, int] = {}
     one_rank = 0
     tables, starts = np.unique(table, return_index=True)
     for t, start in sorted(zip(tables.tolist(), starts.tolist()), key=lambda ts: ts[1]):
@@ -559,30 +559,31 @@ def _lines_to_fit(rows: QuickRows, name: str, file_ops: Sequence[str], group_siz
             others = [o for o in file_ops if o != row_op]
             hint = (f", or give --op to fit one of the file's other collectives ({', '.join(others)})"
                     if others and op is None else "")
-            wrong = rows.wrong[j]
+            wrong = rows.wrong[[j]].tolist()[0]  # (as Python's int)
             raise ConfigError("data check", wrong if wrong is not None else rows.max_error[j],
-                              f"{row_op} at {rows.size_bytes[j]} B failed nccl-tests' data check "
+                              f"{row_op} at {int(rows.size_bytes[j])} B failed nccl-tests' data check "
                               f"({name}:{int(rows.line[j])}); refit from a clean run{hint}", source=name)
         keep |= mine
-        ns[mine] = n
+        n_of[t] = n
     # zero-byte rows say nothing about alpha and beta; a line whose out-of-place time is no measurement is skipped
     # whole (its in-place half is not used); else each line is its out-of-place half, as nccl-tests' summaries use
-    size = np.array(rows.size_bytes, dtype=np.int64)
+    size = rows.size_bytes
     time = rows.time_s
     out = keep & ~rows.in_place & (size > 0)
     bad = out & ~((time > 0) & (time < math.inf))
     for j in np.flatnonzero(bad).tolist():
         row_op = rows.tables[int(table[j])][0]
-        why = row_time_problem(row_op, rows.size_bytes[j], float(time[j]))
+        why = row_time_problem(row_op, int(size[j]), float(time[j]))
         problems.append(f"{name}:{int(rows.line[j])}: {why}: row skipped")
     out &= ~bad
     index = np.flatnonzero(out)
+    pairs, place = rows.pairs(index)  # each line's (table, variant): its curve
     curves: dict[CurveKey, int] = {}
-    curve = [curves.setdefault((canonical_op(rows.tables[t][0]), n, rows.tables[t][2], d, r, root_variant(rt)),
-                               len(curves))
-             for t, n, d, r, rt in zip(table[index].tolist(), ns[index].tolist(), [rows.dtype[j] for j in index],
-                                       [rows.redop[j] for j in index], [rows.root[j] for j in index], strict=True)]
-    return FitRows(curves=tuple(curves), curve=np.array(curve, dtype=np.int64), size_bytes=size[index],
+    code = np.array([curves.setdefault((canonical_op(rows.tables[t][0]), int(n_of[t]), rows.tables[t][2], d, r,
+                                        root_variant(rt)), len(curves))
+                     for t, v in pairs for d, r, rt in (rows.variants[v],)], dtype=np.int64)
+    curve = code[place]
+    return FitRows(curves=tuple(curves), curve=curve, size_bytes=size[index],
                    time_s=time[index], noisy=np.zeros(len(index), dtype=bool)), one_rank
 
 
