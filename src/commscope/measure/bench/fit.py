@@ -27,10 +27,10 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -50,7 +50,7 @@ from commscope.measure.bench.piecewise import EXHAUSTIVE_SIZES, fit_curve
 from commscope.spec.cluster import implausible_link
 from commscope.units import GB, US
 
-__all__ = ["EXHAUSTIVE_SIZES", "FIT_OPS", "FitPoint", "FitResult", "FitRows", "Residual", "check_op", "fit",
+__all__ = ["EXHAUSTIVE_SIZES", "FIT_OPS", "FitPoint", "FitResult", "FitRows", "Residual", "Residuals", "check_op", "fit",
            "fit_curve", "load_points", "load_rows", "problem_lines", "to_toml"]
 
 
@@ -69,12 +69,49 @@ class Residual:
         return (self.fitted_time_s - self.measured_time_s) / self.measured_time_s
 
 
+class Residuals(Sequence[Residual]):
+    """Each fitted row's residual, as columns: per curve (op, group size, its sizes, measured and fitted times).
+    A sequence of :class:`Residual` (made as they are read: a sweep of a million sizes has a million of them)."""
+
+    def __init__(self, parts: Sequence[tuple[str, int, np.ndarray, np.ndarray, np.ndarray]] = ()) -> None:
+        self.parts = list(parts)
+
+    @classmethod
+    def of(cls, residuals: Sequence[Residual]) -> Residuals:
+        if isinstance(residuals, Residuals):
+            return residuals
+        return cls([(r.op, r.group_size, np.array([r.size_bytes], dtype=np.int64), np.array([r.measured_time_s]),
+                     np.array([r.fitted_time_s])) for r in residuals])
+
+    def __len__(self) -> int:
+        return sum(len(p[2]) for p in self.parts)
+
+    def __iter__(self) -> Iterator[Residual]:
+        for op, n, sizes, measured, fitted in self.parts:
+            for s, m, f in zip(sizes.tolist(), measured.tolist(), fitted.tolist(), strict=True):
+                yield Residual(op=op, group_size=n, size_bytes=s, measured_time_s=m, fitted_time_s=f)
+
+    @overload
+    def __getitem__(self, i: int) -> Residual: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Residual]: ...
+    def __getitem__(self, i: int | slice) -> Residual | Sequence[Residual]:
+        return tuple(self)[i]
+
+    def max_abs_rel_error(self, op: str, group_size: int) -> float:
+        """The largest |rel_error| of the rows of ``op`` over ``group_size`` ranks; 0 where there are none."""
+        worst = [float(np.max(np.abs((f - m) / m))) for o, n, _, m, f in self.parts
+                 if o == op and n == group_size and len(m)]
+        return max(worst) if worst else 0.0
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FitResult:
     """Fitted curves, each row's residual, and where the data came from."""
 
     curves: tuple[Curve, ...]
-    residuals: tuple[Residual, ...]
+    residuals: Sequence[Residual]
+    """Each row's residual (:class:`Residuals`, or any sequence of them)."""
     source: str
     time_kind: str
     """``median`` (commscope bench) or ``mean`` (nccl-tests prints averages)."""
@@ -99,8 +136,7 @@ class FitResult:
         return self.noisy.get((curve.op, curve.group_size, curve.intra_node))
 
     def max_rel_error(self, op: str, group_size: int) -> float:
-        errs = [abs(r.rel_error) for r in self.residuals if r.op == op and r.group_size == group_size]
-        return max(errs) if errs else 0.0
+        return Residuals.of(self.residuals).max_abs_rel_error(op, group_size)
 
 
 # --- fitting ----------------------------------------------------------------------------------------------
@@ -121,7 +157,8 @@ def fit(points: Iterable[FitPoint] | FitRows, *, source: str = "measurements", t
                               dtype=np.int64)
     group = group_of_curve[rows.curve]
     used = set(np.unique(group).tolist())
-    curves, residuals = [], []
+    curves: list[Curve] = []
+    residuals: list[tuple[str, int, np.ndarray, np.ndarray, np.ndarray]] = []
     unreliable: dict[tuple[str, int, bool | None], str] = {}
     noisy_rows: dict[tuple[str, int, bool | None], str] = {}
     merged: list[str] = []
@@ -151,10 +188,8 @@ def fit(points: Iterable[FitPoint] | FitRows, *, source: str = "measurements", t
         j = np.searchsorted(np.array(bounds, dtype=float), x, side="left")  # the first bound >= size
         alpha = np.array([seg.alpha_s for seg in segs])[j]
         busbw = np.array([seg.busbw_bytes_per_s for seg in segs])[j]
-        fitted = (alpha * 1.0 + x * f / busbw).tolist()
-        residuals += [Residual(op=op, group_size=n, size_bytes=s, measured_time_s=t, fitted_time_s=ft)
-                      for s, t, ft in zip(sizes, times, fitted, strict=True)]
-    return FitResult(curves=tuple(curves), residuals=tuple(residuals), source=source, time_kind=time_kind,
+        residuals.append((op, n, np.array(sizes, dtype=np.int64), np.array(times), alpha * 1.0 + x * f / busbw))
+    return FitResult(curves=tuple(curves), residuals=Residuals(residuals), source=source, time_kind=time_kind,
                      backend=backend, tolerance=tolerance, max_pieces=max_pieces, unreliable=unreliable, noisy=noisy_rows,
                      merged=tuple(merged))
 
@@ -214,6 +249,19 @@ def _toml_float(value: float) -> str:
     return repr(float(f"{value:.6g}"))
 
 
+def _toml_floats(values: np.ndarray) -> list[str]:
+    """:func:`_toml_float` of each value: the 6 significant digits ``format`` gives are already the float's repr
+    (``.0`` added where there is no point), except where ``repr`` writes otherwise (a large exponent, ``inf``,
+    ``nan``, a subnormal): those the long way."""
+    out = []
+    for v, s in zip(values.tolist(), map(format, values.tolist(), itertools.repeat(".6g")), strict=True):
+        if "e+" in s or "n" in s or "e-3" in s:
+            out.append(_toml_float(v))
+        else:
+            out.append(s if "." in s or "e" in s else s + ".0")
+    return out
+
+
 def _toml_str(text: str) -> str:
     return json.dumps(str(text))  # a JSON string is a valid TOML basic string
 
@@ -266,8 +314,10 @@ def to_toml(result: FitResult, *, command: str | None = None, table_prefix: str 
         out.append(f"{lead}]")
     out += ["", "# Each measured row against the fit: rel_error = (fitted - measured) / measured.", f"[{table_prefix}fit]",
             'columns = ["op", "group_size", "size_bytes", "measured_us", "fitted_us", "rel_error"]', "rows = ["]
-    for r in result.residuals:
-        out.append(f"  [{_toml_str(r.op)}, {r.group_size}, {r.size_bytes}, {_toml_float(r.measured_time_s / US)}, "
-                   f"{_toml_float(r.fitted_time_s / US)}, {_toml_float(r.rel_error)}],")
+    for op, n, sizes, measured, fitted in Residuals.of(result.residuals).parts:
+        head = f"  [{_toml_str(op)}, {n}, "
+        out += [f"{head}{s}, {m}, {f}, {e}],"
+                for s, m, f, e in zip(sizes.tolist(), _toml_floats(measured / US), _toml_floats(fitted / US),
+                                      _toml_floats((fitted - measured) / measured), strict=True)]
     out += ["]", ""]
     return "\n".join(out)
