@@ -14,7 +14,7 @@ import itertools
 import json
 import math
 import operator
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -249,14 +249,6 @@ def _bench_one_by_one(rows: list, source: str, group_size: int | None, op: str |
     return list(keys), np.array(key_of, dtype=np.int64), np.array(sizes, dtype=np.int64), np.array(times, dtype=float)
 
 
-def _column(rows: list, key: str, types: Collection[type]) -> np.ndarray | None:
-    """Field ``key`` of every row as floats (NaN where absent), or None where a value is of another type."""
-    values = list(map(dict.get, rows, itertools.repeat(key)))
-    if not set(map(type, values)) <= set(types):
-        return None
-    return np.array(values, dtype=float)
-
-
 def _bench_at_once(rows: list, source: str, group_size: int | None, op: str | None,
                    problems: list[str]) -> _Read | None:
     """:func:`_bench_one_by_one`'s result, the checks of plainly valid numbers made on every row at once: the same
@@ -272,21 +264,34 @@ def _bench_at_once(rows: list, source: str, group_size: int | None, op: str | No
         return None
     number = {k: j for j, k in enumerate(distinct)}
     kind_of = np.fromiter(map(number.__getitem__, kinds), np.int64, len(rows))
-    if set(map(type, need["size_bytes"])) != {int} or not set(map(type, need["time_s"])) <= {float}:
-        return None
+    # _plain_numbers on all rows at once: where size is an int, time a float and each bus bandwidth a float or
+    # absent, the numbers are checked as arrays; any other row as _plain_numbers checks it
+    k = len(rows)
+
+    def of_type(values: list, kind: type) -> np.ndarray:
+        return np.fromiter(map(operator.is_, map(type, values), itertools.repeat(kind)), bool, k)
+
+    def floats(values: list, where: np.ndarray, kind: type = float) -> np.ndarray:
+        out: np.ndarray = np.zeros(k, dtype=kind)
+        out[where] = np.fromiter(values, object, k)[where].astype(kind)
+        return out
+
+    busbw = [list(map(dict.get, rows, itertools.repeat(key))) for key in ("busbw_bytes_per_s", "busbw_GBps")]
+    usual = of_type(need["size_bytes"], int) & of_type(need["time_s"], float)
+    for values in busbw:
+        usual &= of_type(values, type(None)) | of_type(values, float)
     try:
-        size = np.array(need["size_bytes"], dtype=np.int64)
-    except OverflowError:
+        size = floats(need["size_bytes"], usual, np.int64)
+    except OverflowError:  # an int beyond 64 bits: row by row
         return None
-    time = np.array(need["time_s"], dtype=float)
-    plain = (size >= 1) & (size <= MAX_MESSAGE_BYTES) & (time > 0) & (time < math.inf)
-    for key in ("busbw_bytes_per_s", "busbw_GBps"):
-        b = _column(rows, key, (float, type(None)))
-        if b is None:
-            return None
-        absent = np.fromiter(map(operator.is_, map(dict.get, rows, itertools.repeat(key)), itertools.repeat(None)),
-                             bool, len(rows))
-        plain &= absent | ((b > 0) & (b < math.inf))
+    time = floats(need["time_s"], usual)
+    plain = usual & (size >= 1) & (size <= MAX_MESSAGE_BYTES) & (time > 0) & (time < math.inf)
+    for values in busbw:
+        given = usual & ~of_type(values, type(None))
+        b = floats(values, given)
+        plain &= ~given | ((b > 0) & (b < math.inf))
+    for i in np.flatnonzero(~usual).tolist():
+        plain[i] = _plain_numbers(rows[i])
     # the rows checked in full, in row order: those of numbers not plainly valid, and each kind's rows up to the
     # first that passes (a kind is known from it on)
     order = np.argsort(kind_of, kind="stable")
