@@ -8,6 +8,7 @@ turned off (``_BLOCK_MIN`` beyond any table), which is how every line was read b
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from conftest import SHARED, requires_shared
 from commscope.cli.main import main
 from commscope.io import nccl_tests_reader
 from commscope.io.nccl_tests import BusbwRow, parse_nccl_tests
+from commscope.io.nccl_tests_columns import _decimal, _whole
 
 A100 = SHARED / "data" / "real-logs" / "nccl-tests_allreduce_a100x8_single-node_v2.19.4.txt"
 needs_logs = requires_shared("data", "real-logs")
@@ -127,3 +129,24 @@ def test_a_failed_check_among_thousands_refuses_naming_its_line(tmp_path: Path,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"failed.txt:{first + 2222}" in err[0] and "data check" in err[0] and "7" in err[0]
     assert not (tmp_path / "f.toml").exists()
+
+
+def test_numbers_read_on_bytes_are_what_float_and_int_read() -> None:
+    """A block's numbers, read on the bytes of a whole column (digits over a power of ten), are float() and int() of
+    each token to the bit, from 1 to 30 digits; a token no plain row has (two points, a point at an end) refuses
+    the block."""
+    rng = random.Random(7)
+
+    def number(whole: int, frac: int) -> str:
+        digits = "".join(rng.choice("0123456789") for _ in range(whole + frac))
+        return digits[:whole] + ("." + digits[whole:] if frac else "")
+
+    for whole_max, frac_max in ((3, 2), (9, 8), (15, 15), (30, 30)):
+        col = [number(rng.randint(1, whole_max), rng.randint(0, frac_max)) for _ in range(5000)]
+        read = _decimal(col)
+        assert read is not None and read[0].tolist() == [float(t) for t in col]
+    ints = [str(rng.randrange(10 ** rng.randint(1, 18))) for _ in range(5000)]
+    assert (read_ints := _whole(ints)) is not None and read_ints.tolist() == [int(t) for t in ints]
+    for bad in ("1.2.3", ".5", "5.", "1..2", "..."):
+        assert _decimal(["1.5", bad, "2"]) is None
+    assert _whole(["1", "1234567890123456789"]) is None  # 19 digits: read line by line

@@ -62,37 +62,65 @@ def _codes(col: list[str]) -> tuple[np.ndarray, list[str]]:
     return np.fromiter(map(index.__getitem__, col), np.int64, len(col)), list(index)
 
 
-def _whole(col: list[str]) -> np.ndarray | None:
-    """The tokens of ``col`` as int64 when each is 1-18 digits, else None."""
-    if " ".join(col).encode("ascii").translate(None, b"0123456789 ") or max(map(len, col)) > _MAX_INT_DIGITS:
-        return None
-    return np.fromiter(map(int, col), np.int64, len(col))
+#: Most digits a token may have for :func:`_digits` to give its exact value (int64 holds 18; a float, 15 and a point).
+_EXACT_DIGITS = 15
 
 
-def _decimal(col: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
-    """(values, half units) of ``col`` when each token is a plain decimal of the fast row (digits, at most one point
-    with digits on both sides, at most 30 digits each side), else None. Each token's length and point are found on
-    the bytes of the whole column at once."""
-    joined = " ".join(col).encode("ascii")
-    if joined.translate(None, b"0123456789. "):
-        return None
-    k = len(col)
+def _digits(joined: bytes, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ``k`` tokens of ``joined`` (digits and points, one blank between tokens): each one's length, the place of
+    its first point (-1: none) and, where it has no more than 18 digits, the whole number its digits make (the point
+    left out), all on the bytes at once. Where a token has two points, its point is -2."""
     chars = np.frombuffer(joined, dtype=np.uint8)
     blanks = np.flatnonzero(chars == ord(" "))
     starts = np.concatenate([[0], blanks + 1])
     lens = np.concatenate([blanks, [len(joined)]]) - starts
     points = np.flatnonzero(chars == ord("."))
     token = np.searchsorted(blanks, points)  # the token each point is in (ascending)
-    if (np.diff(token) == 0).any():  # a token with two points
-        return None
     dots = np.full(k, -1, dtype=np.int64)
     dots[token] = points - starts[token]
+    count = np.bincount(token, minlength=k)
+    dots[count > 1] = -2  # a token with two points or more
+    digits = lens - count
+    value = np.zeros(k, dtype=np.int64)
+    if k and digits.min() >= 1 and digits.max() <= _MAX_INT_DIGITS:
+        d = (chars[(chars != ord(" ")) & (chars != ord("."))] - ord("0")).astype(np.int64)
+        first = np.concatenate([[0], np.cumsum(digits)[:-1]])
+        after = np.repeat(first + digits - 1, digits) - np.arange(len(d))  # digits after each one in its token
+        value = np.add.reduceat(d * _POW10[after], first)
+    return lens, dots, value
+
+
+_POW10 = 10 ** np.arange(19, dtype=np.int64)
+
+
+def _whole(col: list[str]) -> np.ndarray | None:
+    """The tokens of ``col`` as int64 when each is 1-18 digits, else None."""
+    joined = " ".join(col).encode("ascii")
+    if joined.translate(None, b"0123456789 "):
+        return None
+    lens, _, value = _digits(joined, len(col))
+    return value if lens.max() <= _MAX_INT_DIGITS else None
+
+
+def _decimal(col: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(values, half units) of ``col`` when each token is a plain decimal of the fast row (digits, at most one point
+    with digits on both sides, at most 30 digits each side), else None. Each token's length, point and digits are
+    read on the bytes of the whole column at once; its value is its digits' whole number over a power of ten (both
+    exact in a float up to 15 digits: the quotient is the decimal correctly rounded, as float() gives it)."""
+    joined = " ".join(col).encode("ascii")
+    if joined.translate(None, b"0123456789. "):
+        return None
+    lens, dots, value = _digits(joined, len(col))
     has = dots >= 0
     frac = np.where(has, lens - dots - 1, 0)
     whole = np.where(has, dots, lens)
-    if (whole < 1).any() or (whole > _MAX_DIGITS).any() or (has & (frac < 1)).any() or (frac > _MAX_DIGITS).any():
+    if ((dots == -2).any() or (whole < 1).any() or (whole > _MAX_DIGITS).any() or (has & (frac < 1)).any()
+            or (frac > _MAX_DIGITS).any()):
         return None
-    values = np.fromiter(map(float, col), np.float64, k)
+    if (lens - has).max() <= _EXACT_DIGITS:
+        values = value / 10.0 ** frac
+    else:
+        values = np.fromiter(map(float, col), np.float64, len(col))
     return values, 0.5 * 10.0 ** -frac.astype(float)
 
 

@@ -620,6 +620,15 @@ def _refuse_other_format(name: str, data: bytes) -> None:
 _NOT_JSON = object()
 
 
+def _starts_with(data: bytes, prefixes: tuple[str, ...]) -> bool:
+    """Whether the text of ``data`` starts with one of ``prefixes`` after blanks, decoding only its head where the
+    head says (a 100 MB nccl-tests table is not decoded for its first character)."""
+    head = data[:1 << 16].decode("utf-8-sig", errors="replace").lstrip()
+    if len(head) < 2 and len(data) > 1 << 16:  # blanks only, or a character cut at the head's end: all of it
+        head = data.decode("utf-8-sig", errors="replace").lstrip()
+    return head.startswith(prefixes)
+
+
 def load_points(path: Path, *, group_size: int | None = None, op: str | None = None, dtype: str | None = None,
                 redop: str | None = None, root: int | None = None, run: str | Sequence[int] | None = None,
                 ) -> tuple[list[FitPoint], dict[str, Any]]:
@@ -651,17 +660,16 @@ def load_rows(path: Path, *, group_size: int | None = None, op: str | None = Non
     except ValueError as exc:
         raise ConfigError("input", str(path), str(exc).removeprefix(f"{path}: ").removeprefix(f"{path.name}: ")) \
             from None
-    text = data.decode("utf-8-sig", errors="replace")
     parsed: Any = _NOT_JSON
     if path.suffix.lower() == ".json":
         try:
-            parsed = json.loads(text)
+            parsed = json.loads(data.decode("utf-8-sig", errors="replace"))
         except json.JSONDecodeError as exc:
             _refuse_other_format(name, data)
             raise ConfigError("input", path.name, f"is not valid JSON: {exc}") from None
-    elif text.lstrip().startswith(("{", "[")):  # JSON under another name, or output whose first line is a
+    elif _starts_with(data, ("{", "[")):  # JSON under another name, or output whose first line is a
         try:  # launcher's warning ("[1732812345.1] [host:1:0] ucp_context.c:1104 UCX WARN ...") above a table
-            parsed = json.loads(text)
+            parsed = json.loads(data.decode("utf-8-sig", errors="replace"))
         except json.JSONDecodeError:
             parsed = _NOT_JSON
     if parsed is not _NOT_JSON:
