@@ -253,12 +253,13 @@ def _toml_floats(values: np.ndarray) -> list[str]:
     """:func:`_toml_float` of each value: the 6 significant digits ``format`` gives are already the float's repr
     (``.0`` added where there is no point), except where ``repr`` writes otherwise (a large exponent, ``inf``,
     ``nan``, a subnormal): those the long way."""
-    out = []
-    for v, s in zip(values.tolist(), map(format, values.tolist(), itertools.repeat(".6g")), strict=True):
-        if "e+" in s or "n" in s or "e-3" in s:
-            out.append(_toml_float(v))
-        else:
-            out.append(s if "." in s or "e" in s else s + ".0")
+    listed = values.tolist()
+    out = [s if "." in s or "e" in s else s + ".0" for s in map(format, listed, itertools.repeat(".6g"))]
+    with np.errstate(invalid="ignore"):
+        size = np.abs(values)
+        plain = (size < 999_999.0) & (size > 1e-290)  # no exponent above 5 or of 3 digits; not inf, nan or 0
+    for i in np.flatnonzero(~plain).tolist():
+        out[i] = _toml_float(listed[i])
     return out
 
 

@@ -257,13 +257,18 @@ def _bench_at_once(rows: list, source: str, group_size: int | None, op: str | No
     try:
         need = {key: list(map(operator.getitem, rows, itertools.repeat(key)))
                 for key in ("op", "group_size", "size_bytes", "time_s")}
-        kinds = list(zip(need["op"], need["group_size"], *(map(dict.get, rows, itertools.repeat(key)) for key in (
-            "intra_node", "dtype", "redop", "root", "noisy", "wrong")), strict=True))
-        distinct = list(dict.fromkeys(kinds))
+        fields = [need["op"], need["group_size"], *(list(map(dict.get, rows, itertools.repeat(key))) for key in (
+            "intra_node", "dtype", "redop", "root", "noisy", "wrong"))]
+        if all(f.count(f[0]) == len(f) for f in fields):  # one kind of row (a sweep of one collective)
+            distinct = list(dict.fromkeys([tuple(f[0] for f in fields)]))
+            kind_of = np.zeros(len(rows), dtype=np.int64)
+        else:
+            kinds = list(zip(*fields, strict=True))
+            distinct = list(dict.fromkeys(kinds))
+            number = {k: j for j, k in enumerate(distinct)}
+            kind_of = np.fromiter(map(number.__getitem__, kinds), np.int64, len(rows))
     except (TypeError, KeyError, AttributeError):
         return None
-    number = {k: j for j, k in enumerate(distinct)}
-    kind_of = np.fromiter(map(number.__getitem__, kinds), np.int64, len(rows))
     # _plain_numbers on all rows at once: where size is an int, time a float and each bus bandwidth a float or
     # absent, the numbers are checked as arrays; any other row as _plain_numbers checks it
     k = len(rows)
