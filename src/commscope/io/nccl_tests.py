@@ -158,7 +158,7 @@ def _finish_run(run: _Run, name: str, override: str | None, problems: _Problems,
     skipped[too_large] = True
     kept = ~skipped[cols.row]
     lines = cols.line.tolist()
-    bounds = np.searchsorted(cols.row, np.arange(len(cols.size) + 1)).tolist()  # row i's halves: bounds[i]:bounds[i + 1]
+    bounds = np.searchsorted(cols.row, np.arange(len(cols.size) + 1)).tolist()  # row i's halves: bounds[i]:[i + 1]
     for i in sorted(set(cols.row[said & kept].tolist()) | set(too_large)):
         r_line, size = lines[i], int(cols.size[i])
         if skipped[i]:
@@ -176,16 +176,17 @@ def _finish_run(run: _Run, name: str, override: str | None, problems: _Problems,
             elif cols.starred[j]:
                 problems.add(r_line, f"{where}: the error is marked '*' (above rccl-tests' threshold)")
             if fastest[j] > LINK_BANDWIDTH_RANGE_BYTES_PER_S[1]:
+                limit = LINK_BANDWIDTH_RANGE_BYTES_PER_S[1] / GB
                 problems.add(r_line, f"{where}: time {cols.time_us[j]:g} us gives {fastest[j] / GB:,.2f} GB/s, above "
-                                     f"any real link ({LINK_BANDWIDTH_RANGE_BYTES_PER_S[1] / GB:,.0f} GB/s): a time too "
-                                     f"short to have moved the data, not a measurement")
+                                     f"any real link ({limit:,.0f} GB/s): a time too short to have moved the data, not "
+                                     "a measurement")
     for t in sorted(unknown_types):
         problems.add(first_line, f"unknown element type {t!r}; kept as is")
     outside = cols.first_row([c for c, (_, _, o) in enumerate(cols.variants) if o is not None and o >= (n or math.inf)])
     if outside is not None and n:  # a traffic matrix could not place it: it starts a rooted op at the group's rank 0
         root = cols.variants[cols.variant[outside]][2]
-        problems.add(lines[outside], f"root {root} is not a rank of the {n}-rank group (0 to {n - 1}): a traffic matrix "
-                                     "takes rank 0 for it")
+        problems.add(lines[outside], f"root {root} is not a rank of the {n}-rank group (0 to {n - 1}): a traffic "
+                                     "matrix takes rank 0 for it")
     if not run.summary_line:
         problems.add(last, "the table stops without nccl-tests' summary ('# Avg bus bandwidth'): the run did not "
                            "finish or its output was cut")
@@ -263,8 +264,9 @@ def parse_nccl_tests(source: str | Path, *, op: str | None = None, quick: bool =
     """Read nccl-tests / rccl-tests stdout from a path (``.gz`` too) or from the text itself.
 
     ``op`` names the collective when the output does not (any name :func:`canonical_op` knows); the rows are still
-    checked against it. ``quick``: the rows as :class:`~commscope.io.nccl_tests_columns.QuickRows`, columns that iterate as :class:`QuickRow` (the
-    same fields, for a reader of a million rows that checks them all at once). Raises ValueError when nothing in the output is a data row, or the file cannot be read.
+    checked against it. ``quick``: the rows as :class:`~commscope.io.nccl_tests_columns.QuickRows`, columns that
+    iterate as :class:`QuickRow` (the same fields), for a reader of a million rows that checks them all at once.
+    Raises ValueError when nothing in the output is a data row, or the file cannot be read.
     """
     override = canonical_op(op) if op is not None else None
     name, text = _read_source(source)

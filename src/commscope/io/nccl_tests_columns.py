@@ -50,7 +50,8 @@ class _Block:
     busbw_GBps: np.ndarray
     wrong: np.ndarray
     dt: np.ndarray
-    """(3, 2, k): half of the last printed digit of time, algbw and busbw (:func:`~commscope.io.nccl_tests_lines._half_unit`)."""
+    """(3, 2, k): half of the last printed digit of time, algbw and busbw
+    (:func:`~commscope.io.nccl_tests_lines._half_unit`)."""
 
     def __len__(self) -> int:
         return len(self.size)
@@ -142,7 +143,8 @@ def _read_block(lines: Sequence[str], start: int, stop: int, schema: _Schema) ->
     size, count = _whole(cols[0]), _whole(cols[1])
     if size is None or count is None or not all(t.lower() in _FAST_TYPES for t in set(cols[2])):
         return None
-    parts: list[tuple[np.ndarray, list[Any]]] = [_codes(cols[2])]  # type, reduction op, root: each row's code and the distinct values
+    # type, reduction op, root: each row's code and the distinct values; then each row's (type, op, root) as one code
+    parts: list[tuple[np.ndarray, list[Any]]] = [_codes(cols[2])]
     for name, col in zip(names, cols[3:3 + len(names)], strict=True):
         if name == "redop" and not set(col) <= _FAST_REDOPS:
             return None

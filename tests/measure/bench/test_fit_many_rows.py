@@ -62,8 +62,8 @@ def _read(data: dict, monkeypatch: pytest.MonkeyPatch, at_once: bool, **kw) -> t
             info)
 
 
-@pytest.mark.parametrize("case", ["plain", "damaged", "one collective damaged", "wrong results", "another group size", "bool and int",
-                                  "a row not an object"])
+@pytest.mark.parametrize("case", ["plain", "damaged", "one collective damaged", "wrong results", "another group size",
+                                  "bool and int", "a row not an object"])
 def test_bench_rows_at_once_read_what_one_by_one_reads(monkeypatch: pytest.MonkeyPatch, case: str) -> None:
     """Bench JSON of 3,000 rows checked on all rows at once gives the rows, the problems (each naming its row) and
     the refusals the row-by-row reader gives, whatever the damage."""

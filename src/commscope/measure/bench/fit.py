@@ -50,8 +50,8 @@ from commscope.measure.bench.piecewise import EXHAUSTIVE_SIZES, fit_curve
 from commscope.spec.cluster import implausible_link
 from commscope.units import GB, US
 
-__all__ = ["EXHAUSTIVE_SIZES", "FIT_OPS", "FitPoint", "FitResult", "FitRows", "Residual", "Residuals", "check_op", "fit",
-           "fit_curve", "load_points", "load_rows", "problem_lines", "to_toml"]
+__all__ = ["EXHAUSTIVE_SIZES", "FIT_OPS", "FitPoint", "FitResult", "FitRows", "Residual", "Residuals", "check_op",
+           "fit", "fit_curve", "load_points", "load_rows", "problem_lines", "to_toml"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,7 +1,9 @@
-"""What ``commscope fit`` reads: the rows of a bench JSON or of nccl-tests / rccl-tests output, as FitPoints.
+"""What ``commscope fit`` reads: the rows of a bench JSON or of nccl-tests / rccl-tests output, as columns.
 
-:func:`load_points` tells the two apart (and names another tool's records given by mistake), then reads every row
-into a :class:`FitPoint` (op, group size, size, time). A damaged row (a value no measurement has) is skipped and
+:func:`load_rows` tells the two apart (and names another tool's records given by mistake), then reads every row
+into :class:`FitRows`, columns of (curve, size, time): a file of a million rows is checked on all rows at once, with
+the outcome of checking them one by one (:func:`load_points` gives the same rows as :class:`FitPoint` objects). A
+damaged row (a value no measurement has) is skipped and
 named in one line; a row that contradicts a flag, failed its data check, or mixes what one fitted curve cannot hold
 (several types, reduction ops or roots, several machines' tables) refuses the whole input with a ConfigError that
 says which flag picks one. The fit itself is :mod:`commscope.measure.bench.fit`.
