@@ -60,13 +60,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from commscope.measure.bench.fit import fit, load_points, problem_lines, to_toml
+    from commscope.measure.bench.fit import fit, load_rows, problem_lines, to_toml
     from commscope.cli.common import warn
 
     if args.group_size is not None and args.group_size < 2:
         raise ConfigError("group_size", args.group_size, "must be >= 2")
-    points, info = load_points(Path(args.input), group_size=args.group_size, op=args.op, dtype=args.dtype,
-                               redop=args.redop, root=args.root, run=args.run)
+    points, info = load_rows(Path(args.input), group_size=args.group_size, op=args.op, dtype=args.dtype,
+                             redop=args.redop, root=args.root, run=args.run)
     for line in info.get("notes", []):  # what was left out on purpose (other collectives, 1-rank rows)
         print(f"commscope fit: note: {line}", file=sys.stderr)
     for line in problem_lines(info.get("problems", [])):  # damaged rows skipped, and what else the input says wrong

@@ -53,7 +53,10 @@ from pathlib import Path
 from typing import Any
 
 from commscope.commop import MAX_MESSAGE_BYTES
+import numpy as np
+
 from commscope.io.nccl_tests_collective import _Timed, _group_size, _resolve_op
+from commscope.io.nccl_tests_columns import _FIELDS, QuickRows, _Columns
 from commscope.io.nccl_tests_lines import _Problems, _Run
 from commscope.io.nccl_tests_reader import _Reader
 from commscope.io.nccl_tests_rows import BusbwRow, QuickRow
@@ -96,7 +99,8 @@ class NcclTestsResult:
     """What a nccl-tests / rccl-tests output holds."""
 
     rows: list[BusbwRow]
-    """Out-of-place and in-place rows, in the order of the file (in-place only where its numbers were printed)."""
+    """Out-of-place and in-place rows, in the order of the file (in-place only where its numbers were printed);
+    with ``quick=True`` the same rows as :class:`QuickRows` (columns)."""
     meta: dict[str, Any]
     """What the log says about the runs: ``op``, ``ops``, ``nranks``, ``num_nodes``, ``hosts``, ``devices``,
     ``nccl_version`` / ``nccl_tests_version`` / ``rccl_version`` / ``rccl_tests_version`` / ``hip_version`` /
@@ -125,63 +129,81 @@ class NcclTestsResult:
 
 
 def _finish_run(run: _Run, name: str, override: str | None, problems: _Problems, table: int = 1,
-                row_type: Any = None) -> tuple[list[BusbwRow], dict]:
+                ) -> tuple[QuickRows, dict]:
+    """A run's halves as :class:`QuickRows` (the rows of a size no message has left out) and its meta; every check
+    of a row on all rows at once, each problem said at its row's line as the rows come."""
+    cols = _Columns(run.rows)
+    first_line, last = int(cols.line[0]), int(cols.line[-1])
     n = _group_size(run, problems)
     if n is None:
-        problems.add(run.rows[0].line, "no '# Using devices' rank lines and no NCCL 'nranks': group size unknown")
-    timed = _Timed(run)
-    op = _resolve_op(run, n, override, problems, timed)
+        problems.add(first_line, "no '# Using devices' rank lines and no NCCL 'nranks': group size unknown")
+    timed = _Timed.of(cols)
+    op = _resolve_op(run, n, override, problems, timed, cols)
     hosts = list(dict.fromkeys(d["host"] for d in run.devices))
     num_nodes = len(hosts) if hosts else None
     intra = None if num_nodes is None else num_nodes == 1
-    rows: list[BusbwRow] = []
-    unknown_types: set[str] = set()
-    for r in run.rows:
-        dtype = _canonical_dtype(r.type_name)
-        if dtype not in _DTYPE_BYTES:
-            unknown_types.add(r.type_name)
-        redop = None if r.redop in (None, "none") else r.redop
-        root = None if r.root is None or r.root < 0 else r.root
-        if r.size > MAX_MESSAGE_BYTES:
-            problems.add(r.line, f"size {r.size} B is larger than any real message (> 1 TiB): row skipped")
+    # each variant (type, reduction op, root) as a row has it: the type canonical, no 'none' op, no negative root
+    variants = [(_canonical_dtype(t), None if r in (None, "none") else r, None if o is None or o < 0 else o)
+                for t, r, o in cols.variants]
+    unknown_types = {t for (t, _, _), (d, _, _) in zip(cols.variants, variants, strict=True) if d not in _DTYPE_BYTES}
+    too_large = np.flatnonzero(cols.size > MAX_MESSAGE_BYTES).tolist()
+    # per half: its row's variant; what the data check and the link limit say of it
+    variant = cols.variant[cols.row]
+    failed = cols.wrong_positive.copy()
+    for j in cols.with_max_error:  # old tables' error column: above nccl-tests' bound for the type
+        failed[j] |= cols.max_error[j] > _error_bound(variants[variant[j]][0], n)  # type: ignore[operator]
+    fastest = np.maximum(cols.algbw_GBps * GB, cols.busbw_GBps * GB)
+    said = failed | cols.starred | (fastest > LINK_BANDWIDTH_RANGE_BYTES_PER_S[1])
+    skipped = np.zeros(len(cols.size), dtype=bool)
+    skipped[too_large] = True
+    kept = ~skipped[cols.row]
+    lines = cols.line.tolist()
+    bounds = np.searchsorted(cols.row, np.arange(len(cols.size) + 1)).tolist()  # row i's halves: bounds[i]:[i + 1]
+    for i in sorted(set(cols.row[said & kept].tolist()) | set(too_large)):
+        r_line, size = lines[i], int(cols.size[i])
+        if skipped[i]:
+            problems.add(r_line, f"size {size} B is larger than any real message (> 1 TiB): row skipped")
             continue
-        for h in r.halves:
-            row = (row_type or BusbwRow)(
-                op=op, size_bytes=r.size, count=r.count, dtype=dtype, redop=redop, root=root, group_size=n,
-                time_s=h.time_us * US, algbw_bytes_per_s=h.algbw_GBps * GB, busbw_bytes_per_s=h.busbw_GBps * GB,
-                wrong=h.wrong, in_place=h.in_place, source=f"{name}:{r.line}", max_error=h.max_error, intra_node=intra,
-                table=table,
-            )
-            rows.append(row)
-            where = f"{op} {r.size} B {'in-place' if h.in_place else 'out-of-place'}"
-            if h.wrong is not None and h.wrong > 0:
-                problems.add(r.line, f"{where}: #wrong = {h.wrong} (the data check found wrong elements)")
-            elif row.failed_check:
-                problems.add(r.line, f"{where}: max error {h.max_error:g} exceeds nccl-tests' bound "
+        for j in range(bounds[i], bounds[i + 1]):
+            where = f"{op} {size} B {'in-place' if cols.in_place[j] else 'out-of-place'}"
+            w = cols.wrong[j]
+            if w is not None and w > 0:
+                problems.add(r_line, f"{where}: #wrong = {w} (the data check found wrong elements)")
+            elif failed[j]:
+                dtype = variants[variant[j]][0]
+                problems.add(r_line, f"{where}: max error {cols.max_error[j]:g} exceeds nccl-tests' bound "
                                      f"{_error_bound(dtype, n):.2g} for {dtype} over {n or '?'} ranks")
-            elif h.starred:
-                problems.add(r.line, f"{where}: the error is marked '*' (above rccl-tests' threshold)")
-            fastest = max(row.algbw_bytes_per_s, row.busbw_bytes_per_s)
-            if fastest > LINK_BANDWIDTH_RANGE_BYTES_PER_S[1]:
-                problems.add(r.line, f"{where}: time {h.time_us:g} us gives {fastest / GB:,.2f} GB/s, above any real "
-                                     f"link ({LINK_BANDWIDTH_RANGE_BYTES_PER_S[1] / GB:,.0f} GB/s): a time too short "
-                                     f"to have moved the data, not a measurement")
+            elif cols.starred[j]:
+                problems.add(r_line, f"{where}: the error is marked '*' (above rccl-tests' threshold)")
+            if fastest[j] > LINK_BANDWIDTH_RANGE_BYTES_PER_S[1]:
+                limit = LINK_BANDWIDTH_RANGE_BYTES_PER_S[1] / GB
+                problems.add(r_line, f"{where}: time {cols.time_us[j]:g} us gives {fastest[j] / GB:,.2f} GB/s, above "
+                                     f"any real link ({limit:,.0f} GB/s): a time too short to have moved the data, not "
+                                     "a measurement")
     for t in sorted(unknown_types):
-        problems.add(run.rows[0].line, f"unknown element type {t!r}; kept as is")
-    outside = next((r for r in run.rows if r.root is not None and r.root >= (n or math.inf)), None)
+        problems.add(first_line, f"unknown element type {t!r}; kept as is")
+    outside = cols.first_row([c for c, (_, _, o) in enumerate(cols.variants) if o is not None and o >= (n or math.inf)])
     if outside is not None and n:  # a traffic matrix could not place it: it starts a rooted op at the group's rank 0
-        problems.add(outside.line, f"root {outside.root} is not a rank of the {n}-rank group (0 to {n - 1}): a "
-                                   f"traffic matrix takes rank 0 for it")
-    last = run.rows[-1].line
+        root = cols.variants[cols.variant[outside]][2]
+        problems.add(lines[outside], f"root {root} is not a rank of the {n}-rank group (0 to {n - 1}): a traffic "
+                                     "matrix takes rank 0 for it")
     if not run.summary_line:
         problems.add(last, "the table stops without nccl-tests' summary ('# Avg bus bandwidth'): the run did not "
                            "finish or its output was cut")
-    _check_sizes(run, n, problems)
+    _check_sizes(run, n, problems, int(cols.size.min()), int(cols.size.max()))
     algbw_convention = None
     if timed.fits(1.0, "algbw").all():
         algbw_convention = "size/time"
     elif n and timed.fits((n - 1) / n, "algbw").all():
         algbw_convention = "size*(n-1)/n/time"  # nccl-tests before 2019, all_gather and reduce_scatter
+    index = np.flatnonzero(kept)
+    rows = QuickRows(name, {table: (op, n, intra)}, variants, {
+        "size_bytes": cols.size[cols.row[index]].astype(np.int64), "count": cols.count[cols.row[index]],
+        "variant": variant[index], "time_s": cols.time_us[index] * US,
+        "algbw_bytes_per_s": cols.algbw_GBps[index] * GB, "busbw_bytes_per_s": cols.busbw_GBps[index] * GB,
+        "wrong": cols.wrong[index], "in_place": cols.in_place[index],
+        "max_error": list(map(cols.max_error.__getitem__, index.tolist())), "line": cols.line[cols.row[index]],
+        "table": np.full(len(index), table, dtype=np.int64), "failed_check": failed[index]})
     meta = {
         "op": op,
         "nranks": n,
@@ -194,27 +216,26 @@ def _finish_run(run: _Run, name: str, override: str | None, problems: _Problems,
         "avg_busbw_GBps": run.avg_busbw_GBps,
         "out_of_bounds": run.out_of_bounds,
         "num_rows": len(rows),
-        "first_line": run.rows[0].line,
+        "first_line": first_line,
         "last_line": last,
         "complete": bool(run.summary_line),
         "algbw_convention": algbw_convention,
         "op_named": run.op_hint,
         "op_named_line": run.op_hint_line or None,
-        "roots": sorted({r.root for r in rows if r.root is not None}),
+        "roots": sorted({variants[v][2] for v in set(rows.variant.tolist())} - {None}),
         "table": table,
     }
     meta["hardware"] = _hardware(meta) or None
     return rows, meta
 
 
-def _check_sizes(run: _Run, n: int | None, problems: _Problems) -> None:
+def _check_sizes(run: _Run, n: int | None, problems: _Problems, lo: int, hi: int) -> None:
+    """The rows' smallest and largest size, ``lo`` and ``hi``, against the run's parameter line."""
     p = run.params
     if not p or "min_bytes" not in p or "max_bytes" not in p:
         return
-    sizes = [r.size for r in run.rows]
     max_bytes = run.reduced_max_bytes if run.reduced_max_bytes is not None else p["max_bytes"]
     slack = 8 * (n or 1)  # gathered sizes are rounded down to whole elements per rank
-    lo, hi = min(sizes), max(sizes)
     if hi > max_bytes or lo + slack < p["min_bytes"]:
         problems.add(run.params_line, f"the rows span {lo}-{hi} B but this parameter line says minBytes "
                                       f"{p['min_bytes']} maxBytes {max_bytes}: it may belong to another run")
@@ -243,27 +264,28 @@ def parse_nccl_tests(source: str | Path, *, op: str | None = None, quick: bool =
     """Read nccl-tests / rccl-tests stdout from a path (``.gz`` too) or from the text itself.
 
     ``op`` names the collective when the output does not (any name :func:`canonical_op` knows); the rows are still
-    checked against it. ``quick``: the rows as :class:`QuickRow` (the same fields, faster to make, for a reader of a
-    million rows). Raises ValueError when nothing in the output is a data row, or the file cannot be read.
+    checked against it. ``quick``: the rows as :class:`~commscope.io.nccl_tests_columns.QuickRows`, columns that
+    iterate as :class:`QuickRow` (the same fields), for a reader of a million rows that checks them all at once.
+    Raises ValueError when nothing in the output is a data row, or the file cannot be read.
     """
     override = canonical_op(op) if op is not None else None
     name, text = _read_source(source)
     reader = _Reader(name)
-    lines = text.splitlines()
-    for ln, raw in enumerate(lines, start=1):
-        reader.feed(ln, raw)
+    reader.feed_lines(text.splitlines())
     reader.finish()
     runs = [r for r in reader.runs if r.rows]
     if not runs:
         why = [p for p in reader.problems.render()]
         hint = f"; the output reports: {' | '.join(why[:5])}" if why else ""
         raise ValueError(f"{name}: no nccl-tests data rows found (expected lines like '{_EXAMPLE_ROW}'){hint}")
-    rows: list[BusbwRow] = []
+    parts: list[QuickRows] = []
     run_meta: list[dict] = []
     for table, run in enumerate(runs, start=1):
-        r, m = _finish_run(run, name, override, reader.problems, table, row_type=QuickRow if quick else None)
-        rows.extend(r)
+        r, m = _finish_run(run, name, override, reader.problems, table)
+        parts.append(r)
         run_meta.append(m)
-    _check_repeats(run_meta, rows, reader.problems)
+    quick_rows = QuickRows.concat(name, parts)
+    _check_repeats(run_meta, quick_rows, reader.problems)
+    rows: Any = quick_rows if quick else [BusbwRow(**dict(zip(_FIELDS, t, strict=True))) for t in quick_rows.tuples()]
     meta = _merge_meta(run_meta, reader.versions, reader.json_output)
     return NcclTestsResult(rows=rows, meta=meta, problems=reader.problems.render())

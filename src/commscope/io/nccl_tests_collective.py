@@ -9,13 +9,16 @@ Private to :mod:`commscope.io.nccl_tests`, which names each run's rows with the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from commscope.io.nccl_tests_lines import _half_unit, _Problems, _Run
 from commscope.io.nccl_tests_terms import _DTYPE_BYTES, _REDOPS, _canonical_dtype, busbw_factor
 from commscope.units import GB, US
+
+if TYPE_CHECKING:
+    from commscope.io.nccl_tests_columns import _Columns
 
 #: What each collective's rows look like in nccl-tests: (reduces, rooted, size = count x element size x n).
 _SIGNATURES: dict[str, tuple[bool, bool, bool]] = {
@@ -71,16 +74,20 @@ class _Timed:
     resolution, says nothing of the op's arithmetic), as arrays: every candidate collective's arithmetic is checked
     on all of them at once, not row by row (a table of a million rows in a fraction of a second)."""
 
-    def __init__(self, run: _Run) -> None:
-        self.pairs = [(r.size, h) for r in run.rows for h in r.halves if h.time_us > 0]
-        halves = [h for _, h in self.pairs]
-        self.size = np.array([s for s, _ in self.pairs], dtype=float)
-        self.time_us = np.array([h.time_us for h in halves], dtype=float)
-        self.dt = _half_units([h.time_tok for h in halves])
-        self.values = {"busbw": (np.array([h.busbw_GBps for h in halves], dtype=float),
-                                 _half_units([h.busbw_tok for h in halves])),
-                       "algbw": (np.array([h.algbw_GBps for h in halves], dtype=float),
-                                 _half_units([h.algbw_tok for h in halves]))}
+    def __init__(self, size: np.ndarray, time_us: np.ndarray, dt: np.ndarray, busbw: tuple[np.ndarray, np.ndarray],
+                 algbw: tuple[np.ndarray, np.ndarray], busbw_GBps: np.ndarray) -> None:
+        self.size, self.time_us, self.dt = size, time_us, dt
+        self.values = {"busbw": busbw, "algbw": algbw}
+        self.busbw_GBps = busbw_GBps
+        self._fits: dict[tuple[float, str], np.ndarray] = {}
+
+    @classmethod
+    def of(cls, cols: _Columns) -> _Timed:
+        """The timed halves of a run's columns."""
+        timed = cols.time_us > 0
+        return cls(cols.sizes_float()[cols.row[timed]], cols.time_us[timed], cols.dt_time[timed],
+                   (cols.busbw_GBps[timed], cols.dt_busbw[timed]), (cols.algbw_GBps[timed], cols.dt_algbw[timed]),
+                   cols.busbw_GBps[timed])
 
     def fits(self, f: float, which: str = "busbw") -> np.ndarray:
         """Per half: the printed busbw (or algbw) == size / time x f, within what the printed digits allow.
@@ -88,6 +95,11 @@ class _Timed:
         size / time rather than the printed algbw: nccl-tests before 2019 printed algbw = size (n-1)/n / time for
         all_gather and reduce_scatter (with busbw = algbw), so only busbw means the same in every version.
         """
+        if (f, which) not in self._fits:  # (collectives of one factor ask alike)
+            self._fits[f, which] = self._check(f, which)
+        return self._fits[f, which]
+
+    def _check(self, f: float, which: str) -> np.ndarray:
         value, dv = self.values[which]
         t_hi, t_lo = self.time_us + self.dt, self.time_us - self.dt
         gb_per_s_us = self.size * f / GB / US  # (bytes / GB) per microsecond -> GB/s
@@ -98,31 +110,40 @@ class _Timed:
         return ok
 
 
-def _evidence(run: _Run, n: int | None) -> dict[str, Any]:
-    redops = {r.redop for r in run.rows if r.redop is not None}
+def _evidence(cols: _Columns) -> dict[str, Any]:
+    redops = {r for _, r, _ in cols.variants if r is not None}
     reduces = None
     if redops & _REDOPS:
         reduces = True
     elif redops and redops <= {"none"}:
         reduces = False
-    roots = {r.root for r in run.rows if r.root is not None}
+    roots = {o for _, _, o in cols.variants if o is not None}
     rooted = None
     if roots:
         rooted = any(x >= 0 for x in roots)
+    sizes = [_DTYPE_BYTES.get(_canonical_dtype(t)) for t, _, _ in cols.variants]
     mults: set[float] = set()
-    for r in run.rows:
-        ts = _DTYPE_BYTES.get(_canonical_dtype(r.type_name))
-        if ts and r.count > 0:
-            mults.add(r.size / (r.count * ts))
+    if cols.size.max() < 2**53 and cols.count.max() < 2**49:  # whole numbers a float holds: size / (count ts) exact
+        ts = np.array([v or 0 for v in sizes], dtype=np.int64)[cols.variant]  # (a type of no known size: 0)
+        count = cols.count.astype(np.int64)
+        ok = (ts > 0) & (count > 0)
+        mults = set(np.unique(cols.sizes_float()[ok] / (count[ok] * ts[ok]).astype(float)).tolist())
+    else:
+        for size, count_, v in zip(cols.size.tolist(), cols.count.tolist(), cols.variant.tolist(), strict=True):
+            ts_ = sizes[v]
+            if ts_ and count_ > 0:
+                mults.add(size / (count_ * ts_))
     size_mult = mults.pop() if len(mults) == 1 else None
-    unchecked = any(
-        len(r.halves) == 2 and r.halves[0].wrong is not None and r.halves[1].wrong is None
-        and r.halves[1].max_error is None for r in run.rows
-    )
-    return {"reduces": reduces, "rooted": rooted, "size_mult": size_mult, "unchecked_in_place": unchecked}
+    bounds = np.searchsorted(cols.row, np.arange(len(cols.size) + 1))
+    two = np.flatnonzero(np.diff(bounds) == 2)  # rows of two halves: in-place unchecked where out-of-place is
+    first = bounds[two]
+    unchecked = cols.wrong.dtype == object and any(cols.wrong[j] is not None and cols.wrong[j + 1] is None
+                                           and cols.max_error[j + 1] is None for j in first.tolist())
+    return {"reduces": reduces, "rooted": rooted, "size_mult": size_mult, "unchecked_in_place": unchecked,
+            "first_redop": cols.first(1), "first_root": cols.first(2)}
 
 
-def _fits(op: str, ev: dict[str, Any], run: _Run, n: int | None, timed: _Timed) -> list[str]:
+def _fits(op: str, ev: dict[str, Any], n: int | None, timed: _Timed) -> list[str]:
     """Why the rows are not ``op`` output (empty when they could be)."""
     reasons: list[str] = []
     sig = _SIGNATURES.get(op)
@@ -130,10 +151,10 @@ def _fits(op: str, ev: dict[str, Any], run: _Run, n: int | None, timed: _Timed) 
         return reasons
     reduces, rooted, times_n = sig
     if ev["reduces"] is not None and ev["reduces"] != reduces:
-        redop = next((r.redop for r in run.rows if r.redop is not None), None)
+        redop = ev["first_redop"]
         reasons.append(f"redop is {redop!r} ({op} {'reduces' if reduces else 'does not reduce'})")
     if ev["rooted"] is not None and ev["rooted"] != rooted:
-        root = next((r.root for r in run.rows if r.root is not None), None)
+        root = ev["first_root"]
         reasons.append(f"root is {root} ({op} {'has a root' if rooted else 'has no root'})")
     mult = ev["size_mult"]
     if mult is not None and n is not None:
@@ -145,21 +166,22 @@ def _fits(op: str, ev: dict[str, Any], run: _Run, n: int | None, timed: _Timed) 
         bad = ~timed.fits(f)
         if bad.any():  # the first of the halves whose size / time is largest
             i = int(np.argmax(np.where(bad, timed.size / np.maximum(timed.time_us, 1e-12), -np.inf)))
-            size, h = timed.pairs[i]
-            ratio = h.busbw_GBps / (size / GB / (h.time_us * US)) if size and h.time_us else float("nan")
+            size, time_us = float(timed.size[i]), float(timed.time_us[i])
+            ratio = float(timed.busbw_GBps[i]) / (size / GB / (time_us * US)) if size and time_us else float("nan")
             reasons.append(f"busbw / (size/time) = {ratio:.4g} ({op} over {n} ranks: {f:.4g})")
     return reasons
 
 
-def _resolve_op(run: _Run, n: int | None, override: str | None, problems: _Problems, timed: _Timed) -> str:
-    ln = run.rows[0].line
-    ev = _evidence(run, n)
-    candidates = [op for op in _SIGNATURES if not _fits(op, ev, run, n, timed)]
+def _resolve_op(run: _Run, n: int | None, override: str | None, problems: _Problems, timed: _Timed,
+                cols: _Columns) -> str:
+    ln = int(cols.line[0])
+    ev = _evidence(cols)
+    candidates = [op for op in _SIGNATURES if not _fits(op, ev, n, timed)]
     if ev["unchecked_in_place"]:
         candidates.sort(key=lambda op: op not in _UNCHECKED_IN_PLACE)
     named = override or run.op_hint
     if named is not None:
-        reasons = _fits(named, ev, run, n, timed)
+        reasons = _fits(named, ev, n, timed)
         if not reasons:
             return named
         if override is not None:

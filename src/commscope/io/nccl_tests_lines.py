@@ -150,7 +150,9 @@ class _Run:
     devices_line: int = 0
     nccl_nranks: set[int] = field(default_factory=set)
     schema: _Schema | None = None
-    rows: list[_RawRow] = field(default_factory=list)
+    rows: list[Any] = field(default_factory=list)
+    """The table's data rows in file order: each a :class:`_RawRow`, or a block of plain rows read at once
+    (:class:`~commscope.io.nccl_tests_columns._Block`)."""
     out_of_bounds: int | None = None
     avg_busbw_GBps: float | None = None
     summary_line: int = 0

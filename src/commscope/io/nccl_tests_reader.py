@@ -46,7 +46,11 @@ from commscope.io.nccl_tests_lines import (
     _Schema,
     _version_from_code,
 )
+from commscope.io.nccl_tests_columns import _Block, _read_block
 from commscope.io.nccl_tests_terms import canonical_op
+
+#: Plain data rows in a row before the reader takes them a block at a time, and the most it takes at once.
+_BLOCK_MIN, _BLOCK_MAX = 256, 65536
 
 class _Reader:
     def __init__(self, name: str) -> None:
@@ -80,14 +84,47 @@ class _Reader:
 
     # -- lines -------------------------------------------------------------------------------------------------------
 
-    def feed(self, ln: int, raw: str) -> None:
+    def feed(self, ln: int, raw: str) -> bool:
+        """Read line ``ln``; True when it was a plain data row of the current table (read by one regex)."""
         schema = self.cur.schema
         if schema is not None and self.pending is None:  # nearly every line of a large table: one regex, no search
             fast = _fast_row(schema)
             m = fast.match(raw) if fast is not None else None
             if m is not None and m["type"].lower() in _FAST_TYPES and (m["redop"] is None or m["redop"] in _FAST_REDOPS):
                 self._take_row(_row_from_match(m, ln), ln, None)
-                return
+                return True
+        self._feed(ln, raw)
+        return False
+
+    def feed_lines(self, lines: list[str]) -> None:
+        """Read every line of ``lines``. Inside a long table (after a streak of plain data rows), lines are read a
+        block at a time where every line of the block is a plain data row (:func:`_read_block`: the same rows, in
+        a fraction of the time); a block that holds anything else is tried smaller, then read line by line."""
+        ln, streak, size = 0, 0, _BLOCK_MIN
+        while ln < len(lines):
+            schema = self.cur.schema
+            if streak >= _BLOCK_MIN and schema is not None and self.pending is None:
+                stop = min(ln + size, len(lines))
+                block = _read_block(lines, ln, stop, schema)
+                if block is not None:
+                    self._take_block(block)
+                    ln, size = stop, min(2 * size, _BLOCK_MAX)
+                    continue
+                if size > _BLOCK_MIN:
+                    size //= 2
+                    continue
+                streak, size = 0, _BLOCK_MIN
+            streak = streak + 1 if self.feed(ln + 1, lines[ln]) else 0
+            ln += 1
+
+    def _take_block(self, block: _Block) -> None:
+        if self.cur.summary_line and not self.cur.rows_after_summary:
+            self.cur.rows_after_summary = True
+            self.problems.add(block.first_line, f"data row after the summary at line {self.cur.summary_line} of the "
+                                                "same table")
+        self.cur.rows.append(block)
+
+    def _feed(self, ln: int, raw: str) -> None:
         line = raw.replace("\x00", "")
         mpi_rank = None
         m = _MPI_PREFIX_RE.match(line)

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from commscope.io.nccl_tests_columns import QuickRows
 from commscope.io.nccl_tests_lines import _Problems
 from commscope.io.nccl_tests_rows import BusbwRow
 
@@ -32,19 +33,26 @@ def _curve(row: BusbwRow) -> tuple:
     return row.op, row.group_size, row.intra_node, row.dtype, row.redop, row.root
 
 
-def mixed_hardware(rows: Iterable[BusbwRow], runs: list[dict]) -> tuple[str, int | None, list[dict]] | None:
+def _curve_tables(rows: Iterable[Any]) -> dict[tuple, list[int]]:
+    """Each curve of ``rows`` (:func:`_curve`) and the tables that time it, in the order they first come."""
+    if isinstance(rows, QuickRows):
+        return rows.curve_tables()
+    tables: dict[tuple, list[int]] = {}
+    for r in rows:
+        seen = tables.setdefault(_curve(r), [])
+        if r.table not in seen:
+            seen.append(r.table)
+    return tables
+
+
+def mixed_hardware(rows: Iterable[Any], runs: list[dict]) -> tuple[str, int | None, list[dict]] | None:
     """The first curve of ``rows`` (one op over one group size and placement, in one type, reduction op and root)
     timed in tables of other hardware, their device lists naming other GPUs or hosts (two machines' outputs pasted
     into one file): (op, group size, the meta of those tables in file order); None when each curve's tables ran on
     one machine or do not say on which. ``runs`` is ``meta["runs"]`` of the result ``rows`` come from. Pooled, such
     rows would make one curve of two machines; one taken, the other would vanish: fit and --bandwidth refuse them
     until ``commscope fit --run`` picks tables (:func:`pick_tables` says how)."""
-    tables: dict[tuple, list[int]] = {}
-    for r in rows:
-        seen = tables.setdefault(_curve(r), [])
-        if r.table not in seen:
-            seen.append(r.table)
-    for (op, n, *_), numbers in tables.items():
+    for (op, n, *_), numbers in _curve_tables(rows).items():
         if len({runs[t - 1].get("hardware") for t in numbers} - {None}) > 1:
             return op, n, [runs[t - 1] for t in sorted(numbers)]
     return None
@@ -82,7 +90,7 @@ def repeated_tables(problem: str, runs: list[dict]) -> tuple[int, int] | None:
     return (a, b) if a is not None and b is not None else None
 
 
-def _check_repeats(runs: list[dict], rows: list[BusbwRow], problems: _Problems) -> None:
+def _check_repeats(runs: list[dict], rows: Iterable[Any], problems: _Problems) -> None:
     """Tables that time what an earlier table of the file times (one op over one group size and placement, in one
     type, reduction op and root) are said, once each. On one machine (or where a table lists no devices) they are
     a repeat: a fit and a bandwidth table pool their rows, each size's median, and a summary counts them all. On
@@ -91,8 +99,9 @@ def _check_repeats(runs: list[dict], rows: list[BusbwRow], problems: _Problems) 
     other roots (``-r 0``, then ``-r 1``), types or reduction ops are no repeat: each row keeps its own, and fit
     and ``--bandwidth`` take one at a time."""
     curves: dict[int, set[tuple]] = {}
-    for row in rows:
-        curves.setdefault(row.table, set()).add(_curve(row))
+    for curve, numbers in _curve_tables(rows).items():
+        for t in numbers:
+            curves.setdefault(t, set()).add(curve)
     earlier: list[dict] = []
     for run in runs:
         mine = curves.get(run["table"], set())

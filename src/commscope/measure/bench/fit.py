@@ -27,11 +27,10 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -39,9 +38,11 @@ from commscope.errors import ConfigError
 from commscope.measure.bench.fit_input import (
     FIT_OPS,
     FitPoint,
+    FitRows,
     _points_from_bench,  # noqa: F401  (commscope.cli.calibrate_cmd and the tests read bench JSON rows through it)
     check_op,
     load_points,
+    load_rows,
     problem_lines,
 )
 from commscope.estimate.fitted import FITTED_KIND, Curve, FittedModel, Segment, _factor
@@ -49,8 +50,8 @@ from commscope.measure.bench.piecewise import EXHAUSTIVE_SIZES, fit_curve
 from commscope.spec.cluster import implausible_link
 from commscope.units import GB, US
 
-__all__ = ["EXHAUSTIVE_SIZES", "FIT_OPS", "FitPoint", "FitResult", "Residual", "check_op", "fit", "fit_curve",
-           "load_points", "problem_lines", "to_toml"]
+__all__ = ["EXHAUSTIVE_SIZES", "FIT_OPS", "FitPoint", "FitResult", "FitRows", "Residual", "Residuals", "check_op",
+           "fit", "fit_curve", "load_points", "load_rows", "problem_lines", "to_toml"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,12 +69,49 @@ class Residual:
         return (self.fitted_time_s - self.measured_time_s) / self.measured_time_s
 
 
+class Residuals(Sequence[Residual]):
+    """Each fitted row's residual, as columns: per curve (op, group size, its sizes, measured and fitted times).
+    A sequence of :class:`Residual` (made as they are read: a sweep of a million sizes has a million of them)."""
+
+    def __init__(self, parts: Sequence[tuple[str, int, np.ndarray, np.ndarray, np.ndarray]] = ()) -> None:
+        self.parts = list(parts)
+
+    @classmethod
+    def of(cls, residuals: Sequence[Residual]) -> Residuals:
+        if isinstance(residuals, Residuals):
+            return residuals
+        return cls([(r.op, r.group_size, np.array([r.size_bytes], dtype=np.int64), np.array([r.measured_time_s]),
+                     np.array([r.fitted_time_s])) for r in residuals])
+
+    def __len__(self) -> int:
+        return sum(len(p[2]) for p in self.parts)
+
+    def __iter__(self) -> Iterator[Residual]:
+        for op, n, sizes, measured, fitted in self.parts:
+            for s, m, f in zip(sizes.tolist(), measured.tolist(), fitted.tolist(), strict=True):
+                yield Residual(op=op, group_size=n, size_bytes=s, measured_time_s=m, fitted_time_s=f)
+
+    @overload
+    def __getitem__(self, i: int) -> Residual: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Residual]: ...
+    def __getitem__(self, i: int | slice) -> Residual | Sequence[Residual]:
+        return tuple(self)[i]
+
+    def max_abs_rel_error(self, op: str, group_size: int) -> float:
+        """The largest |rel_error| of the rows of ``op`` over ``group_size`` ranks; 0 where there are none."""
+        worst = [float(np.max(np.abs((f - m) / m))) for o, n, _, m, f in self.parts
+                 if o == op and n == group_size and len(m)]
+        return max(worst) if worst else 0.0
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FitResult:
     """Fitted curves, each row's residual, and where the data came from."""
 
     curves: tuple[Curve, ...]
-    residuals: tuple[Residual, ...]
+    residuals: Sequence[Residual]
+    """Each row's residual (:class:`Residuals`, or any sequence of them)."""
     source: str
     time_kind: str
     """``median`` (commscope bench) or ``mean`` (nccl-tests prints averages)."""
@@ -98,37 +136,39 @@ class FitResult:
         return self.noisy.get((curve.op, curve.group_size, curve.intra_node))
 
     def max_rel_error(self, op: str, group_size: int) -> float:
-        errs = [abs(r.rel_error) for r in self.residuals if r.op == op and r.group_size == group_size]
-        return max(errs) if errs else 0.0
+        return Residuals.of(self.residuals).max_abs_rel_error(op, group_size)
 
 
 # --- fitting ----------------------------------------------------------------------------------------------
 
-def fit(points: Iterable[FitPoint], *, source: str = "measurements", time_kind: str = "median",
+def fit(points: Iterable[FitPoint] | FitRows, *, source: str = "measurements", time_kind: str = "median",
         backend: str | None = None, tolerance: float = 0.1, max_pieces: int = 3) -> FitResult:
-    """Fit every (op, group size, intra_node) of ``points``; ConfigError if any has fewer than 2 sizes."""
+    """Fit every (op, group size, intra_node) of ``points`` (FitPoints, or the columns :func:`load_rows` reads);
+    ConfigError if any has fewer than 2 sizes. Repeated sizes are fitted as their median time."""
     if not 0 < tolerance:
         raise ConfigError("tolerance", tolerance, "must be > 0")
     if max_pieces < 1:
         raise ConfigError("max_pieces", max_pieces, "must be >= 1")
-    groups: dict[tuple[str, int, bool | None], dict[int, list[float]]] = {}
-    noisy: dict[tuple[str, int, bool | None], list[bool]] = {}
-    for p in points:
-        groups.setdefault((p.op, p.group_size, p.intra_node), {}).setdefault(p.size_bytes, []).append(p.time_s)
-        noisy.setdefault((p.op, p.group_size, p.intra_node), []).append(p.noisy)
-    if not groups:
+    rows = points if isinstance(points, FitRows) else FitRows.of_points(points)
+    if not len(rows):
         raise ConfigError("input", source, "has no rows to fit")
-    curves, residuals = [], []
+    groups: dict[tuple[str, int, bool | None], int] = {}
+    group_of_curve = np.array([groups.setdefault((op, n, intra), len(groups)) for op, n, intra, *_ in rows.curves],
+                              dtype=np.int64)
+    group = group_of_curve[rows.curve]
+    used = set(np.unique(group).tolist())
+    curves: list[Curve] = []
+    residuals: list[tuple[str, int, np.ndarray, np.ndarray, np.ndarray]] = []
     unreliable: dict[tuple[str, int, bool | None], str] = {}
     noisy_rows: dict[tuple[str, int, bool | None], str] = {}
     merged: list[str] = []
-    for (op, n, intra), by_size in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], str(kv[0][2]))):
-        if len(by_size) < 2:
-            only = next(iter(by_size))
-            raise ConfigError(f"{op} over {n} ranks", f"{len(by_size)} size ({only} B)",
+    for (op, n, intra), g in sorted(((k, g) for k, g in groups.items() if g in used),
+                                    key=lambda kv: (kv[0][0], kv[0][1], str(kv[0][2]))):
+        mine = group == g
+        sizes, times, first = _medians(rows.size_bytes[mine], rows.time_s[mine])
+        if len(sizes) < 2:
+            raise ConfigError(f"{op} over {n} ranks", f"{len(sizes)} size ({first} B)",
                               "need at least 2 message sizes to fit latency and bandwidth", source=source)
-        sizes = sorted(by_size)
-        times = [_median(by_size[s]) for s in sizes]  # repeated sizes: their median
         f = _factor(op, n)
         pieces = _physical(sizes, times, f, f"{op} over {n} ranks", merged, tolerance=tolerance,
                            max_pieces=max_pieces)
@@ -139,20 +179,32 @@ def fit(points: Iterable[FitPoint], *, source: str = "measurements", time_kind: 
         why = _unreliable(segs[-1])
         if why is not None:
             unreliable[(op, n, intra)] = why
-        flags = noisy[(op, n, intra)]
-        if sum(flags) * 2 > len(flags):
-            noisy_rows[(op, n, intra)] = f"{sum(flags)} of {len(flags)}"
-        # Curve.time_s's segment for each size, found walking the sizes up (they are sorted) instead of searching
+        flags = int(rows.noisy[mine].sum())
+        if flags * 2 > int(mine.sum()):
+            noisy_rows[(op, n, intra)] = f"{flags} of {int(mine.sum())}"
+        # Curve.time_s's segment for each size (Segment.time_s, on all sizes at once)
         bounds = [math.sqrt(a.size_max_bytes * b.size_min_bytes) for a, b in itertools.pairwise(segs)]
-        j = 0
-        for s, t in zip(sizes, times):
-            while j < len(bounds) and s > bounds[j]:
-                j += 1
-            residuals.append(Residual(op=op, group_size=n, size_bytes=int(s), measured_time_s=t,
-                                      fitted_time_s=segs[j].time_s(s, f)))
-    return FitResult(curves=tuple(curves), residuals=tuple(residuals), source=source, time_kind=time_kind,
+        x = np.array(sizes, dtype=float)
+        j = np.searchsorted(np.array(bounds, dtype=float), x, side="left")  # the first bound >= size
+        alpha = np.array([seg.alpha_s for seg in segs])[j]
+        busbw = np.array([seg.busbw_bytes_per_s for seg in segs])[j]
+        residuals.append((op, n, np.array(sizes, dtype=np.int64), np.array(times), alpha * 1.0 + x * f / busbw))
+    return FitResult(curves=tuple(curves), residuals=Residuals(residuals), source=source, time_kind=time_kind,
                      backend=backend, tolerance=tolerance, max_pieces=max_pieces, unreliable=unreliable, noisy=noisy_rows,
                      merged=tuple(merged))
+
+
+def _medians(size_bytes: np.ndarray, time_s: np.ndarray) -> tuple[list[int], list[float], int]:
+    """The distinct sizes ascending, each one's median time (the middle one, or the mean of the two middle ones, as
+    :func:`statistics.median` gives it), and the first size read."""
+    order = np.lexsort((time_s, size_bytes))
+    s, t = size_bytes[order], time_s[order]
+    sizes, start, count = np.unique(s, return_index=True, return_counts=True)
+    mid = start + count // 2
+    median = t[mid]
+    even = count % 2 == 0
+    median[even] = (t[mid[even] - 1] + t[mid[even]]) / 2
+    return sizes.tolist(), median.tolist(), int(size_bytes[0])
 
 
 def _physical(sizes: Sequence[int], times: Sequence[float], factor: float, curve: str, said: list[str], *,
@@ -179,13 +231,6 @@ def _physical(sizes: Sequence[int], times: Sequence[float], factor: float, curve
     return kept
 
 
-def _median(values: list[float]) -> float:
-    """``float(np.median(values))``, without numpy's cost for the one or few times most sizes have."""
-    if len(values) == 1:
-        return float(values[0])
-    return float(statistics.median(values)) if len(values) < 64 else float(np.median(values))
-
-
 def _unreliable(largest: Segment) -> str | None:
     """Why a fitted curve means nothing physically, judged on the segment of its largest messages (where bus
     bandwidth, not latency, sets the time: a small-message segment may rightly be flat)."""
@@ -202,6 +247,20 @@ def _toml_float(value: float) -> str:
     if math.isinf(value):
         return "inf"
     return repr(float(f"{value:.6g}"))
+
+
+def _toml_floats(values: np.ndarray) -> list[str]:
+    """:func:`_toml_float` of each value: the 6 significant digits ``format`` gives are already the float's repr
+    (``.0`` added where there is no point), except where ``repr`` writes otherwise (a large exponent, ``inf``,
+    ``nan``, a subnormal): those the long way."""
+    listed = values.tolist()
+    out = [s if "." in s or "e" in s else s + ".0" for s in map(format, listed, itertools.repeat(".6g"))]
+    with np.errstate(invalid="ignore"):
+        size = np.abs(values)
+        plain = (size < 999_999.0) & (size > 1e-290)  # no exponent above 5 or of 3 digits; not inf, nan or 0
+    for i in np.flatnonzero(~plain).tolist():
+        out[i] = _toml_float(listed[i])
+    return out
 
 
 def _toml_str(text: str) -> str:
@@ -256,8 +315,10 @@ def to_toml(result: FitResult, *, command: str | None = None, table_prefix: str 
         out.append(f"{lead}]")
     out += ["", "# Each measured row against the fit: rel_error = (fitted - measured) / measured.", f"[{table_prefix}fit]",
             'columns = ["op", "group_size", "size_bytes", "measured_us", "fitted_us", "rel_error"]', "rows = ["]
-    for r in result.residuals:
-        out.append(f"  [{_toml_str(r.op)}, {r.group_size}, {r.size_bytes}, {_toml_float(r.measured_time_s / US)}, "
-                   f"{_toml_float(r.fitted_time_s / US)}, {_toml_float(r.rel_error)}],")
+    for op, n, sizes, measured, fitted in Residuals.of(result.residuals).parts:
+        head = f"  [{_toml_str(op)}, {n}, "
+        out += [f"{head}{s}, {m}, {f}, {e}],"
+                for s, m, f, e in zip(sizes.tolist(), _toml_floats(measured / US), _toml_floats(fitted / US),
+                                      _toml_floats((fitted - measured) / measured), strict=True)]
     out += ["]", ""]
     return "\n".join(out)

@@ -1,7 +1,9 @@
-"""What ``commscope fit`` reads: the rows of a bench JSON or of nccl-tests / rccl-tests output, as FitPoints.
+"""What ``commscope fit`` reads: the rows of a bench JSON or of nccl-tests / rccl-tests output, as columns.
 
-:func:`load_points` tells the two apart (and names another tool's records given by mistake), then reads every row
-into a :class:`FitPoint` (op, group size, size, time). A damaged row (a value no measurement has) is skipped and
+:func:`load_rows` tells the two apart (and names another tool's records given by mistake), then reads every row
+into :class:`FitRows`, columns of (curve, size, time): a file of a million rows is checked on all rows at once, with
+the outcome of checking them one by one (:func:`load_points` gives the same rows as :class:`FitPoint` objects). A
+damaged row (a value no measurement has) is skipped and
 named in one line; a row that contradicts a flag, failed its data check, or mixes what one fitted curve cannot hold
 (several types, reduction ops or roots, several machines' tables) refuses the whole input with a ConfigError that
 says which flag picks one. The fit itself is :mod:`commscope.measure.bench.fit`.
@@ -9,12 +11,17 @@ says which flag picks one. The fit itself is :mod:`commscope.measure.bench.fit`.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 import math
-from collections.abc import Sequence
+import operator
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+import numpy as np
 
 from commscope.estimate.fitted import (
     BUSBW_OPS,
@@ -26,8 +33,9 @@ from commscope.estimate.fitted import (
 )
 from commscope.errors import ConfigError
 from commscope.commop import MAX_MESSAGE_BYTES
+from commscope.io.nccl_tests_columns import QuickRows
 
-__all__ = ["FIT_OPS", "FitPoint", "check_op", "load_points", "problem_lines"]
+__all__ = ["FIT_OPS", "FitPoint", "FitRows", "check_op", "load_points", "load_rows", "problem_lines"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,6 +50,55 @@ class FitPoint:
     noisy: bool = False
     """The measurement flagged this row noisy (commscope bench: coefficient of variation above its threshold)."""
 
+
+#: A curve and what keeps its rows apart from another's: (op, group size, intra_node, type, reduction op, root).
+CurveKey = tuple[str, int, bool | None, str | None, str | None, str | None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FitRows:
+    """Measured rows as columns, in the order they were read: row i is ``curves[curve[i]]`` (op, group size,
+    intra_node, type, reduction op, root) moving ``size_bytes[i]`` in ``time_s[i]``, ``noisy[i]`` where the
+    measurement flagged it. What :func:`load_rows` gives and :func:`commscope.measure.bench.fit.fit` takes: a million
+    rows without a million objects."""
+
+    curves: tuple[CurveKey, ...]
+    curve: np.ndarray
+    size_bytes: np.ndarray
+    time_s: np.ndarray
+    noisy: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.curve)
+
+    @classmethod
+    def of_points(cls, points: Iterable[FitPoint]) -> FitRows:
+        """FitPoints as columns (no type, reduction op or root: a FitPoint has none)."""
+        keys: dict[CurveKey, int] = {}
+        curve, size, time, noisy = [], [], [], []
+        for p in points:
+            curve.append(keys.setdefault((p.op, p.group_size, p.intra_node, None, None, None), len(keys)))
+            size.append(p.size_bytes)
+            time.append(p.time_s)
+            noisy.append(p.noisy)
+        return cls(curves=tuple(keys), curve=np.array(curve, dtype=np.int64), size_bytes=np.array(size, dtype=np.int64),
+                   time_s=np.array(time, dtype=float), noisy=np.array(noisy, dtype=bool))
+
+    def points(self) -> list[FitPoint]:
+        """The rows as FitPoints."""
+        return [FitPoint(op=op, group_size=n, size_bytes=size, time_s=t, intra_node=intra, noisy=noisy)
+                for (op, n, intra, *_), size, t, noisy in zip(
+                    [self.curves[c] for c in self.curve.tolist()], self.size_bytes.tolist(), self.time_s.tolist(),
+                    self.noisy.tolist(), strict=True)]
+
+    def take(self, mask: np.ndarray) -> FitRows:
+        return FitRows(curves=self.curves, curve=self.curve[mask], size_bytes=self.size_bytes[mask],
+                       time_s=self.time_s[mask], noisy=self.noisy[mask])
+
+    def first_curves(self) -> list[int]:
+        """The curves the rows hold, in the order each first comes."""
+        ids, first = np.unique(self.curve, return_index=True)
+        return ids[np.argsort(first, kind="stable")].tolist()
 
 
 #: The ops a row to fit may measure: those with an nccl-tests bus-bandwidth factor.
@@ -82,7 +139,19 @@ def _damage(row: dict, i: int, source: str) -> str | None:
 def _points_from_bench(data: dict, source: str, *, group_size: int | None = None, op: str | None = None,
                        dtype: str | None = None, redop: str | None = None, root: int | None = None,
                        ) -> tuple[list[FitPoint], dict[str, Any]]:
-    """FitPoints of bench JSON. Rows that failed the data check are refused (the run is not to be trusted);
+    """:func:`_rows_from_bench` as FitPoints."""
+    rows, info = _rows_from_bench(data, source, group_size=group_size, op=op, dtype=dtype, redop=redop, root=root)
+    return rows.points(), info
+
+
+#: What a row of bench JSON becomes: (op, group size, intra_node, noisy, (type, reduction op, root)).
+_Key = tuple[str, int, bool | None, bool, tuple[str | None, str | None, str | None]]
+
+
+def _rows_from_bench(data: dict, source: str, *, group_size: int | None = None, op: str | None = None,
+                     dtype: str | None = None, redop: str | None = None, root: int | None = None,
+                     ) -> tuple[FitRows, dict[str, Any]]:
+    """The rows of bench JSON. Rows that failed the data check are refused (the run is not to be trusted);
     damaged rows (an unknown op, a size, group size or time no measurement has) are skipped, each named in
     ``info["problems"]``. ``group_size`` and ``op`` (the flags for nccl-tests output that does not say) must agree
     with every row: bench JSON names each row's own. Rows of several types, reduction ops or roots (sweeps merged)
@@ -90,60 +159,192 @@ def _points_from_bench(data: dict, source: str, *, group_size: int | None = None
     rows = data.get("rows")
     if not isinstance(rows, list) or not rows:
         raise ConfigError("rows", source, "no rows: expected {\"meta\": ..., \"rows\": [...]} from `commscope bench`")
-    items: list[tuple[FitPoint, str | None, str | None, str | None]] = []
     problems: list[str] = []
-    # A file of a million rows holds a few kinds of row (op, group size, type, ...): each kind is checked and named
-    # once, by the first row of it that passes every check below, and later rows of a known kind whose numbers are
-    # plainly valid (the rules of commscope.io.checks, tested on their types) become points without the checks again.
-    # Anything else goes through the checks, as every row once did: the same points and problems, ~5x faster.
-    kinds: dict[tuple[Any, ...], tuple[str, int, bool | None, bool, tuple[str | None, str | None, str | None]]] = {}
+    read = _bench_at_once(rows, source, group_size, op, problems)
+    if read is None:  # rows of other shapes: one by one
+        problems.clear()
+        read = _bench_one_by_one(rows, source, group_size, op, problems)
+    keys, key_of, size, time = read
+    if not len(key_of):
+        raise ConfigError("input", source, f"has no usable rows: {'; '.join(problems[:3])}")
+    curves: dict[CurveKey, int] = {}
+    curve_of_key = [curves.setdefault((k[0], k[1], k[2], *k[4]), len(curves)) for k in keys]
+    noisy_of_key = np.array([k[3] for k in keys], dtype=bool)
+    found = FitRows(curves=tuple(curves), curve=np.array(curve_of_key, dtype=np.int64)[key_of], size_bytes=size,
+                    time_s=time, noisy=noisy_of_key[key_of])
+    chosen_rows, chosen = _select_variants(found, source, dtype=dtype, redop=redop, root=root)
+    meta = data.get("meta", {}) if isinstance(data.get("meta"), dict) else {}
+    return chosen_rows, {"time_kind": "median", "backend": meta.get("backend"), "problems": problems, "notes": [],
+                         "chosen": chosen}
+
+
+def _kind(row: Any) -> tuple[Any, ...]:
+    """What a bench row shares with the rows of its kind: its op, group size, placement, type, reduction op, root and
+    flags (a file of a million rows holds a few kinds)."""
+    return (row["op"], row["group_size"], row.get("intra_node"), row.get("dtype"), row.get("redop"), row.get("root"),
+            row.get("noisy"), row.get("wrong"))
+
+
+def _checked_row(row: Any, i: int, source: str, group_size: int | None, op: str | None,
+                 problems: list[str]) -> tuple[_Key, int, float] | None:
+    """Bench row ``i`` (from 1) checked in full: (what it becomes, its size, its time); None for a damaged row (named
+    in ``problems``); a ConfigError for a row that refuses the input."""
+    if not isinstance(row, dict):
+        raise ConfigError(f"rows[{i}]", row, "must be an object", source=source)
+    missing = [k for k in ("op", "group_size", "size_bytes", "time_s") if k not in row]
+    if missing:
+        raise ConfigError(f"rows[{i}]", {k: row[k] for k in list(row)[:4]}, f"lacks {', '.join(missing)}",
+                          source=source)
+    if row.get("wrong"):
+        raise ConfigError(f"rows[{i}].wrong", row["wrong"],
+                          f"{row['op']} at {row['size_bytes']} B had wrong results; refit from a clean run",
+                          source=source)
+    why = _damage(row, i, source)
+    if why is not None:
+        problems.append(f"{why}: row skipped")
+        return None
+    size, t, n, row_op = int(row["size_bytes"]), float(row["time_s"]), int(row["group_size"]), canonical_op(row["op"])
+    if group_size is not None and n != group_size:
+        raise ConfigError("group_size", group_size, f"{source} rows[{i}] ran on {n} ranks: bench JSON names each "
+                                                    "row's group size (--group-size is for nccl-tests output that "
+                                                    "does not say); leave it out")
+    if op is not None and row_op != op:
+        raise ConfigError("op", op, f"{source} rows[{i}] measures {row_op}: bench JSON names each row's op (--op is "
+                                    "for nccl-tests output whose header does not); leave it out")
+    intra = row.get("intra_node")
+    return ((row_op, n, intra if isinstance(intra, bool) else None, bool(row.get("noisy")), row_variants(row)), size,
+            t)
+
+
+_Read = tuple[list[_Key], np.ndarray, np.ndarray, np.ndarray]
+"""Bench rows read: the distinct keys, each kept row's key (an index), size and time."""
+
+
+def _bench_one_by_one(rows: list, source: str, group_size: int | None, op: str | None, problems: list[str]) -> _Read:
+    """The rows of bench JSON, one by one. Each kind of row (:func:`_kind`) is checked in full and named by the first
+    row of it that passes every check; later rows of a known kind whose numbers are plainly valid
+    (:func:`_plain_numbers`) take its key without the checks again; anything else is checked in full."""
+    kinds: dict[tuple[Any, ...], _Key] = {}
+    keys: dict[_Key, int] = {}
+    key_of: list[int] = []
+    sizes: list[int] = []
+    times: list[float] = []
     for i, row in enumerate(rows, start=1):
+        kind: tuple[Any, ...] | None
         try:
-            kind = (row["op"], row["group_size"], row.get("intra_node"), row.get("dtype"), row.get("redop"),
-                    row.get("root"), row.get("noisy"), row.get("wrong"))
+            kind = _kind(row)
             known = kinds.get(kind)
         except (TypeError, KeyError, AttributeError):  # no object, a field missing, a value of no plain kind
             kind, known = None, None
         if known is not None and _plain_numbers(row):
-            row_op, n, intra, noisy, variants = known
-            items.append((FitPoint(op=row_op, group_size=n, size_bytes=row["size_bytes"],
-                                   time_s=float(row["time_s"]), intra_node=intra, noisy=noisy), *variants))
-            continue
-        if not isinstance(row, dict):
-            raise ConfigError(f"rows[{i}]", row, "must be an object", source=source)
-        missing = [k for k in ("op", "group_size", "size_bytes", "time_s") if k not in row]
-        if missing:
-            raise ConfigError(f"rows[{i}]", {k: row[k] for k in list(row)[:4]}, f"lacks {', '.join(missing)}",
-                              source=source)
-        if row.get("wrong"):
-            raise ConfigError(f"rows[{i}].wrong", row["wrong"],
-                              f"{row['op']} at {row['size_bytes']} B had wrong results; refit from a clean run",
-                              source=source)
-        why = _damage(row, i, source)
-        if why is not None:
-            problems.append(f"{why}: row skipped")
-            continue
-        size, t, n, row_op = int(row["size_bytes"]), float(row["time_s"]), int(row["group_size"]), canonical_op(row["op"])
-        if group_size is not None and n != group_size:
-            raise ConfigError("group_size", group_size, f"{source} rows[{i}] ran on {n} ranks: bench JSON names each "
-                                                        "row's group size (--group-size is for nccl-tests output that "
-                                                        "does not say); leave it out")
-        if op is not None and row_op != op:
-            raise ConfigError("op", op, f"{source} rows[{i}] measures {row_op}: bench JSON names each row's op (--op is "
-                                        "for nccl-tests output whose header does not); leave it out")
-        intra = row.get("intra_node")
-        point = FitPoint(op=row_op, group_size=n, size_bytes=size, time_s=t,
-                         intra_node=intra if isinstance(intra, bool) else None, noisy=bool(row.get("noisy")))
-        variants = row_variants(row)
-        items.append((point, *variants))
-        if kind is not None:
-            kinds[kind] = (point.op, point.group_size, point.intra_node, point.noisy, variants)
-    if not items:
-        raise ConfigError("input", source, f"has no usable rows: {'; '.join(problems[:3])}")
-    points, chosen = _select_variants(items, source, dtype=dtype, redop=redop, root=root)
-    meta = data.get("meta", {}) if isinstance(data.get("meta"), dict) else {}
-    return points, {"time_kind": "median", "backend": meta.get("backend"), "problems": problems, "notes": [],
-                    "chosen": chosen}
+            key, size, t = known, row["size_bytes"], float(row["time_s"])
+        else:
+            got = _checked_row(row, i, source, group_size, op, problems)
+            if got is None:
+                continue
+            key, size, t = got
+            if kind is not None:
+                kinds[kind] = key
+        key_of.append(keys.setdefault(key, len(keys)))
+        sizes.append(size)
+        times.append(t)
+    return list(keys), np.array(key_of, dtype=np.int64), np.array(sizes, dtype=np.int64), np.array(times, dtype=float)
+
+
+def _bench_at_once(rows: list, source: str, group_size: int | None, op: str | None,
+                   problems: list[str]) -> _Read | None:
+    """:func:`_bench_one_by_one`'s result, the checks of plainly valid numbers made on every row at once: the same
+    keys, points and problems (the rows that need the full checks are checked in the same order). None where the rows
+    are not all objects with every field, of plain types (then they are read one by one)."""
+    try:
+        need = {key: list(map(operator.getitem, rows, itertools.repeat(key)))
+                for key in ("op", "group_size", "size_bytes", "time_s")}
+        fields = [need["op"], need["group_size"], *(list(map(dict.get, rows, itertools.repeat(key))) for key in (
+            "intra_node", "dtype", "redop", "root", "noisy", "wrong"))]
+        if all(f.count(f[0]) == len(f) for f in fields):  # one kind of row (a sweep of one collective)
+            distinct = list(dict.fromkeys([tuple(f[0] for f in fields)]))
+            kind_of = np.zeros(len(rows), dtype=np.int64)
+        else:
+            kinds = list(zip(*fields, strict=True))
+            distinct = list(dict.fromkeys(kinds))
+            number = {k: j for j, k in enumerate(distinct)}
+            kind_of = np.fromiter(map(number.__getitem__, kinds), np.int64, len(rows))
+    except (TypeError, KeyError, AttributeError):
+        return None
+    # _plain_numbers on all rows at once: where size is an int, time a float and each bus bandwidth a float or
+    # absent, the numbers are checked as arrays; any other row as _plain_numbers checks it
+    k = len(rows)
+
+    def of_type(values: list, kind: type) -> np.ndarray:
+        return np.fromiter(map(operator.is_, map(type, values), itertools.repeat(kind)), bool, k)
+
+    def floats(values: list, where: np.ndarray, kind: type = float) -> np.ndarray:
+        out: np.ndarray = np.zeros(k, dtype=kind)
+        out[where] = np.fromiter(values, object, k)[where].astype(kind)
+        return out
+
+    busbw = [list(map(dict.get, rows, itertools.repeat(key))) for key in ("busbw_bytes_per_s", "busbw_GBps")]
+    usual = of_type(need["size_bytes"], int) & of_type(need["time_s"], float)
+    for values in busbw:
+        usual &= of_type(values, type(None)) | of_type(values, float)
+    try:
+        size = floats(need["size_bytes"], usual, np.int64)
+    except OverflowError:  # an int beyond 64 bits: row by row
+        return None
+    time = floats(need["time_s"], usual)
+    plain = usual & (size >= 1) & (size <= MAX_MESSAGE_BYTES) & (time > 0) & (time < math.inf)
+    for values in busbw:
+        given = usual & ~of_type(values, type(None))
+        b = floats(values, given)
+        plain &= ~given | ((b > 0) & (b < math.inf))
+    for i in np.flatnonzero(~usual).tolist():
+        plain[i] = _plain_numbers(rows[i])
+    # the rows checked in full, in row order: those of numbers not plainly valid, and each kind's rows up to the
+    # first that passes (a kind is known from it on)
+    order = np.argsort(kind_of, kind="stable")
+    starts = np.searchsorted(kind_of[order], np.arange(len(distinct) + 1))
+    rank = np.empty(len(rows), dtype=np.int64)
+    rank[order] = np.arange(len(rows)) - np.repeat(starts[:-1], np.diff(starts))  # each row's place in its kind
+    queue = sorted(set(np.flatnonzero(~plain).tolist()) | set(order[starts[:-1]].tolist()))
+    heapq.heapify(queue)
+    known: dict[int, tuple[int, _Key]] = {}
+    checked: dict[int, tuple[_Key, int, float] | None] = {}
+    while queue:
+        i = heapq.heappop(queue)
+        j = int(kind_of[i])
+        got = checked[i] = _checked_row(rows[i], i + 1, source, group_size, op, problems)
+        if got is not None:
+            if j not in known:
+                known[j] = (i, got[0])
+            elif known[j][1] != got[0]:  # a later row of the kind names it otherwise (True where 1 was): one by one
+                return None
+        elif j not in known:  # the kind's next row is checked in full too
+            r = int(rank[i]) + 1
+            if starts[j] + r < starts[j + 1]:
+                nxt = int(order[starts[j] + r])
+                if plain[nxt]:
+                    heapq.heappush(queue, nxt)
+    keys: dict[_Key, int] = {}
+    key_of_kind = np.array([keys.setdefault(known[j][1], len(keys)) if j in known else -1
+                            for j in range(len(distinct))], dtype=np.int64)
+    first_known = np.array([known[j][0] if j in known else len(rows) for j in range(len(distinct))], dtype=np.int64)
+    key_of = key_of_kind[kind_of]
+    fast = plain & (np.arange(len(rows)) > first_known[kind_of])
+    if checked:
+        at = np.fromiter(checked, np.int64, len(checked))
+        fast[at] = False
+        for i, got in checked.items():
+            if got is None:
+                key_of[i] = -1
+            else:
+                key_of[i] = keys.setdefault(got[0], len(keys))
+                size[i], time[i] = got[1], got[2]
+        keep = fast.copy()
+        keep[[i for i, got in checked.items() if got is not None]] = True
+    else:
+        keep = fast
+    assert keep.sum() + sum(got is None for got in checked.values()) == len(rows)  # every row read once
+    return list(keys), key_of[keep], size[keep], time[keep]
 
 
 def _plain_numbers(row: dict) -> bool:
@@ -166,34 +367,33 @@ def _canonical_dtype(name: str) -> str:
     return canon(str(name).strip())
 
 
-def _select_variants(items: Sequence[tuple[FitPoint, str | None, str | None, str | None]], source: str, *,
-                     dtype: str | None, redop: str | None, root: int | None = None) -> tuple[list[FitPoint], str | None]:
-    """The points of ``items`` (point, dtype, redop, root) of the type ``dtype``, reduction op ``redop`` and root
-    ``root`` (a row that has none, such as all_gather's redop or all_reduce's root, passes), and what was chosen. A
-    curve (op, group size) timed in several types, reduction ops or roots (nccl-tests ``-r -1``) with no flag to pick
-    one is refused, naming them: pooled, the fit would mix what the measurement kept apart; one of them taken, the
-    others would vanish."""
+def _select_variants(rows: FitRows, source: str, *, dtype: str | None, redop: str | None, root: int | None = None,
+                     ) -> tuple[FitRows, str | None]:
+    """The rows of the type ``dtype``, reduction op ``redop`` and root ``root`` (a row that has none, such as
+    all_gather's redop or all_reduce's root, passes), and what was chosen. A curve (op, group size) timed in several
+    types, reduction ops or roots (nccl-tests ``-r -1``) with no flag to pick one is refused, naming them: pooled, the
+    fit would mix what the measurement kept apart; one of them taken, the others would vanish."""
     chosen = []
     for i, (given, (label, _, flag, _, _)) in enumerate(zip((dtype, redop, root), VARIANTS, strict=True)):
         if given is None:
             continue
         want = _canonical_dtype(str(given)) if i == 0 else str(given).strip().lower()
-        have = [v for v in dict.fromkeys(it[1 + i] for it in items) if isinstance(v, str)]
+        have = [v for v in dict.fromkeys(rows.curves[c][3 + i] for c in rows.first_curves()) if isinstance(v, str)]
         if not have:
             raise ConfigError(flag.lstrip("-"), given, f"{source} names no {label} of its rows; leave {flag} out")
         if want not in have:
             raise ConfigError(flag.lstrip("-"), given, f"{source} has no rows of that {label}; its rows are "
                                                        f"{', '.join(have)}")
-        items = [it for it in items if it[1 + i] in (None, want)]
+        passes = np.array([c[3 + i] in (None, want) for c in rows.curves], dtype=bool)
+        rows = rows.take(passes[rows.curve])
         chosen.append(f"{label} {want}")
     # each curve's variants in the order they come (a million rows hold a few distinct ones)
-    mixed = mixed_variants(dict.fromkeys((point.op, point.group_size, point.intra_node, d, r, rt)
-                                         for point, d, r, rt in items))
+    mixed = mixed_variants(rows.curves[c] for c in rows.first_curves())
     if mixed is not None:
         op, n, what, pick, opts = mixed
         raise ConfigError("input", source, f"times {op} over {n} ranks {what}, as nccl-tests {opts} does; one "
                                            f"fitted curve holds one of each: pick with {pick} (or another of those)")
-    return [it[0] for it in items], ", ".join(chosen) or None
+    return rows, ", ".join(chosen) or None
 
 
 def _line_of(problem: str, name: str) -> int | None:
@@ -205,7 +405,7 @@ def _line_of(problem: str, name: str) -> int | None:
     return int(number) if number.isdigit() else None
 
 
-def _keep_tables(result: Any, keep: set[int], name: str) -> tuple[list[Any], list[str]]:
+def _keep_tables(result: Any, keep: set[int], name: str) -> tuple[QuickRows, list[str]]:
     """The rows of the tables numbered ``keep`` (from 1, in file order) and the reader's problems about those tables
     (and about the file), less what it said of a repeat between a kept table and one left out (nothing of theirs is
     pooled now)."""
@@ -225,7 +425,8 @@ def _keep_tables(result: Any, keep: set[int], name: str) -> tuple[list[Any], lis
         return ln is None or any(lo <= ln <= hi for lo, hi in keep_spans) or not any(
             lo <= ln <= hi for lo, hi in drop_spans)
 
-    return [r for r in result.rows if r.table in keep], [p for p in result.problems if kept(p)]
+    rows = cast(QuickRows, result.rows)
+    return rows.take(np.isin(rows.table, sorted(keep))), [p for p in result.problems if kept(p)]
 
 
 def _tables_arg(run: str | Sequence[int] | None, runs: list[dict], name: str) -> list[int] | None:
@@ -244,10 +445,10 @@ def _tables_arg(run: str | Sequence[int] | None, runs: list[dict], name: str) ->
         numbers.append(int(part))
     return sorted(set(numbers))
 
-def _points_from_nccl_tests(path: Path, group_size: int | None, op: str | None = None, *, dtype: str | None = None,
-                            redop: str | None = None, root: int | None = None, run: str | Sequence[int] | None = None,
-                            ) -> tuple[list[FitPoint], dict[str, Any]]:
-    """FitPoints of nccl-tests output, one per table line (its out-of-place half, as nccl-tests' summaries use).
+def _rows_from_nccl_tests(path: Path, group_size: int | None, op: str | None = None, *, dtype: str | None = None,
+                          redop: str | None = None, root: int | None = None, run: str | Sequence[int] | None = None,
+                          ) -> tuple[FitRows, dict[str, Any]]:
+    """The rows of nccl-tests output, one per table line (its out-of-place half, as nccl-tests' summaries use).
     Lines the reader could not read, and lines whose out-of-place time is no measurement (<= 0), are skipped and
     named in ``info["problems"]``, with everything else the reader found wrong with the output. ``group_size`` and
     ``op`` fill in what the output does not say; where it says otherwise, they are refused. In a log of several
@@ -257,25 +458,23 @@ def _points_from_nccl_tests(path: Path, group_size: int | None, op: str | None =
     median; tables of other machines (outputs pasted together) are refused together until ``run`` picks one
     machine's tables (their numbers from 1 in file order, ``"1,3"``)."""
     rows, problems, notes, file_ops = _tables_to_fit(path, op, run)
-    by_key, one_rank = _lines_to_fit(rows, path.name, file_ops, group_size, op, problems)
-    if not by_key and one_rank == len(rows):
+    found, one_rank = _lines_to_fit(rows, path.name, file_ops, group_size, op, problems)
+    if not len(found) and one_rank == len(rows):
         raise ConfigError("input", path.name, "the rows ran on 1 rank: nothing crossed a link (busbw is 0 by "
                                               "definition), so there is no bandwidth to fit; measure over 2 ranks or "
                                               "more")
     if one_rank:
         notes.append(f"{one_rank} rows ran on 1 rank (nothing crossed a link, busbw 0 by definition): skipped")
-    items = [(FitPoint(op=k[0], group_size=k[1], size_bytes=k[2], time_s=float(r.time_s), intra_node=k[3]), k[4], k[5],
-              root_variant(k[6])) for k, r in by_key.items()]
-    points, chosen = _select_variants(items, path.name, dtype=dtype, redop=redop, root=root)
-    if not points:
+    chosen_rows, chosen = _select_variants(found, path.name, dtype=dtype, redop=redop, root=root)
+    if not len(chosen_rows):
         raise ConfigError("input", path.name, "has no usable nccl-tests rows (size > 0, a time, >= 2 ranks)"
                           + (f": {'; '.join(problems[:3])}" if problems else ""))
-    return points, {"time_kind": "mean", "backend": "nccl-tests", "problems": problems, "notes": notes,
-                    "chosen": chosen}
+    return chosen_rows, {"time_kind": "mean", "backend": "nccl-tests", "problems": problems, "notes": notes,
+                         "chosen": chosen}
 
 
 def _tables_to_fit(path: Path, op: str | None, run: str | Sequence[int] | None,
-                   ) -> tuple[Sequence[Any], list[str], list[str], list[str]]:
+                   ) -> tuple[QuickRows, list[str], list[str], list[str]]:
     """The rows of the tables of ``path`` to fit, the reader's problems about them, notes on the tables left out,
     and the file's collectives. ``op`` picks one collective of a log of several, or takes the rows of output that
     names none as its own; ``run`` picks tables by number; tables of other machines left together are refused."""
@@ -294,7 +493,8 @@ def _tables_to_fit(path: Path, op: str | None, run: str | Sequence[int] | None,
             raise ConfigError("op", op, f"{path.name} holds the tables of {', '.join(file_ops)}; --op picks one of "
                                         "them")
         keep = {i for i in keep if runs[i - 1]["op"] == op}
-        failed = {r.op for r in result.rows if r.op != op and r.failed_check}
+        quick = cast(QuickRows, result.rows)
+        failed = {quick.tables[t][0] for t in set(quick.table[quick.failed_check].tolist())} - {op}
         left = ", ".join(f"{o} (failed its data check)" if o in failed else o for o in file_ops if o != op)
         notes.append(f"fitted {op} only (--op): left out the file's other collectives, {left}")
     elif op is not None:
@@ -320,7 +520,7 @@ def _tables_to_fit(path: Path, op: str | None, run: str | Sequence[int] | None,
     if len(keep) < len(runs):
         rows, problems = _keep_tables(result, keep, path.name)
     else:
-        rows, problems = result.rows, list(result.problems)
+        rows, problems = cast(QuickRows, result.rows), list(result.problems)
     mixed = mixed_hardware(rows, runs)
     if mixed is not None:
         mixed_op, n, where = mixed
@@ -330,28 +530,30 @@ def _tables_to_fit(path: Path, op: str | None, run: str | Sequence[int] | None,
     return rows, problems, notes, file_ops
 
 
-def _lines_to_fit(rows: Sequence[Any], name: str, file_ops: Sequence[str], group_size: int | None, op: str | None,
-                  problems: list[str],
-                  ) -> tuple[dict[tuple[str, int, int, bool | None, str, str | None, int | None, str], Any], int]:
-    """The table lines of ``rows`` to fit, each its out-of-place half where it has one, by (op, n, size, intra-node,
-    type, redop, root, line), and how many rows ran on one rank (not kept). A damaged line is skipped and named in
-    ``problems``; a row of no known collective, of a group size other than ``group_size``, or that failed its data
-    check is refused."""
+def _lines_to_fit(rows: QuickRows, name: str, file_ops: Sequence[str], group_size: int | None, op: str | None,
+                  problems: list[str]) -> tuple[FitRows, int]:
+    """The table lines of ``rows`` to fit, each its out-of-place half, and how many rows ran on one rank (not kept). A
+    line whose out-of-place time is no measurement is skipped and named in ``problems``; a row of no known
+    collective, of a group size other than ``group_size``, or that failed its data check is refused. A table's op,
+    group size and placement are its rows', so they are checked once a table, in file order."""
     from commscope.io.checks import row_time_problem
 
-    # (op, n, size, intra-node, type, redop, root, line): every line one point, repeated tables' pooled by fit()
-    by_key: dict[tuple[str, int, int, bool | None, str, str | None, int | None, str], Any] = {}
-    damaged: set[str] = set()
+    table = rows.table
+    keep = np.zeros(len(rows), dtype=bool)
+    n_of: dict[int, int] = {}
     one_rank = 0
-    for row in rows:
-        if row.op == "unknown":  # no header names the test and the rows fit no collective's arithmetic
-            raise ConfigError("input", name, f"{row.source}: the collective of these rows cannot be told (no "
+    tables, starts = np.unique(table, return_index=True)
+    for t, start in sorted(zip(tables.tolist(), starts.tolist()), key=lambda ts: ts[1]):
+        mine = table == t
+        row_op, said, _ = rows.tables[t]
+        source = f"{name}:{int(rows.line[start])}"
+        if row_op == "unknown":  # no header names the test and the rows fit no collective's arithmetic
+            raise ConfigError("input", name, f"{source}: the collective of these rows cannot be told (no "
                                              "command line names the test binary and the rows fit none); give "
                                              "it with --op all_reduce (or all_gather, ...)")
-        if canonical_op(row.op) not in FIT_OPS:
-            raise ConfigError("op", row.op, f"{name} measures {row.op}, which has no nccl-tests bus-bandwidth "
+        if canonical_op(row_op) not in FIT_OPS:
+            raise ConfigError("op", row_op, f"{name} measures {row_op}, which has no nccl-tests bus-bandwidth "
                                             f"factor; fit knows {', '.join(FIT_OPS)}")
-        said = getattr(row, "group_size", None)
         if group_size is not None and said is not None and said != group_size:
             raise ConfigError("group_size", group_size, f"{name} says its rows ran on {said} ranks (its '# Using "
                                                         "devices' or NCCL nranks lines); leave --group-size out (it is "
@@ -361,29 +563,40 @@ def _lines_to_fit(rows: Sequence[Any], name: str, file_ops: Sequence[str], group
             raise ConfigError("group_size", None, f"{name} does not say how many ranks ran; give --group-size N",
                               source=name)
         if n < 2:
-            one_rank += 1
+            one_rank += int(mine.sum())
             continue  # one rank: busbw is 0 by definition, nothing crosses a link
-        if row.failed_check:
-            others = [o for o in file_ops if o != row.op]
+        failed = np.flatnonzero(mine & rows.failed_check)
+        if len(failed):
+            j = int(failed[0])
+            others = [o for o in file_ops if o != row_op]
             hint = (f", or give --op to fit one of the file's other collectives ({', '.join(others)})"
                     if others and op is None else "")
-            raise ConfigError("data check", row.wrong if row.wrong is not None else row.max_error,
-                              f"{row.op} at {row.size_bytes} B failed nccl-tests' data check ({row.source}); "
-                              f"refit from a clean run{hint}", source=name)
-        if row.size_bytes is None or row.size_bytes <= 0 or row.source in damaged:
-            continue  # zero-byte rows say nothing about alpha and beta
-        t = row.time_s
-        why = None if type(t) is float and 0 < t < math.inf else row_time_problem(row.op, row.size_bytes, t)
-        if why is not None:
-            if not row.in_place:  # the line's measurement is damaged: the line is skipped, not its other half used
-                damaged.add(row.source)  # the out-of-place half comes first: the in-place half is not used
-                problems.append(f"{row.source}: {why}: row skipped")
-            continue
-        key = (canonical_op(row.op), int(n), int(row.size_bytes), row.intra_node, row.dtype, row.redop, row.root,
-               row.source)
-        if key not in by_key or (by_key[key].in_place and not row.in_place):
-            by_key[key] = row  # the out-of-place half where there is one, as nccl-tests' summaries use
-    return by_key, one_rank
+            wrong = rows.wrong[[j]].tolist()[0]  # (as Python's int)
+            raise ConfigError("data check", wrong if wrong is not None else rows.max_error[j],
+                              f"{row_op} at {int(rows.size_bytes[j])} B failed nccl-tests' data check "
+                              f"({name}:{int(rows.line[j])}); refit from a clean run{hint}", source=name)
+        keep |= mine
+        n_of[t] = n
+    # zero-byte rows say nothing about alpha and beta; a line whose out-of-place time is no measurement is skipped
+    # whole (its in-place half is not used); else each line is its out-of-place half, as nccl-tests' summaries use
+    size = rows.size_bytes
+    time = rows.time_s
+    out = keep & ~rows.in_place & (size > 0)
+    bad = out & ~((time > 0) & (time < math.inf))
+    for j in np.flatnonzero(bad).tolist():
+        row_op = rows.tables[int(table[j])][0]
+        why = row_time_problem(row_op, int(size[j]), float(time[j]))
+        problems.append(f"{name}:{int(rows.line[j])}: {why}: row skipped")
+    out &= ~bad
+    index = np.flatnonzero(out)
+    pairs, place = rows.pairs(index)  # each line's (table, variant): its curve
+    curves: dict[CurveKey, int] = {}
+    code = np.array([curves.setdefault((canonical_op(rows.tables[t][0]), int(n_of[t]), rows.tables[t][2], d, r,
+                                        root_variant(rt)), len(curves))
+                     for t, v in pairs for d, r, rt in (rows.variants[v],)], dtype=np.int64)
+    curve = code[place]
+    return FitRows(curves=tuple(curves), curve=curve, size_bytes=size[index],
+                   time_s=time[index], noisy=np.zeros(len(index), dtype=bool)), one_rank
 
 
 #: What other tools' records are, for an input of theirs given to fit: (what it is, the commands that read it).
@@ -414,10 +627,27 @@ def _refuse_other_format(name: str, data: bytes) -> None:
 _NOT_JSON = object()
 
 
+def _starts_with(data: bytes, prefixes: tuple[str, ...]) -> bool:
+    """Whether the text of ``data`` starts with one of ``prefixes`` after blanks, decoding only its head where the
+    head says (a 100 MB nccl-tests table is not decoded for its first character)."""
+    head = data[:1 << 16].decode("utf-8-sig", errors="replace").lstrip()
+    if len(head) < 2 and len(data) > 1 << 16:  # blanks only, or a character cut at the head's end: all of it
+        head = data.decode("utf-8-sig", errors="replace").lstrip()
+    return head.startswith(prefixes)
+
+
 def load_points(path: Path, *, group_size: int | None = None, op: str | None = None, dtype: str | None = None,
                 redop: str | None = None, root: int | None = None, run: str | Sequence[int] | None = None,
                 ) -> tuple[list[FitPoint], dict[str, Any]]:
-    """Rows of ``path`` (bench JSON or nccl-tests stdout) as FitPoints, with ``time_kind``, ``backend``,
+    """:func:`load_rows` as FitPoints."""
+    rows, info = load_rows(path, group_size=group_size, op=op, dtype=dtype, redop=redop, root=root, run=run)
+    return rows.points(), info
+
+
+def load_rows(path: Path, *, group_size: int | None = None, op: str | None = None, dtype: str | None = None,
+              redop: str | None = None, root: int | None = None, run: str | Sequence[int] | None = None,
+              ) -> tuple[FitRows, dict[str, Any]]:
+    """Rows of ``path`` (bench JSON or nccl-tests stdout) as :class:`FitRows`, with ``time_kind``, ``backend``,
     ``problems`` (one line per damaged row skipped, naming file, row or line, field and value), ``notes`` (what was
     left out on purpose, and why) and ``chosen`` (the type, reduction op and root ``dtype``/``redop``/``root``
     picked, or None).
@@ -437,17 +667,16 @@ def load_points(path: Path, *, group_size: int | None = None, op: str | None = N
     except ValueError as exc:
         raise ConfigError("input", str(path), str(exc).removeprefix(f"{path}: ").removeprefix(f"{path.name}: ")) \
             from None
-    text = data.decode("utf-8-sig", errors="replace")
     parsed: Any = _NOT_JSON
     if path.suffix.lower() == ".json":
         try:
-            parsed = json.loads(text)
+            parsed = json.loads(data.decode("utf-8-sig", errors="replace"))
         except json.JSONDecodeError as exc:
             _refuse_other_format(name, data)
             raise ConfigError("input", path.name, f"is not valid JSON: {exc}") from None
-    elif text.lstrip().startswith(("{", "[")):  # JSON under another name, or output whose first line is a
+    elif _starts_with(data, ("{", "[")):  # JSON under another name, or output whose first line is a
         try:  # launcher's warning ("[1732812345.1] [host:1:0] ucp_context.c:1104 UCX WARN ...") above a table
-            parsed = json.loads(text)
+            parsed = json.loads(data.decode("utf-8-sig", errors="replace"))
         except json.JSONDecodeError:
             parsed = _NOT_JSON
     if parsed is not _NOT_JSON:
@@ -458,10 +687,9 @@ def load_points(path: Path, *, group_size: int | None = None, op: str | None = N
         if run is not None:
             raise ConfigError("run", run, f"{path.name} is bench JSON, one sweep: --run picks tables of nccl-tests "
                                           "output; leave it out")
-        return _points_from_bench(parsed, path.name, group_size=group_size, op=op, dtype=dtype, redop=redop,
-                                  root=root)
+        return _rows_from_bench(parsed, path.name, group_size=group_size, op=op, dtype=dtype, redop=redop, root=root)
     _refuse_other_format(name, data)
-    return _points_from_nccl_tests(path, group_size, op, dtype=dtype, redop=redop, root=root, run=run)
+    return _rows_from_nccl_tests(path, group_size, op, dtype=dtype, redop=redop, root=root, run=run)
 
 
 def problem_lines(problems: Sequence[str], limit: int = _MAX_PROBLEMS) -> list[str]:
