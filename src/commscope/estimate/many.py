@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -131,8 +132,9 @@ class _Keys:
     def of(self, names: tuple[str, ...]) -> tuple[list[tuple[Any, ...]], np.ndarray]:
         """The distinct keys made of ``names`` (in order of first appearance) and each row's index into them."""
         at = [self.names.index(n) for n in names]
+        get = itemgetter(*at) if len(at) > 1 else lambda k: (k[at[0]],)  # (itemgetter of one index: not a tuple)
         first: dict[tuple[Any, ...], int] = {}
-        local = np.array([first.setdefault(tuple(k[i] for i in at), len(first)) for k in self.distinct], dtype=np.int64)
+        local = np.array([first.setdefault(key, len(first)) for key in map(get, self.distinct)], dtype=np.int64)
         return list(first), local[self.index]
 
 
