@@ -245,11 +245,12 @@ def _gpu_compute(model: ModelSpec, a: _Arrays, gpu: Any, lc: _LayerCompute,
     key = lc.index[a.rows]
     nd = a.st_layers - a.st_moe_layers
     nm = a.st_moe_layers
-    dense, moe = lc.dense[key], lc.moe[key]
+    # (n, p, fields): every quantity of a layer times the layers of its kind on each stage, at once
+    per_stage = nd[:, :, None] * lc.dense[key][:, None, :] + nm[:, :, None] * lc.moe[key][:, None, :]
 
     def layer(field: str) -> np.ndarray:
-        i = _KIND_FIELDS.index(field)
-        return np.asarray(nd * dense[:, i:i + 1] + nm * moe[:, i:i + 1])
+        out: np.ndarray = per_stage[:, :, _KIND_FIELDS.index(field)]
+        return out
 
     last = (np.arange(p) == p - 1)[None, :]
     bw = gpu.streaming_bandwidth_bytes_per_s
@@ -287,7 +288,10 @@ def _gpu_compute(model: ModelSpec, a: _Arrays, gpu: Any, lc: _LayerCompute,
                                 expert_shard=np.where(a.shards, a.dp * a.cp // a.ep, 1))
     # the stack's and the cluster's compute efficiency (compute.model.apply_efficiency), per configuration
     stacks = a.values("stack")
-    efficiency = {st: compute_efficiency(par, cluster_efficiency) for st, par in zip(stacks, a.pars)}
+    efficiency: dict[Any, float] = {}
+    for st, par in zip(stacks, a.pars):
+        if st not in efficiency:
+            efficiency[st] = compute_efficiency(par, cluster_efficiency)
     effs = np.array([efficiency[st] for st in stacks])[:, None]
     scale = 1.0 / effs
     c["stack"] = (c["fwd"] + c["bwd"]) * (scale - 1.0)
@@ -301,18 +305,18 @@ def _gpu_compute(model: ModelSpec, a: _Arrays, gpu: Any, lc: _LayerCompute,
     lin_flop, lin_time = lin_flop[rows, crit], lin_time[rows, crit]
     peak = np.array([gpu.peak_flops_for(dt) if dt else 1.0 for dt in lc.lin_dtype])[key]
     eff = np.where(lin_time > 0, lin_flop / (np.where(lin_time > 0, lin_time, 1.0) * peak), 0.0)
-    effects = {name: c[name][rows, crit].tolist() for name in ("fwd", "bwd", "clock", "chunks", "gaps", "stack")}
+    effect_names = ("fwd", "bwd", "clock", "chunks", "gaps", "stack")
+    effects = zip(*(c[name][rows, crit].tolist() for name in effect_names))  # each configuration's, in a tuple
     lines: dict[tuple[Any, ...], str] = {}
     made: dict[tuple[Any, ...], tuple[str, ...]] = {}
     notes = []
-    for j, (k, e, pct, akey, st) in enumerate(zip(key.tolist(), eff.tolist(), np.rint(eff * 100).tolist(), akeys,
-                                                   stacks)):
+    for j, (k, e, pct, akey, st, row) in enumerate(zip(key.tolist(), eff.tolist(), np.rint(eff * 100).tolist(), akeys,
+                                                        stacks, effects)):
         if (k, pct) not in lines:
             lines[(k, pct)] = compute_note(gpu, lc.lin_dtype[k], e, lc.specs[k])
-        row = tuple(effects[name][j] for name in ("fwd", "bwd", "clock", "chunks", "gaps", "stack"))
         note_key = (k, pct, accumulation[akey][1], st, row)
         if note_key not in made:
-            arrays = {name: np.array([value]) for name, value in zip(("fwd", "bwd", "clock", "chunks", "gaps", "stack"), row)}
+            arrays = {name: np.array([value]) for name, value in zip(effect_names, row)}
             note = accumulation[akey][1]
             made[note_key] = (*lc.notes[k], *((note,) if note else ()), lines[(k, pct)],
                               *effects_notes(model, a.pars[j], gpu, arrays, 0, efficiency[st]))
