@@ -246,7 +246,10 @@ def _gpu_compute(model: ModelSpec, a: _Arrays, gpu: Any, lc: _LayerCompute,
     nd = a.st_layers - a.st_moe_layers
     nm = a.st_moe_layers
     # (n, p, fields): every quantity of a layer times the layers of its kind on each stage, at once
-    per_stage = nd[:, :, None] * lc.dense[key][:, None, :] + nm[:, :, None] * lc.moe[key][:, None, :]
+    # (a dense model's MoE term is 0.0 everywhere, and adding it changes no time: left out)
+    per_stage = nd[:, :, None].astype(np.float64) * lc.dense[key][:, None, :]
+    if model.is_moe:
+        per_stage = per_stage + nm[:, :, None] * lc.moe[key][:, None, :]
 
     def layer(field: str) -> np.ndarray:
         out: np.ndarray = per_stage[:, :, _KIND_FIELDS.index(field)]
@@ -305,8 +308,9 @@ def _gpu_compute(model: ModelSpec, a: _Arrays, gpu: Any, lc: _LayerCompute,
     lin_flop, lin_time = lin_flop[rows, crit], lin_time[rows, crit]
     peak = np.array([gpu.peak_flops_for(dt) if dt else 1.0 for dt in lc.lin_dtype])[key]
     eff = np.where(lin_time > 0, lin_flop / (np.where(lin_time > 0, lin_time, 1.0) * peak), 0.0)
-    effect_names = ("fwd", "bwd", "clock", "chunks", "gaps", "stack")
-    effects = zip(*(c[name][rows, crit].tolist() for name in effect_names))  # each configuration's, in a tuple
+    # the critical stage's quantities that the in-training effects' notes read, (n,) each
+    critical = {name: c[name][rows, crit] for name in ("fwd", "bwd", "clock", "chunks", "gaps", "stack")}
+    effects = zip(*(x.tolist() for x in critical.values()))  # each configuration's, in a tuple
     lines: dict[tuple[Any, ...], str] = {}
     made: dict[tuple[Any, ...], tuple[str, ...]] = {}
     notes = []
@@ -316,10 +320,9 @@ def _gpu_compute(model: ModelSpec, a: _Arrays, gpu: Any, lc: _LayerCompute,
             lines[(k, pct)] = compute_note(gpu, lc.lin_dtype[k], e, lc.specs[k])
         note_key = (k, pct, accumulation[akey][1], st, row)
         if note_key not in made:
-            arrays = {name: np.array([value]) for name, value in zip(effect_names, row)}
             note = accumulation[akey][1]
             made[note_key] = (*lc.notes[k], *((note,) if note else ()), lines[(k, pct)],
-                              *effects_notes(model, a.pars[j], gpu, arrays, 0, efficiency[st]))
+                              *effects_notes(model, a.pars[j], gpu, critical, j, efficiency[st]))
         notes.append(made[note_key])
     return c, notes
 
