@@ -141,3 +141,26 @@ def test_an_op_set_is_timed_by_its_slowest_group():
         want = estimate(predict(model, par, cluster))
         assert want.effective_bandwidth_bytes_per_s["tp"] == link.bandwidth_bytes_per_s
         assert_same(want.to_dict(), estimate_many(model, cluster, [par])[0].to_dict())
+
+
+def test_estimates_built_in_bulk_are_the_frozen_dataclass():
+    """finish_many fills a plain slotted twin of Estimate and gives it Estimate's class (issue 38: the frozen
+    constructor was most of estimate_many's cost): what comes out must be the Estimate the constructor builds,
+    frozen, and copy, pickle and replace like it."""
+    import copy
+    import pickle
+    from dataclasses import FrozenInstanceError, fields
+
+    import pytest
+
+    from commscope.estimate.terms import Estimate
+
+    model, cluster = load_model("gpt3-175b"), load_cluster("dgx-a100")
+    got = estimate_many(model, cluster, [ParallelSpec(tp=8, pp=4, dp=4, global_batch_size=64, sequence_parallel=True)])[0]
+    built = Estimate(**{f.name: getattr(got, f.name) for f in fields(Estimate)})
+    assert type(got) is Estimate and got == built and got.to_dict() == built.to_dict()
+    assert got.iteration_time_s > 0 and got.notes and got.compute_breakdown_s
+    with pytest.raises(FrozenInstanceError):
+        got.tp_s = 0.0  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(got)) == got and copy.deepcopy(got) == got
+    assert replace(got, tp_s=1.0).tp_s == 1.0 and got.tp_s != 1.0

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -131,8 +132,9 @@ class _Keys:
     def of(self, names: tuple[str, ...]) -> tuple[list[tuple[Any, ...]], np.ndarray]:
         """The distinct keys made of ``names`` (in order of first appearance) and each row's index into them."""
         at = [self.names.index(n) for n in names]
+        get = itemgetter(*at) if len(at) > 1 else lambda k: (k[at[0]],)  # (itemgetter of one index: not a tuple)
         first: dict[tuple[Any, ...], int] = {}
-        local = np.array([first.setdefault(tuple(k[i] for i in at), len(first)) for k in self.distinct], dtype=np.int64)
+        local = np.array([first.setdefault(key, len(first)) for key in map(get, self.distinct)], dtype=np.int64)
         return list(first), local[self.index]
 
 
@@ -164,7 +166,8 @@ class _LayerCompute:
     stage of pp 1 (first and last)."""
     lin_dtype: list[str]
     specs: dict[int, ParallelSpec]
-    """A ParallelSpec of each key, attention as the GPU runs it (what the compute note names)."""
+    """A ParallelSpec of each key, attention as the GPU runs it (what the compute note names; its recomputation
+    that of the first key of its group)."""
     notes: list[tuple[str, ...]]
     index: np.ndarray
     """Every configuration's key."""
@@ -179,55 +182,58 @@ def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec],
                     compute_keys: tuple[list[tuple[Any, ...]], np.ndarray], rows: np.ndarray, gpu: Any) -> _LayerCompute:
     """The compute model's per-layer and per-stage-end quantities of every distinct compute key (``compute_keys``:
     the keys and each configuration's) among ``rows``, their GEMMs timed together
-    (:class:`~commscope.estimate.compute.gemm.GemmTimer`)."""
+    (:class:`~commscope.estimate.compute.gemm.GemmTimer`). Keys that differ only in recomputation share everything
+    but the layer's recomputed part: worked out once per group of them."""
     from commscope.estimate.compute.gemm import GemmTimer, layer_gemms
-    from commscope.estimate.compute.model import _kind, logits_times, timed_attention
+    from commscope.estimate.compute.model import _kinds, logits_times, timed_attention
 
     keys, index = compute_keys
     wanted = set(index[rows].tolist())
-    specs: dict[int, ParallelSpec] = {}
-    attention_notes: dict[int, tuple[str, ...]] = {}
+    recompute_at = _COMPUTE_KEY.index("recompute")
+    # the keys of each group (the key less recomputation), in order of first appearance
+    groups: dict[tuple[Any, ...], list[int]] = {}
     for k, i in enumerate(_first_rows(index, len(keys))):
-        if k not in wanted:
-            continue
-        par = parallels[i]
-        # as stage_compute: attention as the GPU runs it
-        specs[k], attention_notes[k] = timed_attention(model, ParallelSpec(
+        if k in wanted:
+            groups.setdefault(keys[k][:recompute_at] + keys[k][recompute_at + 1:], []).append(i)
+    kinds = [k for k, present in (("dense", model.num_layers > model.num_moe_layers), ("moe", model.is_moe)) if present]
+    timer = GemmTimer(gpu)
+    # per group: a ParallelSpec with attention as the GPU runs it (as stage_compute) and the attention notes, the
+    # output layer's GEMMs and each layer kind's (all announced to the timer before any is timed)
+    made = []
+    for first, *_ in groups.values():
+        par = parallels[first]
+        spec, attention_notes = timed_attention(model, ParallelSpec(
             tp=par.tp, cp=par.cp, ep=par.ep, dp=par.ep, micro_batch_size=par.micro_batch_size,
             global_batch_size=par.micro_batch_size * par.ep, sequence_parallel=par.sequence_parallel,
             recompute=par.recompute, attention=par.attention, fp8_format=par.fp8_format,
             tp_comm_overlap=par.tp_comm_overlap and par.tp > 1, framework=par.framework), gpu)
-    kinds = [k for k, present in (("dense", model.num_layers > model.num_moe_layers), ("moe", model.is_moe)) if present]
-    timer = GemmTimer(gpu)
-    logits_gemms = {k: layer_gemms(model, spec, logits=True) for k, spec in specs.items()}
-    announced = set()
-    for k, spec in specs.items():
-        timer.prefetch(logits_gemms[k], model.dtype)
-        # a layer's GEMM shapes do not change with recomputation (only how often they run): announced once per
-        # (tp, cp, ep, micro-batch, sp, attention, fp8); a shape missed here the timer would still time when asked
-        shapes_key = (spec.tp, spec.cp, spec.ep, spec.micro_batch_size, spec.sequence_parallel, spec.attention,
-                      spec.fp8_format, spec.tp_comm_overlap)
-        if shapes_key in announced:
-            continue
-        announced.add(shapes_key)
-        gemms = [g for kind in kinds for g in layer_gemms(model, spec, layer_kind=kind, attention=spec.attention)]
+        logits_gemms = layer_gemms(model, spec, logits=True)
+        gemms = {kind: layer_gemms(model, spec, layer_kind=kind, attention=spec.attention) for kind in kinds}
+        timer.prefetch(logits_gemms, model.dtype)
         for dtype in {linear_gemm_dtype(model, spec), model.dtype}:
-            timer.prefetch(gemms, dtype)
+            timer.prefetch([g for kind in kinds for g in gemms[kind]], dtype)
+        made.append((spec, attention_notes, logits_gemms, gemms))
     width = len(keys)
     per_kind = {kind: np.zeros((width, len(_KIND_FIELDS))) for kind in ("dense", "moe")}
     logits, logits_flop, extra = np.zeros((width, 3)), np.zeros(width), np.zeros((width, 4, 2))
     lin_dtype = [""] * width
     notes: list[tuple[str, ...]] = [()] * width
-    for k, spec in specs.items():
+    specs: dict[int, ParallelSpec] = {}
+    for firsts, (spec, attention_notes, logits_gemms, gemms) in zip(groups.values(), made):
+        group = [int(index[i]) for i in firsts]
+        recomputes = tuple(parallels[i].recompute for i in firsts)
         for kind in kinds:
-            layer = _kind(model, spec, gpu, kind, timer)
-            per_kind[kind][k] = [getattr(layer, f) for f in _KIND_FIELDS]
-        by_pass = logits_times(model, spec, gpu, timer)
-        logits[k] = [by_pass["fwd"], by_pass["dgrad"], by_pass["wgrad"]]
-        logits_flop[k] = sum(g.flop for g in logits_gemms[k])
-        extra[k] = [stage_extra_bytes(model, spec, first=f, last=la)
-                    for f, la in ((True, False), (False, False), (False, True), (True, True))]
-        lin_dtype[k], notes[k] = linear_gemm_dtype(model, spec), attention_notes[k]
+            layers = _kinds(model, spec, gpu, kind, timer, recomputes, gemms[kind])
+            for k, recompute in zip(group, recomputes):
+                per_kind[kind][k] = [getattr(layers[recompute], f) for f in _KIND_FIELDS]
+        by_pass = logits_times(model, spec, gpu, timer, logits_gemms)
+        logits[group] = [by_pass["fwd"], by_pass["dgrad"], by_pass["wgrad"]]
+        logits_flop[group] = sum(g.flop for g in logits_gemms)
+        extra[group] = [stage_extra_bytes(model, spec, first=f, last=la)
+                        for f, la in ((True, False), (False, False), (False, True), (True, True))]
+        for k in group:
+            # (the compute note reads the attention and the framework of it: a group's spec is each key's)
+            specs[k], lin_dtype[k], notes[k] = spec, linear_gemm_dtype(model, spec), attention_notes
     return _LayerCompute(dense=per_kind["dense"], moe=per_kind["moe"], logits=logits, logits_flop=logits_flop,
                          extra=extra, lin_dtype=lin_dtype, specs=specs, notes=notes, index=index)
 
@@ -239,11 +245,15 @@ def _gpu_compute(model: ModelSpec, a: _Arrays, gpu: Any, lc: _LayerCompute,
     key = lc.index[a.rows]
     nd = a.st_layers - a.st_moe_layers
     nm = a.st_moe_layers
-    dense, moe = lc.dense[key], lc.moe[key]
+    # (n, p, fields): every quantity of a layer times the layers of its kind on each stage, at once
+    # (a dense model's MoE term is 0.0 everywhere, and adding it changes no time: left out)
+    per_stage = nd[:, :, None].astype(np.float64) * lc.dense[key][:, None, :]
+    if model.is_moe:
+        per_stage = per_stage + nm[:, :, None] * lc.moe[key][:, None, :]
 
     def layer(field: str) -> np.ndarray:
-        i = _KIND_FIELDS.index(field)
-        return np.asarray(nd * dense[:, i:i + 1] + nm * moe[:, i:i + 1])
+        out: np.ndarray = per_stage[:, :, _KIND_FIELDS.index(field)]
+        return out
 
     last = (np.arange(p) == p - 1)[None, :]
     bw = gpu.streaming_bandwidth_bytes_per_s
@@ -281,7 +291,10 @@ def _gpu_compute(model: ModelSpec, a: _Arrays, gpu: Any, lc: _LayerCompute,
                                 expert_shard=np.where(a.shards, a.dp * a.cp // a.ep, 1))
     # the stack's and the cluster's compute efficiency (compute.model.apply_efficiency), per configuration
     stacks = a.values("stack")
-    efficiency = {st: compute_efficiency(par, cluster_efficiency) for st, par in zip(stacks, a.pars)}
+    efficiency: dict[Any, float] = {}
+    for st, par in zip(stacks, a.pars):
+        if st not in efficiency:
+            efficiency[st] = compute_efficiency(par, cluster_efficiency)
     effs = np.array([efficiency[st] for st in stacks])[:, None]
     scale = 1.0 / effs
     c["stack"] = (c["fwd"] + c["bwd"]) * (scale - 1.0)
@@ -295,21 +308,21 @@ def _gpu_compute(model: ModelSpec, a: _Arrays, gpu: Any, lc: _LayerCompute,
     lin_flop, lin_time = lin_flop[rows, crit], lin_time[rows, crit]
     peak = np.array([gpu.peak_flops_for(dt) if dt else 1.0 for dt in lc.lin_dtype])[key]
     eff = np.where(lin_time > 0, lin_flop / (np.where(lin_time > 0, lin_time, 1.0) * peak), 0.0)
-    effects = {name: c[name][rows, crit].tolist() for name in ("fwd", "bwd", "clock", "chunks", "gaps", "stack")}
+    # the critical stage's quantities that the in-training effects' notes read, (n,) each
+    critical = {name: c[name][rows, crit] for name in ("fwd", "bwd", "clock", "chunks", "gaps", "stack")}
+    effects = zip(*(x.tolist() for x in critical.values()))  # each configuration's, in a tuple
     lines: dict[tuple[Any, ...], str] = {}
     made: dict[tuple[Any, ...], tuple[str, ...]] = {}
     notes = []
-    for j, (k, e, pct, akey, st) in enumerate(zip(key.tolist(), eff.tolist(), np.rint(eff * 100).tolist(), akeys,
-                                                   stacks)):
+    for j, (k, e, pct, akey, st, row) in enumerate(zip(key.tolist(), eff.tolist(), np.rint(eff * 100).tolist(), akeys,
+                                                        stacks, effects)):
         if (k, pct) not in lines:
             lines[(k, pct)] = compute_note(gpu, lc.lin_dtype[k], e, lc.specs[k])
-        row = tuple(effects[name][j] for name in ("fwd", "bwd", "clock", "chunks", "gaps", "stack"))
         note_key = (k, pct, accumulation[akey][1], st, row)
         if note_key not in made:
-            arrays = {name: np.array([value]) for name, value in zip(("fwd", "bwd", "clock", "chunks", "gaps", "stack"), row)}
             note = accumulation[akey][1]
             made[note_key] = (*lc.notes[k], *((note,) if note else ()), lines[(k, pct)],
-                              *effects_notes(model, a.pars[j], gpu, arrays, 0, efficiency[st]))
+                              *effects_notes(model, a.pars[j], gpu, critical, j, efficiency[st]))
         notes.append(made[note_key])
     return c, notes
 

@@ -88,7 +88,7 @@ def _spans(par: ParallelSpec, gpn: int, moe: bool, cache: dict[tuple[Any, ...], 
     Where pp is the outermost axis of the rank order and a stage spans whole nodes (stage_stride a multiple of the
     GPUs per node), every stage's groups are stage 0's moved by whole nodes, so they sit alike: the axes' spans are
     those of stage 0 on every stage, which do not depend on pp (``cache``, keyed without it, holds them across
-    layouts)."""
+    layouts), and every pipeline boundary crosses nodes."""
     layout = Layout(par)
     p = par.pp
     stride = layout.stage_stride
@@ -114,8 +114,13 @@ def _spans(par: ParallelSpec, gpn: int, moe: bool, cache: dict[tuple[Any, ...], 
         axes = (of("tp"), of("cp", pairs=True), of("dp-cp"), of("expert-dp"), of("ep"))
         if alike and cache is not None:
             cache[key] = tuple(x[:, :1] for x in axes)
-    axes = tuple(np.broadcast_to(x[:, :1], (3, p)) if alike else x for x in axes)
-    if p > 1:
+    if alike:
+        axes = tuple(x[:, :1].repeat(p, axis=1) for x in axes)
+    if p > 1 and alike:
+        # every pipeline's stages are whole nodes apart (rank r and r + s x stage_stride): each boundary, and every
+        # embedding pair (first stage, last stage), crosses nodes, one rank on each
+        across, emb_span = np.ones(p, dtype=bool), np.array([2, 2, 1], dtype=np.int64)
+    elif p > 1:
         pp_nodes = layout.groups("pp") // gpn
         across = (pp_nodes != np.roll(pp_nodes, -1, axis=1)).any(axis=0)
         emb = layout.groups("emb")

@@ -11,7 +11,7 @@ import it without importing the others.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, make_dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -137,19 +137,29 @@ def finish_many(model: ModelSpec, method: str, u: Any, peak: float, *, global_ba
         return np.where(nonzero, x, 0.0).tolist()  # type: ignore[no-any-return]
 
     per_mb = stage_micro_batch.tolist() if isinstance(stage_micro_batch, np.ndarray) else stage_micro_batch
-    return [Estimate(method=method, iteration_time_s=a_total, compute_s=a_comp, tp_s=a_tp, pp_s=a_pp, dp_s=a_dp,
-                     ep_s=a_ep, cp_s=a_cp, emb_s=a_emb, bubble_s=a_bubble, comm_ratio=a_comm, bubble_ratio=a_bratio,
-                     tokens_per_s=a_tokens, tflops_per_gpu=a_tflops, mfu=a_mfu, gpu_util=a_u, peak_flops=peak,
-                     world_size=a_world, critical_stage=a_stage, effective_bandwidth_bytes_per_s=a_eff,
-                     optimizer_s=a_opt, hidden_s=a_hidden, compute_breakdown_s=a_breakdown, compute_model=compute_model,
-                     micro_batch_s=a_mb, stage_micro_batch_s=tuple(a_stages), tail_s=a_tail, notes=a_notes)
-            for (a_total, a_comp, a_tp, a_pp, a_dp, a_ep, a_cp, a_emb, a_bubble, a_comm, a_bratio, a_tokens, a_tflops,
-                 a_mfu, a_u, a_world, a_stage, a_eff, a_opt, a_hidden, a_breakdown, a_mb, a_stages, a_tail, a_notes)
-            in zip(total.tolist(), comp.tolist(), tp.tolist(), pp.tolist(), dp.tolist(), ep.tolist(), cp.tolist(),
-                   emb.tolist(), bubble.tolist(), share((tp + pp + dp + ep + cp + emb) / safe), share(bubble / safe),
-                   share(tokens / safe), share(hardware / safe / world / 1e12),
-                   share(model_flops / safe / world / peak),
-                   np.broadcast_to(np.asarray(u, dtype=np.float64), total.shape).tolist(), world.tolist(),
-                   np.asarray(stage).tolist(), eff, optimizer.tolist(), hidden, breakdown, micro_batch.tolist(), per_mb,
-                   tail.tolist(), notes)]
+    n = len(total)
+    # every argument of Estimate, one list each, in the order of its fields
+    values = ([method] * n, total.tolist(), comp.tolist(), tp.tolist(), pp.tolist(), dp.tolist(), ep.tolist(),
+              cp.tolist(), emb.tolist(), bubble.tolist(), share((tp + pp + dp + ep + cp + emb) / safe),
+              share(bubble / safe), share(tokens / safe), share(hardware / safe / world / 1e12),
+              share(model_flops / safe / world / peak),
+              np.broadcast_to(np.asarray(u, dtype=np.float64), total.shape).tolist(), [peak] * n, world.tolist(),
+              np.asarray(stage).tolist(), eff, optimizer.tolist(), hidden, breakdown, [compute_model] * n,
+              micro_batch.tolist(), [tuple(x) for x in per_mb], tail.tolist(), notes)
+    return list(map(_made, map(_Unfrozen, *values)))
 
+
+#: Estimate's fields as a plain slotted class (the same slots in the same order, no frozen ``__setattr__``).
+#: Estimate's own constructor sets each of its 28 fields through ``object.__setattr__`` (how a frozen dataclass
+#: initialises), ~4.5 us an Estimate: most of what thousands of configurations cost (:mod:`commscope.estimate.many`).
+#: :func:`finish_many` fills one of these, positionally, and gives it Estimate's class (~1 us): the same object as
+#: Estimate(...) builds, frozen from then on (tests/estimate/test_terms.py holds both equal).
+_Unfrozen = make_dataclass("_Unfrozen", [f.name for f in fields(Estimate)], slots=True)
+assert _Unfrozen.__slots__ == Estimate.__slots__  # type: ignore[attr-defined]  # what makes the class assignable
+
+
+def _made(obj: Any) -> Estimate:
+    """``obj`` (an :data:`_Unfrozen`) as the Estimate it holds."""
+    obj.__class__ = Estimate
+    out: Estimate = obj
+    return out

@@ -161,15 +161,26 @@ def _chunked(g: Gemm, parallel: ParallelSpec) -> Gemm:
 
 
 def logits_times(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
-                 timer: Callable[..., Any] = time_gemms) -> dict[str, float]:
-    """Seconds of the output layer's GEMMs per pass (fwd, dgrad, wgrad), at the sustained clock."""
-    out = _by_pass(timer(tuple((g, 1) for g in layer_gemms(model, parallel, logits=True)), gpu, model.dtype))
+                 timer: Callable[..., Any] = time_gemms, gemms: tuple[Gemm, ...] | None = None) -> dict[str, float]:
+    """Seconds of the output layer's GEMMs per pass (fwd, dgrad, wgrad), at the sustained clock (``gemms``: the
+    output layer's, where the caller has them)."""
+    if gemms is None:
+        gemms = layer_gemms(model, parallel, logits=True)
+    out = _by_pass(timer(tuple((g, 1) for g in gemms), gpu, model.dtype))
     return {k: v * gpu.clock_factor for k, v in out.items()}
 
 
 def _kind(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, timer: Callable[..., Any] = time_gemms) -> _Kind:
     """One layer of ``kind``; ``timer`` times GEMMs (:func:`time_gemms`, or a :class:`GemmTimer`)."""
-    gemms = layer_gemms(model, parallel, layer_kind=kind, attention=parallel.attention)
+    return _kinds(model, parallel, gpu, kind, timer, (parallel.recompute,))[parallel.recompute]
+
+
+def _kinds(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, timer: Callable[..., Any],
+           recomputes: tuple[str, ...], gemms: tuple[Gemm, ...] | None = None) -> dict[str, _Kind]:
+    """One layer of ``kind`` under each recomputation of ``recomputes`` (``parallel.recompute`` aside, what a layer
+    costs does not depend on it: worked out once); ``gemms``: the layer's GEMMs, where the caller has them."""
+    if gemms is None:
+        gemms = layer_gemms(model, parallel, layer_kind=kind, attention=parallel.attention)
     linear = tuple(g for g in gemms if g.name not in _CORE)
     core = tuple(g for g in gemms if g.name in _CORE) if parallel.attention == "unfused" else ()
     lin_dtype = linear_gemm_dtype(model, parallel)
@@ -205,30 +216,31 @@ def _kind(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, tim
     n_fwd, n_bwd = layer_kernel_count(gemms=sum(g.count for g in linear + core if g.pass_ == "fwd"), attention_fused=flash,
                                       rope=model.position_embedding == "rope", gated=model.gated_mlp)
     gaps_fwd = float(launch_gap_s(n_fwd, fwd))
-    recompute_linear = 0.0
-    if parallel.recompute == "full":
-        recompute, recompute_linear = fwd + gaps_fwd, lin_fwd
-        recompute_compute = sum(r.time_s for r in lin if r.gemm.pass_ == "fwd") + att_compute_fwd
-    elif parallel.recompute == "selective":
-        recompute, recompute_compute = att_fwd, att_compute_fwd
-    else:
-        recompute, recompute_compute = 0.0, 0.0
-    bwd_kernels = lin_bwd + att_bwd + k.memory_bwd_s + recompute
-    gaps_bwd = float(launch_gap_s(n_bwd, bwd_kernels))
     lin_flop = sum(r.gemm.flop for r in whole)
-    flop = lin_flop + sum(r.gemm.flop for r in cor) + (1 + BACKWARD_RATIO) * k.attention_flop
-    if parallel.recompute == "full":
-        flop += sum(r.gemm.flop for r in whole + cor if r.gemm.pass_ == "fwd") + k.attention_flop
-    elif parallel.recompute == "selective":
-        flop += sum(r.gemm.flop for r in cor if r.gemm.pass_ == "fwd") + k.attention_flop
     lin_whole = sum(r.time_s for r in whole)
     lin_pieces = sum(r.time_s for r in lin)
-    compute_bound = lin_pieces + att_compute_fwd + att_compute_bwd + recompute_compute
-    return _Kind(lin_fwd=lin_fwd, lin_bwd=lin_bwd, att_fwd=att_fwd, att_bwd=att_bwd,
-                 mem_fwd=k.memory_fwd_s, mem_bwd=k.memory_bwd_s, recompute=recompute,
-                 recompute_linear=recompute_linear, flop=flop, lin_flop=lin_flop, lin_time=lin_whole,
-                 clock=compute_bound * (clock - 1.0), chunks=(lin_pieces - lin_whole) * clock,
-                 gaps_fwd=gaps_fwd, gaps_bwd=gaps_bwd)
+    out = {}
+    for recomputation in recomputes:
+        recompute_linear = 0.0
+        flop = lin_flop + sum(r.gemm.flop for r in cor) + (1 + BACKWARD_RATIO) * k.attention_flop
+        if recomputation == "full":
+            recompute, recompute_linear = fwd + gaps_fwd, lin_fwd
+            recompute_compute = sum(r.time_s for r in lin if r.gemm.pass_ == "fwd") + att_compute_fwd
+            flop += sum(r.gemm.flop for r in whole + cor if r.gemm.pass_ == "fwd") + k.attention_flop
+        elif recomputation == "selective":
+            recompute, recompute_compute = att_fwd, att_compute_fwd
+            flop += sum(r.gemm.flop for r in cor if r.gemm.pass_ == "fwd") + k.attention_flop
+        else:
+            recompute, recompute_compute = 0.0, 0.0
+        bwd_kernels = lin_bwd + att_bwd + k.memory_bwd_s + recompute
+        gaps_bwd = float(launch_gap_s(n_bwd, bwd_kernels))
+        compute_bound = lin_pieces + att_compute_fwd + att_compute_bwd + recompute_compute
+        out[recomputation] = _Kind(lin_fwd=lin_fwd, lin_bwd=lin_bwd, att_fwd=att_fwd, att_bwd=att_bwd,
+                                   mem_fwd=k.memory_fwd_s, mem_bwd=k.memory_bwd_s, recompute=recompute,
+                                   recompute_linear=recompute_linear, flop=flop, lin_flop=lin_flop, lin_time=lin_whole,
+                                   clock=compute_bound * (clock - 1.0), chunks=(lin_pieces - lin_whole) * clock,
+                                   gaps_fwd=gaps_fwd, gaps_bwd=gaps_bwd)
+    return out
 
 
 def first_max(x: Any, rel: float = 1e-9) -> Any:
