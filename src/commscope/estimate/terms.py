@@ -153,9 +153,14 @@ def finish_many(model: ModelSpec, method: str, u: Any, peak: float, *, global_ba
 #: Estimate's own constructor sets each of its 28 fields through ``object.__setattr__`` (how a frozen dataclass
 #: initialises), ~4.5 us an Estimate: most of what thousands of configurations cost (:mod:`commscope.estimate.many`).
 #: :func:`finish_many` fills one of these, positionally, and gives it Estimate's class (~1 us): the same object as
-#: Estimate(...) builds, frozen from then on (tests/estimate/test_terms.py holds both equal).
+#: Estimate(...) builds, frozen from then on (tests/estimate/test_estimate_many.py::
+#: test_estimates_built_in_bulk_are_the_frozen_dataclass holds both equal). It runs none of Estimate's own
+#: initialisation beyond setting the fields: were Estimate to gain a ``__post_init__`` (or a default factory that
+#: matters), this would skip it, so the check below refuses to import then.
 _Unfrozen = make_dataclass("_Unfrozen", [f.name for f in fields(Estimate)], slots=True)
-assert _Unfrozen.__slots__ == Estimate.__slots__  # type: ignore[attr-defined]  # what makes the class assignable
+if _Unfrozen.__slots__ != Estimate.__slots__ or hasattr(Estimate, "__post_init__"):  # type: ignore[attr-defined]
+    raise ImportError("terms._Unfrozen no longer mirrors Estimate (its slots, or a __post_init__ it would skip): "
+                      "build Estimates through Estimate(...) in finish_many")
 
 
 def _made(obj: Any) -> Estimate:
