@@ -52,34 +52,44 @@ def _row(i: int, **changes: str) -> str:
     return "  ".join(tokens)
 
 
-DAMAGES = {
-    "none": {},
-    "an unreadable number": {1700: _row(1700, c6="abc")},
-    "an NCCL line inside the table": {2100: "dkh:1:2 [0] NCCL INFO Channel 00/24 : 0 1 2 3 4 5 6 7\n" + _row(2100)},
-    "a row cut by an NCCL line": {900: _row(900)[:30] + " dkh:1:2 [0] NCCL INFO comm 0x1 rank 0 nranks 8\n"
-                                  + _row(900)[30:]},
-    "wrong elements": {2500: _row(2500, c8="3")},
-    "a size no message has": {400: _row(400, c0="99999999999999999999")},
-    "another type": {1200: _row(1200, c2="half")},
-    "a launcher prefix": {1500: "[1,0]<stdout>:" + _row(1500)},
-    "a blank line and a tab": {600: "", 601: _row(601).replace("  ", "\t", 2)},
-    "a time printed as zero": {2999: _row(2999, c5="0.00", c9="0.00")},
-    "the last row cut": {2999: _row(2999)[:25]},
-    "numbers a plain row has not": {700: _row(700, c5="36.5.1"), 1300: _row(1300, c6=".5"), 1900: _row(1900, c7="5."),
-                                    2300: _row(2300, c9="1e+02")},
-    "a count of 20 digits": {800: _row(800, c1="12345678901234567890")},
-    "the data check unread or marked": {1000: _row(1000, c8="N/A"), 1100: _row(1100, c12="0*")},
-    "another reduction op and root": {1600: _row(1600, c3="SUM"), 1650: _row(1650, c3="max"), 1700: _row(1700, c4="9")},
-}
+def _damages() -> dict[str, dict[int, str]]:
+    """Each kind of damage, by name: the data lines it replaces (made from the A100 log, so only where it is there)."""
+    return {
+        "none": {},
+        "an unreadable number": {1700: _row(1700, c6="abc")},
+        "an NCCL line inside the table": {2100: "dkh:1:2 [0] NCCL INFO Channel 00/24 : 0 1 2 3 4 5 6 7\n" + _row(2100)},
+        "a row cut by an NCCL line": {900: _row(900)[:30] + " dkh:1:2 [0] NCCL INFO comm 0x1 rank 0 nranks 8\n"
+                                      + _row(900)[30:]},
+        "wrong elements": {2500: _row(2500, c8="3")},
+        "a size no message has": {400: _row(400, c0="99999999999999999999")},
+        "another type": {1200: _row(1200, c2="half")},
+        "a launcher prefix": {1500: "[1,0]<stdout>:" + _row(1500)},
+        "a blank line and a tab": {600: "", 601: _row(601).replace("  ", "\t", 2)},
+        "a time printed as zero": {2999: _row(2999, c5="0.00", c9="0.00")},
+        "the last row cut": {2999: _row(2999)[:25]},
+        "numbers a plain row has not": {700: _row(700, c5="36.5.1"), 1300: _row(1300, c6=".5"), 1900: _row(1900, c7="5."),
+                                        2300: _row(2300, c9="1e+02")},
+        "a count of 20 digits": {800: _row(800, c1="12345678901234567890")},
+        "the data check unread or marked": {1000: _row(1000, c8="N/A"), 1100: _row(1100, c12="0*")},
+        "another reduction op and root": {1600: _row(1600, c3="SUM"), 1650: _row(1650, c3="max"), 1700: _row(1700, c4="9")},
+    }
+
+
+DAMAGES = ("none", "an unreadable number", "an NCCL line inside the table", "a row cut by an NCCL line",
+           "wrong elements", "a size no message has", "another type", "a launcher prefix", "a blank line and a tab",
+           "a time printed as zero", "the last row cut", "numbers a plain row has not", "a count of 20 digits",
+           "the data check unread or marked", "another reduction op and root")
 
 
 @needs_logs
-@pytest.mark.parametrize("damage", list(DAMAGES))
+@pytest.mark.parametrize("damage", DAMAGES)
 def test_blocks_read_what_lines_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
     """A long table read in blocks gives what it gives read line by line: every row's every field, the data check,
     the meta and every problem with its line, in both kinds of rows; and the blocks were used."""
     path = tmp_path / "long.txt"
-    path.write_text(_enlarged(damage=DAMAGES[damage])[0])
+    damages = _damages()
+    assert tuple(damages) == DAMAGES  # the names parametrized are the damages made
+    path.write_text(_enlarged(damage=damages[damage])[0])
     blocks: list[int] = []
     read_block = nccl_tests_reader._read_block
 
