@@ -113,6 +113,24 @@ def test_estimate_many_on_presets_and_a_fallback():
         assert_same(want.to_dict(), got[1].to_dict())
 
 
+def test_a_mixed_sweep_equals_the_scalar_path_row_by_row():
+    """Dozens of configurations of one pipeline depth at once, mixing what each Estimate's dicts hold (no TP axis at
+    tp 1, hidden DP only with the distributed optimizer, ...): the many path builds those dicts a pattern of present
+    keys at a time and puts every row back in its place."""
+    import itertools
+
+    model, cluster = load_model("gpt3-13b"), load_cluster("dgx-a100")
+    pars = [ParallelSpec(tp=tp, pp=pp, dp=dp, global_batch_size=256, micro_batch_size=mb, sequence_parallel=sp and tp > 1,
+                         recompute=rc, distributed_optimizer=do, overlap_grad_reduce=do, overlap_param_gather=do)
+            for tp, pp, dp, mb, sp, rc, do in itertools.product((1, 2, 8), (1, 4), (2, 8), (1, 2), (False, True),
+                                                                ("none", "full"), (False, True))]
+    got = estimate_many(model, cluster, pars)
+    assert len({tuple(e.effective_bandwidth_bytes_per_s) for e in got}) > 1  # the rows do differ in their keys
+    assert len({tuple(e.hidden_s) for e in got}) > 1
+    for par, est in zip(pars, got):
+        assert_same(estimate(predict(model, par, cluster)).to_dict(), est.to_dict())
+
+
 def test_the_last_stage_counts_each_of_its_tp_all_reduces():
     """Found by the property test in CI: with SP the last stage has a cross-entropy and a sequence-parallel
     gradient all-reduce; numpy added the two boolean masks as a logical or and counted them once, which moved the
