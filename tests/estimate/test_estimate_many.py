@@ -161,6 +161,19 @@ def test_an_op_set_is_timed_by_its_slowest_group():
         assert_same(want.to_dict(), estimate_many(model, cluster, [par])[0].to_dict())
 
 
+def test_the_vectorised_spans_of_groups_are_each_groups_own():
+    """GroupSpan.row_spans (every group's nodes and fewest members on a node at once) against GroupSpan.of, one group
+    at a time, on random groups of random ranks."""
+    from commscope.estimate.bandwidth import GroupSpan
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        rows, n, gpn = int(rng.integers(1, 6)), int(rng.integers(2, 9)), int(rng.integers(1, 9))
+        groups = rng.permutation(rows * n * 2)[:rows * n].reshape(rows, n)
+        num_nodes, per_node = GroupSpan.row_spans(groups, gpn)
+        assert [GroupSpan.of(g, gpn) for g in groups] == [GroupSpan(n, a, b) for a, b in zip(num_nodes, per_node)]
+
+
 def test_estimates_built_in_bulk_are_the_frozen_dataclass():
     """finish_many fills a plain slotted twin of Estimate and gives it Estimate's class (issue 38: the frozen
     constructor was most of estimate_many's cost): what comes out must be the Estimate the constructor builds,

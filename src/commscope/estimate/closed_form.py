@@ -104,7 +104,7 @@ def estimate_one(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, comp
     """:func:`estimate` of one Megatron job with balanced routing, whose compute per stage the caller has
     (``compute``: ``gpu``'s compute model; None: FLOP / (u x peak)) and whose job is checked; None where the op-by-op
     path must answer (more than :data:`MAX_GRAD_BUCKETS` gradient buckets on a stage)."""
-    st = _stages(model, par)
+    st = _stages(model, par, zero3=par.zero_stage == 3)
     if st.num_buckets(par.grad_bucket_elements) > MAX_GRAD_BUCKETS:
         return None
     columns = dict(zip(_FIELDS, ((x,) for x in _ROW(par))))
@@ -167,9 +167,10 @@ class _Arrays:
             out: np.ndarray = np.stack([getattr(x, name) for x in items])[local]
             return out
 
-        for name in ("layers", "moe_layers", "dense_params", "expert_params", "replicated", "body_flop", "core_flop",
-                     "zero3", "zero3_expert"):
+        for name in ("layers", "moe_layers", "dense_params", "expert_params", "replicated", "body_flop", "core_flop"):
             setattr(self, "st_" + name, per_row(st, st_local, name))
+        for name in ("zero3", "zero3_expert"):  # (None: no configuration here shards its parameters)
+            setattr(self, "st_" + name, None if st[0].zero3 is None else per_row(st, st_local, name))
         self.split_notes = ([st[0].split_note] * self.n if st_local is None
                             else [st[k].split_note for k in st_local.tolist()])
         for name in ("tp", "cp", "dp", "edp", "ep"):  # (n, p) each of n, num_nodes, per_node
@@ -197,8 +198,8 @@ class _Arrays:
     st_replicated: np.ndarray
     st_body_flop: np.ndarray
     st_core_flop: np.ndarray
-    st_zero3: np.ndarray
-    st_zero3_expert: np.ndarray
+    st_zero3: np.ndarray | None
+    st_zero3_expert: np.ndarray | None
     span_tp: tuple[np.ndarray, np.ndarray, np.ndarray]
     span_cp: tuple[np.ndarray, np.ndarray, np.ndarray]
     span_dp: tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -468,6 +469,7 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
         z3_sets: Any = 0
         if a.zero3.any():
             # (n, p, sizes) each: elements, gathers per micro-batch and op sets of each gather size
+            assert entries is not None, "_stages(zero3=True) for every configuration with ZeRO-3"
             zn, per_mb, sets = entries[:, 0], entries[:, 1], entries[:, 2]
             T.spans[span + "3"] = tuple(x[:, :, None] for x in T.spans[span])
             t_ag = t("all_gather", zn * B, span + "3")

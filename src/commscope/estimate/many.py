@@ -85,7 +85,8 @@ def estimate_many(model: ModelSpec, cluster: ClusterSpec, parallels: Sequence[Pa
     for i in first_of:
         check_job(model, parallels[int(i)])
     stage_keys, stage_index = keys.of(_STAGES_KEY)
-    stages = [_stages(model, parallels[int(i)]) for i in _first_rows(stage_index, len(stage_keys))]
+    zero3 = 3 in columns["zero_stage"]
+    stages = [_stages(model, parallels[int(i)], zero3) for i in _first_rows(stage_index, len(stage_keys))]
     # the closed form: Megatron with balanced routing, and gradient buckets the arrays hold
     counted: dict[tuple[int, int | None], int] = {}
     buckets = [counted[k] if k in counted else counted.setdefault(k, stages[k[0]].num_buckets(k[1]))

@@ -145,10 +145,10 @@ class _Stages:
     """Forward FLOP per token of the stage's layers (:func:`commscope.estimate.flops.token_flops`)."""
     core_flop: np.ndarray
     """Of those, the attention core's."""
-    zero3: np.ndarray
+    zero3: np.ndarray | None
     """(3, pp, 3): per ZeRO-3 gather size of the dense parameters (a dense layer's, an MoE layer's when it differs,
-    the embedding-side modules'): elements, gathers per micro-batch, op sets."""
-    zero3_expert: np.ndarray
+    the embedding-side modules'): elements, gathers per micro-batch, op sets (None where not asked for)."""
+    zero3_expert: np.ndarray | None
     """(3, pp, 1): the same for the expert parameters of the MoE layers."""
     split_note: str | None
 
@@ -166,10 +166,10 @@ def _moe_before(model: ModelSpec, x: np.ndarray) -> np.ndarray:
     return np.where(x > k, -(-(x - k) // f), 0)
 
 
-def _stages(model: ModelSpec, par: ParallelSpec) -> _Stages:
+def _stages(model: ModelSpec, par: ParallelSpec, zero3: bool = True) -> _Stages:
     """:class:`_Stages` of ``par``'s split, without a loop over stages or layers: every layer of one kind (dense,
     MoE) has the same parameters and FLOP, so a stage is its count of each kind plus the first and last stage's
-    embedding-side modules."""
+    embedding-side modules (the ZeRO-3 gathers only with ``zero3``: what no configuration shards is not worked out)."""
     p, v, tp, ep = par.pp, par.virtual_pipeline_size, par.tp, par.ep
     sizes = np.array(pipeline_split(model, par), dtype=np.int64)  # virtual stage k = chunk x pp + stage
     starts = np.cumsum(sizes) - sizes
@@ -189,8 +189,12 @@ def _stages(model: ModelSpec, par: ParallelSpec) -> _Stages:
         expert[kind] = lp.expert // (ep * tp)
         flop[kind], core[kind] = tf.layers[index], tf.attention_core[index]
 
+    made: dict[tuple[bool, bool], int] = {}
+
     def ends(first: bool, last: bool) -> int:
-        return stage_params(model, range(0), tp=tp, ep=ep, first=first, last=last).dense
+        if (first, last) not in made:
+            made[first, last] = stage_params(model, range(0), tp=tp, ep=ep, first=first, last=last).dense
+        return made[first, last]
 
     # the embedding-side parameters of each stage: its first chunk on stage 0, its last chunk on stage p - 1
     middle = ends(False, False)
@@ -202,24 +206,32 @@ def _stages(model: ModelSpec, par: ParallelSpec) -> _Stages:
         end_params[p - 1] += ends(False, True) - middle
     last = np.arange(p) == p - 1
     norm = model.hidden_size * (2 if model.normalization == "layernorm" else 1)
-    # ZeRO-3 gathers each layer's parameters, and the embedding-side modules of the stage (as the first and last
-    # stage, whatever its chunks) as one more, once per micro-batch; layers of equal size share an op set
-    whole = np.zeros(p, dtype=np.int64)
-    whole[0] = ends(True, p == 1)
-    if p > 1:
-        whole[p - 1] = ends(False, True)
-    whole[1:p - 1] = middle
-    same = shard["moe"] == shard["dense"]
-    z_elements = np.stack([np.full(p, shard["dense"]), np.full(p, shard["moe"]), whole], axis=1)
-    z_count = np.stack([dense * (shard["dense"] > 0) + (moe * (shard["moe"] > 0) if same else 0),
-                        0 if same else moe * (shard["moe"] > 0), (whole > 0).astype(np.int64)], axis=1)
-    zx_count = (moe * (expert["moe"] > 0))[:, None]
+    z3, zx = _zero3(p, dense, moe, shard, expert, ends) if zero3 else (None, None)
     return _Stages(
         layers=layers, moe_layers=moe,
         dense_params=end_params + dense * shard["dense"] + moe * shard["moe"],
         expert_params=moe * expert["moe"],
         replicated=dense * repl["dense"] + moe * repl["moe"] + last * norm,
         body_flop=dense * flop["dense"] + moe * flop["moe"], core_flop=dense * core["dense"] + moe * core["moe"],
-        zero3=np.stack([z_elements, z_count, (z_count > 0).astype(np.int64)]),
-        zero3_expert=np.stack([np.full((p, 1), expert["moe"]), zx_count, (zx_count > 0).astype(np.int64)]),
+        zero3=z3, zero3_expert=zx,
         split_note=pipeline_split_note(model, par))
+
+
+def _zero3(p: int, dense: np.ndarray, moe: np.ndarray, shard: dict[str, int], expert: dict[str, int],
+           ends: Any) -> tuple[np.ndarray, np.ndarray]:
+    """:attr:`_Stages.zero3` and :attr:`_Stages.zero3_expert` (``ends(first, last)``: the embedding-side parameters of
+    a stage that is the first and/or the last)."""
+    # ZeRO-3 gathers each layer's parameters, and the embedding-side modules of the stage (as the first and last
+    # stage, whatever its chunks) as one more, once per micro-batch; layers of equal size share an op set
+    whole = np.zeros(p, dtype=np.int64)
+    whole[0] = ends(True, p == 1)
+    if p > 1:
+        whole[p - 1] = ends(False, True)
+    whole[1:p - 1] = ends(False, False)
+    same = shard["moe"] == shard["dense"]
+    z_elements = np.stack([np.full(p, shard["dense"]), np.full(p, shard["moe"]), whole], axis=1)
+    z_count = np.stack([dense * (shard["dense"] > 0) + (moe * (shard["moe"] > 0) if same else 0),
+                        0 if same else moe * (shard["moe"] > 0), (whole > 0).astype(np.int64)], axis=1)
+    zx_count = (moe * (expert["moe"] > 0))[:, None]
+    return (np.stack([z_elements, z_count, (z_count > 0).astype(np.int64)]),
+            np.stack([np.full((p, 1), expert["moe"]), zx_count, (zx_count > 0).astype(np.int64)]))
