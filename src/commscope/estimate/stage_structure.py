@@ -64,12 +64,14 @@ def _stage_spans(rows: np.ndarray, stage_of_row: np.ndarray, p: int, gpn: int) -
         num_nodes, per_node = 1 + apart, 2 - apart
     else:
         num_nodes, per_node = GroupSpan.row_spans(rows, gpn)
+    inside = num_nodes.max() == 1  # every group inside a node (the common case)
+    if p == 1:  # one stage, which has the groups
+        return np.array([[n], [1], [n]], dtype=np.int64) if inside else _slowest_column(num_nodes, per_node, n)
     present = np.bincount(stage_of_row, minlength=p) > 0
-    if num_nodes.max() == 1:  # every group inside a node (the common case)
+    if inside:
         out[0], out[2] = np.where(present, n, 1), np.where(present, n, 1)
         return out
-    # rank (num_nodes == 1, per_node, -num_nodes) ascending as one integer: n + 1 > per_node and num_nodes <= n
-    rank = ((num_nodes == 1) * (n + 1) + per_node) * (n + 1) + (n - num_nodes)
+    rank = _rank(num_nodes, per_node, n)
     best = np.full(p, _NO_ROW)
     np.minimum.at(best, stage_of_row, rank)
     best = np.where(present, best, 0)
@@ -77,6 +79,19 @@ def _stage_spans(rows: np.ndarray, stage_of_row: np.ndarray, p: int, gpn: int) -
     out[1] = np.where(present, n - best % (n + 1), 1)
     out[2] = np.where(present, best // (n + 1) % (n + 1), 1)
     return out
+
+
+def _rank(num_nodes: np.ndarray, per_node: np.ndarray, n: int) -> np.ndarray:
+    """Each group's place in :meth:`GroupSpan.slowest`'s order as one integer, the slowest the smallest: (num_nodes
+    == 1, per_node, -num_nodes) ascending (n + 1 > per_node and num_nodes <= n)."""
+    out: np.ndarray = ((num_nodes == 1) * (n + 1) + per_node) * (n + 1) + (n - num_nodes)
+    return out
+
+
+def _slowest_column(num_nodes: np.ndarray, per_node: np.ndarray, n: int) -> np.ndarray:
+    """(3, 1): the span of the slowest of groups of ``n`` ranks with these spans (:func:`_stage_spans` of one stage)."""
+    best = int(_rank(num_nodes, per_node, n).min())
+    return np.array([[n], [n - best % (n + 1)], [best // (n + 1) % (n + 1)]], dtype=np.int64)
 
 
 _ONE = np.ones((3, 1), dtype=np.int64)
@@ -98,15 +113,13 @@ def _spans(par: ParallelSpec, gpn: int, moe: bool, cache: dict[tuple[Any, ...], 
 
     def of(kind: str, pairs: bool = False) -> np.ndarray:
         if sizes[kind] < 2:
-            return np.broadcast_to(_ONE, (3, p))
+            return _ONE if alike else np.broadcast_to(_ONE, (3, p))
         groups = layout.first_stage_groups(kind) if alike else layout.groups(kind)
         stages = np.zeros(len(groups), dtype=np.int64) if alike else groups[:, 0] // stride % p
         if pairs:  # the ring's (src, dst) sends, as the workload's context-parallel op sets
             stages = np.repeat(stages, groups.shape[1])
             groups = np.stack([groups.reshape(-1), np.roll(groups, -1, axis=1).reshape(-1)], axis=1)
-        if alike:
-            return np.broadcast_to(_stage_spans(groups, stages, 1, gpn), (3, p))
-        return _stage_spans(groups, stages, p, gpn)
+        return _stage_spans(groups, stages, 1 if alike else p, gpn)  # (alike: (3, 1), stage 0's)
 
     key = (par.tp, par.dp, par.cp, par.ep, par.order, gpn, moe)
     axes = cache.get(key) if alike and cache is not None else None
