@@ -77,7 +77,7 @@ _NUMERIC = ("tp", "cp", "ep", "dp", "pp", "micro_batch_size", "global_batch_size
 def _numeric(columns: dict[str, tuple[Any, ...]]) -> dict[str, np.ndarray]:
     """The :data:`_NUMERIC` columns as int64 arrays (flags as 0/1), with the gradient bucket size (0: one bucket per
     stage) and full recomputation."""
-    out = {name: np.array(columns[name], dtype=np.int64) for name in _NUMERIC}
+    out = dict(zip(_NUMERIC, np.array([columns[name] for name in _NUMERIC], dtype=np.int64)))  # (rows of one array)
     out["grad_bucket_elements"] = np.array([b or 0 for b in columns["grad_bucket_elements"]], dtype=np.int64)
     out["full_recompute"] = np.array([r == "full" for r in columns["recompute"]])
     return out
@@ -115,12 +115,14 @@ def estimate_one(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, comp
         peak = cluster.peak_flops_for(model.dtype)
         return _evaluate(model, cluster, a, _flop_arrays(model, a, u, peak), [()], None, u, notes)[0]
     zeros = np.zeros(par.pp)
-    c = {key: np.asarray(zeros if value is None else value, dtype=np.float64)[None, :] for key, value in (
+    keys, values = zip(*(
         ("fwd", compute.forward_s), ("bwd", compute.backward_s), ("att", compute.attention_s),
         ("lin_f", compute.linear_forward_s), ("lin_b", compute.linear_backward_s), ("opt", compute.optimizer_s),
         ("gemm", compute.gemm_s), ("mem", compute.memory_s), ("rec", compute.recompute_s), ("flop", compute.flop),
         ("clock", compute.clock_s), ("chunks", compute.chunks_s), ("gaps", compute.gaps_s), ("stack", compute.stack_s),
-        ("stack_opt", compute.stack_opt_s))}
+        ("stack_opt", compute.stack_opt_s)))
+    # one (kinds, 1, pp) array, each kind a (1, pp) view of it
+    c = dict(zip(keys, np.array([zeros if v is None else v for v in values], dtype=np.float64)[:, None, :]))
     return _evaluate(model, cluster, a, c, [compute.notes], gpu, u, notes)[0]
 
 
@@ -368,8 +370,8 @@ def _tp_comm(a: _Arrays, T: _Times, bb: _BusBw, tokens: np.ndarray, act: np.ndar
     out = {"fwd": f, "bwd": b, "iter": np.where(sp & (repl > 0), t("all_reduce", repl, "tp"), 0.0)}
     per_layer_sets = has_layers * 2 * (2 + full)  # of each of AG and RS with SP, of AR twice that without
     sets = np.where(sp, per_layer_sets + first + last, 0)
-    bb.add("tp", "all_gather", "tp", sets)
-    bb.add("tp", "reduce_scatter", "tp", sets)
+    # as many reduce-scatters as all-gathers, at the same bus bandwidth (2 x is exact: the sums are the same bits)
+    bb.add("tp", "all_gather", "tp", 2 * sets)
     # (counts as integers: numpy adds two boolean arrays as a logical or, which would count the last stage's
     # cross-entropy and sequence-parallel gradient all-reduces as one)
     bb.add("tp", "all_reduce", "tp", np.where(sp, last.astype(np.int64) + (repl > 0), per_layer_sets + first + 2 * last))
@@ -442,6 +444,8 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
     param_buckets: list[np.ndarray] = []
     dp_fwd, dp_bwd = z, z
     for elements, span, entries in ((a.st_dense_params, "dp", a.st_zero3), (a.st_expert_params, "edp", a.st_zero3_expert)):
+        if not elements.any():  # none of these parameters (a dense model's experts)
+            continue
         alone = T.terms("all_reduce", span)[3]
         present = elements > 0 if alone is None else (elements > 0) & ~alone
         if not present.any():
