@@ -558,4 +558,6 @@ def gpu_for_cluster(cluster: ClusterSpec, gpu: str | os.PathLike[str] | GpuSpec 
 
     peak = {**spec.peak_flops, **cluster.peak_flops}
     bandwidth = cluster.memory_bandwidth_bytes_per_s or spec.memory_bandwidth_bytes_per_s
+    if peak == spec.peak_flops and bandwidth == spec.memory_bandwidth_bytes_per_s:
+        return spec  # (frozen: the preset itself, not a copy that checks every field again)
     return replace(spec, peak_flops=peak, memory_bandwidth_bytes_per_s=bandwidth)
