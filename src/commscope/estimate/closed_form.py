@@ -520,8 +520,8 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
     dp_layer = comm["dp"]["fwd"] + comm["dp"]["bwd"]
     dp_layer_exp = np.maximum(0.0, comm["dp"]["fwd"] - m * fwd) + np.maximum(0.0, comm["dp"]["bwd"] - m * bwd)
     # compute slowed by the SMs that overlapped collectives take (compute.effects, point 2)
-    sm = np.asarray(comm_sm_time_s(gpu, tp=tp_all - tp_exp, cp=cp_all - cp_exp, pp=pp_all - pp_exp,
-                                   dp=dp_layer - dp_layer_exp)) * np.ones((n, p))
+    sm = z if gpu is None else comm_sm_time_s(gpu, tp=tp_all - tp_exp, cp=cp_all - cp_exp, pp=pp_all - pp_exp,
+                                              dp=dp_layer - dp_layer_exp)
     per_mb = fwd + bwd + (sm + tp_exp + pp_exp + cp_exp + ep_all + dp_layer_exp) / m
     rows = np.arange(n)
     crit = first_max(per_mb)
@@ -531,7 +531,7 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
     param_exp = np.where(a.flags("overlap_param_gather"), _late_gathers(param_buckets, fwd), param_t) if param_buckets else z
     dp_tail = grad_exp + param_exp + comm["dp"]["iter"]
     # the last backward (and the next forward) slowed by the buckets reduced (gathered) beside them
-    sm_tail = np.asarray(comm_sm_time_s(gpu, dp=grad_t - grad_exp + param_t - param_exp)) * np.ones((n, p))
+    sm_tail = z if gpu is None else comm_sm_time_s(gpu, dp=grad_t - grad_exp + param_t - param_exp)
     tail = (dp_tail + comm["emb"]["iter"] + comm["tp"]["iter"] + comm["cp"]["iter"] + comm["ep"]["iter"] + sm_tail
             + c["opt"])
     lead = np.arange(p)[None, :] * bwd / v
