@@ -525,7 +525,8 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
     per_mb = fwd + bwd + (sm + tp_exp + pp_exp + cp_exp + ep_all + dp_layer_exp) / m
     rows = np.arange(n)
     crit = first_max(per_mb)
-    bubble = (per_mb.sum(axis=1) - per_mb[rows, crit]) / v[:, 0]
+    at_crit = _at(rows, crit)
+    bubble = (per_mb.sum(axis=1) - at_crit(per_mb)) / v[:, 0]
     grad_t, param_t = sum(grad_buckets, z), sum(param_buckets, z)
     grad_exp = np.where(a.flags("overlap_grad_reduce"), _overlapped_buckets(grad_buckets, bwd), grad_t) if grad_buckets else z
     param_exp = np.where(a.flags("overlap_param_gather"), _late_gathers(param_buckets, fwd), param_t) if param_buckets else z
@@ -536,33 +537,34 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
             + c["opt"])
     lead = np.arange(p)[None, :] * bwd / v
     end = first_max(tail - lead)
-    hide = np.minimum(lead[rows, end], tail[rows, end])
-    terms = {"dp": dp_tail[rows, end], "emb": comm["emb"]["iter"][rows, end],
-             "tp": comm["tp"]["iter"][rows, end] + comm["cp"]["iter"][rows, end] + comm["ep"]["iter"][rows, end],
-             "sm": sm_tail[rows, end], "opt": c["opt"][rows, end]}
+    at_end = _at(rows, end)
+    hide = np.minimum(at_end(lead), at_end(tail))
+    terms = {"dp": at_end(dp_tail), "emb": at_end(comm["emb"]["iter"]),
+             "tp": at_end(comm["tp"]["iter"]) + at_end(comm["cp"]["iter"]) + at_end(comm["ep"]["iter"]),
+             "sm": at_end(sm_tail), "opt": at_end(c["opt"])}
     for key, value in terms.items():
         cut = np.minimum(hide, value)
         terms[key] = value - cut
         hide = hide - cut
-    hidden_cols = {"tp": tp_all[rows, crit] - tp_exp[rows, crit], "cp": cp_all[rows, crit] - cp_exp[rows, crit],
-                   "pp": pp_all[rows, crit] - pp_exp[rows, crit],
-                   "dp": (dp_layer[rows, crit] - dp_layer_exp[rows, crit] + grad_t[rows, end] + param_t[rows, end]
-                          + comm["dp"]["iter"][rows, end] - terms["dp"])}
+    hidden_cols = {"tp": at_crit(tp_all) - at_crit(tp_exp), "cp": at_crit(cp_all) - at_crit(cp_exp),
+                   "pp": at_crit(pp_all) - at_crit(pp_exp),
+                   "dp": (at_crit(dp_layer) - at_crit(dp_layer_exp) + at_end(grad_t) + at_end(param_t)
+                          + at_end(comm["dp"]["iter"]) - terms["dp"])}
     m_col = m[:, 0]
-    work = fwd[rows, crit] + bwd[rows, crit]
-    comp = m_col * work + sm[rows, crit] + terms["sm"]
+    work = at_crit(fwd) + at_crit(bwd)
+    comp = m_col * work + at_crit(sm) + terms["sm"]
     if gpu is not None:
-        u: Any = np.where(work > 0, c["flop"][rows, crit] / (np.where(work > 0, work, 1.0) * peak), u_flops)
-        breakdown = _gpu_breakdown(c, rows, crit, m_col, sm[rows, crit] + terms["sm"])
+        u: Any = np.where(work > 0, at_crit(c["flop"]) / (np.where(work > 0, work, 1.0) * peak), u_flops)
+        breakdown = _gpu_breakdown(c, at_crit, m_col, at_crit(sm) + terms["sm"])
     else:
         u, breakdown = u_flops, [{}] * n
     flags = zip(a.values("tp_comm_overlap"), (p2p_overlap[:, 0]).tolist(), a.values("overlap_grad_reduce"),
                 a.values("overlap_param_gather"))
     return finish_many(model, "refined", u, peak, global_batch_size=a.gb[:, 0], world_size=a.numeric["world_size"][a.rows],
-                       recompute=a.values("recompute"), comp=comp, tp=tp_exp[rows, crit] + terms["tp"],
-                       pp=pp_exp[rows, crit], dp=dp_layer_exp[rows, crit] + terms["dp"], ep=ep_all[rows, crit],
-                       cp=cp_exp[rows, crit], emb=terms["emb"], bubble=bubble, optimizer=terms["opt"],
-                       micro_batch=per_mb[rows, crit],
+                       recompute=a.values("recompute"), comp=comp, tp=at_crit(tp_exp) + terms["tp"],
+                       pp=at_crit(pp_exp), dp=at_crit(dp_layer_exp) + terms["dp"], ep=at_crit(ep_all),
+                       cp=at_crit(cp_exp), emb=terms["emb"], bubble=bubble, optimizer=terms["opt"],
+                       micro_batch=at_crit(per_mb),
                        tail=terms["dp"] + terms["emb"] + terms["tp"] + terms["sm"] + terms["opt"],
                        stage=crit, eff=_dicts(_EFF_AXES, bb.sums, bb.counts, n),
                        notes=_notes(base_notes, compute_notes, flags, a.split_notes),
@@ -578,14 +580,23 @@ _BREAKDOWN = (("gemm_s", "gemm"), ("attention_s", "att"), ("memory_bound_s", "me
               ("launch_gaps_s", "gaps"), ("stack_s", None), ("comm_sms_s", None))
 
 
-def _gpu_breakdown(c: dict[str, np.ndarray], rows: np.ndarray, crit: np.ndarray, m_col: np.ndarray,
+def _gpu_breakdown(c: dict[str, np.ndarray], at_crit: Callable[[np.ndarray], np.ndarray], m_col: np.ndarray,
                    comm_sms: np.ndarray) -> list[dict[str, float]]:
     """Each configuration's compute on its critical stage by kind (:attr:`Estimate.compute_breakdown_s`), in
     StageCompute.breakdown's order, then what the collectives' SMs took (``comm_sms``)."""
-    apart = {"optimizer_s": c["opt"][rows, crit], "comm_sms_s": comm_sms,
-             "stack_s": c["stack"][rows, crit] * m_col + c["stack_opt"][rows, crit]}
-    columns = [(c[key][rows, crit] * m_col if key else apart[name]).tolist() for name, key in _BREAKDOWN]
+    apart = {"optimizer_s": at_crit(c["opt"]), "comm_sms_s": comm_sms,
+             "stack_s": at_crit(c["stack"]) * m_col + at_crit(c["stack_opt"])}
+    columns = [(at_crit(c[key]) * m_col if key else apart[name]).tolist() for name, key in _BREAKDOWN]
     return list(map(_dict_maker(tuple(name for name, _ in _BREAKDOWN)), *columns))
+
+
+def _at(rows: np.ndarray, cols: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """``lambda x: x[rows, cols]``: each row's entry in its own column (of one row, a plain slice: fancy indexing
+    costs several times as much, and one estimate reads a few dozen such entries)."""
+    if len(rows) == 1:
+        col = int(cols[0])
+        return lambda x: x[:, col]
+    return lambda x: x[rows, cols]
 
 
 def _dicts(axes: tuple[str, ...], sums: dict[str, Any], counts: dict[str, Any], n: int) -> list[dict[str, float]]:
