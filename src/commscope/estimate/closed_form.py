@@ -175,8 +175,13 @@ class _Arrays:
             setattr(self, "st_" + name, None if st[0].zero3 is None else per_row(st, st_local, name))
         self.split_notes = ([st[0].split_note] * self.n if st_local is None
                             else [st[k].split_note for k in st_local.tolist()])
-        for name in ("tp", "cp", "dp", "edp", "ep"):  # (n, p) each of n, num_nodes, per_node
-            x = per_row(sp, sp_local, name)
+        # (n, p) each of n, num_nodes, per_node; (n, 1) where every stage's groups sit alike in every layout here
+        alike = all(x.alike for x in sp)
+        for name in ("tp", "cp", "dp", "edp", "ep"):
+            if alike or sp_local is None:
+                x = per_row(sp, sp_local, name)
+            else:  # (some layouts' columns to their stages)
+                x = np.stack([y.axis(name, self.p) for y in sp])[sp_local]
             setattr(self, "span_" + name, (x[:, 0], x[:, 1], x[:, 2]))
         self.pp_across = per_row(sp, sp_local, "pp_across")
         x = per_row(sp, sp_local, "emb")
@@ -218,20 +223,31 @@ class _Times:
         self.cluster, self.spans = cluster, spans
         self._terms: dict[tuple[str, str], tuple[Any, ...]] = {}
         self._span: dict[str, tuple[Any, ...]] = {}
-        self._busbw: dict[tuple[str, str], np.ndarray] = {}
+        self._busbw: dict[tuple[str, str], Any] = {}
 
     def _of_span(self, span: str) -> tuple[Any, ...]:
         """(n, ranks per node, inside a node, alpha per step, group of one) of ``span``
-        (:func:`commscope.estimate.bandwidth._alpha_beta_terms`'s common part)."""
+        (:func:`commscope.estimate.bandwidth._alpha_beta_terms`'s common part): plain numbers for one configuration
+        whose stages all sit alike (or a pair on fixed nodes), the same arithmetic without an array's overhead."""
         out = self._span.get(span)
         if out is None:
             n, nodes, k = self.spans[span]
-            n = np.asarray(n, dtype=np.int64)
-            inside = np.asarray(nodes, dtype=np.int64) <= 1
-            alpha = np.where(inside, self.cluster.intra_node.latency_s, self.cluster.inter_node.latency_s)
-            alone = n < 2
-            out = self._span[span] = (n, np.asarray(k, dtype=np.int64), inside, alpha, alone if alone.any() else None)
+            out = self._span[span] = (self._plain(n, nodes, k) if np.shape(n) in ((), (1, 1))
+                                      else self._arrays(n, nodes, k))
         return out
+
+    def _plain(self, *span: Any) -> tuple[Any, ...]:
+        n, nodes, k = (int(np.asarray(x).reshape(-1)[0]) for x in span)
+        inside = nodes <= 1
+        alpha = self.cluster.intra_node.latency_s if inside else self.cluster.inter_node.latency_s
+        return n, k, inside, alpha, np.True_ if n < 2 else None
+
+    def _arrays(self, *span: Any) -> tuple[Any, ...]:
+        n, nodes, k = (np.asarray(x, dtype=np.int64) for x in span)
+        inside = nodes <= 1
+        alpha = np.where(inside, self.cluster.intra_node.latency_s, self.cluster.inter_node.latency_s)
+        alone = n < 2
+        return n, k, inside, alpha, alone if alone.any() else None
 
     def terms(self, op: str, span: str) -> tuple[Any, ...]:
         """(latency, bus factor, bus bandwidth, group of one) of ``op`` on ``span`` (the last None where no group
@@ -244,7 +260,9 @@ class _Times:
         n, k, inside, alpha, alone = self._of_span(span)
         cluster = self.cluster
         intra_bw, inter_bw = cluster.intra_node.bandwidth_bytes_per_s, cluster.inter_node.bandwidth_bytes_per_s
-        if op in ("send", "recv", "sendrecv"):  # one step, bus factor 1 (x 1 is exact: left out)
+        if isinstance(n, int) and op in ("send", "recv", "sendrecv", "all_reduce", "all_gather", "reduce_scatter"):
+            out = _plain_terms(op, n, k, inside, alpha, intra_bw, inter_bw) + (alone,)
+        elif op in ("send", "recv", "sendrecv"):  # one step, bus factor 1 (x 1 is exact: left out)
             out = (alpha, 1.0, np.where(inside, intra_bw, inter_bw), alone)
         elif op in ("all_reduce", "all_gather", "reduce_scatter"):
             nn = np.maximum(n, 1)
@@ -255,7 +273,8 @@ class _Times:
                   else np.where(inside, intra_bw, np.minimum(intra_bw, k * inter_bw)))
             out = (steps * alpha, f, bw, alone)
         else:
-            steps, alpha, f, bw = _alpha_beta_terms(cluster, op, np.ones(np.shape(n)), n, self.spans[span][1], k)
+            nodes = self.spans[span][1] if not isinstance(n, int) else (1 if inside else 2)  # (only <= 1 is read)
+            steps, alpha, f, bw = _alpha_beta_terms(cluster, op, np.ones(np.shape(n)), n, nodes, k)
             out = (steps * alpha, f, bw, alone)
         self._terms[key] = out
         return out
@@ -265,14 +284,29 @@ class _Times:
         size = np.asarray(size, dtype=np.float64)
         return np.where(size <= 0 if alone is None else alone | (size <= 0), 0.0, latency + size * f / bw)
 
-    def busbw(self, op: str, span: str) -> np.ndarray:
+    def busbw(self, op: str, span: str) -> Any:
         """:func:`commscope.estimate.bandwidth.alpha_beta_busbw_bytes_per_s`."""
         key = ("all_gather" if op == "reduce_scatter" else op, span)
         out = self._busbw.get(key)
         if out is None:
             _, _, bw, alone = self.terms(op, span)
             out = self._busbw[key] = bw if alone is None else np.where(alone, self.cluster.intra_node.bandwidth_bytes_per_s, bw)
+            if np.ndim(out) == 0:
+                out = float(out)
         return out
+
+
+def _plain_terms(op: str, n: int, k: int, inside: bool, alpha: float, intra_bw: float,
+                 inter_bw: float) -> tuple[float, float, float]:
+    """(latency, bus factor, bus bandwidth) of a point-to-point op or a ring collective on one span given as numbers:
+    :func:`commscope.estimate.bandwidth._alpha_beta_terms`'s arithmetic, operation for operation (Python's floats
+    round as numpy's float64 do: the same results, without an array's overhead)."""
+    if op in ("send", "recv", "sendrecv"):
+        return alpha, 1.0, intra_bw if inside else inter_bw
+    nn = max(n, 1)
+    f = 2 * (nn - 1) / nn if op == "all_reduce" else (nn - 1) / nn
+    steps = 2 * (nn - 1) if op == "all_reduce" else max(nn - 1, 1)
+    return steps * alpha, f, intra_bw if inside else min(intra_bw, k * inter_bw)
 
 
 def _flop_arrays(model: ModelSpec, a: _Arrays, u: float, peak: float) -> dict[str, np.ndarray]:

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, slots=True)
 class _Spans:
     """Where the groups of one layout sit: for every axis, (n, num_nodes, per_node) of the slowest group on each
-    stage (what the op-by-op path times each op set by), shape (3, pp); and which pipeline boundaries cross nodes."""
+    stage (what the op-by-op path times each op set by), shape (3, pp), or (3, 1) where every stage's groups sit
+    alike (:attr:`alike`); and which pipeline boundaries cross nodes."""
 
     tp: np.ndarray
     cp: np.ndarray
@@ -45,6 +46,13 @@ class _Spans:
     """(pp,) bool: some pipeline's boundary from stage s to stage (s + 1) mod pp crosses nodes."""
     emb: np.ndarray
     """(3,) the slowest (first stage, last stage) pair of the tied-embedding sync."""
+    alike: bool = False
+    """Every stage's groups sit as stage 0's: the axes' arrays are (3, 1), one column for every stage."""
+
+    def axis(self, name: str, p: int) -> np.ndarray:
+        """The (3, pp) array of axis ``name``, whichever way it is held."""
+        x: np.ndarray = getattr(self, name)
+        return np.broadcast_to(x, (3, p)) if self.alike else x
 
 
 _NO_ROW = np.iinfo(np.int64).max
@@ -127,8 +135,6 @@ def _spans(par: ParallelSpec, gpn: int, moe: bool, cache: dict[tuple[Any, ...], 
         axes = (of("tp"), of("cp", pairs=True), of("dp-cp"), of("expert-dp"), of("ep"))
         if alike and cache is not None:
             cache[key] = tuple(x[:, :1] for x in axes)
-    if alike:
-        axes = tuple(x[:, :1].repeat(p, axis=1) for x in axes)
     if p > 1 and alike:
         # every pipeline's stages are whole nodes apart (rank r and r + s x stage_stride): each boundary, and every
         # embedding pair (first stage, last stage), crosses nodes, one rank on each
@@ -140,7 +146,8 @@ def _spans(par: ParallelSpec, gpn: int, moe: bool, cache: dict[tuple[Any, ...], 
         emb_span = _stage_spans(emb, np.zeros(len(emb), dtype=np.int64), 1, gpn)[:, 0]
     else:
         across, emb_span = np.zeros(1, dtype=bool), _ONE[:, 0]
-    return _Spans(tp=axes[0], cp=axes[1], dp=axes[2], edp=axes[3], ep=axes[4], pp_across=across, emb=emb_span)
+    return _Spans(tp=axes[0], cp=axes[1], dp=axes[2], edp=axes[3], ep=axes[4], pp_across=across, emb=emb_span,
+                  alike=alike)
 
 
 @dataclass(frozen=True, slots=True)

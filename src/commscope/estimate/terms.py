@@ -143,7 +143,7 @@ def finish_many(model: ModelSpec, method: str, u: Any, peak: float, *, global_ba
               cp.tolist(), emb.tolist(), bubble.tolist(), share((tp + pp + dp + ep + cp + emb) / safe),
               share(bubble / safe), share(tokens / safe), share(hardware / safe / world / 1e12),
               share(model_flops / safe / world / peak),
-              np.broadcast_to(np.asarray(u, dtype=np.float64), total.shape).tolist(), [peak] * n, world.tolist(),
+              [float(u)] * n if np.ndim(u) == 0 else np.asarray(u, dtype=np.float64).tolist(), [peak] * n, world.tolist(),
               np.asarray(stage).tolist(), eff, optimizer.tolist(), hidden, breakdown, [compute_model] * n,
               micro_batch.tolist(), [tuple(x) for x in per_mb], tail.tolist(), notes)
     return list(map(_made, map(_Unfrozen, *values)))
