@@ -404,7 +404,8 @@ def _tp_comm(a: _Arrays, T: _Times, bb: _BusBw, tokens: np.ndarray, act: np.ndar
     out = {"fwd": f, "bwd": b, "iter": np.where(sp & (repl > 0), t("all_reduce", repl, "tp"), 0.0)}
     per_layer_sets = has_layers * 2 * (2 + full)  # of each of AG and RS with SP, of AR twice that without
     sets = np.where(sp, per_layer_sets + first + last, 0)
-    # as many reduce-scatters as all-gathers, at the same bus bandwidth (2 x is exact: the sums are the same bits)
+    # as many reduce-scatters as all-gathers, at the same bus bandwidth: one add of twice the count (the axis's first
+    # add: 0 + 2 S is (0 + S) + S to the bit)
     bb.add("tp", "all_gather", "tp", 2 * sets)
     # (counts as integers: numpy adds two boolean arrays as a logical or, which would count the last stage's
     # cross-entropy and sequence-parallel gradient all-reduces as one)
@@ -477,6 +478,9 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
     grad_buckets: list[np.ndarray] = []  # (n, p) per bucket: the dense parameters' buckets, then the experts'
     param_buckets: list[np.ndarray] = []
     dp_fwd, dp_bwd = z, z
+    # what no configuration here does is not masked in (where a flag holds for none or all, np.where picks one side)
+    z3_any, buckets_any = bool(a.zero3.any()), bool((a.bucket > 0).any())
+    shards_any, shards_all = bool(a.shards.any()), bool(a.shards.all())
     for elements, span, entries in ((a.st_dense_params, "dp", a.st_zero3), (a.st_expert_params, "edp", a.st_zero3_expert)):
         if not elements.any():  # none of these parameters (a dense model's experts)
             continue
@@ -485,9 +489,10 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
         if not present.any():
             continue
         # gradient buckets of at most grad_bucket_elements (one per stage without), the last holding the rest
-        num = np.where(a.bucket > 0, -(-elements // np.maximum(a.bucket, 1)), 1) * present
+        num = (np.where(a.bucket > 0, -(-elements // np.maximum(a.bucket, 1)), 1) * present if buckets_any
+               else present.astype(np.int64))
         plain = ~a.zero3
-        if num.max() == 1:  # one bucket per stage: (n, p)
+        if not buckets_any or num.max() == 1:  # one bucket per stage: (n, p)
             span3, sizes, G, shards = span, elements * present, a.G, a.shards
         else:  # (n, p, buckets)
             k = np.arange(int(num.max()))[None, None, :]
@@ -496,8 +501,14 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
             sizes = np.where(k < num[:, :, None] - 1, full_size, np.where(k < num[:, :, None], rest, 0))
             span3, G, shards, plain = span + "3", a.G[:, :, None], a.shards[:, :, None], plain[:, :, None]
             T.spans[span3] = tuple(x[:, :, None] for x in T.spans[span])
-        grads = np.where(shards, t("reduce_scatter", sizes * G, span3), t("all_reduce", sizes * G, span3)) * plain
-        params = t("all_gather", sizes * B, span3) * (plain & shards)
+        if shards_all or not shards_any:
+            grads = t("reduce_scatter" if shards_all else "all_reduce", sizes * G, span3)
+        else:
+            grads = np.where(shards, t("reduce_scatter", sizes * G, span3), t("all_reduce", sizes * G, span3))
+        if z3_any:
+            grads = grads * plain
+        params = (t("all_gather", sizes * B, span3) * (plain & shards) if shards_any
+                  else np.zeros(grads.shape))
         if grads.ndim == 2:
             grad_buckets.append(grads)
             param_buckets.append(params)
@@ -505,7 +516,7 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
             grad_buckets += list(np.moveaxis(grads, 2, 0))
             param_buckets += list(np.moveaxis(params, 2, 0))
         z3_sets: Any = 0
-        if a.zero3.any():
+        if z3_any:
             # (n, p, sizes) each: elements, gathers per micro-batch and op sets of each gather size
             assert entries is not None, "_stages(zero3=True) for every configuration with ZeRO-3"
             zn, per_mb, sets = entries[:, 0], entries[:, 1], entries[:, 2]
@@ -516,9 +527,18 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
             dp_fwd = dp_fwd + np.where(a.zero3, (t_ag * cnt).sum(axis=2), 0.0)
             dp_bwd = dp_bwd + np.where(a.zero3, (t_ag * cnt + t_rs * cnt).sum(axis=2), 0.0)
             z3_sets = sets.sum(axis=2) * present
-        bb.add("dp", "all_gather", span, np.where(a.zero3, 2 * z3_sets, num * a.shards))
-        bb.add("dp", "reduce_scatter", span, np.where(a.zero3, z3_sets, num * a.shards))
-        bb.add("dp", "all_reduce", span, np.where(a.zero3 | a.shards, 0, num))
+        # (an op set counted 0 times everywhere adds 0 to the sums: left out)
+        if z3_any:
+            bb.add("dp", "all_gather", span, np.where(a.zero3, 2 * z3_sets, num * a.shards))
+            bb.add("dp", "reduce_scatter", span, np.where(a.zero3, z3_sets, num * a.shards))
+            bb.add("dp", "all_reduce", span, np.where(a.zero3 | a.shards, 0, num))
+        else:
+            if shards_any:
+                sharded = num * a.shards
+                bb.add("dp", "all_gather", span, sharded)
+                bb.add("dp", "reduce_scatter", span, sharded)  # (not one add of twice: the experts' add to the dense)
+            if not shards_all:
+                bb.add("dp", "all_reduce", span, np.where(a.shards, 0, num) if shards_any else num)
     return {"fwd": dp_fwd, "bwd": dp_bwd, "iter": z}, grad_buckets, param_buckets
 
 
