@@ -187,6 +187,10 @@ class _Arrays:
         x = per_row(sp, sp_local, "emb")
         self.span_emb = (x[:, 0:1], x[:, 1:2], x[:, 2:3])
 
+    def any(self, name: str) -> bool:
+        """Whether a numeric column is set (non-zero) in any of these rows."""
+        return bool(self.numeric[name][self.rows].any())
+
     def flags(self, name: str) -> np.ndarray:
         """A boolean column."""
         out: np.ndarray = self.numeric[name][self.rows][:, None] > 0
@@ -562,15 +566,20 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
 
     # --- the pipeline schedule (estimate.estimate_op_by_op, on arrays of configurations) ---
     v = a.v
-    tp_all = comm["tp"]["fwd"] + comm["tp"]["bwd"]
+    # (an axis that sends nothing here is zeros, z itself: what follows from it is z too; an overlap that no
+    # configuration here turns on hides nothing)
+    sends = {axis: comm[axis]["fwd"] is not z for axis in ("tp", "cp", "pp", "ep")}
+    tp_all = comm["tp"]["fwd"] + comm["tp"]["bwd"] if sends["tp"] else z
     tp_exp = np.where(a.flags("tp_comm_overlap"), np.maximum(0.0, comm["tp"]["fwd"] - m * c["lin_f"])
-                      + np.maximum(0.0, comm["tp"]["bwd"] - m * c["lin_b"]), tp_all)
-    cp_all = comm["cp"]["fwd"] + comm["cp"]["bwd"]
-    cp_exp = np.maximum(0.0, cp_all - m * c["att"])
-    pp_all = comm["pp"]["fwd"] + comm["pp"]["bwd"]
+                      + np.maximum(0.0, comm["tp"]["bwd"] - m * c["lin_b"]), tp_all) \
+        if sends["tp"] and a.any("tp_comm_overlap") else tp_all
+    cp_all = comm["cp"]["fwd"] + comm["cp"]["bwd"] if sends["cp"] else z
+    cp_exp = np.maximum(0.0, cp_all - m * c["att"]) if sends["cp"] else z
+    pp_all = comm["pp"]["fwd"] + comm["pp"]["bwd"] if sends["pp"] else z
     p2p_overlap = (v > 1) & a.flags("overlap_p2p_comm")
-    pp_exp = np.where(p2p_overlap, np.maximum(0.0, pp_all - m * (fwd + bwd)), pp_all)
-    ep_all = comm["ep"]["fwd"] + comm["ep"]["bwd"]
+    pp_exp = np.where(p2p_overlap, np.maximum(0.0, pp_all - m * (fwd + bwd)), pp_all) \
+        if sends["pp"] and a.any("overlap_p2p_comm") else pp_all
+    ep_all = comm["ep"]["fwd"] + comm["ep"]["bwd"] if sends["ep"] else z
     dp_layer = comm["dp"]["fwd"] + comm["dp"]["bwd"]
     dp_layer_exp = np.maximum(0.0, comm["dp"]["fwd"] - m * fwd) + np.maximum(0.0, comm["dp"]["bwd"] - m * bwd)
     # compute slowed by the SMs that overlapped collectives take (compute.effects, point 2)
@@ -582,8 +591,10 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
     at_crit = _at(rows, crit)
     bubble = (per_mb.sum(axis=1) - at_crit(per_mb)) / v[:, 0]
     grad_t, param_t = sum(grad_buckets, z), sum(param_buckets, z)
-    grad_exp = np.where(a.flags("overlap_grad_reduce"), _overlapped_buckets(grad_buckets, bwd), grad_t) if grad_buckets else z
-    param_exp = np.where(a.flags("overlap_param_gather"), _late_gathers(param_buckets, fwd), param_t) if param_buckets else z
+    grad_exp = (np.where(a.flags("overlap_grad_reduce"), _overlapped_buckets(grad_buckets, bwd), grad_t)
+                if a.any("overlap_grad_reduce") else grad_t) if grad_buckets else z
+    param_exp = (np.where(a.flags("overlap_param_gather"), _late_gathers(param_buckets, fwd), param_t)
+                 if a.any("overlap_param_gather") else param_t) if param_buckets else z
     dp_tail = grad_exp + param_exp + comm["dp"]["iter"]
     # the last backward (and the next forward) slowed by the buckets reduced (gathered) beside them
     sm_tail = z if gpu is None else comm_sm_time_s(gpu, dp=grad_t - grad_exp + param_t - param_exp)
