@@ -34,7 +34,7 @@ from commscope.estimate.compute.kernels import (
     linear_gemm_dtype,
     stage_extra_bytes,
 )
-from commscope.estimate.compute.model import TIME_ARRAYS, compute_efficiency, compute_note, effects_notes, first_max
+from commscope.estimate.compute.model import ROW_FIELDS, compute_efficiency, compute_note, effects_notes, first_max, stage_arrays
 from commscope.errors import ConfigError
 from commscope.estimate.closed_form import (
     _CHECK_KEY,
@@ -147,16 +147,12 @@ def _op_by_op(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, gpu_uti
 # ---------------------------------------------------------------------------------------------------- compute
 
 
-_KIND_FIELDS = ("fwd", "bwd", "recompute", "lin_fwd", "lin_bwd", "att_fwd", "att_bwd", "mem_fwd", "mem_bwd",
-                "recompute_linear", "flop", "lin_flop", "lin_time", "clock", "chunks", "gaps_fwd", "gaps_bwd")
-
-
 @dataclass(frozen=True, slots=True)
 class _LayerCompute:
     """The compute model's quantities of every distinct :data:`_COMPUTE_KEY` (one row each) and each row's key."""
 
     dense: np.ndarray
-    """(keys, fields): one dense layer's :data:`_KIND_FIELDS`."""
+    """(keys, fields): one dense layer's entries of the per-stage arrays (:data:`~commscope.estimate.compute.model.ROW_FIELDS`)."""
     moe: np.ndarray
     logits: np.ndarray
     """(keys, 3): the logits GEMMs' forward, dgrad, wgrad."""
@@ -185,7 +181,7 @@ def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec],
     (:class:`~commscope.estimate.compute.gemm.GemmTimer`). Keys that differ only in recomputation share everything
     but the layer's recomputed part: worked out once per group of them."""
     from commscope.estimate.compute.gemm import GemmTimer, layer_gemms
-    from commscope.estimate.compute.model import _kinds, logits_times, timed_attention
+    from commscope.estimate.compute.model import _kinds, _layer_plan, logits_times, timed_attention
 
     keys, index = compute_keys
     wanted = set(index[rows].tolist())
@@ -208,24 +204,25 @@ def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec],
             recompute=par.recompute, attention=par.attention, fp8_format=par.fp8_format,
             tp_comm_overlap=par.tp_comm_overlap and par.tp > 1, framework=par.framework), gpu)
         logits_gemms = layer_gemms(model, spec, logits=True)
-        gemms = {kind: layer_gemms(model, spec, layer_kind=kind, attention=spec.attention) for kind in kinds}
+        plans = {kind: _layer_plan(model, spec, gpu, layer_gemms(model, spec, layer_kind=kind, attention=spec.attention))
+                 for kind in kinds}
         timer.prefetch(logits_gemms, model.dtype)
-        for dtype in {linear_gemm_dtype(model, spec), model.dtype}:
-            timer.prefetch([g for kind in kinds for g in gemms[kind]], dtype)
-        made.append((spec, attention_notes, logits_gemms, gemms))
+        for plan in plans.values():
+            plan.prefetch(timer, model.dtype)
+        made.append((spec, attention_notes, logits_gemms, plans))
     width = len(keys)
-    per_kind = {kind: np.zeros((width, len(_KIND_FIELDS))) for kind in ("dense", "moe")}
+    per_kind = {kind: np.zeros((width, len(ROW_FIELDS))) for kind in ("dense", "moe")}
     logits, logits_flop, extra = np.zeros((width, 3)), np.zeros(width), np.zeros((width, 4, 2))
     lin_dtype = [""] * width
     notes: list[tuple[str, ...]] = [()] * width
     specs: dict[int, ParallelSpec] = {}
-    for firsts, (spec, attention_notes, logits_gemms, gemms) in zip(groups.values(), made):
+    for firsts, (spec, attention_notes, logits_gemms, plans) in zip(groups.values(), made):
         group = [int(index[i]) for i in firsts]
         recomputes = tuple(parallels[i].recompute for i in firsts)
         for kind in kinds:
-            layers = _kinds(model, spec, gpu, kind, timer, recomputes, gemms[kind])
+            layers = _kinds(model, spec, gpu, kind, timer, recomputes, plans[kind])
             for k, recompute in zip(group, recomputes):
-                per_kind[kind][k] = [getattr(layers[recompute], f) for f in _KIND_FIELDS]
+                per_kind[kind][k] = layers[recompute].row()
         by_pass = logits_times(model, spec, gpu, timer, logits_gemms)
         logits[group] = [by_pass["fwd"], by_pass["dgrad"], by_pass["wgrad"]]
         logits_flop[group] = sum(g.flop for g in logits_gemms)
@@ -241,66 +238,29 @@ def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec],
 def _gpu_compute(model: ModelSpec, a: _Arrays, gpu: Any, lc: _LayerCompute,
                  cluster_efficiency: float = 1.0) -> tuple[dict[str, np.ndarray], list[tuple[str, ...]]]:
     """Per-stage arrays of :class:`~commscope.estimate.compute.model.StageCompute` for every configuration (n, p)."""
-    p = a.p
     key = lc.index[a.rows]
-    nd = a.st_layers - a.st_moe_layers
-    nm = a.st_moe_layers
-    # (n, p, fields): every quantity of a layer times the layers of its kind on each stage, at once
-    # (a dense model's MoE term is 0.0 everywhere, and adding it changes no time: left out)
-    per_stage = nd[:, :, None].astype(np.float64) * lc.dense[key][:, None, :]
-    if model.is_moe:
-        per_stage = per_stage + nm[:, :, None] * lc.moe[key][:, None, :]
-
-    def layer(field: str) -> np.ndarray:
-        out: np.ndarray = per_stage[:, :, _KIND_FIELDS.index(field)]
-        return out
-
-    last = (np.arange(p) == p - 1)[None, :]
-    bw = gpu.streaming_bandwidth_bytes_per_s
-    # (n, p, 2): the first stage's ends, a middle stage's, the last's; with pp 1 the one stage is first and last
-    ext = lc.extra[key][:, [3] if p == 1 else np.where(np.arange(p) == 0, 0, np.where(last[0], 2, 1))]
-    lg = lc.logits[key]
-    c: dict[str, np.ndarray] = {}
-    c["fwd"] = layer("fwd") + ext[:, :, 0] / bw + last * lg[:, 0:1]
-    c["bwd"] = layer("bwd") + ext[:, :, 1] / bw + last * (lg[:, 1:2] + lg[:, 2:3])
-    c["rec"] = layer("recompute")
-    c["gemm"] = layer("lin_fwd") + layer("lin_bwd") + last * (lg[:, 0:1] + lg[:, 1:2] + lg[:, 2:3])
-    c["att"] = layer("att_fwd") + layer("att_bwd")
-    c["mem"] = layer("mem_fwd") + layer("mem_bwd") + (ext[:, :, 0] + ext[:, :, 1]) / bw
-    c["lin_f"] = layer("lin_fwd")
-    c["lin_b"] = layer("lin_bwd") + layer("recompute_linear")
-    c["flop"] = layer("flop") + last * lc.logits_flop[key][:, None]
-    lin_flop, lin_time = layer("lin_flop"), layer("lin_time")
-    c["clock"] = layer("clock") + last * (lg[:, 0:1] + lg[:, 1:2] + lg[:, 2:3]) * (1.0 - 1.0 / gpu.clock_factor)
-    c["chunks"] = layer("chunks")
-    c["gaps"] = layer("gaps_fwd") + layer("gaps_bwd")
-    # without gradient accumulation fusion, each micro-batch's backward adds its weight gradients into the
-    # accumulated ones (compute.kernels.grad_accumulation_bytes_per_param)
     # (gradient accumulation depends on the fusion flag, the gradients' dtype and the micro-batches)
     accumulation: dict[tuple[Any, ...], tuple[int, str | None]] = {}
     akeys = list(zip(a.values("gradient_accumulation_fusion"), a.values("grad_reduce_dtype"), a.m[:, 0].tolist()))
     for akey, par in zip(akeys, a.pars):
         if akey not in accumulation:
             accumulation[akey] = (grad_accumulation_bytes_per_param(model, par), grad_accumulation_note(model, par))
-    per_param = np.array([accumulation[k][0] for k in akeys], dtype=np.float64)[:, None]
-    accumulate = (a.st_dense_params + a.st_expert_params) * per_param / bw
-    c["bwd"] = c["bwd"] + accumulate
-    c["mem"] = c["mem"] + accumulate
-    c["opt"] = adam_step_time_s(model, gpu, dense_params=a.st_dense_params, expert_params=a.st_expert_params,
-                                dense_shard=np.where(a.shards, a.dp * a.cp, 1),
-                                expert_shard=np.where(a.shards, a.dp * a.cp // a.ep, 1))
-    # the stack's and the cluster's compute efficiency (compute.model.apply_efficiency), per configuration
     stacks = a.values("stack")
     efficiency: dict[Any, float] = {}
     for st, par in zip(stacks, a.pars):
         if st not in efficiency:
             efficiency[st] = compute_efficiency(par, cluster_efficiency)
-    effs = np.array([efficiency[st] for st in stacks])[:, None]
-    scale = 1.0 / effs
-    c["stack"] = (c["fwd"] + c["bwd"]) * (scale - 1.0)
-    c["stack_opt"] = c["opt"] * (scale - 1.0)
-    for name in TIME_ARRAYS:
-        c[name] = c[name] * scale
+    # (a dense model's MoE term is 0.0 everywhere, and adding it changes no time: left out)
+    c = stage_arrays(
+        gpu, dense=lc.dense[key], moe=lc.moe[key] if model.is_moe else None, dense_layers=a.st_layers - a.st_moe_layers,
+        moe_layers=a.st_moe_layers, extra_bytes=lc.extra[key], logits=lc.logits[key], logits_flop=lc.logits_flop[key],
+        params=a.st_dense_params + a.st_expert_params,
+        accumulation_bytes=np.array([accumulation[k][0] for k in akeys], dtype=np.float64)[:, None],
+        optimizer_s=adam_step_time_s(model, gpu, dense_params=a.st_dense_params, expert_params=a.st_expert_params,
+                                     dense_shard=np.where(a.shards, a.dp * a.cp, 1),
+                                     expert_shard=np.where(a.shards, a.dp * a.cp // a.ep, 1)),
+        efficiency=np.array([efficiency[st] for st in stacks])[:, None])
+    lin_flop, lin_time = c.pop("lin_flop"), c.pop("lin_time")
     # the compute model's notes: FLOP-weighted GEMM efficiency of its slowest stage (one note per whole percent, as
     # "{:.0%}" formats it: the product by 100 rounded half to even), and the in-training effects on that stage
     crit = first_max(c["fwd"] + c["bwd"])
