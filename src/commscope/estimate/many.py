@@ -121,6 +121,11 @@ def estimate_many(model: ModelSpec, cluster: ClusterSpec, parallels: Sequence[Pa
     return [e for e in out if e is not None]
 
 
+def _firsts(keys: Sequence[Any]) -> dict[Any, int]:
+    """Each distinct key of ``keys`` and the index of its first occurrence (without a Python loop over them)."""
+    return dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))
+
+
 class _Keys:
     """Distinct keys made of columns, for several sets of columns: the rows are reduced once to their distinct
     combinations of every column any set reads, and each set's keys are made from those."""
@@ -180,8 +185,8 @@ def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec],
     the keys and each configuration's) among ``rows``, their GEMMs timed together
     (:class:`~commscope.estimate.compute.gemm.GemmTimer`). Keys that differ only in recomputation share everything
     but the layer's recomputed part: worked out once per group of them."""
-    from commscope.estimate.compute.gemm import GemmTimer, layer_gemms
-    from commscope.estimate.compute.model import _kinds, _layer_plan, logits_times, timed_attention
+    from commscope.estimate.compute.gemm import GemmTimer
+    from commscope.estimate.compute.model import _kinds, job_gemms, logits_times, timed_attention
 
     keys, index = compute_keys
     wanted = set(index[rows].tolist())
@@ -191,7 +196,6 @@ def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec],
     for k, i in enumerate(_first_rows(index, len(keys))):
         if k in wanted:
             groups.setdefault(keys[k][:recompute_at] + keys[k][recompute_at + 1:], []).append(i)
-    kinds = [k for k, present in (("dense", model.num_layers > model.num_moe_layers), ("moe", model.is_moe)) if present]
     timer = GemmTimer(gpu)
     # per group: a ParallelSpec with attention as the GPU runs it (as stage_compute) and the attention notes, the
     # output layer's GEMMs and each layer kind's (all announced to the timer before any is timed)
@@ -203,12 +207,7 @@ def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec],
             global_batch_size=par.micro_batch_size * par.ep, sequence_parallel=par.sequence_parallel,
             recompute=par.recompute, attention=par.attention, fp8_format=par.fp8_format,
             tp_comm_overlap=par.tp_comm_overlap and par.tp > 1, framework=par.framework), gpu)
-        logits_gemms = layer_gemms(model, spec, logits=True)
-        plans = {kind: _layer_plan(model, spec, gpu, layer_gemms(model, spec, layer_kind=kind, attention=spec.attention))
-                 for kind in kinds}
-        timer.prefetch(logits_gemms, model.dtype)
-        for plan in plans.values():
-            plan.prefetch(timer, model.dtype)
+        plans, logits_gemms = job_gemms(model, spec, gpu, timer)
         made.append((spec, attention_notes, logits_gemms, plans))
     width = len(keys)
     per_kind = {kind: np.zeros((width, len(ROW_FIELDS))) for kind in ("dense", "moe")}
@@ -219,8 +218,8 @@ def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec],
     for firsts, (spec, attention_notes, logits_gemms, plans) in zip(groups.values(), made):
         group = [int(index[i]) for i in firsts]
         recomputes = tuple(parallels[i].recompute for i in firsts)
-        for kind in kinds:
-            layers = _kinds(model, spec, gpu, kind, timer, recomputes, plans[kind])
+        for kind, plan in plans.items():
+            layers = _kinds(model, spec, gpu, kind, timer, recomputes, plan)
             for k, recompute in zip(group, recomputes):
                 per_kind[kind][k] = layers[recompute].row()
         by_pass = logits_times(model, spec, gpu, timer, logits_gemms)
@@ -240,16 +239,11 @@ def _gpu_compute(model: ModelSpec, a: _Arrays, gpu: Any, lc: _LayerCompute,
     """Per-stage arrays of :class:`~commscope.estimate.compute.model.StageCompute` for every configuration (n, p)."""
     key = lc.index[a.rows]
     # (gradient accumulation depends on the fusion flag, the gradients' dtype and the micro-batches)
-    accumulation: dict[tuple[Any, ...], tuple[int, str | None]] = {}
     akeys = list(zip(a.values("gradient_accumulation_fusion"), a.values("grad_reduce_dtype"), a.m[:, 0].tolist()))
-    for akey, par in zip(akeys, a.pars):
-        if akey not in accumulation:
-            accumulation[akey] = (grad_accumulation_bytes_per_param(model, par), grad_accumulation_note(model, par))
+    accumulation = {akey: (grad_accumulation_bytes_per_param(model, a.pars[j]), grad_accumulation_note(model, a.pars[j]))
+                    for akey, j in _firsts(akeys).items()}
     stacks = a.values("stack")
-    efficiency: dict[Any, float] = {}
-    for st, par in zip(stacks, a.pars):
-        if st not in efficiency:
-            efficiency[st] = compute_efficiency(par, cluster_efficiency)
+    efficiency = {st: compute_efficiency(a.pars[j], cluster_efficiency) for st, j in _firsts(stacks).items()}
     # (a dense model's MoE term is 0.0 everywhere, and adding it changes no time: left out)
     c = stage_arrays(
         gpu, dense=lc.dense[key], moe=lc.moe[key] if model.is_moe else None, dense_layers=a.st_layers - a.st_moe_layers,
@@ -270,19 +264,18 @@ def _gpu_compute(model: ModelSpec, a: _Arrays, gpu: Any, lc: _LayerCompute,
     eff = np.where(lin_time > 0, lin_flop / (np.where(lin_time > 0, lin_time, 1.0) * peak), 0.0)
     # the critical stage's quantities that the in-training effects' notes read, (n,) each
     critical = {name: c[name][rows, crit] for name in ("fwd", "bwd", "clock", "chunks", "gaps", "stack")}
-    effects = zip(*(x.tolist() for x in critical.values()))  # each configuration's, in a tuple
+    # configurations alike in all a note reads share their notes: worked out for the first of each
+    note_keys = list(zip(key.tolist(), np.rint(eff * 100).tolist(), [accumulation[k][1] for k in akeys], stacks,
+                         *(x.tolist() for x in critical.values())))
+    effs = eff.tolist()
     lines: dict[tuple[Any, ...], str] = {}
     made: dict[tuple[Any, ...], tuple[str, ...]] = {}
-    notes = []
-    for j, (k, e, pct, akey, st, row) in enumerate(zip(key.tolist(), eff.tolist(), np.rint(eff * 100).tolist(), akeys,
-                                                        stacks, effects)):
+    for note_key, j in sorted(_firsts(note_keys).items(), key=itemgetter(1)):
+        k, pct, note, st = note_key[:4]
         if (k, pct) not in lines:
-            lines[(k, pct)] = compute_note(gpu, lc.lin_dtype[k], e, lc.specs[k])
-        note_key = (k, pct, accumulation[akey][1], st, row)
-        if note_key not in made:
-            note = accumulation[akey][1]
-            made[note_key] = (*lc.notes[k], *((note,) if note else ()), lines[(k, pct)],
-                              *effects_notes(model, a.pars[j], gpu, critical, j, efficiency[st]))
-        notes.append(made[note_key])
+            lines[(k, pct)] = compute_note(gpu, lc.lin_dtype[k], effs[j], lc.specs[k])
+        made[note_key] = (*lc.notes[k], *((note,) if note else ()), lines[(k, pct)],
+                          *effects_notes(model, a.pars[j], gpu, critical, j, efficiency[st]))
+    notes = list(map(made.__getitem__, note_keys))
     return c, notes
 

@@ -77,6 +77,7 @@ from commscope.units import TFLOP, dtype_bytes
 __all__ = [
     "ALIGN_ELEMENTS",
     "ATTENTION",
+    "CORE_GEMMS",
     "PASSES",
     "SYMBOL_TEXT",
     "Gemm",
@@ -242,21 +243,20 @@ ATTENTION = ("flash", "unfused")
 def _io_elements(dims3: tuple[Dim, Dim, Dim], sizes: tuple[int, int, int], attention: str) -> int:
     """Elements of A (M x K), B (K x N) and C (M x N) that move through HBM; with ``flash`` attention the
     s x s scores and probabilities stay on chip [FlashAttention, Dao et al. 2022]."""
-    (ms, _), (ns, _), (ks, _) = dims3
     m, n, k = sizes
-    total = 0
-    for (r, c), (rs, cs) in (((m, k), (ms, ks)), ((k, n), (ks, ns)), ((m, n), (ms, ns))):
-        if attention == "flash" and rs in _SEQ and cs in _SEQ:
-            continue
-        total += r * c
-    return total
+    if attention != "flash":
+        return m * k + k * n + m * n
+    on_seq = [sym in _SEQ for sym, _ in dims3]  # M, N, K
+    return ((0 if on_seq[0] and on_seq[2] else m * k) + (0 if on_seq[2] and on_seq[1] else k * n)
+            + (0 if on_seq[0] and on_seq[1] else m * n))
 
 
 def _build(name: str, part: str, pass_: str, dims3: tuple[Dim, Dim, Dim], values: dict[str, int], batch: int,
            count: int, layer_kind: str, attention: str = "flash") -> Gemm:
-    m, n, k = (coef * values[sym] for sym, coef in dims3)
+    (ms, mc), (ns, nc), (ks, kc) = dims3
+    sizes = m, n, k = mc * values[ms], nc * values[ns], kc * values[ks]
     return Gemm(name=name, pass_=pass_, m=m, n=n, k=k, batch=batch, count=count, dims=dims3, part=part,
-                layer_kind=layer_kind, io_elements=_io_elements(dims3, (m, n, k), attention))
+                layer_kind=layer_kind, io_elements=_io_elements(dims3, sizes, attention))
 
 
 def layer_gemms(model: ModelSpec, parallel: ParallelSpec | None = None, *, layer_kind: str | None = None,
@@ -273,6 +273,18 @@ def layer_gemms(model: ModelSpec, parallel: ParallelSpec | None = None, *, layer
     >>> [(g.name, g.m, g.n, g.k) for g in layer_gemms(model_preset("gpt3-2.7b")) if g.pass_ == "fwd"][:3]
     [('qkv', 2048, 7680, 2560), ('attn_scores', 2048, 2048, 80), ('attn_values', 2048, 80, 2048)]
     """
+    return _layer_gemms(model, parallel, layer_kind=layer_kind, logits=logits, dims=dims, attention=attention)
+
+
+#: The attention core's batched GEMMs (the rest of a layer's are its linear layers').
+CORE_GEMMS = frozenset({"attn_scores", "attn_values"})
+
+
+def _layer_gemms(model: ModelSpec, parallel: ParallelSpec | None = None, *, layer_kind: str | None = None,
+                 logits: bool = False, dims: dict[str, int] | None = None, attention: str = "flash",
+                 core: bool = True) -> tuple[Gemm, ...]:
+    """:func:`layer_gemms`; ``core=False`` leaves out the attention core's GEMMs (those a fused kernel runs, which
+    the compute model times as that kernel)."""
     if attention not in ATTENTION:
         raise ConfigError("attention", attention, f"valid: {', '.join(ATTENTION)}")
     par = parallel or ParallelSpec()
@@ -290,6 +302,8 @@ def layer_gemms(model: ModelSpec, parallel: ParallelSpec | None = None, *, layer
     if kind == "moe" and not model.is_moe:
         raise ConfigError("layer_kind", kind, f"{model.name} has no MoE layers")
     for name, part, batch_kind, count, m, n, k in _forward_specs(model, kind):
+        if not core and name in CORE_GEMMS:
+            continue
         batch = heads_batch if batch_kind == "heads" else 1
         num = model.num_experts // par.ep if count == -1 else count
         for pass_, d3 in _backward(m, n, k).items():
@@ -446,13 +460,13 @@ def _pick(gpu: GpuSpec, shapes: np.ndarray, dtype: str) -> _Picked:
     peak = gpu.peak_flops_for(dtype)
     m, n, k, batch, io = shapes
     size_bytes = shapes[:3] * elem  # (3, n): M, N, K in bytes
-    align = np.where((size_bytes % gpu.alignment_optimal_bytes == 0).all(axis=0), 1.0,
-                     np.where((size_bytes % gpu.alignment_required_bytes == 0).all(axis=0), gpu.partial_alignment_factor,
-                              gpu.unaligned_factor))
+    align = np.where((size_bytes % gpu.alignment_optimal_bytes).any(axis=0),
+                     np.where((size_bytes % gpu.alignment_required_bytes).any(axis=0), gpu.unaligned_factor,
+                              gpu.partial_alignment_factor), 1.0)
     persistent: Any = gpu.persistent_gemm  # (a bool for every GEMM, or an (n, 1) array)
     if gpu.tma_alignment_bytes:
         # the older kernel where TMA cannot run (legacy_kernel): its own per-SM rate, and never persistent
-        legacy = (size_bytes % gpu.tma_alignment_bytes != 0).any(axis=0)
+        legacy: np.ndarray = (size_bytes % gpu.tma_alignment_bytes).any(axis=0)
         align = np.where(legacy, align * gpu.legacy_gemm_fraction, align)
         persistent = persistent and (~legacy)[:, None]
     slots = gpu.num_sms * gpu.ctas_per_sm
@@ -462,15 +476,15 @@ def _pick(gpu: GpuSpec, shapes: np.ndarray, dtype: str) -> _Picked:
     k_step = k_step_elements(gpu, elem)
 
     # every (tile, split-K) candidate on a last axis, in the order cuBLAS's heuristics are read here (tiles outer,
-    # splits inner): the first fastest allowed candidate is the one picked
+    # splits inner): the first fastest allowed candidate is the one picked (ceilings as (a + b - 1) // b: all > 0)
     candidates = tm, tn, thr, split = _candidates(gpu)
     M, N, K, Bt = m[:, None], n[:, None], k[:, None], batch[:, None]
-    tiles = _ceil_div(M, tm) * _ceil_div(N, tn) * Bt
-    k_split = _ceil_div(K, split)
-    k_steps = _ceil_div(k_split, k_step)
+    tiles = (M + (tm - 1)) // tm * ((N + (tn - 1)) // tn) * Bt
+    k_split = (K + (split - 1)) // split
+    k_steps = (k_split + (k_step - 1)) // k_step
     unsplit = split == 1
     allowed = unsplit | ((tiles < slots) & (k_split >= 2 * k_step))
-    waves = _ceil_div(tiles * split, slots)
+    waves = (tiles * split + (slots - 1)) // slots
     t_step = 2.0 * tm * tn * k_step / (rate_per_slot * thr * align[:, None])
     # one CTA per tile fills its pipeline and writes its tile alone; a persistent kernel's CTA fills once and hides
     # all but epilogue_steps of each tile's epilogue under the next tile's main loop

@@ -29,7 +29,7 @@ import numpy as np
 
 from commscope.estimate.compute.attention import BACKWARD_RATIO
 from commscope.estimate.compute.effects import launch_gap_s, layer_kernel_count, overlap_chunks
-from commscope.estimate.compute.gemm import Gemm, GemmTimer, layer_gemms
+from commscope.estimate.compute.gemm import CORE_GEMMS, Gemm, GemmTimer, _layer_gemms, layer_dims, layer_gemms
 from commscope.estimate.compute.kernels import (
     HALF_DTYPES,
     attention_kernel_for,
@@ -54,7 +54,6 @@ from commscope.estimate.stage_structure import _moe_before
 
 __all__ = ["StageCompute", "stage_compute", "timed_attention"]
 
-_CORE = frozenset({"attn_scores", "attn_values"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -205,8 +204,8 @@ class _LayerPlan:
 
 def _layer_plan(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, gemms: tuple[Gemm, ...]) -> _LayerPlan:
     """How the GEMMs ``gemms`` of one layer are timed (see :class:`_LayerPlan`)."""
-    linear = tuple(g for g in gemms if g.name not in _CORE)
-    core = tuple(g for g in gemms if g.name in _CORE) if parallel.attention == "unfused" else ()
+    linear = tuple(g for g in gemms if g.name not in CORE_GEMMS)
+    core = tuple(g for g in gemms if g.name in CORE_GEMMS) if parallel.attention == "unfused" else ()
     if parallel.fp8_format is not None and "fp8" not in gpu.peak_flops:
         raise ConfigError("fp8_format", parallel.fp8_format,
                           f"GPU {gpu.name!r} has no FP8 tensor cores (FP8 needs Hopper or Ada, sm_89+); it has "
@@ -217,6 +216,23 @@ def _layer_plan(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, gemms: t
                       pieces=pieces if any(g is not c for g, c in zip(fp8, pieces)) else None, core=core,
                       lin_dtype=linear_gemm_dtype(model, parallel),
                       num_fwd=sum(g.count for g in linear + core if g.pass_ == "fwd"))
+
+
+def job_gemms(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
+              timer: GemmTimer) -> tuple[dict[str, _LayerPlan], tuple[Gemm, ...]]:
+    """The GEMMs of one layer of each kind the model has (dense, moe) as they are timed, and the output layer's,
+    all announced to ``timer`` (so that one call per dtype times them)."""
+    plans = {}
+    dims = layer_dims(model, tp=parallel.tp, cp=parallel.cp, ep=parallel.ep, micro_batch_size=parallel.micro_batch_size)
+    for kind, present in (("dense", model.num_layers > model.num_moe_layers), ("moe", model.is_moe)):
+        if present:
+            plans[kind] = plan = _layer_plan(model, parallel, gpu, _layer_gemms(
+                model, parallel, layer_kind=kind, dims=dims, attention=parallel.attention,
+                core=parallel.attention == "unfused"))
+            plan.prefetch(timer, model.dtype)
+    logits_gemms = _layer_gemms(model, parallel, logits=True, dims=dims)
+    timer.prefetch(logits_gemms, model.dtype)
+    return plans, logits_gemms
 
 
 def _kind(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str) -> _Kind:
@@ -421,14 +437,7 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, eff
     parallel, attention_notes = timed_attention(model, parallel, gpu)
     notes = list(attention_notes)
     timer = GemmTimer(gpu)  # every GEMM of the job timed in one call per dtype
-    plans = {}
-    for kind, present in (("dense", model.num_layers > model.num_moe_layers), ("moe", model.is_moe)):
-        if present:
-            plans[kind] = plan = _layer_plan(model, parallel, gpu, layer_gemms(model, parallel, layer_kind=kind,
-                                                                               attention=parallel.attention))
-            plan.prefetch(timer, model.dtype)
-    logits_gemms = layer_gemms(model, parallel, logits=True)
-    timer.prefetch(logits_gemms, model.dtype)
+    plans, logits_gemms = job_gemms(model, parallel, gpu, timer)
     rows = {kind: np.array([_kinds(model, parallel, gpu, kind, timer, (parallel.recompute,), plan)[parallel.recompute].row()])
             for kind, plan in plans.items()}
     logits = logits_times(model, parallel, gpu, timer, logits_gemms)
