@@ -466,7 +466,7 @@ def _pick(gpu: GpuSpec, shapes: np.ndarray, dtype: str) -> _Picked:
     persistent: Any = gpu.persistent_gemm  # (a bool for every GEMM, or an (n, 1) array)
     if gpu.tma_alignment_bytes:
         # the older kernel where TMA cannot run (legacy_kernel): its own per-SM rate, and never persistent
-        legacy: np.ndarray = (size_bytes % gpu.tma_alignment_bytes).any(axis=0)
+        legacy = np.asarray((size_bytes % gpu.tma_alignment_bytes).any(axis=0))
         align = np.where(legacy, align * gpu.legacy_gemm_fraction, align)
         persistent = persistent and (~legacy)[:, None]
     slots = gpu.num_sms * gpu.ctas_per_sm
