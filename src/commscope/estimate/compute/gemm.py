@@ -476,15 +476,17 @@ def _pick(gpu: GpuSpec, shapes: np.ndarray, dtype: str) -> _Picked:
     k_step = k_step_elements(gpu, elem)
 
     # every (tile, split-K) candidate on a last axis, in the order cuBLAS's heuristics are read here (tiles outer,
-    # splits inner): the first fastest allowed candidate is the one picked (ceilings as (a + b - 1) // b: all > 0)
+    # splits inner): the first fastest allowed candidate is the one picked. The counts are integers held in float64,
+    # the ceilings taken of float quotients (cheaper than integer division): exact while the integers stay below 2^52
+    # (a quotient of such integers that is not whole lies at least 1/b from every integer, beyond its rounding)
     candidates = tm, tn, thr, split = _candidates(gpu)
     M, N, K, Bt = m[:, None], n[:, None], k[:, None], batch[:, None]
-    tiles = (M + (tm - 1)) // tm * ((N + (tn - 1)) // tn) * Bt
-    k_split = (K + (split - 1)) // split
-    k_steps = (k_split + (k_step - 1)) // k_step
+    tiles = np.ceil(M / tm) * np.ceil(N / tn) * Bt
+    k_split = np.ceil(K / split)
+    k_steps = np.ceil(k_split / k_step)
     unsplit = split == 1
     allowed = unsplit | ((tiles < slots) & (k_split >= 2 * k_step))
-    waves = (tiles * split + (slots - 1)) // slots
+    waves = np.ceil(tiles * split / slots)
     t_step = 2.0 * tm * tn * k_step / (rate_per_slot * thr * align[:, None])
     # one CTA per tile fills its pipeline and writes its tile alone; a persistent kernel's CTA fills once and hides
     # all but epilogue_steps of each tile's epilogue under the next tile's main loop
