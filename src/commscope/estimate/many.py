@@ -260,7 +260,8 @@ def _gpu_compute(model: ModelSpec, a: _Arrays, gpu: Any, lc: _LayerCompute,
     crit = first_max(c["fwd"] + c["bwd"])
     rows = np.arange(a.n)
     lin_flop, lin_time = lin_flop[rows, crit], lin_time[rows, crit]
-    peak = np.array([gpu.peak_flops_for(dt) if dt else 1.0 for dt in lc.lin_dtype])[key]
+    peaks = {dt: gpu.peak_flops_for(dt) if dt else 1.0 for dt in set(lc.lin_dtype)}
+    peak = np.array([peaks[dt] for dt in lc.lin_dtype])[key]
     eff = np.where(lin_time > 0, lin_flop / (np.where(lin_time > 0, lin_time, 1.0) * peak), 0.0)
     # the critical stage's quantities that the in-training effects' notes read, (n,) each
     critical = {name: c[name][rows, crit] for name in ("fwd", "bwd", "clock", "chunks", "gaps", "stack")}
@@ -272,9 +273,11 @@ def _gpu_compute(model: ModelSpec, a: _Arrays, gpu: Any, lc: _LayerCompute,
     made: dict[tuple[Any, ...], tuple[str, ...]] = {}
     for note_key, j in sorted(_firsts(note_keys).items(), key=itemgetter(1)):
         k, pct, note, st = note_key[:4]
-        if (k, pct) not in lines:
-            lines[(k, pct)] = compute_note(gpu, lc.lin_dtype[k], effs[j], lc.specs[k])
-        made[note_key] = (*lc.notes[k], *((note,) if note else ()), lines[(k, pct)],
+        # (the compute model's line reads the linear GEMMs' dtype, the attention and the framework of a key)
+        line_key = (lc.lin_dtype[k], lc.specs[k].attention, lc.specs[k].framework, pct)
+        if line_key not in lines:
+            lines[line_key] = compute_note(gpu, lc.lin_dtype[k], effs[j], lc.specs[k])
+        made[note_key] = (*lc.notes[k], *((note,) if note else ()), lines[line_key],
                           *effects_notes(model, a.pars[j], gpu, critical, j, efficiency[st]))
     notes = list(map(made.__getitem__, note_keys))
     return c, notes
