@@ -34,7 +34,7 @@ from commscope.estimate.compute.kernels import (
     linear_gemm_dtype,
     stage_extra_bytes,
 )
-from commscope.estimate.compute.model import TIME_ARRAYS, compute_efficiency, compute_note, effects_notes, first_max
+from commscope.estimate.compute.model import ROW_FIELDS, compute_efficiency, compute_note, effects_notes, first_max, stage_arrays
 from commscope.errors import ConfigError
 from commscope.estimate.closed_form import (
     _CHECK_KEY,
@@ -122,6 +122,11 @@ def estimate_many(model: ModelSpec, cluster: ClusterSpec, parallels: Sequence[Pa
     return [e for e in out if e is not None]
 
 
+def _firsts(keys: Sequence[Any]) -> dict[Any, int]:
+    """Each distinct key of ``keys`` and the index of its first occurrence (without a Python loop over them)."""
+    return dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))
+
+
 class _Keys:
     """Distinct keys made of columns, for several sets of columns: the rows are reduced once to their distinct
     combinations of every column any set reads, and each set's keys are made from those."""
@@ -148,16 +153,12 @@ def _op_by_op(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, gpu_uti
 # ---------------------------------------------------------------------------------------------------- compute
 
 
-_KIND_FIELDS = ("fwd", "bwd", "recompute", "lin_fwd", "lin_bwd", "att_fwd", "att_bwd", "mem_fwd", "mem_bwd",
-                "recompute_linear", "flop", "lin_flop", "lin_time", "clock", "chunks", "gaps_fwd", "gaps_bwd")
-
-
 @dataclass(frozen=True, slots=True)
 class _LayerCompute:
     """The compute model's quantities of every distinct :data:`_COMPUTE_KEY` (one row each) and each row's key."""
 
     dense: np.ndarray
-    """(keys, fields): one dense layer's :data:`_KIND_FIELDS`."""
+    """(keys, fields): one dense layer's entries of the per-stage arrays (:data:`~commscope.estimate.compute.model.ROW_FIELDS`)."""
     moe: np.ndarray
     logits: np.ndarray
     """(keys, 3): the logits GEMMs' forward, dgrad, wgrad."""
@@ -185,8 +186,8 @@ def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec],
     the keys and each configuration's) among ``rows``, their GEMMs timed together
     (:class:`~commscope.estimate.compute.gemm.GemmTimer`). Keys that differ only in recomputation share everything
     but the layer's recomputed part: worked out once per group of them."""
-    from commscope.estimate.compute.gemm import GemmTimer, layer_gemms
-    from commscope.estimate.compute.model import _kinds, logits_times, timed_attention
+    from commscope.estimate.compute.gemm import GemmTimer
+    from commscope.estimate.compute.model import _kinds, job_gemms, logits_times, timed_attention
 
     keys, index = compute_keys
     wanted = set(index[rows].tolist())
@@ -196,7 +197,6 @@ def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec],
     for k, i in enumerate(_first_rows(index, len(keys))):
         if k in wanted:
             groups.setdefault(keys[k][:recompute_at] + keys[k][recompute_at + 1:], []).append(i)
-    kinds = [k for k, present in (("dense", model.num_layers > model.num_moe_layers), ("moe", model.is_moe)) if present]
     timer = GemmTimer(gpu)
     # per group: a ParallelSpec with attention as the GPU runs it (as stage_compute) and the attention notes, the
     # output layer's GEMMs and each layer kind's (all announced to the timer before any is timed)
@@ -208,25 +208,21 @@ def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec],
             global_batch_size=par.micro_batch_size * par.ep, sequence_parallel=par.sequence_parallel,
             recompute=par.recompute, attention=par.attention, fp8_format=par.fp8_format,
             tp_comm_overlap=par.tp_comm_overlap and par.tp > 1, framework=par.framework), gpu)
-        logits_gemms = layer_gemms(model, spec, logits=True)
-        gemms = {kind: layer_gemms(model, spec, layer_kind=kind, attention=spec.attention) for kind in kinds}
-        timer.prefetch(logits_gemms, model.dtype)
-        for dtype in {linear_gemm_dtype(model, spec), model.dtype}:
-            timer.prefetch([g for kind in kinds for g in gemms[kind]], dtype)
-        made.append((spec, attention_notes, logits_gemms, gemms))
+        plans, logits_gemms = job_gemms(model, spec, gpu, timer)
+        made.append((spec, attention_notes, logits_gemms, plans))
     width = len(keys)
-    per_kind = {kind: np.zeros((width, len(_KIND_FIELDS))) for kind in ("dense", "moe")}
+    per_kind = {kind: np.zeros((width, len(ROW_FIELDS))) for kind in ("dense", "moe")}
     logits, logits_flop, extra = np.zeros((width, 3)), np.zeros(width), np.zeros((width, 4, 2))
     lin_dtype = [""] * width
     notes: list[tuple[str, ...]] = [()] * width
     specs: dict[int, ParallelSpec] = {}
-    for firsts, (spec, attention_notes, logits_gemms, gemms) in zip(groups.values(), made):
+    for firsts, (spec, attention_notes, logits_gemms, plans) in zip(groups.values(), made):
         group = [int(index[i]) for i in firsts]
         recomputes = tuple(parallels[i].recompute for i in firsts)
-        for kind in kinds:
-            layers = _kinds(model, spec, gpu, kind, timer, recomputes, gemms[kind])
+        for kind, plan in plans.items():
+            layers = _kinds(model, spec, gpu, kind, timer, recomputes, plan)
             for k, recompute in zip(group, recomputes):
-                per_kind[kind][k] = [getattr(layers[recompute], f) for f in _KIND_FIELDS]
+                per_kind[kind][k] = layers[recompute].row()
         by_pass = logits_times(model, spec, gpu, timer, logits_gemms)
         logits[group] = [by_pass["fwd"], by_pass["dgrad"], by_pass["wgrad"]]
         logits_flop[group] = sum(g.flop for g in logits_gemms)
@@ -242,88 +238,48 @@ def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec],
 def _gpu_compute(model: ModelSpec, a: _Arrays, gpu: Any, lc: _LayerCompute,
                  cluster_efficiency: float = 1.0) -> tuple[dict[str, np.ndarray], list[tuple[str, ...]]]:
     """Per-stage arrays of :class:`~commscope.estimate.compute.model.StageCompute` for every configuration (n, p)."""
-    p = a.p
     key = lc.index[a.rows]
-    nd = a.st_layers - a.st_moe_layers
-    nm = a.st_moe_layers
-    # (n, p, fields): every quantity of a layer times the layers of its kind on each stage, at once
-    # (a dense model's MoE term is 0.0 everywhere, and adding it changes no time: left out)
-    per_stage = nd[:, :, None].astype(np.float64) * lc.dense[key][:, None, :]
-    if model.is_moe:
-        per_stage = per_stage + nm[:, :, None] * lc.moe[key][:, None, :]
-
-    def layer(field: str) -> np.ndarray:
-        out: np.ndarray = per_stage[:, :, _KIND_FIELDS.index(field)]
-        return out
-
-    last = (np.arange(p) == p - 1)[None, :]
-    bw = gpu.streaming_bandwidth_bytes_per_s
-    # (n, p, 2): the first stage's ends, a middle stage's, the last's; with pp 1 the one stage is first and last
-    ext = lc.extra[key][:, [3] if p == 1 else np.where(np.arange(p) == 0, 0, np.where(last[0], 2, 1))]
-    lg = lc.logits[key]
-    c: dict[str, np.ndarray] = {}
-    c["fwd"] = layer("fwd") + ext[:, :, 0] / bw + last * lg[:, 0:1]
-    c["bwd"] = layer("bwd") + ext[:, :, 1] / bw + last * (lg[:, 1:2] + lg[:, 2:3])
-    c["rec"] = layer("recompute")
-    c["gemm"] = layer("lin_fwd") + layer("lin_bwd") + last * (lg[:, 0:1] + lg[:, 1:2] + lg[:, 2:3])
-    c["att"] = layer("att_fwd") + layer("att_bwd")
-    c["mem"] = layer("mem_fwd") + layer("mem_bwd") + (ext[:, :, 0] + ext[:, :, 1]) / bw
-    c["lin_f"] = layer("lin_fwd")
-    c["lin_b"] = layer("lin_bwd") + layer("recompute_linear")
-    c["flop"] = layer("flop") + last * lc.logits_flop[key][:, None]
-    lin_flop, lin_time = layer("lin_flop"), layer("lin_time")
-    c["clock"] = layer("clock") + last * (lg[:, 0:1] + lg[:, 1:2] + lg[:, 2:3]) * (1.0 - 1.0 / gpu.clock_factor)
-    c["chunks"] = layer("chunks")
-    c["gaps"] = layer("gaps_fwd") + layer("gaps_bwd")
-    # without gradient accumulation fusion, each micro-batch's backward adds its weight gradients into the
-    # accumulated ones (compute.kernels.grad_accumulation_bytes_per_param)
     # (gradient accumulation depends on the fusion flag, the gradients' dtype and the micro-batches)
-    accumulation: dict[tuple[Any, ...], tuple[int, str | None]] = {}
     akeys = list(zip(a.values("gradient_accumulation_fusion"), a.values("grad_reduce_dtype"), a.m[:, 0].tolist()))
-    for akey, par in zip(akeys, a.pars):
-        if akey not in accumulation:
-            accumulation[akey] = (grad_accumulation_bytes_per_param(model, par), grad_accumulation_note(model, par))
-    per_param = np.array([accumulation[k][0] for k in akeys], dtype=np.float64)[:, None]
-    accumulate = (a.st_dense_params + a.st_expert_params) * per_param / bw
-    c["bwd"] = c["bwd"] + accumulate
-    c["mem"] = c["mem"] + accumulate
-    c["opt"] = adam_step_time_s(model, gpu, dense_params=a.st_dense_params, expert_params=a.st_expert_params,
-                                dense_shard=np.where(a.shards, a.dp * a.cp, 1),
-                                expert_shard=np.where(a.shards, a.dp * a.cp // a.ep, 1))
-    # the stack's and the cluster's compute efficiency (compute.model.apply_efficiency), per configuration
+    accumulation = {akey: (grad_accumulation_bytes_per_param(model, a.pars[j]), grad_accumulation_note(model, a.pars[j]))
+                    for akey, j in _firsts(akeys).items()}
     stacks = a.values("stack")
-    efficiency: dict[Any, float] = {}
-    for st, par in zip(stacks, a.pars):
-        if st not in efficiency:
-            efficiency[st] = compute_efficiency(par, cluster_efficiency)
-    effs = np.array([efficiency[st] for st in stacks])[:, None]
-    scale = 1.0 / effs
-    c["stack"] = (c["fwd"] + c["bwd"]) * (scale - 1.0)
-    c["stack_opt"] = c["opt"] * (scale - 1.0)
-    for name in TIME_ARRAYS:
-        c[name] = c[name] * scale
+    efficiency = {st: compute_efficiency(a.pars[j], cluster_efficiency) for st, j in _firsts(stacks).items()}
+    # (a dense model's MoE term is 0.0 everywhere, and adding it changes no time: left out)
+    c = stage_arrays(
+        gpu, dense=lc.dense[key], moe=lc.moe[key] if model.is_moe else None, dense_layers=a.st_layers - a.st_moe_layers,
+        moe_layers=a.st_moe_layers, extra_bytes=lc.extra[key], logits=lc.logits[key], logits_flop=lc.logits_flop[key],
+        params=a.st_dense_params + a.st_expert_params,
+        accumulation_bytes=np.array([accumulation[k][0] for k in akeys], dtype=np.float64)[:, None],
+        optimizer_s=adam_step_time_s(model, gpu, dense_params=a.st_dense_params, expert_params=a.st_expert_params,
+                                     dense_shard=np.where(a.shards, a.dp * a.cp, 1),
+                                     expert_shard=np.where(a.shards, a.dp * a.cp // a.ep, 1)),
+        efficiency=np.array([efficiency[st] for st in stacks])[:, None])
+    lin_flop, lin_time = c.pop("lin_flop"), c.pop("lin_time")
     # the compute model's notes: FLOP-weighted GEMM efficiency of its slowest stage (one note per whole percent, as
     # "{:.0%}" formats it: the product by 100 rounded half to even), and the in-training effects on that stage
     crit = first_max(c["fwd"] + c["bwd"])
     rows = np.arange(a.n)
     lin_flop, lin_time = lin_flop[rows, crit], lin_time[rows, crit]
-    peak = np.array([gpu.peak_flops_for(dt) if dt else 1.0 for dt in lc.lin_dtype])[key]
+    peaks = {dt: gpu.peak_flops_for(dt) if dt else 1.0 for dt in set(lc.lin_dtype)}
+    peak = np.array([peaks[dt] for dt in lc.lin_dtype])[key]
     eff = np.where(lin_time > 0, lin_flop / (np.where(lin_time > 0, lin_time, 1.0) * peak), 0.0)
     # the critical stage's quantities that the in-training effects' notes read, (n,) each
     critical = {name: c[name][rows, crit] for name in ("fwd", "bwd", "clock", "chunks", "gaps", "stack")}
-    effects = zip(*(x.tolist() for x in critical.values()))  # each configuration's, in a tuple
+    # configurations alike in all a note reads share their notes: worked out for the first of each
+    note_keys = list(zip(key.tolist(), np.rint(eff * 100).tolist(), [accumulation[k][1] for k in akeys], stacks,
+                         *(x.tolist() for x in critical.values())))
+    effs = eff.tolist()
     lines: dict[tuple[Any, ...], str] = {}
     made: dict[tuple[Any, ...], tuple[str, ...]] = {}
-    notes = []
-    for j, (k, e, pct, akey, st, row) in enumerate(zip(key.tolist(), eff.tolist(), np.rint(eff * 100).tolist(), akeys,
-                                                        stacks, effects)):
-        if (k, pct) not in lines:
-            lines[(k, pct)] = compute_note(gpu, lc.lin_dtype[k], e, lc.specs[k])
-        note_key = (k, pct, accumulation[akey][1], st, row)
-        if note_key not in made:
-            note = accumulation[akey][1]
-            made[note_key] = (*lc.notes[k], *((note,) if note else ()), lines[(k, pct)],
-                              *effects_notes(model, a.pars[j], gpu, critical, j, efficiency[st]))
-        notes.append(made[note_key])
+    for note_key, j in sorted(_firsts(note_keys).items(), key=itemgetter(1)):
+        k, pct, note, st = note_key[:4]
+        # (the compute model's line reads the linear GEMMs' dtype, the attention and the framework of a key)
+        line_key = (lc.lin_dtype[k], lc.specs[k].attention, lc.specs[k].framework, pct)
+        if line_key not in lines:
+            lines[line_key] = compute_note(gpu, lc.lin_dtype[k], effs[j], lc.specs[k])
+        made[note_key] = (*lc.notes[k], *((note,) if note else ()), lines[line_key],
+                          *effects_notes(model, a.pars[j], gpu, critical, j, efficiency[st]))
+    notes = list(map(made.__getitem__, note_keys))
     return c, notes
 

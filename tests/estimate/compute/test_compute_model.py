@@ -26,6 +26,7 @@ from commscope.presets import cluster_preset, model_preset
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 from commscope.pattern.workload.stages import pipeline_split
+from strategies import estimate_jobs
 
 H100 = cluster_preset("dgx-h100")
 A100 = cluster_preset("dgx-a100")
@@ -379,3 +380,51 @@ def test_run_lengths_write_long_runs_as_value_x_count():
     assert run_lengths([7] + [8] * 14 + [7]) == "7,8x14,7"
     assert run_lengths([3, 3, 4, 4, 4]) == "3,3,4x3"
     assert run_lengths([]) == ""
+
+
+@settings(max_examples=40, deadline=None)
+@given(estimate_jobs(max_world=128))
+def test_stage_layers_count_what_the_stage_params_of_each_chunk_hold(job):
+    """stage_compute reads each stage's layers and parameters in closed form (_stage_layers, no loop over stages or
+    layers); they are what the per-chunk definition gives: virtual_stage_layers, is_moe_layer and stage_params
+    summed over the stage's chunks (the first chunk of stage 0 holds the embedding, the last of the last stage the
+    output layer), for uneven splits, interleaving and MoE layer patterns."""
+    from commscope.estimate.compute.model import _stage_layers
+    from commscope.pattern.workload.stages import virtual_stage_layers
+    from commscope.spec.params import stage_params
+
+    model, parallels = job
+    for par in parallels:
+        p, v = par.pp, par.virtual_pipeline_size
+        virtual = virtual_stage_layers(model, par)
+        dense, moe, dense_params, expert_params = _stage_layers(model, par)
+        for stage in range(p):
+            chunks = [virtual[c * p + stage] for c in range(v)]
+            held = [stage_params(model, chunk, tp=par.tp, ep=par.ep, first=stage == 0 and i == 0,
+                                 last=stage == p - 1 and i == v - 1) for i, chunk in enumerate(chunks)]
+            num_moe = sum(model.is_moe_layer(layer) for chunk in chunks for layer in chunk)
+            assert moe[stage] == num_moe
+            assert dense[stage] == sum(len(chunk) for chunk in chunks) - num_moe
+            assert dense_params[stage] == sum(s.dense for s in held)
+            assert expert_params[stage] == sum(s.expert for s in held)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 40_000), st.integers(1, 40_000), st.integers(1, 40_000),
+                          st.integers(1, 64)), min_size=1, max_size=12),
+       st.sampled_from(["A100", "H100", "V100"]), st.sampled_from(["bf16", "fp32"]))
+def test_a_gemm_timer_times_each_gemm_as_time_gemms_does(shapes, gpu_name, dtype):
+    """stage_compute announces every GEMM of a job to one GemmTimer and reads plain times back (times_s); each is
+    the time_s of time_gemms' result, bit for bit, however many other shapes were timed in the same call, and the
+    timer's own results (__call__) are time_gemms' too."""
+    from commscope.estimate.compute.gemm import Gemm, GemmTimer, time_gemms
+
+    gpu = gpu_preset(gpu_name)
+    gemms = [Gemm(name="qkv", pass_="fwd", m=m, n=n, k=k, count=count, dims=(("tokens", 1), ("hidden", 1), ("hidden", 1)),
+                  part="attention", io_elements=m * k + k * n + m * n) for m, n, k, count in shapes]
+    want = time_gemms([(g, 1) for g in gemms], gpu, dtype)
+    timer = GemmTimer(gpu)
+    timer.prefetch(gemms[::-1], dtype)
+    assert timer.times_s(gemms, dtype) == [r.time_s for r in want]
+    assert timer.times_s(gemms[:1], dtype) == [want[0].time_s]
+    assert timer([(g, 1) for g in gemms], gpu, dtype) == want

@@ -77,6 +77,7 @@ from commscope.units import TFLOP, dtype_bytes
 __all__ = [
     "ALIGN_ELEMENTS",
     "ATTENTION",
+    "CORE_GEMMS",
     "PASSES",
     "SYMBOL_TEXT",
     "Gemm",
@@ -242,21 +243,20 @@ ATTENTION = ("flash", "unfused")
 def _io_elements(dims3: tuple[Dim, Dim, Dim], sizes: tuple[int, int, int], attention: str) -> int:
     """Elements of A (M x K), B (K x N) and C (M x N) that move through HBM; with ``flash`` attention the
     s x s scores and probabilities stay on chip [FlashAttention, Dao et al. 2022]."""
-    (ms, _), (ns, _), (ks, _) = dims3
     m, n, k = sizes
-    total = 0
-    for (r, c), (rs, cs) in (((m, k), (ms, ks)), ((k, n), (ks, ns)), ((m, n), (ms, ns))):
-        if attention == "flash" and rs in _SEQ and cs in _SEQ:
-            continue
-        total += r * c
-    return total
+    if attention != "flash":
+        return m * k + k * n + m * n
+    on_seq = [sym in _SEQ for sym, _ in dims3]  # M, N, K
+    return ((0 if on_seq[0] and on_seq[2] else m * k) + (0 if on_seq[2] and on_seq[1] else k * n)
+            + (0 if on_seq[0] and on_seq[1] else m * n))
 
 
 def _build(name: str, part: str, pass_: str, dims3: tuple[Dim, Dim, Dim], values: dict[str, int], batch: int,
            count: int, layer_kind: str, attention: str = "flash") -> Gemm:
-    m, n, k = (coef * values[sym] for sym, coef in dims3)
+    (ms, mc), (ns, nc), (ks, kc) = dims3
+    sizes = m, n, k = mc * values[ms], nc * values[ns], kc * values[ks]
     return Gemm(name=name, pass_=pass_, m=m, n=n, k=k, batch=batch, count=count, dims=dims3, part=part,
-                layer_kind=layer_kind, io_elements=_io_elements(dims3, (m, n, k), attention))
+                layer_kind=layer_kind, io_elements=_io_elements(dims3, sizes, attention))
 
 
 def layer_gemms(model: ModelSpec, parallel: ParallelSpec | None = None, *, layer_kind: str | None = None,
@@ -273,6 +273,18 @@ def layer_gemms(model: ModelSpec, parallel: ParallelSpec | None = None, *, layer
     >>> [(g.name, g.m, g.n, g.k) for g in layer_gemms(model_preset("gpt3-2.7b")) if g.pass_ == "fwd"][:3]
     [('qkv', 2048, 7680, 2560), ('attn_scores', 2048, 2048, 80), ('attn_values', 2048, 80, 2048)]
     """
+    return _layer_gemms(model, parallel, layer_kind=layer_kind, logits=logits, dims=dims, attention=attention)
+
+
+#: The attention core's batched GEMMs (the rest of a layer's are its linear layers').
+CORE_GEMMS = frozenset({"attn_scores", "attn_values"})
+
+
+def _layer_gemms(model: ModelSpec, parallel: ParallelSpec | None = None, *, layer_kind: str | None = None,
+                 logits: bool = False, dims: dict[str, int] | None = None, attention: str = "flash",
+                 core: bool = True) -> tuple[Gemm, ...]:
+    """:func:`layer_gemms`; ``core=False`` leaves out the attention core's GEMMs (those a fused kernel runs, which
+    the compute model times as that kernel)."""
     if attention not in ATTENTION:
         raise ConfigError("attention", attention, f"valid: {', '.join(ATTENTION)}")
     par = parallel or ParallelSpec()
@@ -290,6 +302,8 @@ def layer_gemms(model: ModelSpec, parallel: ParallelSpec | None = None, *, layer
     if kind == "moe" and not model.is_moe:
         raise ConfigError("layer_kind", kind, f"{model.name} has no MoE layers")
     for name, part, batch_kind, count, m, n, k in _forward_specs(model, kind):
+        if not core and name in CORE_GEMMS:
+            continue
         batch = heads_batch if batch_kind == "heads" else 1
         num = model.num_experts // par.ep if count == -1 else count
         for pass_, d3 in _backward(m, n, k).items():
@@ -394,47 +408,16 @@ def gemm_timing(gpu: GpuSpec, m: Any, n: Any, k: Any, batch: Any = 1, *, dtype: 
     docstring (point 2) for the model and a worked example.
     """
     m, n, k, batch = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (m, n, k, batch)))
-    if np.any(m < 1) or np.any(n < 1) or np.any(k < 1) or np.any(batch < 1):
-        raise ConfigError("gemm", (m.tolist(), n.tolist(), k.tolist()), "GEMM dimensions must be positive")
-    elem = dtype_bytes(dtype)
-    peak = gpu.peak_flops_for(dtype)
-    flop = 2.0 * m * n * k * batch
-    align = alignment_factor(gpu, elem, m, n, k)
-    legacy = legacy_kernel(gpu, elem, m, n, k)
-    # the older kernel: its own per-SM rate, and never persistent
-    align = np.where(legacy, align * gpu.legacy_gemm_fraction, align)
-    persistent = gpu.persistent_gemm & ~legacy
-    slots = gpu.num_sms * gpu.ctas_per_sm
-    rate_per_slot = peak * gpu.achievable_fraction_for(dtype) / slots  # FLOP/s of one CTA on the best tile, aligned
-    bandwidth = gpu.streaming_bandwidth_bytes_per_s
     io = (m * k + k * n + m * n) if io_elements is None else np.broadcast_to(np.asarray(io_elements, dtype=np.int64), m.shape)
+    shape = m.shape
+    pick = _pick(gpu, np.stack([m.ravel(), n.ravel(), k.ravel(), batch.ravel(), io.ravel()]), dtype)
+    i = pick.index.reshape(shape)
+    elem, peak, slots, k_step = pick.elem_bytes, pick.peak_flops, pick.slots, pick.k_step
+    best_t, comp, t_mem = pick.time_s.reshape(shape), pick.compute_time_s.reshape(shape), pick.memory_time_s.reshape(shape)
+    flop = 2.0 * m * n * k * batch
     operand_bytes = elem * batch * io
-    t_mem = operand_bytes / bandwidth
-    k_step = k_step_elements(gpu, elem)
-
-    # every (tile, split-K) candidate on a last axis, in the order cuBLAS's heuristics are read here (tiles outer,
-    # splits inner): the first fastest allowed candidate is the one picked
-    tm, tn, thr, split = _candidates(gpu)
-    M, N, K, Bt = m[..., None], n[..., None], k[..., None], batch[..., None]
-    tiles_m, tiles_n = _ceil_div(M, tm), _ceil_div(N, tn)
-    tiles = tiles_m * tiles_n * Bt
-    k_split = _ceil_div(K, split)
-    k_steps = _ceil_div(k_split, k_step)
-    allowed = (split == 1) | ((tiles < slots) & (k_split >= 2 * k_step))
-    ctas = tiles * split
-    waves = _ceil_div(ctas, slots)
-    t_step = 2.0 * tm * tn * k_step / (rate_per_slot * thr * align[..., None])
-    # one CTA per tile fills its pipeline and writes its tile alone; a persistent kernel's CTA fills once and hides
-    # all but epilogue_steps of each tile's epilogue under the next tile's main loop
-    t_comp = np.where(persistent[..., None], (waves * (k_steps + gpu.epilogue_steps) + gpu.cta_fill_steps) * t_step,
-                      waves * (k_steps + gpu.cta_fill_steps) * t_step)
-    # split-K: every split writes fp32 partial tiles that a reduction reads back and sums
-    t_reduce = np.where(split == 1, 0.0, 4.0 * Bt * M * N * (split + 1) / bandwidth)
-    t = np.maximum(t_comp, t_mem[..., None]) + t_reduce + gpu.kernel_overhead_s
-    i = np.argmin(np.where(allowed, t, np.inf), axis=-1)  # the picked candidate of each GEMM
-    best_t = np.take_along_axis(t, i[..., None], axis=-1)[..., 0]
-    comp = np.take_along_axis(t_comp, i[..., None], axis=-1)[..., 0]
     # the picked candidate's own numbers, recomputed from its tile and split (cheaper than picking each array)
+    tm, tn, thr, split = pick.candidates
     ptm, ptn, pthr, psplit = tm[i], tn[i], thr[i], split[i]
     p_tiles_m, p_tiles_n = _ceil_div(m, ptm), _ceil_div(n, ptn)
     p_tiles = p_tiles_m * p_tiles_n * batch
@@ -444,15 +427,91 @@ def gemm_timing(gpu: GpuSpec, m: Any, n: Any, k: Any, batch: Any = 1, *, dtype: 
         time_s=best_t, compute_time_s=comp, memory_time_s=t_mem, flop=flop, efficiency=flop / (best_t * peak),
         tile_m=ptm, tile_n=ptn, split_k=psplit, num_tiles=p_tiles, num_waves=p_waves,
         tile_efficiency=(m * n) / (p_tiles_m * ptm * p_tiles_n * ptn), wave_efficiency=p_tiles * psplit / (p_waves * slots),
-        k_efficiency=k / (psplit * p_ksteps * k_step), tile_throughput=pthr, alignment_factor=align,
-        arithmetic_intensity=flop / operand_bytes, memory_bound=t_mem > comp, peak_flops=peak)
+        k_efficiency=k / (psplit * p_ksteps * k_step), tile_throughput=pthr,
+        alignment_factor=pick.alignment_factor.reshape(shape), arithmetic_intensity=flop / operand_bytes,
+        memory_bound=t_mem > comp, peak_flops=peak)
+
+
+@dataclass(frozen=True, slots=True)
+class _Picked:
+    """What :func:`_pick` found for a flat list of GEMMs (one entry each) and the constants it used."""
+
+    time_s: np.ndarray
+    compute_time_s: np.ndarray
+    memory_time_s: np.ndarray
+    index: np.ndarray
+    """The picked candidate of each GEMM (into ``candidates``)."""
+    alignment_factor: np.ndarray
+    candidates: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    elem_bytes: int
+    peak_flops: float
+    slots: int
+    k_step: int
+
+
+def _pick(gpu: GpuSpec, shapes: np.ndarray, dtype: str) -> _Picked:
+    """The tile/wave model of :func:`gemm_timing` for the GEMMs of ``shapes`` ((5, n) int64: M, N, K, batch and the
+    elements each GEMM of the batch moves): the time of the fastest allowed candidate kernel of each, with as few
+    numpy calls as the model allows (its per-GEMM cost is the calls', not the arithmetic's)."""
+    if shapes.shape[1] and shapes[:4].min() < 1:
+        m, n, k = shapes[0], shapes[1], shapes[2]
+        raise ConfigError("gemm", (m.tolist(), n.tolist(), k.tolist()), "GEMM dimensions must be positive")
+    elem = dtype_bytes(dtype)
+    peak = gpu.peak_flops_for(dtype)
+    m, n, k, batch, io = shapes
+    size_bytes = shapes[:3] * elem  # (3, n): M, N, K in bytes
+    align = np.where((size_bytes % gpu.alignment_optimal_bytes).any(axis=0),
+                     np.where((size_bytes % gpu.alignment_required_bytes).any(axis=0), gpu.unaligned_factor,
+                              gpu.partial_alignment_factor), 1.0)
+    persistent: Any = gpu.persistent_gemm  # (a bool for every GEMM, or an (n, 1) array)
+    if gpu.tma_alignment_bytes:
+        # the older kernel where TMA cannot run (legacy_kernel): its own per-SM rate, and never persistent
+        legacy = np.asarray((size_bytes % gpu.tma_alignment_bytes).any(axis=0))
+        align = np.where(legacy, align * gpu.legacy_gemm_fraction, align)
+        persistent = persistent and (~legacy)[:, None]
+    slots = gpu.num_sms * gpu.ctas_per_sm
+    rate_per_slot = peak * gpu.achievable_fraction_for(dtype) / slots  # FLOP/s of one CTA on the best tile, aligned
+    bandwidth = gpu.streaming_bandwidth_bytes_per_s
+    t_mem = elem * batch * io / bandwidth
+    k_step = k_step_elements(gpu, elem)
+
+    # every (tile, split-K) candidate on a last axis, in the order cuBLAS's heuristics are read here (tiles outer,
+    # splits inner): the first fastest allowed candidate is the one picked. The counts are integers held in float64,
+    # the ceilings taken of float quotients (cheaper than integer division): exact while the integers stay below 2^52
+    # (a quotient of such integers that is not whole lies at least 1/b from every integer, beyond its rounding)
+    candidates = tm, tn, thr, split = _candidates(gpu)
+    M, N, K, Bt = m[:, None], n[:, None], k[:, None], batch[:, None]
+    tiles = np.ceil(M / tm) * np.ceil(N / tn) * Bt
+    k_split = np.ceil(K / split)
+    k_steps = np.ceil(k_split / k_step)
+    unsplit = split == 1
+    allowed = unsplit | ((tiles < slots) & (k_split >= 2 * k_step))
+    waves = np.ceil(tiles * split / slots)
+    t_step = 2.0 * tm * tn * k_step / (rate_per_slot * thr * align[:, None])
+    # one CTA per tile fills its pipeline and writes its tile alone; a persistent kernel's CTA fills once and hides
+    # all but epilogue_steps of each tile's epilogue under the next tile's main loop
+    if persistent is False:
+        t_comp = waves * (k_steps + gpu.cta_fill_steps) * t_step
+    elif persistent is True:
+        t_comp = (waves * (k_steps + gpu.epilogue_steps) + gpu.cta_fill_steps) * t_step
+    else:
+        t_comp = np.where(persistent, (waves * (k_steps + gpu.epilogue_steps) + gpu.cta_fill_steps) * t_step,
+                          waves * (k_steps + gpu.cta_fill_steps) * t_step)
+    # split-K: every split writes fp32 partial tiles that a reduction reads back and sums
+    t_reduce = np.where(unsplit, 0.0, 4.0 * Bt * M * N * (split + 1) / bandwidth)
+    t = np.maximum(t_comp, t_mem[:, None]) + t_reduce + gpu.kernel_overhead_s
+    i = np.argmin(np.where(allowed, t, np.inf), axis=-1)  # the picked candidate of each GEMM
+    rows = np.arange(len(i))
+    return _Picked(time_s=t[rows, i], compute_time_s=t_comp[rows, i], memory_time_s=t_mem, index=i,
+                   alignment_factor=align, candidates=candidates, elem_bytes=elem, peak_flops=peak, slots=slots,
+                   k_step=k_step)
 
 
 def _candidates(gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(tile_m, tile_n, relative throughput, split-K) of every candidate kernel of ``gpu``, tiles outer."""
-    pairs = [(t, thr, sk) for t, thr in zip(gpu.tile_sizes, gpu.tile_throughputs) for sk in gpu.split_k]
-    return (np.array([t[0] for t, _, _ in pairs], dtype=np.int64), np.array([t[1] for t, _, _ in pairs], dtype=np.int64),
-            np.array([thr for _, thr, _ in pairs], dtype=float), np.array([sk for _, _, sk in pairs], dtype=np.int64))
+    ints = np.array([(t[0], t[1], sk) for t in gpu.tile_sizes for sk in gpu.split_k], dtype=np.int64).T
+    thr = np.repeat(np.array(gpu.tile_throughputs, dtype=float), len(gpu.split_k))
+    return ints[0], ints[1], thr, ints[2]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -531,28 +590,44 @@ def time_gemms(gemms: Sequence[tuple[Gemm, int]], gpu: GpuSpec, dtype: str) -> t
 class GemmTimer:
     """:func:`time_gemms` for many calls on one GPU: the shapes announced with :meth:`prefetch` are timed together
     in one :func:`gemm_timing` call per dtype (each GEMM's time depends on its own shape only, so the results are
-    those of :func:`time_gemms`). :mod:`commscope.estimate.many` times the layers of thousands of configurations so."""
+    those of :func:`time_gemms`). :func:`commscope.estimate.compute.model.stage_compute` times every GEMM of a
+    configuration so, and :mod:`commscope.estimate.many` the layers of thousands of configurations."""
 
     def __init__(self, gpu: GpuSpec) -> None:
         self.gpu = gpu
-        self._pending: dict[str, set[tuple[int, int, int, int, int]]] = {}
-        self._timed: dict[str, tuple[GemmTiming, dict[tuple[int, int, int, int, int], int]]] = {}
+        self._pending: dict[str, dict[tuple[int, int, int, int, int], None]] = {}
+        self._index: dict[str, dict[tuple[int, int, int, int, int], int]] = {}
+        self._times: dict[str, list[float]] = {}
+        self._timing: dict[str, GemmTiming] = {}
 
     def prefetch(self, gemms: Sequence[Gemm], dtype: str) -> None:
-        self._pending.setdefault(dtype, set()).update(_shape_key(g) for g in gemms)
+        self._pending.setdefault(dtype, {}).update(dict.fromkeys(map(_shape_key, gemms)))
 
-    def _flush(self, dtype: str) -> None:
-        keys = sorted(self._pending.pop(dtype, set()) | set(self._timed.get(dtype, (None, {}))[1]))
-        self._timed[dtype] = (_timing(keys, self.gpu, dtype), {k: i for i, k in enumerate(keys)})
+    def _ready(self, gemms: Sequence[Gemm], dtype: str) -> tuple[list[tuple[int, int, int, int, int]], dict[tuple[int, int, int, int, int], int]]:
+        """The shape keys of ``gemms`` and the index of every timed key, timing what is pending first."""
+        keys = [_shape_key(g) for g in gemms]
+        index = self._index.get(dtype, {})
+        if self._pending.get(dtype) or any(k not in index for k in keys):
+            self.prefetch(gemms, dtype)
+            index = {k: i for i, k in enumerate({**dict.fromkeys(index), **self._pending.pop(dtype)})}
+            shapes = np.array(list(index), dtype=np.int64).reshape(-1, 5).T
+            self._index[dtype], self._times[dtype] = index, _pick(self.gpu, shapes, dtype).time_s.tolist()
+            self._timing.pop(dtype, None)
+        return keys, index
+
+    def times_s(self, gemms: Sequence[Gemm], dtype: str) -> list[float]:
+        """``time_s`` of :func:`time_gemms`'s result of each GEMM (its ``count`` calls), without the results."""
+        if not gemms:
+            return []
+        keys, index = self._ready(gemms, dtype)
+        times = self._times[dtype]
+        return [times[index[k]] * g.count for k, g in zip(keys, gemms)]
 
     def __call__(self, gemms: Sequence[tuple[Gemm, int]], gpu: GpuSpec, dtype: str) -> tuple[GemmResult, ...]:
         if not gemms:
             return ()
         assert gpu is self.gpu
-        keys = [_shape_key(g) for g, _ in gemms]
-        index = self._timed.get(dtype, (None, {}))[1]
-        if self._pending.get(dtype) or any(k not in index for k in keys):
-            self.prefetch([g for g, _ in gemms], dtype)
-            self._flush(dtype)
-        timing, index = self._timed[dtype]
-        return _results(gemms, timing, [index[k] for k in keys])
+        keys, index = self._ready([g for g, _ in gemms], dtype)
+        if dtype not in self._timing:
+            self._timing[dtype] = _timing(list(index), self.gpu, dtype)
+        return _results(gemms, self._timing[dtype], [index[k] for k in keys])

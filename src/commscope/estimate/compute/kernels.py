@@ -246,13 +246,15 @@ def grad_accumulation_note(model: ModelSpec, parallel: ParallelSpec) -> str | No
             f"{'once' if m == 1 else f'{m} times'} per iteration")
 
 
-def optimizer_step_time_s(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, dense_params: int,
-                          expert_params: int) -> float:
-    """Time of one Adam step on a rank holding ``dense_params`` and ``expert_params`` (see the module docstring)."""
+def optimizer_step_time_s(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, dense_params: Any,
+                          expert_params: Any) -> Any:
+    """Time of one Adam step on a rank holding ``dense_params`` and ``expert_params`` (see the module docstring): a
+    float, or an array of one per stage where the parameter counts are arrays."""
     shards = parallel.shards_optimizer or parallel.framework == "torch-fsdp2"
-    return float(adam_step_time_s(model, gpu, dense_params=dense_params, expert_params=expert_params,
-                            dense_shard=parallel.dp * parallel.cp if shards else 1,
-                            expert_shard=parallel.expert_dp if shards else 1))
+    out = adam_step_time_s(model, gpu, dense_params=dense_params, expert_params=expert_params,
+                           dense_shard=parallel.dp * parallel.cp if shards else 1,
+                           expert_shard=parallel.expert_dp if shards else 1)
+    return out if hasattr(out, "shape") and out.shape else float(out)
 
 
 def adam_step_time_s(model: ModelSpec, gpu: GpuSpec, *, dense_params: Any, expert_params: Any, dense_shard: Any,

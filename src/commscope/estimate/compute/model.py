@@ -21,7 +21,7 @@ parallel ring (:mod:`commscope.estimate`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,7 +29,7 @@ import numpy as np
 
 from commscope.estimate.compute.attention import BACKWARD_RATIO
 from commscope.estimate.compute.effects import launch_gap_s, layer_kernel_count, overlap_chunks
-from commscope.estimate.compute.gemm import Gemm, GemmResult, layer_gemms, time_gemms
+from commscope.estimate.compute.gemm import CORE_GEMMS, Gemm, GemmTimer, _layer_gemms, layer_dims, layer_gemms
 from commscope.estimate.compute.kernels import (
     HALF_DTYPES,
     attention_kernel_for,
@@ -48,12 +48,12 @@ from commscope.errors import ConfigError
 from commscope.estimate.gpus import GpuSpec
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
-from commscope.spec.params import stage_params
-from commscope.pattern.workload.stages import virtual_stage_layers
+from commscope.spec.params import layer_params, stage_params
+from commscope.pattern.workload.stages import pipeline_split
+from commscope.estimate.stage_structure import _moe_before
 
 __all__ = ["StageCompute", "stage_compute", "timed_attention"]
 
-_CORE = frozenset({"attn_scores", "attn_values"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,11 +143,22 @@ class _Kind:
     def bwd(self) -> float:
         return self.lin_bwd + self.att_bwd + self.mem_bwd + self.recompute + self.gaps_bwd
 
+    def row(self) -> tuple[float, ...]:
+        """One layer's share of each per-stage array of :data:`ROW_FIELDS`, in that order."""
+        return (self.fwd, self.bwd, self.recompute, self.lin_fwd + self.lin_bwd, self.att_fwd + self.att_bwd,
+                self.mem_fwd + self.mem_bwd, self.lin_fwd, self.lin_bwd + self.recompute_linear, self.flop, self.lin_flop,
+                self.lin_time, self.clock, self.chunks, self.gaps_fwd + self.gaps_bwd)
 
-def _by_pass(results: tuple[GemmResult, ...]) -> dict[str, float]:
+
+#: The per-stage arrays a layer adds to (:meth:`_Kind.row`), in the order of its entries.
+ROW_FIELDS = ("fwd", "bwd", "rec", "gemm", "att", "mem", "lin_f", "lin_b", "flop", "lin_flop", "lin_time", "clock",
+              "chunks", "gaps")
+
+
+def _by_pass(gemms: Sequence[Gemm], times_s: Sequence[float]) -> dict[str, float]:
     out = {"fwd": 0.0, "dgrad": 0.0, "wgrad": 0.0}
-    for r in results:
-        out[r.gemm.pass_] += r.time_s
+    for g, t in zip(gemms, times_s):
+        out[g.pass_] += t
     return out
 
 
@@ -160,49 +171,96 @@ def _chunked(g: Gemm, parallel: ParallelSpec) -> Gemm:
     return replace(g, m=m, count=g.count * n, io_elements=m * g.k + g.k * g.n + m * g.n)
 
 
-def logits_times(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
-                 timer: Callable[..., Any] = time_gemms, gemms: tuple[Gemm, ...] | None = None) -> dict[str, float]:
+def logits_times(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, timer: GemmTimer | None = None,
+                 gemms: tuple[Gemm, ...] | None = None) -> dict[str, float]:
     """Seconds of the output layer's GEMMs per pass (fwd, dgrad, wgrad), at the sustained clock (``gemms``: the
-    output layer's, where the caller has them)."""
+    output layer's, where the caller has them; ``timer``: the caller's, where it has announced them to one)."""
     if gemms is None:
         gemms = layer_gemms(model, parallel, logits=True)
-    out = _by_pass(timer(tuple((g, 1) for g in gemms), gpu, model.dtype))
+    out = _by_pass(gemms, (timer or GemmTimer(gpu)).times_s(gemms, model.dtype))
     return {k: v * gpu.clock_factor for k, v in out.items()}
 
 
-def _kind(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, timer: Callable[..., Any] = time_gemms) -> _Kind:
-    """One layer of ``kind``; ``timer`` times GEMMs (:func:`time_gemms`, or a :class:`GemmTimer`)."""
-    return _kinds(model, parallel, gpu, kind, timer, (parallel.recompute,))[parallel.recompute]
+@dataclass(frozen=True, slots=True)
+class _LayerPlan:
+    """The GEMMs of one layer of one kind by how they are timed."""
+
+    linear: tuple[Gemm, ...]
+    """The linear GEMMs, those in ``lin_dtype`` first (all but the router), then the router's in the model's."""
+    num_lin_dtype: int
+    pieces: tuple[Gemm, ...] | None
+    """The first ``num_lin_dtype`` as Transformer Engine's overlap cuts them (None where it cuts none)."""
+    core: tuple[Gemm, ...]
+    """The attention core's batched GEMMs (unfused attention only)."""
+    lin_dtype: str
+    num_fwd: int
+    """GEMM calls of the layer's forward."""
+
+    def prefetch(self, timer: GemmTimer, dtype: str) -> None:
+        """Announce every GEMM of the plan to ``timer`` (``dtype``: the model's)."""
+        timer.prefetch(self.linear[:self.num_lin_dtype] + (self.pieces or ()), self.lin_dtype)
+        timer.prefetch(self.linear[self.num_lin_dtype:] + self.core, dtype)
 
 
-def _kinds(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, timer: Callable[..., Any],
-           recomputes: tuple[str, ...], gemms: tuple[Gemm, ...] | None = None) -> dict[str, _Kind]:
-    """One layer of ``kind`` under each recomputation of ``recomputes`` (``parallel.recompute`` aside, what a layer
-    costs does not depend on it: worked out once); ``gemms``: the layer's GEMMs, where the caller has them."""
-    if gemms is None:
-        gemms = layer_gemms(model, parallel, layer_kind=kind, attention=parallel.attention)
-    linear = tuple(g for g in gemms if g.name not in _CORE)
-    core = tuple(g for g in gemms if g.name in _CORE) if parallel.attention == "unfused" else ()
-    lin_dtype = linear_gemm_dtype(model, parallel)
+def _layer_plan(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, gemms: tuple[Gemm, ...]) -> _LayerPlan:
+    """How the GEMMs ``gemms`` of one layer are timed (see :class:`_LayerPlan`)."""
+    linear = tuple(g for g in gemms if g.name not in CORE_GEMMS)
+    core = tuple(g for g in gemms if g.name in CORE_GEMMS) if parallel.attention == "unfused" else ()
     if parallel.fp8_format is not None and "fp8" not in gpu.peak_flops:
         raise ConfigError("fp8_format", parallel.fp8_format,
                           f"GPU {gpu.name!r} has no FP8 tensor cores (FP8 needs Hopper or Ada, sm_89+); it has "
                           f"{', '.join(sorted(gpu.peak_flops))}: drop --fp8-format")
-    fp8 = tuple((g, 1) for g in linear if g.name != "router")
-    plain = tuple((g, 1) for g in linear if g.name == "router")
-    whole = timer(fp8, gpu, lin_dtype) + timer(plain, gpu, model.dtype)
-    pieces = tuple((_chunked(g, parallel), 1) for g, _ in fp8)
-    if any(g is not c for (g, _), (c, _) in zip(fp8, pieces)):
+    fp8 = tuple(g for g in linear if g.name != "router")
+    pieces = tuple(_chunked(g, parallel) for g in fp8)
+    return _LayerPlan(linear=fp8 + tuple(g for g in linear if g.name == "router"), num_lin_dtype=len(fp8),
+                      pieces=pieces if any(g is not c for g, c in zip(fp8, pieces)) else None, core=core,
+                      lin_dtype=linear_gemm_dtype(model, parallel),
+                      num_fwd=sum(g.count for g in linear + core if g.pass_ == "fwd"))
+
+
+def job_gemms(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
+              timer: GemmTimer) -> tuple[dict[str, _LayerPlan], tuple[Gemm, ...]]:
+    """The GEMMs of one layer of each kind the model has (dense, moe) as they are timed, and the output layer's,
+    all announced to ``timer`` (so that one call per dtype times them)."""
+    plans = {}
+    dims = layer_dims(model, tp=parallel.tp, cp=parallel.cp, ep=parallel.ep, micro_batch_size=parallel.micro_batch_size)
+    for kind, present in (("dense", model.num_layers > model.num_moe_layers), ("moe", model.is_moe)):
+        if present:
+            plans[kind] = plan = _layer_plan(model, parallel, gpu, _layer_gemms(
+                model, parallel, layer_kind=kind, dims=dims, attention=parallel.attention,
+                core=parallel.attention == "unfused"))
+            plan.prefetch(timer, model.dtype)
+    logits_gemms = _layer_gemms(model, parallel, logits=True, dims=dims)
+    timer.prefetch(logits_gemms, model.dtype)
+    return plans, logits_gemms
+
+
+def _kind(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str) -> _Kind:
+    """One layer of ``kind``."""
+    return _kinds(model, parallel, gpu, kind, GemmTimer(gpu), (parallel.recompute,))[parallel.recompute]
+
+
+def _kinds(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, timer: GemmTimer,
+           recomputes: tuple[str, ...], plan: _LayerPlan | None = None) -> dict[str, _Kind]:
+    """One layer of ``kind`` under each recomputation of ``recomputes`` (``parallel.recompute`` aside, what a layer
+    costs does not depend on it: worked out once); ``plan``: the layer's GEMMs, where the caller has announced them
+    to ``timer``."""
+    if plan is None:
+        plan = _layer_plan(model, parallel, gpu, layer_gemms(model, parallel, layer_kind=kind,
+                                                             attention=parallel.attention))
+    linear, core, n_fp8, lin_dtype = plan.linear, plan.core, plan.num_lin_dtype, plan.lin_dtype
+    whole = timer.times_s(linear[:n_fp8], lin_dtype) + timer.times_s(linear[n_fp8:], model.dtype)
+    if plan.pieces is not None:
         # the pieces run on several streams (Transformer Engine's userbuffers), one piece's launch and ramp under
         # the previous one's tail: the fixed cost of a GEMM call is paid once per GEMM, not per piece
-        lin = tuple(replace(r, time_s=r.time_s - (r.gemm.count - g.count) * gpu.kernel_overhead_s)
-                    for r, (g, _) in zip(timer(pieces, gpu, lin_dtype), fp8)) + timer(plain, gpu, model.dtype)
+        lin = [t - (c.count - g.count) * gpu.kernel_overhead_s
+               for t, c, g in zip(timer.times_s(plan.pieces, lin_dtype), plan.pieces, linear)] + whole[n_fp8:]
     else:
         lin = whole
-    cor = timer(tuple((g, 1) for g in core), gpu, model.dtype)
+    cor = timer.times_s(core, model.dtype)
     k: LayerKernels = layer_kernels(model, parallel, gpu, moe=(kind == "moe"))
     clock = gpu.clock_factor
-    lp, cp_ = _by_pass(lin), _by_pass(cor)
+    lp, cp_ = _by_pass(linear, lin), _by_pass(core, cor)
     lp = {p: t * clock for p, t in lp.items()}
     flash = parallel.attention == "flash"
     # compute-bound at the sustained clock: the GEMMs and the fused kernel; unfused softmax/dropout are memory-bound
@@ -213,23 +271,23 @@ def _kinds(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, ti
     lin_fwd, lin_bwd = lp["fwd"], lp["dgrad"] + lp["wgrad"]
     fwd = lin_fwd + att_fwd + k.memory_fwd_s
     # host launch gaps: an eager framework's layer cannot run faster than its kernels are launched
-    n_fwd, n_bwd = layer_kernel_count(gemms=sum(g.count for g in linear + core if g.pass_ == "fwd"), attention_fused=flash,
+    n_fwd, n_bwd = layer_kernel_count(gemms=plan.num_fwd, attention_fused=flash,
                                       rope=model.position_embedding == "rope", gated=model.gated_mlp)
     gaps_fwd = float(launch_gap_s(n_fwd, fwd))
-    lin_flop = sum(r.gemm.flop for r in whole)
-    lin_whole = sum(r.time_s for r in whole)
-    lin_pieces = sum(r.time_s for r in lin)
+    lin_flop = sum(g.flop for g in linear)
+    lin_whole = sum(whole)
+    lin_pieces = sum(lin)
     out = {}
     for recomputation in recomputes:
         recompute_linear = 0.0
-        flop = lin_flop + sum(r.gemm.flop for r in cor) + (1 + BACKWARD_RATIO) * k.attention_flop
+        flop = lin_flop + sum(g.flop for g in core) + (1 + BACKWARD_RATIO) * k.attention_flop
         if recomputation == "full":
             recompute, recompute_linear = fwd + gaps_fwd, lin_fwd
-            recompute_compute = sum(r.time_s for r in lin if r.gemm.pass_ == "fwd") + att_compute_fwd
-            flop += sum(r.gemm.flop for r in whole + cor if r.gemm.pass_ == "fwd") + k.attention_flop
+            recompute_compute = sum(t for g, t in zip(linear, lin) if g.pass_ == "fwd") + att_compute_fwd
+            flop += sum(g.flop for g in linear + core if g.pass_ == "fwd") + k.attention_flop
         elif recomputation == "selective":
             recompute, recompute_compute = att_fwd, att_compute_fwd
-            flop += sum(r.gemm.flop for r in cor if r.gemm.pass_ == "fwd") + k.attention_flop
+            flop += sum(g.flop for g in core if g.pass_ == "fwd") + k.attention_flop
         else:
             recompute, recompute_compute = 0.0, 0.0
         bwd_kernels = lin_bwd + att_bwd + k.memory_bwd_s + recompute
@@ -297,88 +355,112 @@ def compute_efficiency(parallel: ParallelSpec, cluster_efficiency: float = 1.0) 
 TIME_ARRAYS = ("fwd", "bwd", "rec", "gemm", "att", "mem", "lin_f", "lin_b", "opt", "clock", "chunks", "gaps")
 
 
-def apply_efficiency(arrays: dict[str, np.ndarray], efficiency: float) -> None:
-    """Scale every time array of a stage-compute dict by 1 / ``efficiency`` in place, and record what that adds
-    as ``stack`` (per micro-batch, the optimizer step's share apart in ``stack_opt``)."""
+def stage_arrays(gpu: GpuSpec, *, dense: np.ndarray, moe: np.ndarray | None, dense_layers: np.ndarray,
+                 moe_layers: np.ndarray, extra_bytes: np.ndarray, logits: np.ndarray, logits_flop: np.ndarray,
+                 params: np.ndarray, accumulation_bytes: np.ndarray, optimizer_s: np.ndarray,
+                 efficiency: np.ndarray) -> dict[str, np.ndarray]:
+    """The per-stage arrays of :class:`StageCompute` of ``n`` configurations with ``p`` stages each, (n, p) each
+    (the optimizer step per iteration, the rest per micro-batch). One function for one configuration
+    (:func:`stage_compute`) and many (:mod:`commscope.estimate.many`), so that both sum in one order.
+
+    ``dense``, ``moe``: (n, :data:`ROW_FIELDS`) one layer of each kind (:meth:`_Kind.row`; ``moe`` None for a dense
+    model); ``dense_layers``, ``moe_layers``: (n, p) layers of each kind per stage; ``extra_bytes``: (n, 4, 2)
+    memory-bound (forward, backward) bytes of the first stage's ends, a middle stage's, the last's, and the one stage
+    of pp 1 (:func:`commscope.estimate.compute.kernels.stage_extra_bytes`); ``logits``: (n, 3) the output layer's
+    GEMMs' forward, dgrad, wgrad; ``logits_flop``: (n,); ``params``: (n, p) parameters of a rank of each stage;
+    ``accumulation_bytes``: (n, 1) bytes per parameter of adding a micro-batch's weight gradients; ``optimizer_s``:
+    (n, p); ``efficiency``: (n, 1) the compute efficiency (:func:`compute_efficiency`).
+    """
+    p = dense_layers.shape[1]
+    # (fields, n, p): every quantity of a layer times the layers of its kind on each stage, at once
+    per_stage = dense.T[:, :, None] * dense_layers[None]
+    if moe is not None:
+        per_stage = per_stage + moe.T[:, :, None] * moe_layers[None]
+    c = dict(zip(ROW_FIELDS, per_stage))
+    last = (np.arange(p) == p - 1)[None, :]
+    bw = gpu.streaming_bandwidth_bytes_per_s
+    # (n, p, 2): the first stage's ends, a middle stage's, the last's; with pp 1 the one stage is first and last
+    ext = extra_bytes[:, [3] if p == 1 else np.where(np.arange(p) == 0, 0, np.where(last[0], 2, 1))]
+    ext_fwd, ext_bwd = ext[:, :, 0] / bw, ext[:, :, 1] / bw
+    lg = logits
+    all_logits = lg[:, 0:1] + lg[:, 1:2] + lg[:, 2:3]
+    c["fwd"] = c["fwd"] + ext_fwd + last * lg[:, 0:1]
+    c["bwd"] = c["bwd"] + ext_bwd + last * (lg[:, 1:2] + lg[:, 2:3])
+    c["mem"] = c["mem"] + (ext[:, :, 0] + ext[:, :, 1]) / bw
+    c["gemm"] = c["gemm"] + last * all_logits
+    c["clock"] = c["clock"] + last * all_logits * (1.0 - 1.0 / gpu.clock_factor)
+    c["flop"] = c["flop"] + last * logits_flop[:, None]
+    # without gradient accumulation fusion, each micro-batch's backward adds its weight gradients into the
+    # accumulated ones (kernels.grad_accumulation_bytes_per_param)
+    accumulate = params * accumulation_bytes / bw
+    c["bwd"] = c["bwd"] + accumulate
+    c["mem"] = c["mem"] + accumulate
+    c["opt"] = optimizer_s
+    # the stack's and the cluster's compute efficiency (apply_efficiency), per configuration
     scale = 1.0 / efficiency
-    arrays["stack"] = (arrays["fwd"] + arrays["bwd"]) * (scale - 1.0)
-    arrays["stack_opt"] = arrays["opt"] * (scale - 1.0)
-    if efficiency != 1.0:
+    c["stack"] = (c["fwd"] + c["bwd"]) * (scale - 1.0)
+    c["stack_opt"] = c["opt"] * (scale - 1.0)
+    if (efficiency != 1.0).any():
         for key in TIME_ARRAYS:
-            arrays[key] = arrays[key] * scale
+            c[key] = c[key] * scale
+    return c
 
 
-def _stage_row(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kinds: dict[str, _Kind],
-               chunks: list[range], moe_counts: tuple[int, ...], *, first: bool, last: bool,
-               logits: dict[str, float], logits_flop: float, accumulation_bytes: int) -> dict[str, float]:
-    """One stage's entries of :func:`stage_compute`'s arrays, per micro-batch (the optimizer step per iteration)."""
-    bandwidth = gpu.streaming_bandwidth_bytes_per_s
-    row = dict.fromkeys(("fwd", "bwd", "rec", "gemm", "att", "mem", "lin_f", "lin_b", "opt", "flop", "lin_flop",
-                         "lin_time", "clock", "chunks", "gaps"), 0.0)
-    num_moe = sum(moe_counts)
-    counts = {"moe": num_moe, "dense": sum(len(chunk) for chunk in chunks) - num_moe}
-    for kind, k in kinds.items():
-        n = counts[kind]
-        for key, value in (("fwd", k.fwd), ("bwd", k.bwd), ("rec", k.recompute), ("gemm", k.lin_fwd + k.lin_bwd),
-                           ("att", k.att_fwd + k.att_bwd), ("mem", k.mem_fwd + k.mem_bwd), ("lin_f", k.lin_fwd),
-                           ("lin_b", k.lin_bwd + k.recompute_linear), ("flop", k.flop), ("lin_flop", k.lin_flop),
-                           ("lin_time", k.lin_time), ("clock", k.clock), ("chunks", k.chunks),
-                           ("gaps", k.gaps_fwd + k.gaps_bwd)):
-            row[key] += n * value
-    extra_fwd, extra_bwd = stage_extra_bytes(model, parallel, first=first, last=last)
-    row["fwd"] += extra_fwd / bandwidth
-    row["bwd"] += extra_bwd / bandwidth
-    row["mem"] += (extra_fwd + extra_bwd) / bandwidth
-    if last:
-        row["fwd"] += logits["fwd"]
-        row["bwd"] += logits["dgrad"] + logits["wgrad"]
-        row["gemm"] += logits["fwd"] + logits["dgrad"] + logits["wgrad"]
-        row["clock"] += sum(logits.values()) * (1.0 - 1.0 / gpu.clock_factor)
-        row["flop"] += logits_flop
-    params = [stage_params(model, chunk, tp=parallel.tp, ep=parallel.ep, first=first and i == 0,
-                           last=last and i == len(chunks) - 1) for i, chunk in enumerate(chunks)]
-    dense_params, expert_params = sum(s.dense for s in params), sum(s.expert for s in params)
-    row["opt"] = optimizer_step_time_s(model, parallel, gpu, dense_params=dense_params, expert_params=expert_params)
-    accumulate = (dense_params + expert_params) * accumulation_bytes / bandwidth
-    row["bwd"] += accumulate
-    row["mem"] += accumulate
-    return row
+def _stage_layers(model: ModelSpec, parallel: ParallelSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(dense layers, MoE layers, dense parameters, expert parameters) of a rank of each stage, (pp,) each, without a
+    loop over stages or layers: every layer of one kind has the same parameters; the first stage's first chunk
+    adds the embedding, the last stage's last chunk the final norm and output layer (:func:`stage_params`)."""
+    p, v, tp, ep = parallel.pp, parallel.virtual_pipeline_size, parallel.tp, parallel.ep
+    sizes = np.array(pipeline_split(model, parallel), dtype=np.int64)  # virtual stage k = chunk x pp + stage
+    if model.is_moe:
+        ends = np.cumsum(sizes)
+        moe = (_moe_before(model, ends) - _moe_before(model, ends - sizes)).reshape(v, p).sum(axis=0)
+    else:
+        moe = np.zeros(p, dtype=np.int64)
+    dense = (sizes if v == 1 else sizes.reshape(v, p).sum(axis=0)) - moe
+    per_layer = {}
+    for kind, index in (("dense", 1 if model.is_moe and model.first_k_dense_layers == 0 else 0),
+                        ("moe", model.first_k_dense_layers)):
+        lp = layer_params(model, index, tp=tp, ep=ep) if kind == "dense" or model.is_moe else None
+        per_layer[kind] = (lp.tp_sharded // tp + lp.replicated, lp.expert // (ep * tp)) if lp else (0, 0)
+    end_params = np.zeros(p, dtype=np.int64)
+    if p == 1 and v == 1:
+        end_params[0] = stage_params(model, range(0), tp=tp, ep=ep, first=True, last=True).dense
+    else:
+        end_params[0] += stage_params(model, range(0), tp=tp, ep=ep, first=True, last=False).dense
+        end_params[p - 1] += stage_params(model, range(0), tp=tp, ep=ep, first=False, last=True).dense
+    return (dense, moe, end_params + dense * per_layer["dense"][0] + moe * per_layer["moe"][0],
+            moe * per_layer["moe"][1])
 
 
 def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, efficiency: float = 1.0) -> StageCompute:
     """Per-stage compute of ``model`` under ``parallel`` on ``gpu`` (see the module docstring); ``efficiency``
-    is the cluster's own compute efficiency (the stack's is read from ``parallel.stack``)."""
+    is the cluster's own compute efficiency (the stack's is read from ``parallel.stack``). Its cost does not grow
+    with the stages or the layers: one layer of each kind is worked out, and the stages are arrays of layer counts."""
     parallel, attention_notes = timed_attention(model, parallel, gpu)
     notes = list(attention_notes)
-    p = parallel.pp
-    kinds = {"dense": _kind(model, parallel, gpu, "dense")} if model.num_layers > model.num_moe_layers else {}
-    if model.is_moe:
-        kinds["moe"] = _kind(model, parallel, gpu, "moe")
-    logits_gemms = layer_gemms(model, parallel, logits=True)
-    logits = logits_times(model, parallel, gpu)
-    logits_flop = sum(g.flop for g in logits_gemms)
+    timer = GemmTimer(gpu)  # every GEMM of the job timed in one call per dtype
+    plans, logits_gemms = job_gemms(model, parallel, gpu, timer)
+    rows = {kind: np.array([_kinds(model, parallel, gpu, kind, timer, (parallel.recompute,), plan)[parallel.recompute].row()])
+            for kind, plan in plans.items()}
+    logits = logits_times(model, parallel, gpu, timer, logits_gemms)
     accumulation_bytes = grad_accumulation_bytes_per_param(model, parallel)
     accumulation_note = grad_accumulation_note(model, parallel)
     if accumulation_note:
         notes.append(accumulation_note)
-    arrays = {key: np.zeros(p) for key in ("fwd", "bwd", "rec", "gemm", "att", "mem", "lin_f", "lin_b", "opt", "flop",
-                                           "lin_flop", "lin_time", "clock", "chunks", "gaps")}
-    rows: dict[tuple[Any, ...], dict[str, float]] = {}  # one row per distinct stage: the cost grows with them, not pp
-    virtual = virtual_stage_layers(model, parallel)  # (stage_layers would split the layers again for every stage)
-    for stage in range(p):
-        chunks = [virtual[chunk * p + stage] for chunk in range(parallel.virtual_pipeline_size)]
-        first, last = stage == 0, stage == p - 1
-        moe_counts = tuple(sum(1 for layer in chunk if model.is_moe_layer(layer)) for chunk in chunks) \
-            if model.is_moe else (0,) * len(chunks)
-        key = (tuple(len(c) for c in chunks), moe_counts, first, last)
-        row = rows.get(key)
-        if row is None:
-            row = rows[key] = _stage_row(model, parallel, gpu, kinds, chunks, moe_counts, first=first, last=last,
-                                         logits=logits, logits_flop=logits_flop, accumulation_bytes=accumulation_bytes)
-        for name, value in row.items():
-            arrays[name][stage] = value
+    dense_layers, moe_layers, dense_params, expert_params = _stage_layers(model, parallel)
     eff_total = compute_efficiency(parallel, efficiency)
-    apply_efficiency(arrays, eff_total)
+    arrays = {name: a[0] for name, a in stage_arrays(
+        gpu, dense=rows.get("dense", np.zeros((1, len(ROW_FIELDS)))), moe=rows.get("moe"),
+        dense_layers=dense_layers[None], moe_layers=moe_layers[None],
+        extra_bytes=np.array([[stage_extra_bytes(model, parallel, first=f, last=la)
+                               for f, la in ((True, False), (False, False), (False, True), (True, True))]]),
+        logits=np.array([[logits["fwd"], logits["dgrad"], logits["wgrad"]]]),
+        logits_flop=np.array([sum(g.flop for g in logits_gemms)]), params=(dense_params + expert_params)[None],
+        accumulation_bytes=np.array([[accumulation_bytes]], dtype=np.float64),
+        optimizer_s=optimizer_step_time_s(model, parallel, gpu, dense_params=dense_params,
+                                          expert_params=expert_params)[None],
+        efficiency=np.array([[eff_total]])).items()}
     crit = int(first_max(arrays["fwd"] + arrays["bwd"]))
     lin_dtype = linear_gemm_dtype(model, parallel)
     peak = gpu.peak_flops_for(lin_dtype)
