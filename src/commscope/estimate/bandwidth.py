@@ -108,7 +108,7 @@ class GroupSpan:
         starts = np.ones(nodes.shape, dtype=bool)
         starts[:, 1:] = nodes[:, 1:] != nodes[:, :-1]
         first = np.flatnonzero(starts.ravel())  # every row starts a run: runs never cross rows
-        runs = np.diff(np.append(first, starts.size))
+        runs = np.concatenate((first[1:], (starts.size,))) - first
         # each row's shortest run: the runs of row r are those from the one at column 0 of r on
         per_node = np.minimum.reduceat(runs, np.flatnonzero(first % n == 0))
         return starts.sum(axis=1), per_node

@@ -63,10 +63,9 @@ def _stage_spans(rows: np.ndarray, stage_of_row: np.ndarray, p: int, gpn: int) -
     :meth:`GroupSpan.slowest`'s order (crossing nodes first, then the fewest members on a node, then the most nodes),
     in one pass: each row's span is ranked by one integer and the smallest per stage kept. A stage without groups
     (or groups of one rank) gets n = 1, which times to 0 s."""
-    out = np.ones((3, p), dtype=np.int64)
     n = rows.shape[1]
     if rows.shape[0] == 0 or n < 2:
-        return out
+        return np.ones((3, p), dtype=np.int64)
     if n == 2:  # pairs (sends, the embedding sync): apart or on one node
         apart = rows[:, 0] // gpn != rows[:, 1] // gpn
         num_nodes, per_node = 1 + apart, 2 - apart
@@ -76,6 +75,7 @@ def _stage_spans(rows: np.ndarray, stage_of_row: np.ndarray, p: int, gpn: int) -
     if p == 1:  # one stage, which has the groups
         return np.array([[n], [1], [n]], dtype=np.int64) if inside else _slowest_column(num_nodes, per_node, n)
     present = np.bincount(stage_of_row, minlength=p) > 0
+    out = np.ones((3, p), dtype=np.int64)
     if inside:
         out[0], out[2] = np.where(present, n, 1), np.where(present, n, 1)
         return out
