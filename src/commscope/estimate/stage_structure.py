@@ -186,16 +186,40 @@ def _moe_before(model: ModelSpec, x: np.ndarray) -> np.ndarray:
     return np.where(x > k, -(-(x - k) // f), 0)
 
 
+def _stage_layers(model: ModelSpec, parallel: ParallelSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(dense layers, MoE layers, dense parameters, expert parameters) of a rank of each stage, (pp,) each, without a
+    loop over stages or layers: every layer of one kind has the same parameters; the first stage's first chunk
+    adds the embedding, the last stage's last chunk the final norm and output layer (:func:`stage_params`)."""
+    p, v, tp, ep = parallel.pp, parallel.virtual_pipeline_size, parallel.tp, parallel.ep
+    sizes = np.array(pipeline_split(model, parallel), dtype=np.int64)  # virtual stage k = chunk x pp + stage
+    if model.is_moe:
+        ends = np.cumsum(sizes)
+        moe = (_moe_before(model, ends) - _moe_before(model, ends - sizes)).reshape(v, p).sum(axis=0)
+    else:
+        moe = np.zeros(p, dtype=np.int64)
+    dense = (sizes if v == 1 else sizes.reshape(v, p).sum(axis=0)) - moe
+    per_layer = {}
+    for kind, index in (("dense", 1 if model.is_moe and model.first_k_dense_layers == 0 else 0),
+                        ("moe", model.first_k_dense_layers)):
+        lp = layer_params(model, index, tp=tp, ep=ep) if kind == "dense" or model.is_moe else None
+        per_layer[kind] = (lp.tp_sharded // tp + lp.replicated, lp.expert // (ep * tp)) if lp else (0, 0)
+    end_params = np.zeros(p, dtype=np.int64)
+    if p == 1 and v == 1:
+        end_params[0] = stage_params(model, range(0), tp=tp, ep=ep, first=True, last=True).dense
+    else:
+        end_params[0] += stage_params(model, range(0), tp=tp, ep=ep, first=True, last=False).dense
+        end_params[p - 1] += stage_params(model, range(0), tp=tp, ep=ep, first=False, last=True).dense
+    return (dense, moe, end_params + dense * per_layer["dense"][0] + moe * per_layer["moe"][0],
+            moe * per_layer["moe"][1])
+
+
 def _stages(model: ModelSpec, par: ParallelSpec, zero3: bool = True) -> _Stages:
     """:class:`_Stages` of ``par``'s split, without a loop over stages or layers: every layer of one kind (dense,
     MoE) has the same parameters and FLOP, so a stage is its count of each kind plus the first and last stage's
     embedding-side modules (the ZeRO-3 gathers only with ``zero3``: what no configuration shards is not worked out)."""
-    p, v, tp, ep = par.pp, par.virtual_pipeline_size, par.tp, par.ep
-    sizes = np.array(pipeline_split(model, par), dtype=np.int64)  # virtual stage k = chunk x pp + stage
-    starts = np.cumsum(sizes) - sizes
-    moe = (_moe_before(model, starts + sizes) - _moe_before(model, starts)).reshape(v, p).sum(axis=0)
-    layers = sizes.reshape(v, p).sum(axis=0)
-    dense = layers - moe
+    p, tp, ep = par.pp, par.tp, par.ep
+    dense, moe, dense_params, expert_params = _stage_layers(model, par)
+    layers = dense + moe
     tf = token_flops(model)
     zero = {"dense": 0, "moe": 0}
     shard, repl, expert, flop, core = dict(zero), dict(zero), dict(zero), {"dense": 0.0, "moe": 0.0}, {"dense": 0.0, "moe": 0.0}
@@ -216,21 +240,12 @@ def _stages(model: ModelSpec, par: ParallelSpec, zero3: bool = True) -> _Stages:
             made[first, last] = stage_params(model, range(0), tp=tp, ep=ep, first=first, last=last).dense
         return made[first, last]
 
-    # the embedding-side parameters of each stage: its first chunk on stage 0, its last chunk on stage p - 1
-    middle = ends(False, False)
-    end_params = np.full(p, v * middle, dtype=np.int64)
-    if p == 1 and v == 1:
-        end_params[0] = ends(True, True)
-    else:
-        end_params[0] += ends(True, False) - middle
-        end_params[p - 1] += ends(False, True) - middle
     last = np.arange(p) == p - 1
     norm = model.hidden_size * (2 if model.normalization == "layernorm" else 1)
     z3, zx = _zero3(p, dense, moe, shard, expert, ends) if zero3 else (None, None)
     return _Stages(
         layers=layers, moe_layers=moe,
-        dense_params=end_params + dense * shard["dense"] + moe * shard["moe"],
-        expert_params=moe * expert["moe"],
+        dense_params=dense_params, expert_params=expert_params,
         replicated=dense * repl["dense"] + moe * repl["moe"] + last * norm,
         body_flop=dense * flop["dense"] + moe * flop["moe"], core_flop=dense * core["dense"] + moe * core["moe"],
         zero3=z3, zero3_expert=zx,

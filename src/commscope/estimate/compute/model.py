@@ -48,9 +48,7 @@ from commscope.errors import ConfigError
 from commscope.estimate.gpus import GpuSpec
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
-from commscope.spec.params import layer_params, stage_params
-from commscope.pattern.workload.stages import pipeline_split
-from commscope.estimate.stage_structure import _moe_before
+from commscope.estimate.stage_structure import _stage_layers
 
 __all__ = ["StageCompute", "stage_compute", "timed_attention"]
 
@@ -404,33 +402,6 @@ def stage_arrays(gpu: GpuSpec, *, dense: np.ndarray, moe: np.ndarray | None, den
         for key in TIME_ARRAYS:
             c[key] = c[key] * scale
     return c
-
-
-def _stage_layers(model: ModelSpec, parallel: ParallelSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(dense layers, MoE layers, dense parameters, expert parameters) of a rank of each stage, (pp,) each, without a
-    loop over stages or layers: every layer of one kind has the same parameters; the first stage's first chunk
-    adds the embedding, the last stage's last chunk the final norm and output layer (:func:`stage_params`)."""
-    p, v, tp, ep = parallel.pp, parallel.virtual_pipeline_size, parallel.tp, parallel.ep
-    sizes = np.array(pipeline_split(model, parallel), dtype=np.int64)  # virtual stage k = chunk x pp + stage
-    if model.is_moe:
-        ends = np.cumsum(sizes)
-        moe = (_moe_before(model, ends) - _moe_before(model, ends - sizes)).reshape(v, p).sum(axis=0)
-    else:
-        moe = np.zeros(p, dtype=np.int64)
-    dense = (sizes if v == 1 else sizes.reshape(v, p).sum(axis=0)) - moe
-    per_layer = {}
-    for kind, index in (("dense", 1 if model.is_moe and model.first_k_dense_layers == 0 else 0),
-                        ("moe", model.first_k_dense_layers)):
-        lp = layer_params(model, index, tp=tp, ep=ep) if kind == "dense" or model.is_moe else None
-        per_layer[kind] = (lp.tp_sharded // tp + lp.replicated, lp.expert // (ep * tp)) if lp else (0, 0)
-    end_params = np.zeros(p, dtype=np.int64)
-    if p == 1 and v == 1:
-        end_params[0] = stage_params(model, range(0), tp=tp, ep=ep, first=True, last=True).dense
-    else:
-        end_params[0] += stage_params(model, range(0), tp=tp, ep=ep, first=True, last=False).dense
-        end_params[p - 1] += stage_params(model, range(0), tp=tp, ep=ep, first=False, last=True).dense
-    return (dense, moe, end_params + dense * per_layer["dense"][0] + moe * per_layer["moe"][0],
-            moe * per_layer["moe"][1])
 
 
 def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, efficiency: float = 1.0) -> StageCompute:
