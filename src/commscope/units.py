@@ -54,10 +54,16 @@ _CANONICAL = {
 
 def canonical_dtype(name: str) -> str:
     """Return the short canonical name of a dtype (``bfloat16`` -> ``bf16``); raise for unknown names."""
+    if isinstance(name, str) and name in _AS_WRITTEN:  # a name as the tables spell it (most calls)
+        return _AS_WRITTEN[name]
     key = str(name).strip().lower().removeprefix("torch.")
     if key not in DTYPE_BYTES:
         raise ValueError(f"unknown dtype {name!r}; valid: {', '.join(sorted({_CANONICAL.get(k, k) for k in DTYPE_BYTES}))}")
     return _CANONICAL.get(key, key)
+
+
+#: Every name of :data:`DTYPE_BYTES` exactly as written there, to its canonical name.
+_AS_WRITTEN = {key: _CANONICAL.get(key, key) for key in DTYPE_BYTES}
 
 
 def dtype_among(field: str, name: str, allowed: tuple[str, ...], what: str = "valid") -> str:

@@ -288,7 +288,7 @@ class _Times:
         size = np.asarray(size, dtype=np.float64)
         if size.size == 1 and isinstance(latency, float):  # one number on a plain span: the same arithmetic on floats
             x = float(size.reshape(-1)[0])
-            return np.full(size.shape, 0.0 if alone is not None or x <= 0 else latency + x * f / bw)
+            return np.array(0.0 if alone is not None or x <= 0 else latency + x * f / bw).reshape(size.shape)
         return np.where(size <= 0 if alone is None else alone | (size <= 0), 0.0, latency + size * f / bw)
 
     def busbw(self, op: str, span: str) -> Any:
