@@ -174,6 +174,39 @@ def test_the_vectorised_spans_of_groups_are_each_groups_own():
         assert [GroupSpan.of(g, gpn) for g in groups] == [GroupSpan(n, a, b) for a, b in zip(num_nodes, per_node)]
 
 
+def test_the_span_of_a_progression_of_ranks_is_that_of_its_groups():
+    """Stage 0's groups that are one arithmetic progression of ranks are spanned from their stride alone
+    (stage_structure._progression_span); on random orders, sizes and node sizes that equals the span of the groups
+    themselves wherever it answers, and it answers for the common layouts."""
+    import random
+
+    from commscope.estimate.stage_structure import _progression_span, _stage_spans
+    from commscope.pattern.layout import Layout
+
+    rng = random.Random(0)
+    answered = 0
+    for _ in range(400):
+        order = "-".join([*rng.sample(["tp", "cp", "ep", "dp"], 4), "pp"])
+        tp, cp, dp, ep = rng.choice([1, 2, 4, 8]), rng.choice([1, 2, 4]), rng.choice([1, 2, 4, 8, 16]), rng.choice([1, 2, 4])
+        gpn = rng.choice([1, 2, 4, 8, 16])
+        if (dp * cp) % ep:
+            continue
+        layout = Layout(ParallelSpec(tp=tp, cp=cp, dp=dp, ep=ep, pp=2, order=order, global_batch_size=64 * dp))
+        if layout.stage_stride % gpn:
+            continue
+        for kind in ("tp", "dp-cp", "ep", "expert-dp"):
+            groups = layout.first_stage_groups(kind)
+            quick = _progression_span(layout, kind, gpn)
+            if quick is None or groups.shape[1] < 2:
+                continue
+            answered += 1
+            assert quick.tolist() == _stage_spans(groups, np.zeros(len(groups), dtype=np.int64), 1, gpn).tolist()
+    assert answered > 300
+    megatron = Layout(ParallelSpec(tp=8, dp=8, pp=16, global_batch_size=1536))
+    assert _progression_span(megatron, "tp", 8).tolist() == [[8], [1], [8]]
+    assert _progression_span(megatron, "dp-cp", 8).tolist() == [[8], [8], [1]]
+
+
 def test_estimates_built_in_bulk_are_the_frozen_dataclass():
     """finish_many fills a plain slotted twin of Estimate and gives it Estimate's class (issue 38: the frozen
     constructor was most of estimate_many's cost): what comes out must be the Estimate the constructor builds,

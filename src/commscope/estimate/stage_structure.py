@@ -122,6 +122,10 @@ def _spans(par: ParallelSpec, gpn: int, moe: bool, cache: dict[tuple[Any, ...], 
     def of(kind: str, pairs: bool = False) -> np.ndarray:
         if sizes[kind] < 2:
             return _ONE if alike else np.broadcast_to(_ONE, (3, p))
+        if alike and not pairs:
+            quick = _progression_span(layout, kind, gpn)
+            if quick is not None:
+                return quick
         groups = layout.first_stage_groups(kind) if alike else layout.groups(kind)
         stages = np.zeros(len(groups), dtype=np.int64) if alike else groups[:, 0] // stride % p
         if pairs:  # the ring's (src, dst) sends, as the workload's context-parallel op sets
@@ -148,6 +152,36 @@ def _spans(par: ParallelSpec, gpn: int, moe: bool, cache: dict[tuple[Any, ...], 
         across, emb_span = np.zeros(1, dtype=bool), _ONE[:, 0]
     return _Spans(tp=axes[0], cp=axes[1], dp=axes[2], edp=axes[3], ep=axes[4], pp_across=across, emb=emb_span,
                   alike=alike)
+
+
+def _progression_span(layout: Layout, kind: str, gpn: int) -> np.ndarray | None:
+    """(3, 1): the span of stage 0's groups of ``kind`` without building them, where each is one arithmetic
+    progression of ranks (its member axes of more than one rank adjacent in the order, but for axes of one) whose
+    nodes follow from its stride alone: a stride of whole nodes puts every member on its own node, and a group that
+    fits an aligned block dividing the node stays inside one. None where neither holds (the groups then decide)."""
+    expert = kind in ("ep", "expert-dp")
+    sizes = layout._expert_sizes if expert else layout._dense_sizes
+    members = {"dp-cp": ("dp", "cp"), "expert-dp": ("dp",)}.get(kind, (kind,))
+    wanted = sum(1 for axis in members if sizes[axis] > 1)
+    stride, n, found = 1, 1, 0
+    for axis in layout._order:
+        size = 1 if axis == "pp" else sizes[axis]  # (stage 0 alone)
+        if size == 1:
+            continue
+        if axis in members:
+            n *= size
+            found += 1
+        elif found:  # an axis of more than one rank after a member: the progression ends here
+            break
+        else:
+            stride *= size
+    if found < wanted:  # a member beyond another axis: not one progression
+        return None
+    if stride % gpn == 0:
+        return np.array([[n], [n], [1]], dtype=np.int64)
+    if gpn % (stride * n) == 0:
+        return np.array([[n], [1], [n]], dtype=np.int64)
+    return None
 
 
 @dataclass(frozen=True, slots=True)
