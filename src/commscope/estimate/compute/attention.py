@@ -23,14 +23,13 @@ Worked example (the H200 preset's cuDNN kernel, forward: fraction 0.686, tail 0.
 Context parallelism gives each rank ``s_q = s / c`` queries against all ``s`` keys (in ring steps); the causal
 work is then half the ``n_q x n_k`` blocks, the longest tile ``n_k`` blocks.
 
-numpy only; every argument may be an array.
+Operators only (numbers or numpy arrays): every argument may be an array.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 
 from commscope.estimate.gpus import AttentionKernel, GpuSpec
 
@@ -42,11 +41,13 @@ BACKWARD_RATIO = 2.5
 
 def attention_blocks(batch_heads: Any, seq_q: Any, seq_k: Any, tile_q: int) -> tuple[Any, Any]:
     """(causal blocks of all problems, blocks of the longest query tile) of ``T_q x T_q`` blocks."""
-    n_q = -(-np.asarray(seq_q, dtype=np.int64) // tile_q)
-    n_k = -(-np.asarray(seq_k, dtype=np.int64) // tile_q)
+    # (operators only: plain numbers stay plain, arrays broadcast; one estimate's call pays no array overhead)
+    n_q = -(-seq_q // tile_q)
+    n_k = -(-seq_k // tile_q)
     # s_q == s_k: query tile i sees i + 1 key blocks; s_q < s_k (context parallel): half of n_q x n_k
-    blocks = np.where(n_q == n_k, n_q * (n_q + 1) // 2, (n_q * n_k + 1) // 2)
-    return np.asarray(batch_heads) * blocks, n_k
+    same = n_q == n_k
+    blocks = same * (n_q * (n_q + 1) // 2) + (1 - same) * ((n_q * n_k + 1) // 2)
+    return batch_heads * blocks, n_k
 
 
 def fused_attention_time_s(kernel: AttentionKernel, gpu: GpuSpec, *, batch_heads: Any, seq_q: Any, seq_k: Any,
@@ -54,12 +55,12 @@ def fused_attention_time_s(kernel: AttentionKernel, gpu: GpuSpec, *, batch_heads
     """(forward s, backward s, forward FLOP) of one causal fused-attention call over ``batch_heads`` problems of
     ``seq_q`` queries and ``seq_k`` keys of size ``head_dim`` (see the module docstring)."""
     blocks, longest = attention_blocks(batch_heads, seq_q, seq_k, kernel.tile_q)
-    block_flop = 4.0 * kernel.tile_q * kernel.tile_q * np.asarray(head_dim)
+    block_flop = 4.0 * kernel.tile_q * kernel.tile_q * head_dim
     per_sm = gpu.peak_flops_for(dtype) / gpu.num_sms
     per_block = blocks / gpu.num_sms
     fwd = kernel.fwd_overhead_s + (per_block + kernel.fwd_tail * longest) * block_flop / (kernel.fwd_fraction * per_sm)
     bwd = kernel.bwd_overhead_s + (per_block + kernel.bwd_tail * longest) * BACKWARD_RATIO * block_flop / (
         kernel.bwd_fraction * per_sm)
     # the FLOP a causal kernel computes: half the s_q x s_k scores (what FLOP counts of causal attention take)
-    flop = 0.5 * 4.0 * np.asarray(batch_heads) * np.asarray(seq_q) * np.asarray(seq_k) * np.asarray(head_dim)
+    flop = 0.5 * 4.0 * batch_heads * seq_q * seq_k * head_dim
     return fwd, bwd, flop
