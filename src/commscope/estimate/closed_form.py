@@ -399,24 +399,39 @@ def _tp_comm(a: _Arrays, T: _Times, bb: _BusBw, tokens: np.ndarray, act: np.ndar
     t_ce = t("all_reduce", tokens * dtype_bytes("fp32"), "tp")
     lm = L * m
     rec = 1 + full
-    f = np.where(sp, 2 * (t_ag * lm + t_ag * lm), 2 * t_ar * lm)
+    # (where every configuration here has sequence parallelism, or none has, one side of each np.where is taken)
+    sp_all, sp_any = bool(sp.all()), bool(sp.any())
+    if sp_all:
+        f = 2 * (t_ag * lm + t_ag * lm)
+    elif not sp_any:
+        f = 2 * t_ar * lm
+    else:
+        f = np.where(sp, 2 * (t_ag * lm + t_ag * lm), 2 * t_ar * lm)
     b = f * rec
     ag_m = t_ag * m
-    either, sp_only = np.where(sp, ag_m, t_ar * m), np.where(sp, ag_m, 0.0)
+    if sp_all:
+        either = sp_only = ag_m
+    elif not sp_any:
+        either, sp_only = t_ar * m, 0.0
+    else:
+        either, sp_only = np.where(sp, ag_m, t_ar * m), np.where(sp, ag_m, 0.0)
     f = f + first * either
     b = b + first * sp_only
     f = f + last * (sp_only + t_ce * (3 * m))
     b = b + last * either
     repl = a.st_replicated * a.G
-    out = {"fwd": f, "bwd": b, "iter": np.where(sp & (repl > 0), t("all_reduce", repl, "tp"), 0.0)}
+    out = {"fwd": f, "bwd": b, "iter": np.where(sp & (repl > 0), t("all_reduce", repl, "tp"), 0.0) if sp_any
+           else np.zeros(np.shape(f))}
     per_layer_sets = has_layers * 2 * (2 + full)  # of each of AG and RS with SP, of AR twice that without
-    sets = np.where(sp, per_layer_sets + first + last, 0)
-    # as many reduce-scatters as all-gathers, at the same bus bandwidth: one add of twice the count (the axis's first
-    # add: 0 + 2 S is (0 + S) + S to the bit)
-    bb.add("tp", "all_gather", "tp", 2 * sets)
+    if sp_any:
+        sets = per_layer_sets + first + last if sp_all else np.where(sp, per_layer_sets + first + last, 0)
+        # as many reduce-scatters as all-gathers, at the same bus bandwidth: one add of twice the count (the axis's
+        # first add: 0 + 2 S is (0 + S) + S to the bit)
+        bb.add("tp", "all_gather", "tp", 2 * sets)
     # (counts as integers: numpy adds two boolean arrays as a logical or, which would count the last stage's
     # cross-entropy and sequence-parallel gradient all-reduces as one)
-    bb.add("tp", "all_reduce", "tp", np.where(sp, last.astype(np.int64) + (repl > 0), per_layer_sets + first + 2 * last))
+    with_sp, without = last.astype(np.int64) + (repl > 0), per_layer_sets + first + 2 * last
+    bb.add("tp", "all_reduce", "tp", with_sp if sp_all else without if not sp_any else np.where(sp, with_sp, without))
     return out
 
 
