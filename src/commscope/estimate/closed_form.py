@@ -139,9 +139,13 @@ class _Arrays:
         self.rows = rows
         self.columns, self.numeric = columns, numeric
         self.pars = [parallels[i] for i in rows.tolist()]
+        # every configuration of the columns, in order (one estimate's, often all of a sweep's at one depth): the
+        # columns themselves, not copies picked row by row
+        n_all = len(numeric["tp"])
+        self._all = self.n == n_all and (n_all == 1 or bool((rows == np.arange(n_all)).all()))
 
         def col(name: str) -> np.ndarray:
-            out: np.ndarray = numeric[name][rows][:, None]
+            out: np.ndarray = self.column(name)[:, None]
             return out
 
         self.tp, self.cp, self.ep, self.dp = col("tp"), col("cp"), col("ep"), col("dp")
@@ -187,19 +191,25 @@ class _Arrays:
         x = per_row(sp, sp_local, "emb")
         self.span_emb = (x[:, 0:1], x[:, 1:2], x[:, 2:3])
 
+    def column(self, name: str) -> np.ndarray:
+        """A numeric column's values for these rows, (n,)."""
+        column = self.numeric[name]
+        out: np.ndarray = column if self._all else column[self.rows]
+        return out
+
     def any(self, name: str) -> bool:
         """Whether a numeric column is set (non-zero) in any of these rows."""
-        return bool(self.numeric[name][self.rows].any())
+        return bool(self.column(name).any())
 
     def flags(self, name: str) -> np.ndarray:
         """A boolean column."""
-        out: np.ndarray = self.numeric[name][self.rows][:, None] > 0
+        out: np.ndarray = self.column(name)[:, None] > 0
         return out
 
     def values(self, name: str) -> list[Any]:
         """A column's values for these rows."""
         column = self.columns[name]
-        return [column[i] for i in self.rows.tolist()]
+        return list(column) if self._all else [column[i] for i in self.rows.tolist()]
 
     # set in __init__ (typed here for mypy)
     st_layers: np.ndarray
@@ -643,7 +653,7 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
         u, breakdown = u_flops, [{}] * n
     flags = zip(a.values("tp_comm_overlap"), (p2p_overlap[:, 0]).tolist(), a.values("overlap_grad_reduce"),
                 a.values("overlap_param_gather"))
-    return finish_many(model, "refined", u, peak, global_batch_size=a.gb[:, 0], world_size=a.numeric["world_size"][a.rows],
+    return finish_many(model, "refined", u, peak, global_batch_size=a.gb[:, 0], world_size=a.column("world_size"),
                        recompute=a.values("recompute"), comp=comp, tp=at_crit(tp_exp) + terms["tp"],
                        pp=at_crit(pp_exp), dp=at_crit(dp_layer_exp) + terms["dp"], ep=at_crit(ep_all),
                        cp=at_crit(cp_exp), emb=terms["emb"], bubble=bubble, optimizer=terms["opt"],
