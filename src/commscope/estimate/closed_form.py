@@ -100,11 +100,13 @@ def _first_rows(index: np.ndarray, count: int) -> list[int]:
 
 
 def estimate_one(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, compute: StageCompute | None, u: float,
-                 notes: list[str], gpu: GpuSpec | None = None) -> Estimate | None:
+                 notes: list[str], gpu: GpuSpec | None = None,
+                 layers: tuple[np.ndarray, ...] | None = None) -> Estimate | None:
     """:func:`estimate` of one Megatron job with balanced routing, whose compute per stage the caller has
     (``compute``: ``gpu``'s compute model; None: FLOP / (u x peak)) and whose job is checked; None where the op-by-op
-    path must answer (more than :data:`MAX_GRAD_BUCKETS` gradient buckets on a stage)."""
-    st = _stages(model, par, zero3=par.zero_stage == 3)
+    path must answer (more than :data:`MAX_GRAD_BUCKETS` gradient buckets on a stage). ``layers``: the job's
+    :func:`~commscope.estimate.stage_structure._stage_layers`, where the caller has them."""
+    st = _stages(model, par, zero3=par.zero_stage == 3, layers=layers)
     if st.num_buckets(par.grad_bucket_elements) > MAX_GRAD_BUCKETS:
         return None
     columns = dict(zip(_FIELDS, ((x,) for x in _ROW(par))))

@@ -82,6 +82,7 @@ from commscope.estimate.bandwidth import AlphaBeta, BandwidthModel
 from commscope.estimate.closed_form import MAX_GRAD_BUCKETS, estimate_one
 from commscope.estimate.compute.model import stage_compute
 from commscope.estimate.op_by_op import _refined, _span_of
+from commscope.estimate.stage_structure import _stage_layers
 from commscope.estimate.overlap import HIDDEN_MIN_S, OVERLAP_NOTES
 from commscope.estimate.terms import Estimate, JobOf, _finish, finish_many
 from commscope.units import dtype_bytes
@@ -139,10 +140,12 @@ def _estimate(prediction: Prediction, method: str, gpu_util: float | None, bandw
     if method == "seed":
         return _seed(prediction, u, peak, bw)
     spec, notes = compute_gpu(cluster, gpu_util, gpu)
-    compute = (stage_compute(prediction.model, prediction.parallel, spec, efficiency=cluster.compute_efficiency)
-               if spec is not None else None)
+    # each stage's layers and parameters, counted once for the compute model and the closed form
+    layers = _stage_layers(prediction.model, prediction.parallel) if spec is not None else None
+    compute = (stage_compute(prediction.model, prediction.parallel, spec, efficiency=cluster.compute_efficiency,
+                             layers=layers) if spec is not None else None)
     if closed_form and bandwidth is None and prediction.balanced_megatron:
-        est = estimate_one(prediction.model, cluster, prediction.parallel, compute, u, notes, spec)
+        est = estimate_one(prediction.model, cluster, prediction.parallel, compute, u, notes, spec, layers=layers)
         if est is not None:
             return est
     return _refined(prediction, u, peak, bw, compute, notes, spec)

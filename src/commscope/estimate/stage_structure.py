@@ -247,13 +247,15 @@ def _stage_layers(model: ModelSpec, parallel: ParallelSpec) -> tuple[np.ndarray,
             moe * per_layer["moe"][1])
 
 
-def _stages(model: ModelSpec, par: ParallelSpec, zero3: bool = True) -> _Stages:
+def _stages(model: ModelSpec, par: ParallelSpec, zero3: bool = True,
+            layers: tuple[np.ndarray, ...] | None = None) -> _Stages:
     """:class:`_Stages` of ``par``'s split, without a loop over stages or layers: every layer of one kind (dense,
     MoE) has the same parameters and FLOP, so a stage is its count of each kind plus the first and last stage's
-    embedding-side modules (the ZeRO-3 gathers only with ``zero3``: what no configuration shards is not worked out)."""
+    embedding-side modules (the ZeRO-3 gathers only with ``zero3``: what no configuration shards is not worked out;
+    ``layers``: :func:`_stage_layers` of ``par``, where the caller has them)."""
     p, tp, ep = par.pp, par.tp, par.ep
-    dense, moe, dense_params, expert_params = _stage_layers(model, par)
-    layers = dense + moe
+    dense, moe, dense_params, expert_params = layers or _stage_layers(model, par)
+    per_stage = dense + moe
     tf = token_flops(model)
     zero = {"dense": 0, "moe": 0}
     shard, repl, expert, flop, core = dict(zero), dict(zero), dict(zero), {"dense": 0.0, "moe": 0.0}, {"dense": 0.0, "moe": 0.0}
@@ -278,7 +280,7 @@ def _stages(model: ModelSpec, par: ParallelSpec, zero3: bool = True) -> _Stages:
     norm = model.hidden_size * (2 if model.normalization == "layernorm" else 1)
     z3, zx = _zero3(p, dense, moe, shard, expert, ends) if zero3 else (None, None)
     return _Stages(
-        layers=layers, moe_layers=moe,
+        layers=per_stage, moe_layers=moe,
         dense_params=dense_params, expert_params=expert_params,
         replicated=dense * repl["dense"] + moe * repl["moe"] + last * norm,
         body_flop=dense * flop["dense"] + moe * flop["moe"], core_flop=dense * core["dense"] + moe * core["moe"],

@@ -404,10 +404,12 @@ def stage_arrays(gpu: GpuSpec, *, dense: np.ndarray, moe: np.ndarray | None, den
     return c
 
 
-def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, efficiency: float = 1.0) -> StageCompute:
+def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, efficiency: float = 1.0,
+                  layers: tuple[np.ndarray, ...] | None = None) -> StageCompute:
     """Per-stage compute of ``model`` under ``parallel`` on ``gpu`` (see the module docstring); ``efficiency``
     is the cluster's own compute efficiency (the stack's is read from ``parallel.stack``). Its cost does not grow
-    with the stages or the layers: one layer of each kind is worked out, and the stages are arrays of layer counts."""
+    with the stages or the layers: one layer of each kind is worked out, and the stages are arrays of layer counts
+    (``layers``: :func:`commscope.estimate.stage_structure._stage_layers` of the job, where the caller has them)."""
     parallel, attention_notes = timed_attention(model, parallel, gpu)
     notes = list(attention_notes)
     timer = GemmTimer(gpu)  # every GEMM of the job timed in one call per dtype
@@ -419,7 +421,7 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, eff
     accumulation_note = grad_accumulation_note(model, parallel)
     if accumulation_note:
         notes.append(accumulation_note)
-    dense_layers, moe_layers, dense_params, expert_params = _stage_layers(model, parallel)
+    dense_layers, moe_layers, dense_params, expert_params = layers or _stage_layers(model, parallel)
     eff_total = compute_efficiency(parallel, efficiency)
     arrays = {name: a[0] for name, a in stage_arrays(
         gpu, dense=rows.get("dense", np.zeros((1, len(ROW_FIELDS)))), moe=rows.get("moe"),
