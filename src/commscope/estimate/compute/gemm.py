@@ -62,6 +62,8 @@ The functions import numpy only.
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -509,9 +511,20 @@ def _pick(gpu: GpuSpec, shapes: np.ndarray, dtype: str) -> _Picked:
 
 def _candidates(gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(tile_m, tile_n, relative throughput, split-K) of every candidate kernel of ``gpu``, tiles outer."""
-    ints = np.array([(t[0], t[1], sk) for t in gpu.tile_sizes for sk in gpu.split_k], dtype=np.int64).T
-    thr = np.repeat(np.array(gpu.tile_throughputs, dtype=float), len(gpu.split_k))
-    return ints[0], ints[1], thr, ints[2]
+    return _candidate_table(tuple(gpu.tile_sizes), tuple(gpu.tile_throughputs), tuple(gpu.split_k))
+
+
+@functools.lru_cache(maxsize=16)
+def _candidate_table(tile_sizes: tuple[tuple[int, int], ...], tile_throughputs: tuple[float, ...],
+                     split_k: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_candidates` of a GPU's kernel table: a constant of the GPU (as its preset is), made once per table
+    rather than once per timing call, read-only."""
+    ints = np.array([(t[0], t[1], sk) for t in tile_sizes for sk in split_k], dtype=np.int64).T
+    thr = np.repeat(np.array(tile_throughputs, dtype=float), len(split_k))
+    out = (ints[0].copy(), ints[1].copy(), thr, ints[2].copy())
+    for x in out:
+        x.setflags(write=False)
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
