@@ -228,6 +228,15 @@ def test_estimates_built_in_bulk_are_the_frozen_dataclass():
         got.tp_s = 0.0  # type: ignore[misc]
     assert pickle.loads(pickle.dumps(got)) == got and copy.deepcopy(got) == got
     assert replace(got, tp_s=1.0).tp_s == 1.0 and got.tp_s != 1.0
+    # the GEMMs every estimate builds go the same way (estimate.plain): each the Gemm its constructor builds
+    from commscope.estimate.compute.gemm import Gemm, layer_gemms
+
+    for g in layer_gemms(model, ParallelSpec(tp=8, global_batch_size=8)):
+        same = Gemm(**{f.name: getattr(g, f.name) for f in fields(Gemm)})
+        assert type(g) is Gemm and g == same and hash(g) == hash(same) and g.to_dict() == same.to_dict()
+        with pytest.raises(FrozenInstanceError):
+            g.m = 1  # type: ignore[misc]
+        assert pickle.loads(pickle.dumps(g)) == g and replace(g, m=1).m == 1
 
 
 #: The Estimate fields the compute model alone decides.

@@ -11,12 +11,13 @@ import it without importing the others.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields, make_dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from commscope.estimate.flops import iteration_flops
+from commscope.estimate.plain import frozen, plain_twin
 
 if TYPE_CHECKING:
     from commscope.spec.model import ModelSpec
@@ -149,22 +150,12 @@ def finish_many(model: ModelSpec, method: str, u: Any, peak: float, *, global_ba
     return list(map(_made, map(_Unfrozen, *values)))
 
 
-#: Estimate's fields as a plain slotted class (the same slots in the same order, no frozen ``__setattr__``).
-#: Estimate's own constructor sets each of its 28 fields through ``object.__setattr__`` (how a frozen dataclass
-#: initialises), ~4.5 us an Estimate: most of what thousands of configurations cost (:mod:`commscope.estimate.many`).
-#: :func:`finish_many` fills one of these, positionally, and gives it Estimate's class (~1 us): the same object as
-#: Estimate(...) builds, frozen from then on (tests/estimate/test_estimate_many.py::
-#: test_estimates_built_in_bulk_are_the_frozen_dataclass holds both equal). It runs none of Estimate's own
-#: initialisation beyond setting the fields: were Estimate to gain a ``__post_init__`` (or a default factory that
-#: matters), this would skip it, so the check below refuses to import then.
-_Unfrozen = make_dataclass("_Unfrozen", [f.name for f in fields(Estimate)], slots=True)
-if _Unfrozen.__slots__ != Estimate.__slots__ or hasattr(Estimate, "__post_init__"):  # type: ignore[attr-defined]
-    raise ImportError("terms._Unfrozen no longer mirrors Estimate (its slots, or a __post_init__ it would skip): "
-                      "build Estimates through Estimate(...) in finish_many")
+#: Estimate's fields as a plain slotted class (:mod:`commscope.estimate.plain`): Estimate's own constructor sets each
+#: of its 28 fields through ``object.__setattr__``, ~4.5 us an Estimate; :func:`finish_many` fills one of these,
+#: positionally, and gives it Estimate's class (~1 us).
+_Unfrozen = plain_twin(Estimate)
 
 
 def _made(obj: Any) -> Estimate:
     """``obj`` (an :data:`_Unfrozen`) as the Estimate it holds."""
-    obj.__class__ = Estimate
-    out: Estimate = obj
-    return out
+    return frozen(obj, Estimate)

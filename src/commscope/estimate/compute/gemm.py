@@ -72,6 +72,7 @@ import numpy as np
 
 from commscope.errors import ConfigError
 from commscope.estimate.gpus import GpuSpec
+from commscope.estimate.plain import frozen, plain_twin
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 from commscope.units import TFLOP, dtype_bytes
@@ -162,6 +163,9 @@ class Gemm:
         return {"name": self.name, "pass": self.pass_, "m": self.m, "n": self.n, "k": self.k, "batch": self.batch,
                 "count": self.count, "flop": self.flop, "io_elements": self.io_elements, "part": self.part, "layer_kind": self.layer_kind,
                 "m_dim": self.dim_text(0), "n_dim": self.dim_text(1), "k_dim": self.dim_text(2)}
+
+
+_GemmFields = plain_twin(Gemm)
 
 
 def layer_dims(model: ModelSpec, *, tp: int = 1, cp: int = 1, ep: int = 1, micro_batch_size: int = 1) -> dict[str, int]:
@@ -257,8 +261,10 @@ def _build(name: str, part: str, pass_: str, dims3: tuple[Dim, Dim, Dim], values
            count: int, layer_kind: str, attention: str = "flash") -> Gemm:
     (ms, mc), (ns, nc), (ks, kc) = dims3
     sizes = m, n, k = mc * values[ms], nc * values[ns], kc * values[ks]
-    return Gemm(name=name, pass_=pass_, m=m, n=n, k=k, batch=batch, count=count, dims=dims3, part=part,
-                layer_kind=layer_kind, io_elements=_io_elements(dims3, sizes, attention))
+    # (through Gemm's plain twin, commscope.estimate.plain: every estimate builds its job's GEMMs, and Gemm's frozen
+    # constructor costs three times as much)
+    return frozen(_GemmFields(name=name, pass_=pass_, m=m, n=n, k=k, batch=batch, count=count, dims=dims3, part=part,
+                              layer_kind=layer_kind, io_elements=_io_elements(dims3, sizes, attention)), Gemm)
 
 
 def layer_gemms(model: ModelSpec, parallel: ParallelSpec | None = None, *, layer_kind: str | None = None,
