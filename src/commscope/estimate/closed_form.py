@@ -650,7 +650,7 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
     comp = m_col * work + at_crit(sm) + terms["sm"]
     if gpu is not None:
         u: Any = np.where(work > 0, at_crit(c["flop"]) / (np.where(work > 0, work, 1.0) * peak), u_flops)
-        breakdown = _gpu_breakdown(c, at_crit, m_col, at_crit(sm) + terms["sm"])
+        breakdown = _gpu_breakdown(c, at_crit, m_col, at_crit(sm) + terms["sm"], crit)
     else:
         u, breakdown = u_flops, [{}] * n
     flags = zip(a.values("tp_comm_overlap"), (p2p_overlap[:, 0]).tolist(), a.values("overlap_grad_reduce"),
@@ -676,13 +676,20 @@ _BREAKDOWN = (("gemm_s", "gemm"), ("attention_s", "att"), ("memory_bound_s", "me
 
 
 def _gpu_breakdown(c: dict[str, np.ndarray], at_crit: Callable[[np.ndarray], np.ndarray], m_col: np.ndarray,
-                   comm_sms: np.ndarray) -> list[dict[str, float]]:
+                   comm_sms: np.ndarray, crit: np.ndarray) -> list[dict[str, float]]:
     """Each configuration's compute on its critical stage by kind (:attr:`Estimate.compute_breakdown_s`), in
     StageCompute.breakdown's order, then what the collectives' SMs took (``comm_sms``)."""
+    make = _dict_maker(tuple(name for name, _ in _BREAKDOWN))
+    if len(m_col) == 1:  # one configuration: its entries as numbers, the same products
+        col, m = int(crit[0]), int(m_col[0])
+        v = {key: float(c[key][0, col]) for _, key in _BREAKDOWN if key} | {
+            key: float(c[key][0, col]) for key in ("opt", "stack", "stack_opt")}
+        one = {"optimizer_s": v["opt"], "comm_sms_s": float(comm_sms[0]), "stack_s": v["stack"] * m + v["stack_opt"]}
+        return [make(*(v[key] * m if key else one[name] for name, key in _BREAKDOWN))]
     apart = {"optimizer_s": at_crit(c["opt"]), "comm_sms_s": comm_sms,
              "stack_s": at_crit(c["stack"]) * m_col + at_crit(c["stack_opt"])}
     columns = [(at_crit(c[key]) * m_col if key else apart[name]).tolist() for name, key in _BREAKDOWN]
-    return list(map(_dict_maker(tuple(name for name, _ in _BREAKDOWN)), *columns))
+    return list(map(make, *columns))
 
 
 def _at(rows: np.ndarray, cols: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:

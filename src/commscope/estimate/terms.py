@@ -123,14 +123,21 @@ def finish_many(model: ModelSpec, method: str, u: Any, peak: float, *, global_ba
     """The Estimates of configurations from their exposed terms (arrays, one entry per configuration; ``u`` one or
     one each): the total and what follows from it (ratios, throughput, FLOP rates)."""
     total = comp + tp + pp + dp + ep + cp + emb + bubble + optimizer
-    tokens = np.asarray(global_batch_size, dtype=np.int64) * model.seq_len
+    tokens: Any = np.asarray(global_batch_size, dtype=np.int64) * model.seq_len
     world = np.asarray(world_size, dtype=np.int64)
-    model_flops, hardware = np.zeros(len(total)), np.zeros(len(total))
-    rc = np.array(recompute)
-    for kind in set(recompute):
-        sel = rc == kind
-        fl = iteration_flops(model, tokens[sel], recompute=kind)
-        model_flops[sel], hardware[sel] = fl["model"], fl["hardware"]
+    kinds = set(recompute)
+    model_flops: Any
+    hardware: Any
+    if len(kinds) == 1:  # one recomputation for all (one configuration, often a group of them)
+        fl = iteration_flops(model, tokens, recompute=kinds.pop())
+        model_flops, hardware = fl["model"], fl["hardware"]
+    else:
+        model_flops, hardware = np.zeros(len(total)), np.zeros(len(total))
+        rc = np.array(recompute)
+        for kind in kinds:
+            sel = rc == kind
+            fl = iteration_flops(model, tokens[sel], recompute=kind)
+            model_flops[sel], hardware[sel] = fl["model"], fl["hardware"]
     nonzero = total != 0
     safe = np.where(nonzero, total, 1.0)
 
