@@ -122,10 +122,44 @@ def finish_many(model: ModelSpec, method: str, u: Any, peak: float, *, global_ba
                 stage_micro_batch: np.ndarray | Sequence[Sequence[float]]) -> list[Estimate]:
     """The Estimates of configurations from their exposed terms (arrays, one entry per configuration; ``u`` one or
     one each): the total and what follows from it (ratios, throughput, FLOP rates)."""
-    total = comp + tp + pp + dp + ep + cp + emb + bubble + optimizer
+    n = len(comp)
+    per_mb = stage_micro_batch.tolist() if isinstance(stage_micro_batch, np.ndarray) else stage_micro_batch
+    if n == 1:  # one configuration: the same arithmetic on numbers (an array's overhead is most of its cost)
+        one = [float(x[0]) for x in (comp, tp, pp, dp, ep, cp, emb, bubble, optimizer, micro_batch, tail)]
+        c1, tp1, pp1, dp1, ep1, cp1, emb1, bubble1, opt1, mb1, tail1 = one
+        world1 = int(world_size[0])
+        total1, ratios = _totals(model, peak, recompute[0], int(global_batch_size[0]) * model.seq_len, world1,
+                                 c1, tp1, pp1, dp1, ep1, cp1, emb1, bubble1, opt1, pick=_pick_number)
+        u1 = float(u) if np.ndim(u) == 0 else float(np.asarray(u).reshape(-1)[0])
+        fields1 = (method, total1, c1, tp1, pp1, dp1, ep1, cp1, emb1, bubble1, *ratios, u1, peak, world1,
+                   int(np.asarray(stage).reshape(-1)[0]), eff[0], opt1, hidden[0], breakdown[0], compute_model, mb1,
+                   tuple(per_mb[0]), tail1, notes[0])
+        return [_made(_Unfrozen(*fields1))]
     tokens: Any = np.asarray(global_batch_size, dtype=np.int64) * model.seq_len
     world = np.asarray(world_size, dtype=np.int64)
-    kinds = set(recompute)
+    total, ratios = _totals(model, peak, recompute, tokens, world, comp, tp, pp, dp, ep, cp, emb, bubble, optimizer,
+                            pick=np.where)
+    # every argument of Estimate, one list each, in the order of its fields
+    values = ([method] * n, total.tolist(), comp.tolist(), tp.tolist(), pp.tolist(), dp.tolist(), ep.tolist(),
+              cp.tolist(), emb.tolist(), bubble.tolist(), *(r.tolist() for r in ratios),
+              [float(u)] * n if np.ndim(u) == 0 else np.asarray(u, dtype=np.float64).tolist(), [peak] * n, world.tolist(),
+              np.asarray(stage).tolist(), eff, optimizer.tolist(), hidden, breakdown, [compute_model] * n,
+              micro_batch.tolist(), [tuple(x) for x in per_mb], tail.tolist(), notes)
+    return list(map(_made, map(_Unfrozen, *values)))
+
+
+def _pick_number(cond: bool, x: float, y: float) -> float:
+    """np.where of one configuration's numbers."""
+    return x if cond else y
+
+
+def _totals(model: ModelSpec, peak: float, recompute: Any, tokens: Any, world: Any, comp: Any, tp: Any, pp: Any,
+            dp: Any, ep: Any, cp: Any, emb: Any, bubble: Any, optimizer: Any, *, pick: Any) -> tuple[Any, list[Any]]:
+    """The iteration time and its ratios (communication, bubble, tokens/s, hardware TFLOP/s per GPU, MFU) of
+    configurations (arrays, ``pick`` np.where; ``recompute`` one per configuration) or of one (numbers, ``pick``
+    :func:`_pick_number`; ``recompute`` its one): one arithmetic for both."""
+    total = comp + tp + pp + dp + ep + cp + emb + bubble + optimizer
+    kinds = {recompute} if isinstance(recompute, str) else set(recompute)
     model_flops: Any
     hardware: Any
     if len(kinds) == 1:  # one recomputation for all (one configuration, often a group of them)
@@ -139,22 +173,10 @@ def finish_many(model: ModelSpec, method: str, u: Any, peak: float, *, global_ba
             fl = iteration_flops(model, tokens[sel], recompute=kind)
             model_flops[sel], hardware[sel] = fl["model"], fl["hardware"]
     nonzero = total != 0
-    safe = np.where(nonzero, total, 1.0)
-
-    def share(x: np.ndarray) -> list[float]:
-        return np.where(nonzero, x, 0.0).tolist()  # type: ignore[no-any-return]
-
-    per_mb = stage_micro_batch.tolist() if isinstance(stage_micro_batch, np.ndarray) else stage_micro_batch
-    n = len(total)
-    # every argument of Estimate, one list each, in the order of its fields
-    values = ([method] * n, total.tolist(), comp.tolist(), tp.tolist(), pp.tolist(), dp.tolist(), ep.tolist(),
-              cp.tolist(), emb.tolist(), bubble.tolist(), share((tp + pp + dp + ep + cp + emb) / safe),
-              share(bubble / safe), share(tokens / safe), share(hardware / safe / world / 1e12),
-              share(model_flops / safe / world / peak),
-              [float(u)] * n if np.ndim(u) == 0 else np.asarray(u, dtype=np.float64).tolist(), [peak] * n, world.tolist(),
-              np.asarray(stage).tolist(), eff, optimizer.tolist(), hidden, breakdown, [compute_model] * n,
-              micro_batch.tolist(), [tuple(x) for x in per_mb], tail.tolist(), notes)
-    return list(map(_made, map(_Unfrozen, *values)))
+    safe = pick(nonzero, total, 1.0)
+    ratios = [pick(nonzero, x, 0.0) for x in ((tp + pp + dp + ep + cp + emb) / safe, bubble / safe, tokens / safe,
+                                              hardware / safe / world / 1e12, model_flops / safe / world / peak)]
+    return total, ratios
 
 
 #: Estimate's fields as a plain slotted class (:mod:`commscope.estimate.plain`): Estimate's own constructor sets each
