@@ -428,3 +428,20 @@ def test_a_gemm_timer_times_each_gemm_as_time_gemms_does(shapes, gpu_name, dtype
     assert timer.times_s(gemms, dtype) == [r.time_s for r in want]
     assert timer.times_s(gemms[:1], dtype) == [want[0].time_s]
     assert timer([(g, 1) for g in gemms], gpu, dtype) == want
+
+
+def test_first_max_of_one_row_is_that_row_among_many():
+    """first_max of one configuration (a row read as numbers) picks the stage it picks for that row among others
+    (numpy on the stacked rows): near-ties within 1e-9 go to the first, as the scalar and many paths need."""
+    import numpy as np
+
+    from commscope.estimate.compute.model import first_max
+
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        p = int(rng.integers(1, 20))
+        row = np.round(rng.random(p), int(rng.integers(0, 3))) * rng.choice([1.0, -1.0, 1e-6])
+        row[int(rng.integers(0, p))] *= 1 + 1e-12  # a near-tie with a rounding difference
+        many = first_max(np.stack([row, rng.random(p)]))
+        assert int(first_max(row)) == int(first_max(row[None, :])[0]) == int(many[0])
+    assert first_max(np.array([[1.0, 3.0, 3.0 - 1e-12, 2.0]])).tolist() == [1]
