@@ -433,8 +433,6 @@ def test_a_gemm_timer_times_each_gemm_as_time_gemms_does(shapes, gpu_name, dtype
 def test_first_max_of_one_row_is_that_row_among_many():
     """first_max of one configuration (a row read as numbers) picks the stage it picks for that row among others
     (numpy on the stacked rows): near-ties within 1e-9 go to the first, as the scalar and many paths need."""
-    import numpy as np
-
     from commscope.estimate.compute.model import first_max
 
     rng = np.random.default_rng(0)
