@@ -414,11 +414,13 @@ def _tp_comm(a: _Arrays, T: _Times, bb: _BusBw, tokens: np.ndarray, act: np.ndar
     # (where every configuration here has sequence parallelism, or none has, one side of each np.where is taken)
     sp_all, sp_any = bool(sp.all()), bool(sp.any())
     if sp_all:
-        f = 2 * (t_ag * lm + t_ag * lm)
+        ag_lm = t_ag * lm
+        f = 2 * (ag_lm + ag_lm)
     elif not sp_any:
         f = 2 * t_ar * lm
     else:
-        f = np.where(sp, 2 * (t_ag * lm + t_ag * lm), 2 * t_ar * lm)
+        ag_lm = t_ag * lm
+        f = np.where(sp, 2 * (ag_lm + ag_lm), 2 * t_ar * lm)
     b = f * rec
     ag_m = t_ag * m
     if sp_all:
@@ -432,8 +434,9 @@ def _tp_comm(a: _Arrays, T: _Times, bb: _BusBw, tokens: np.ndarray, act: np.ndar
     f = f + last * (sp_only + t_ce * (3 * m))
     b = b + last * either
     repl = a.st_replicated * a.G
-    out = {"fwd": f, "bwd": b, "iter": np.where(sp & (repl > 0), t("all_reduce", repl, "tp"), 0.0) if sp_any
-           else np.zeros(np.shape(f))}
+    # (t is 0 s where nothing is sent: with SP everywhere, the replicated gradients' all-reduce is that time itself)
+    out = {"fwd": f, "bwd": b, "iter": t("all_reduce", repl, "tp") if sp_all
+           else np.where(sp & (repl > 0), t("all_reduce", repl, "tp"), 0.0) if sp_any else np.zeros(np.shape(f))}
     per_layer_sets = has_layers * 2 * (2 + full)  # of each of AG and RS with SP, of AR twice that without
     if sp_any:
         sets = per_layer_sets + first + last if sp_all else np.where(sp, per_layer_sets + first + last, 0)
@@ -442,8 +445,10 @@ def _tp_comm(a: _Arrays, T: _Times, bb: _BusBw, tokens: np.ndarray, act: np.ndar
         bb.add("tp", "all_gather", "tp", 2 * sets)
     # (counts as integers: numpy adds two boolean arrays as a logical or, which would count the last stage's
     # cross-entropy and sequence-parallel gradient all-reduces as one)
-    with_sp, without = last.astype(np.int64) + (repl > 0), per_layer_sets + first + 2 * last
-    bb.add("tp", "all_reduce", "tp", with_sp if sp_all else without if not sp_any else np.where(sp, with_sp, without))
+    with_sp = last.astype(np.int64) + (repl > 0) if sp_any else None
+    without = per_layer_sets + first + 2 * last if not sp_all else None
+    bb.add("tp", "all_reduce", "tp", with_sp if without is None else without if with_sp is None
+           else np.where(sp, with_sp, without))
     return out
 
 
