@@ -483,7 +483,8 @@ def _pp_comm(a: _Arrays, T: _Times, bb: _BusBw, act: np.ndarray, last: np.ndarra
     """Pipeline parallelism: the activations and gradients sent across every stage boundary (inside a node or across
     nodes), and Megatron's scatter/gather of them over the receiver's TP group."""
     t, m = T.t, a.m
-    size = np.where(a.sp | a.gather, act // a.tp, act)
+    split = a.sp | a.gather  # (the pieces a TP rank sends; one side where all or none split)
+    size = act // a.tp if split.all() else act if not split.any() else np.where(split, act // a.tp, act)
     # boundaries from stage s to (s + 1) mod p: v - 1 of them from the last stage (chunk k to chunk k + 1), v from
     # every other; half of each transfer counts on the sender's stage, half on the receiver's
     count = a.v - last  # (n, p)
@@ -491,7 +492,7 @@ def _pp_comm(a: _Arrays, T: _Times, bb: _BusBw, act: np.ndarray, last: np.ndarra
     for span, sel in (("inside", ~a.pp_across), ("across", a.pp_across)):
         if not sel.any():  # (adds 0 s and no op set)
             continue
-        k = count * sel
+        k = count if sel.all() else count * sel
         half = half + (k + _roll1(k)) * (t("send", size, span) * m / 2)
         bb.add("pp", "send", span, 2 * k)
     out = {"fwd": half, "bwd": half, "iter": z}
