@@ -710,12 +710,18 @@ def _at(rows: np.ndarray, cols: np.ndarray) -> Callable[[np.ndarray], np.ndarray
 def _dicts(axes: tuple[str, ...], sums: dict[str, Any], counts: dict[str, Any], n: int) -> list[dict[str, float]]:
     """Each configuration's mean bus bandwidth per axis (axes without an op set left out), in ``axes`` order."""
     present = tuple(axis for axis in axes if axis in sums)
+    if n == 1:  # one configuration: the same division on numbers
+        ones = [(axis, float(sums[axis][0]), int(counts[axis][0])) for axis in present]
+        return [{axis: total / max(count, 1) for axis, total, count in ones if count > 0}]
     means = [np.divide(sums[axis], np.maximum(counts[axis], 1)) for axis in present]
     return _rows_of_dicts(present, means, [counts[axis] > 0 for axis in present], n)
 
 
 def _hidden(columns: dict[str, np.ndarray], n: int) -> list[dict[str, float]]:
     """Each configuration's hidden communication per axis, what is below HIDDEN_MIN_S left out."""
+    if n == 1:  # one configuration: its numbers
+        ones = [(name, float(v[0])) for name, v in columns.items()]
+        return [{name: x for name, x in ones if x > HIDDEN_MIN_S}]
     values = list(columns.values())
     return _rows_of_dicts(tuple(columns), values, [v > HIDDEN_MIN_S for v in values], n)
 

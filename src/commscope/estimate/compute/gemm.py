@@ -627,7 +627,7 @@ class GemmTimer:
         keys = [_shape_key(g) for g in gemms]
         index = self._index.get(dtype, {})
         if self._pending.get(dtype) or any(k not in index for k in keys):
-            self.prefetch(gemms, dtype)
+            self._pending.setdefault(dtype, {}).update(dict.fromkeys(keys))  # (prefetch, the keys made once)
             index = {k: i for i, k in enumerate({**dict.fromkeys(index), **self._pending.pop(dtype)})}
             shapes = np.array(list(index), dtype=np.int64).reshape(-1, 5).T
             self._index[dtype], self._times[dtype] = index, _pick(self.gpu, shapes, dtype).time_s.tolist()
