@@ -12,6 +12,7 @@ it equal to the op-by-op path on random jobs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
@@ -276,7 +277,8 @@ class _Times:
         n, k, inside, alpha, alone = self._of_span(span)
         cluster = self.cluster
         intra_bw, inter_bw = cluster.intra_node.bandwidth_bytes_per_s, cluster.inter_node.bandwidth_bytes_per_s
-        if isinstance(n, int) and op in ("send", "recv", "sendrecv", "all_reduce", "all_gather", "reduce_scatter"):
+        if isinstance(n, int) and op in ("send", "recv", "sendrecv", "all_reduce", "all_gather", "reduce_scatter",
+                                         "all_to_all"):
             out = _plain_terms(op, n, k, inside, alpha, intra_bw, inter_bw) + (alone,)
         elif op in ("send", "recv", "sendrecv"):  # one step, bus factor 1 (x 1 is exact: left out)
             out = (alpha, 1.0, np.where(inside, intra_bw, inter_bw), alone)
@@ -323,6 +325,10 @@ def _plain_terms(op: str, n: int, k: int, inside: bool, alpha: float, intra_bw: 
     if op in ("send", "recv", "sendrecv"):
         return alpha, 1.0, intra_bw if inside else inter_bw
     nn = max(n, 1)
+    if op == "all_to_all":  # every rank to every other: the slower of its inter- and intra-node shares
+        f = (nn - 1) / nn
+        t_unit = max((nn - k) / nn / inter_bw, (k - 1) / nn / intra_bw)
+        return max(nn - 1, 1) * alpha, f, intra_bw if inside else f / (t_unit if t_unit > 0 else math.inf)
     f = 2 * (nn - 1) / nn if op == "all_reduce" else (nn - 1) / nn
     steps = 2 * (nn - 1) if op == "all_reduce" else max(nn - 1, 1)
     return steps * alpha, f, intra_bw if inside else min(intra_bw, k * inter_bw)

@@ -545,6 +545,25 @@ def gpu_for_cluster(cluster: ClusterSpec, gpu: str | os.PathLike[str] | GpuSpec 
     """The GPU of ``cluster`` (matched by :attr:`ClusterSpec.gpu`, or ``gpu`` when given), with the cluster's
     peak FLOP/s and memory bandwidth where it states them, so that the GEMM model and
     :func:`commscope.estimate.estimate` use the same peak."""
+    if gpu is None:
+        # the cluster's own GPU: worked out once per (frozen) cluster object, which the entry keeps alive, so that
+        # its id names it for as long as the entry stands (every estimate asks; a GpuSpec checks all its fields)
+        held = _CLUSTER_GPUS.get(id(cluster))
+        if held is not None and held[0] is cluster:
+            return held[1]
+        out = _gpu_for_cluster(cluster, None)
+        if len(_CLUSTER_GPUS) >= 64:
+            _CLUSTER_GPUS.clear()
+        _CLUSTER_GPUS[id(cluster)] = (cluster, out)
+        return out
+    return _gpu_for_cluster(cluster, gpu)
+
+
+_CLUSTER_GPUS: dict[int, tuple[ClusterSpec, GpuSpec]] = {}
+
+
+def _gpu_for_cluster(cluster: ClusterSpec, gpu: str | os.PathLike[str] | GpuSpec | None) -> GpuSpec:
+    """:func:`gpu_for_cluster`, worked out."""
     if gpu is not None:
         spec = load_gpu(gpu)
     else:

@@ -157,8 +157,9 @@ def _spans(par: ParallelSpec, gpn: int, moe: bool, cache: dict[tuple[Any, ...], 
 def _progression_span(layout: Layout, kind: str, gpn: int) -> np.ndarray | None:
     """(3, 1): the span of stage 0's groups of ``kind`` without building them, where each is one arithmetic
     progression of ranks (its member axes of more than one rank adjacent in the order, but for axes of one) whose
-    nodes follow from its stride alone: a stride of whole nodes puts every member on its own node, and a group that
-    fits an aligned block dividing the node stays inside one. None where neither holds (the groups then decide)."""
+    nodes follow from its stride alone: a stride of whole nodes puts every member on its own node, a group that fits
+    an aligned block dividing the node stays inside one, and one whose block is whole nodes, its stride dividing
+    the node, has the same members on each of them. None where none holds (the groups then decide)."""
     expert = kind in ("ep", "expert-dp")
     sizes = layout._expert_sizes if expert else layout._dense_sizes
     members = {"dp-cp": ("dp", "cp"), "expert-dp": ("dp",)}.get(kind, (kind,))
@@ -181,6 +182,8 @@ def _progression_span(layout: Layout, kind: str, gpn: int) -> np.ndarray | None:
         return np.array([[n], [n], [1]], dtype=np.int64)
     if gpn % (stride * n) == 0:
         return np.array([[n], [1], [n]], dtype=np.int64)
+    if gpn % stride == 0 and (stride * n) % gpn == 0:  # whole nodes, gpn / stride members on each
+        return np.array([[n], [stride * n // gpn], [gpn // stride]], dtype=np.int64)
     return None
 
 
