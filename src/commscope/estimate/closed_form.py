@@ -266,6 +266,16 @@ class _Times:
         alone = n < 2
         return n, k, inside, alpha, alone if alone.any() else None
 
+    def per_bucket(self, span: str) -> str:
+        """The span of ``span``'s groups for (n, p, k) arrays (gradient buckets, ZeRO-3 gather sizes): one given as
+        numbers broadcasts as it is; arrays gain an axis."""
+        if np.shape(self.spans[span][0]) in ((), (1, 1)):
+            return span
+        name = span + "3"
+        if name not in self.spans:
+            self.spans[name] = tuple(x[:, :, None] for x in self.spans[span])
+        return name
+
     def terms(self, op: str, span: str) -> tuple[Any, ...]:
         """(latency, bus factor, bus bandwidth, group of one) of ``op`` on ``span`` (the last None where no group
         is of one rank)."""
@@ -545,8 +555,7 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
             full_size = np.where(a.bucket > 0, a.bucket, elements)[:, :, None]
             rest = (elements - (num - 1) * a.bucket)[:, :, None]
             sizes = np.where(k < num[:, :, None] - 1, full_size, np.where(k < num[:, :, None], rest, 0))
-            span3, G, shards, plain = span + "3", a.G[:, :, None], a.shards[:, :, None], plain[:, :, None]
-            T.spans[span3] = tuple(x[:, :, None] for x in T.spans[span])
+            span3, G, shards, plain = T.per_bucket(span), a.G[:, :, None], a.shards[:, :, None], plain[:, :, None]
         if shards_all or not shards_any:
             grads = t("reduce_scatter" if shards_all else "all_reduce", sizes * G, span3)
         else:
@@ -566,9 +575,9 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
             # (n, p, sizes) each: elements, gathers per micro-batch and op sets of each gather size
             assert entries is not None, "_stages(zero3=True) for every configuration with ZeRO-3"
             zn, per_mb, sets = entries[:, 0], entries[:, 1], entries[:, 2]
-            T.spans[span + "3"] = tuple(x[:, :, None] for x in T.spans[span])
-            t_ag = t("all_gather", zn * B, span + "3")
-            t_rs = t("reduce_scatter", zn * a.G[:, :, None], span + "3")
+            span3 = T.per_bucket(span)
+            t_ag = t("all_gather", zn * B, span3)
+            t_rs = t("reduce_scatter", zn * a.G[:, :, None], span3)
             cnt = per_mb * m[:, :, None] * present[:, :, None]
             dp_fwd = dp_fwd + np.where(a.zero3, (t_ag * cnt).sum(axis=2), 0.0)
             dp_bwd = dp_bwd + np.where(a.zero3, (t_ag * cnt + t_rs * cnt).sum(axis=2), 0.0)

@@ -303,9 +303,12 @@ def _zero3(p: int, dense: np.ndarray, moe: np.ndarray, shard: dict[str, int], ex
         whole[p - 1] = ends(False, True)
     whole[1:p - 1] = ends(False, False)
     same = shard["moe"] == shard["dense"]
-    z_elements = np.stack([np.full(p, shard["dense"]), np.full(p, shard["moe"]), whole], axis=1)
-    z_count = np.stack([dense * (shard["dense"] > 0) + (moe * (shard["moe"] > 0) if same else 0),
-                        0 if same else moe * (shard["moe"] > 0), (whole > 0).astype(np.int64)], axis=1)
+    # (3, p) rows made at once and turned to (p, 3) columns (np.array of equal rows: np.stack(..., axis=1) without its
+    # Python-level checks)
+    z_elements = np.array([np.full(p, shard["dense"]), np.full(p, shard["moe"]), whole], dtype=np.int64).T
+    z_count = np.array([dense * (shard["dense"] > 0) + (moe * (shard["moe"] > 0) if same else 0),
+                        np.zeros(p, dtype=np.int64) if same else moe * (shard["moe"] > 0), (whole > 0)],
+                       dtype=np.int64).T
     zx_count = (moe * (expert["moe"] > 0))[:, None]
-    return (np.stack([z_elements, z_count, (z_count > 0).astype(np.int64)]),
-            np.stack([np.full((p, 1), expert["moe"]), zx_count, (zx_count > 0).astype(np.int64)]))
+    return (np.array([z_elements, z_count, z_count > 0], dtype=np.int64),
+            np.array([np.full((p, 1), expert["moe"]), zx_count, zx_count > 0], dtype=np.int64))
