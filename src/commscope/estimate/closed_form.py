@@ -485,14 +485,16 @@ def _ep_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw, tokens: np.nda
     combine all-to-alls forward and backward."""
     t, m = T.t, a.m
     nm = a.st_moe_layers
-    routed = np.where(a.sp, tokens // a.tp, tokens)  # commscope.moe.routing.routed_tokens_per_rank
+    # commscope.moe.routing.routed_tokens_per_rank (one side where all or none have sequence parallelism)
+    routed = tokens // a.tp if a.sp.all() else tokens if not a.sp.any() else np.where(a.sp, tokens // a.tp, tokens)
     # balanced routing: every rank sends routed x top_k tokens in all (balanced_routing's rows sum to that)
     t_a2a = t("all_to_all", routed * model.top_k * model.hidden_size * model.dtype_bytes, "ep")
     t_cnt = t("all_gather", a.ep * model.num_experts * 8, "ep")
     with_moe = nm > 0
     bb.add("ep", "all_gather", "ep", with_moe)
     bb.add("ep", "all_to_all", "ep", 4 * with_moe)
-    return {"fwd": t_cnt * (nm * m) + t_a2a * (nm * m) * 2, "bwd": t_a2a * (nm * m) * 2, "iter": z}
+    nm_m = nm * m
+    return {"fwd": t_cnt * nm_m + t_a2a * nm_m * 2, "bwd": t_a2a * nm_m * 2, "iter": z}
 
 
 def _pp_comm(a: _Arrays, T: _Times, bb: _BusBw, act: np.ndarray, last: np.ndarray, z: np.ndarray) -> _AxisComm:

@@ -229,12 +229,15 @@ def _stage_layers(model: ModelSpec, parallel: ParallelSpec) -> tuple[np.ndarray,
     adds the embedding, the last stage's last chunk the final norm and output layer (:func:`stage_params`)."""
     p, v, tp, ep = parallel.pp, parallel.virtual_pipeline_size, parallel.tp, parallel.ep
     sizes = np.array(pipeline_split(model, parallel), dtype=np.int64)  # virtual stage k = chunk x pp + stage
-    if model.is_moe:
+    layers = sizes if v == 1 else sizes.reshape(v, p).sum(axis=0)
+    if not model.is_moe:
+        moe = np.zeros(p, dtype=np.int64)
+    elif model.num_moe_layers == model.num_layers:  # every layer has experts (Mixtral)
+        moe = layers
+    else:
         ends = np.cumsum(sizes)
         moe = (_moe_before(model, ends) - _moe_before(model, ends - sizes)).reshape(v, p).sum(axis=0)
-    else:
-        moe = np.zeros(p, dtype=np.int64)
-    dense = (sizes if v == 1 else sizes.reshape(v, p).sum(axis=0)) - moe
+    dense = layers - moe
     per_layer = {}
     for kind, index in (("dense", 1 if model.is_moe and model.first_k_dense_layers == 0 else 0),
                         ("moe", model.first_k_dense_layers)):
