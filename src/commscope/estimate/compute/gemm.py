@@ -260,11 +260,14 @@ def _io_elements(dims3: tuple[Dim, Dim, Dim], sizes: tuple[int, int, int], atten
 def _build(name: str, part: str, pass_: str, dims3: tuple[Dim, Dim, Dim], values: dict[str, int], batch: int,
            count: int, layer_kind: str, attention: str = "flash") -> Gemm:
     (ms, mc), (ns, nc), (ks, kc) = dims3
-    sizes = m, n, k = mc * values[ms], nc * values[ns], kc * values[ks]
+    m, n, k = mc * values[ms], nc * values[ns], kc * values[ks]
+    # (a GEMM with no sequence dimension moves all three operands whatever the attention: _io_elements's first case)
+    io = (m * k + k * n + m * n if ms not in _SEQ and ns not in _SEQ and ks not in _SEQ
+          else _io_elements(dims3, (m, n, k), attention))
     # (through Gemm's plain twin, commscope.estimate.plain: every estimate builds its job's GEMMs, and Gemm's frozen
     # constructor costs three times as much)
     return frozen(_GemmFields(name=name, pass_=pass_, m=m, n=n, k=k, batch=batch, count=count, dims=dims3, part=part,
-                              layer_kind=layer_kind, io_elements=_io_elements(dims3, sizes, attention)), Gemm)
+                              layer_kind=layer_kind, io_elements=io), Gemm)
 
 
 def layer_gemms(model: ModelSpec, parallel: ParallelSpec | None = None, *, layer_kind: str | None = None,
