@@ -13,6 +13,7 @@ Rows:
      the scalar call over a slice of the sweep (distinct configurations, one call each);
    - how the cost grows: the exponent b of cost ~ x^b fitted over pp (1..96, t8 d8) and over layers (12..192, t8 p4
      d8), for the scalar call (with and without ``stage_compute``) and per configuration of ``estimate_many``;
+   - one call of every model preset's job on dgx-h100 (with the growth rows; ``bench_presets``);
    - llm-analysis and Calculon on the same scalar job and on every 7th configuration of the sweep, run by
      ``peers.py`` in the interpreter that has them (``--peer-python``; Calculon's model and system files from a
      checkout, ``--calculon-data``), and the ratios commscope / peer; a peer not installed is skipped with a note;
@@ -196,7 +197,29 @@ def bench_estimates(peer_python: str | None = None, calculon_data: str | None = 
         for axis, r in g.items():
             rows.append({"row": f"cost growth in {axis} ({r['values'][0]}..{r['values'][-1]})",
                          **{k: v for k, v in r.items() if k != "values"}})
+        rows.append(bench_presets(min_s / 4))
     return rows
+
+
+def bench_presets(min_s: float) -> dict[str, Any]:
+    """One ``estimate(predict(...))`` of every model preset on dgx-h100 (tp 8 where the heads allow, else 4 or 1;
+    pp 4 where the layers allow; dp 8; ep 8 for an MoE model; SP; distributed optimizer): ms per call of each."""
+    from commscope.presets.locate import preset_names
+
+    cluster = load_cluster("dgx-h100")
+    out: dict[str, float] = {}
+    for name in preset_names("models"):
+        model = load_model(name)
+        tp = next(t for t in (8, 4, 1) if model.num_heads % t == 0)
+        pp = next(p for p in (4, 2, 1) if model.num_layers % p == 0)
+        ep = 8 if model.is_moe and model.num_experts % 8 == 0 else 1
+        par = ParallelSpec(tp=tp, pp=pp, dp=8, ep=ep, global_batch_size=256, sequence_parallel=tp > 1,
+                           distributed_optimizer=True)
+        out[name] = 1e3 * _cpu_per_call(lambda m=model, p=par: estimate(predict(m, p, cluster)), min_s)
+    worst = max(out, key=out.__getitem__)
+    return {"row": f"estimate(predict(...)) of every model preset on dgx-h100 ({len(out)} jobs, ms per call)",
+            "ms_max": out[worst], "slowest": worst, "over_1_ms": sorted(k for k, v in out.items() if v > 1.0),
+            **{f"{k}_ms": v for k, v in out.items()}}
 
 
 def bench_plan() -> dict[str, Any]:
