@@ -223,6 +223,18 @@ def _moe_before(model: ModelSpec, x: np.ndarray) -> np.ndarray:
     return np.where(x > k, -(-(x - k) // f), 0)
 
 
+def _layer_kinds(model: ModelSpec) -> dict[str, int]:
+    """The kinds of layer ``model`` has (``dense``, ``moe``), each with the index of one layer of it: every layer of
+    a kind has the same GEMMs, parameters and FLOP. A dense layer is layer 0, or 1 where experts start at layer 0
+    (with moe_layer_freq > 1); an MoE layer is the first after the first_k_dense_layers."""
+    kinds = {}
+    if model.num_layers > model.num_moe_layers:
+        kinds["dense"] = 1 if model.is_moe and model.first_k_dense_layers == 0 else 0
+    if model.num_moe_layers:
+        kinds["moe"] = model.first_k_dense_layers
+    return kinds
+
+
 def _stage_layers(model: ModelSpec, parallel: ParallelSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(dense layers, MoE layers, dense parameters, expert parameters) of a rank of each stage, (pp,) each, without a
     loop over stages or layers: every layer of one kind has the same parameters; the first stage's first chunk
@@ -238,11 +250,10 @@ def _stage_layers(model: ModelSpec, parallel: ParallelSpec) -> tuple[np.ndarray,
         ends = np.cumsum(sizes)
         moe = (_moe_before(model, ends) - _moe_before(model, ends - sizes)).reshape(v, p).sum(axis=0)
     dense = layers - moe
-    per_layer = {}
-    for kind, index in (("dense", 1 if model.is_moe and model.first_k_dense_layers == 0 else 0),
-                        ("moe", model.first_k_dense_layers)):
-        lp = layer_params(model, index, tp=tp, ep=ep) if kind == "dense" or model.is_moe else None
-        per_layer[kind] = (lp.tp_sharded // tp + lp.replicated, lp.expert // (ep * tp)) if lp else (0, 0)
+    per_layer = {"dense": (0, 0), "moe": (0, 0)}  # (a kind the model lacks has no layers on any stage)
+    for kind, index in _layer_kinds(model).items():
+        lp = layer_params(model, index, tp=tp, ep=ep)
+        per_layer[kind] = (lp.tp_sharded // tp + lp.replicated, lp.expert // (ep * tp))
     end_params = np.zeros(p, dtype=np.int64)
     if p == 1 and v == 1:
         end_params[0] = stage_params(model, range(0), tp=tp, ep=ep, first=True, last=True).dense
@@ -265,11 +276,7 @@ def _stages(model: ModelSpec, par: ParallelSpec, zero3: bool = True,
     tf = token_flops(model)
     zero = {"dense": 0, "moe": 0}
     shard, repl, expert, flop, core = dict(zero), dict(zero), dict(zero), {"dense": 0.0, "moe": 0.0}, {"dense": 0.0, "moe": 0.0}
-    moe_index = model.first_k_dense_layers
-    kinds = {"moe": moe_index} if model.num_moe_layers else {}
-    if model.num_layers > model.num_moe_layers:  # layer 0, or 1 when experts start at layer 0 (freq > 1)
-        kinds["dense"] = 1 if model.is_moe and moe_index == 0 else 0
-    for kind, index in kinds.items():
+    for kind, index in _layer_kinds(model).items():
         lp = layer_params(model, index, tp=tp, ep=ep)
         shard[kind], repl[kind] = lp.tp_sharded // tp + lp.replicated, lp.replicated
         expert[kind] = lp.expert // (ep * tp)

@@ -59,6 +59,7 @@ from commscope.estimate.compute.kernels import (
 )
 from commscope.estimate.compute.model import _kind, stage_compute, timed_attention
 from commscope.estimate.flops import token_flops
+from commscope.estimate.stage_structure import _layer_kinds
 from commscope.spec.model import ModelSpec
 from commscope.spec.params import stage_params
 from commscope.spec.parallel import ParallelSpec
@@ -348,9 +349,7 @@ def job_kernels(prediction: Any, estimate: Any, gpu: Any = None) -> list[StageKe
     if spec is not None:
         par, _ = timed_attention(model, parallel, spec)
         totals = stage_compute(model, parallel, spec)
-        kinds = {"dense": _gpu_layer(model, par, spec, "dense")} if model.num_layers > model.num_moe_layers else {}
-        if model.is_moe:
-            kinds["moe"] = _gpu_layer(model, par, spec, "moe")
+        kinds = {kind: _gpu_layer(model, par, spec, kind) for kind in _layer_kinds(model)}
         logits = list(time_gemms(tuple((g, 1) for g in layer_gemms(model, par, logits=True)), spec, model.dtype))
         per_param = grad_accumulation_bytes_per_param(model, par)
     else:

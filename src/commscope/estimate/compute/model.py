@@ -48,7 +48,7 @@ from commscope.errors import ConfigError
 from commscope.estimate.gpus import GpuSpec
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
-from commscope.estimate.stage_structure import _stage_layers
+from commscope.estimate.stage_structure import _layer_kinds, _stage_layers
 
 __all__ = ["StageCompute", "stage_compute", "timed_attention"]
 
@@ -222,12 +222,11 @@ def job_gemms(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
     all announced to ``timer`` (so that one call per dtype times them)."""
     plans = {}
     dims = layer_dims(model, tp=parallel.tp, cp=parallel.cp, ep=parallel.ep, micro_batch_size=parallel.micro_batch_size)
-    for kind, present in (("dense", model.num_layers > model.num_moe_layers), ("moe", model.is_moe)):
-        if present:
-            plans[kind] = plan = _layer_plan(model, parallel, gpu, _layer_gemms(
-                model, parallel, layer_kind=kind, dims=dims, attention=parallel.attention,
-                core=parallel.attention == "unfused"))
-            plan.prefetch(timer, model.dtype)
+    for kind in _layer_kinds(model):
+        plans[kind] = plan = _layer_plan(model, parallel, gpu, _layer_gemms(
+            model, parallel, layer_kind=kind, dims=dims, attention=parallel.attention,
+            core=parallel.attention == "unfused"))
+        plan.prefetch(timer, model.dtype)
     logits_gemms = _layer_gemms(model, parallel, logits=True, dims=dims)
     timer.prefetch(logits_gemms, model.dtype)
     return plans, logits_gemms
