@@ -174,6 +174,25 @@ def test_the_vectorised_spans_of_groups_are_each_groups_own():
         assert [GroupSpan.of(g, gpn) for g in groups] == [GroupSpan(n, a, b) for a, b in zip(num_nodes, per_node)]
 
 
+def test_alpha_beta_on_numbers_is_alpha_beta_on_arrays():
+    """The closed form times one configuration's op sets with bandwidth._alpha_beta_numbers, the number twin of
+    _alpha_beta_terms: every op on random groups (inside a node and across nodes, groups of one included) gives
+    the same steps, latency, bus factor and bus bandwidth, to the bit."""
+    from commscope.estimate.bandwidth import _alpha_beta_numbers, _alpha_beta_terms
+
+    rng = np.random.default_rng(0)
+    for cluster in (CLUSTER, load_cluster("dgx-h100"), load_cluster("dgx1-v100")):
+        for _ in range(300):
+            n = int(rng.integers(1, 65))
+            nodes = int(rng.integers(1, n + 1))
+            k = int(rng.integers(1, -(-n // nodes) + 1))
+            for op in ("send", "recv", "sendrecv", "all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                       "broadcast"):
+                arrays = _alpha_beta_terms(cluster, op, np.ones(()), n, nodes, k)
+                numbers = _alpha_beta_numbers(cluster, op, n, nodes, k)
+                assert [float(x) for x in arrays] == [float(x) for x in numbers], (op, n, nodes, k)
+
+
 def test_the_span_of_a_progression_of_ranks_is_that_of_its_groups():
     """Stage 0's groups that are one arithmetic progression of ranks are spanned from their stride alone
     (stage_structure._progression_span); on random orders, sizes and node sizes that equals the span of the groups

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -161,6 +161,26 @@ def _alpha_beta_terms(cluster: ClusterSpec, op: str, size: np.ndarray, n, num_no
         bw = np.where(inside, intra_bw, np.minimum(intra_bw, k * inter_bw))
     alpha = np.where(inside, cluster.intra_node.latency_s, cluster.inter_node.latency_s)
     return steps, alpha, f, bw
+
+
+def _alpha_beta_numbers(cluster: ClusterSpec, op: str, n: int, num_nodes: int, per_node: int) -> tuple[Any, ...]:
+    """:func:`_alpha_beta_terms` of one group given as numbers: the same arithmetic, operation for operation (Python's
+    floats round as numpy's float64 do), without an array's overhead; one estimate's groups mostly sit alike, and
+    the closed form times each of their op sets with it (tests/estimate/test_estimate_many.py holds the two equal)."""
+    intra_bw = cluster.intra_node.bandwidth_bytes_per_s
+    inter_bw = cluster.inter_node.bandwidth_bytes_per_s
+    inside = num_nodes <= 1
+    alpha = cluster.intra_node.latency_s if inside else cluster.inter_node.latency_s
+    if op in ("send", "recv", "sendrecv"):
+        return 1, alpha, 1.0, intra_bw if inside else inter_bw
+    nn = max(n, 1)
+    if op == "all_to_all":
+        f = (nn - 1) / nn
+        t_unit = max((nn - per_node) / nn / inter_bw, (per_node - 1) / nn / intra_bw)
+        return max(nn - 1, 1), alpha, f, intra_bw if inside else f / (t_unit if t_unit > 0 else math.inf)
+    f = 2 * (nn - 1) / nn if op == "all_reduce" else ((nn - 1) / nn if op in ("all_gather", "reduce_scatter") else 1.0)
+    steps = 2 * (nn - 1) if op == "all_reduce" else max(nn - 1, 1)
+    return steps, alpha, f, intra_bw if inside else min(intra_bw, per_node * inter_bw)
 
 
 def alpha_beta_time_s(cluster: ClusterSpec, op: str, size_bytes, n, num_nodes, per_node):

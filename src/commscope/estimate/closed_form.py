@@ -12,14 +12,13 @@ it equal to the op-by-op path on random jobs.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from commscope.estimate.bandwidth import _alpha_beta_terms
+from commscope.estimate.bandwidth import _alpha_beta_numbers, _alpha_beta_terms
 from commscope.estimate.compute.effects import comm_sm_time_s
 from commscope.estimate.compute.model import StageCompute, first_max
 from commscope.estimate.flops import token_flops
@@ -233,43 +232,22 @@ class _Arrays:
 
 class _Times:
     """Alpha-beta op times and bus bandwidths (:func:`commscope.estimate.bandwidth.alpha_beta_time_s`, the same arithmetic in
-    the same order) with each (op, span)'s latency, bus factor and bandwidth worked out once, and what every op of
-    a span shares (its latency per step, whether it stays inside a node, a collective's bandwidth) once per span."""
+    the same order) with each (op, span)'s latency, bus factor and bandwidth worked out once: on numbers where the
+    span is one (one configuration whose stages sit alike, or a pair on fixed nodes), else on its arrays."""
 
     def __init__(self, cluster: ClusterSpec, spans: dict[str, tuple[Any, Any, Any]]) -> None:
         self.cluster, self.spans = cluster, spans
         self._terms: dict[tuple[str, str], tuple[Any, ...]] = {}
-        self._span: dict[str, tuple[Any, ...]] = {}
         self._busbw: dict[tuple[str, str], Any] = {}
 
-    def _of_span(self, span: str) -> tuple[Any, ...]:
-        """(n, ranks per node, inside a node, alpha per step, group of one) of ``span``
-        (:func:`commscope.estimate.bandwidth._alpha_beta_terms`'s common part): plain numbers for one configuration
-        whose stages all sit alike (or a pair on fixed nodes), the same arithmetic without an array's overhead."""
-        out = self._span.get(span)
-        if out is None:
-            n, nodes, k = self.spans[span]
-            out = self._span[span] = (self._plain(n, nodes, k) if np.shape(n) in ((), (1, 1))
-                                      else self._arrays(n, nodes, k))
-        return out
-
-    def _plain(self, *span: Any) -> tuple[Any, ...]:
-        n, nodes, k = (int(np.asarray(x).reshape(-1)[0]) for x in span)
-        inside = nodes <= 1
-        alpha = self.cluster.intra_node.latency_s if inside else self.cluster.inter_node.latency_s
-        return n, k, inside, alpha, np.True_ if n < 2 else None
-
-    def _arrays(self, *span: Any) -> tuple[Any, ...]:
-        n, nodes, k = (np.asarray(x, dtype=np.int64) for x in span)
-        inside = nodes <= 1
-        alpha = np.where(inside, self.cluster.intra_node.latency_s, self.cluster.inter_node.latency_s)
-        alone = n < 2
-        return n, k, inside, alpha, alone if alone.any() else None
+    def _plain(self, span: str) -> bool:
+        """Whether ``span`` is one group's numbers (every entry of its arrays the one)."""
+        return np.shape(self.spans[span][0]) in ((), (1, 1))
 
     def per_bucket(self, span: str) -> str:
         """The span of ``span``'s groups for (n, p, k) arrays (gradient buckets, ZeRO-3 gather sizes): one given as
         numbers broadcasts as it is; arrays gain an axis."""
-        if np.shape(self.spans[span][0]) in ((), (1, 1)):
+        if self._plain(span):
             return span
         name = span + "3"
         if name not in self.spans:
@@ -282,29 +260,18 @@ class _Times:
         # all_gather and reduce_scatter have one formula (steps n - 1, bus factor (n - 1) / n: bandwidth.py's docstring)
         key = ("all_gather" if op == "reduce_scatter" else op, span)
         out = self._terms.get(key)
-        if out is not None:
-            return out
-        n, k, inside, alpha, alone = self._of_span(span)
-        cluster = self.cluster
-        intra_bw, inter_bw = cluster.intra_node.bandwidth_bytes_per_s, cluster.inter_node.bandwidth_bytes_per_s
-        if isinstance(n, int) and op in ("send", "recv", "sendrecv", "all_reduce", "all_gather", "reduce_scatter",
-                                         "all_to_all"):
-            out = _plain_terms(op, n, k, inside, alpha, intra_bw, inter_bw) + (alone,)
-        elif op in ("send", "recv", "sendrecv"):  # one step, bus factor 1 (x 1 is exact: left out)
-            out = (alpha, 1.0, np.where(inside, intra_bw, inter_bw), alone)
-        elif op in ("all_reduce", "all_gather", "reduce_scatter"):
-            nn = np.maximum(n, 1)
-            f = 2 * (nn - 1) / nn if op == "all_reduce" else (nn - 1) / nn
-            steps = 2 * (nn - 1) if op == "all_reduce" else np.maximum(nn - 1, 1)
-            other = "all_gather" if op == "all_reduce" else "all_reduce"
-            bw = (self._terms[other, span][2] if (other, span) in self._terms
-                  else np.where(inside, intra_bw, np.minimum(intra_bw, k * inter_bw)))
-            out = (steps * alpha, f, bw, alone)
-        else:
-            nodes = self.spans[span][1] if not isinstance(n, int) else (1 if inside else 2)  # (only <= 1 is read)
-            steps, alpha, f, bw = _alpha_beta_terms(cluster, op, np.ones(np.shape(n)), n, nodes, k)
-            out = (steps * alpha, f, bw, alone)
-        self._terms[key] = out
+        if out is None:
+            if self._plain(span):
+                n, nodes, k = (int(np.asarray(x).reshape(-1)[0]) for x in self.spans[span])
+                steps, alpha, f, bw = _alpha_beta_numbers(self.cluster, op, n, nodes, k)
+                alone: Any = np.True_ if n < 2 else None
+            else:
+                n_arr, nodes_arr, k_arr = self.spans[span]
+                steps, alpha, f, bw = _alpha_beta_terms(self.cluster, op, np.ones(np.shape(n_arr)), n_arr, nodes_arr,
+                                                        k_arr)
+                alone = np.asarray(n_arr) < 2
+                alone = alone if alone.any() else None
+            out = self._terms[key] = (steps * alpha, f, bw, alone)
         return out
 
     def t(self, op: str, size: Any, span: str) -> np.ndarray:
@@ -325,23 +292,6 @@ class _Times:
             if np.ndim(out) == 0:
                 out = float(out)
         return out
-
-
-def _plain_terms(op: str, n: int, k: int, inside: bool, alpha: float, intra_bw: float,
-                 inter_bw: float) -> tuple[float, float, float]:
-    """(latency, bus factor, bus bandwidth) of a point-to-point op or a ring collective on one span given as numbers:
-    :func:`commscope.estimate.bandwidth._alpha_beta_terms`'s arithmetic, operation for operation (Python's floats
-    round as numpy's float64 do: the same results, without an array's overhead)."""
-    if op in ("send", "recv", "sendrecv"):
-        return alpha, 1.0, intra_bw if inside else inter_bw
-    nn = max(n, 1)
-    if op == "all_to_all":  # every rank to every other: the slower of its inter- and intra-node shares
-        f = (nn - 1) / nn
-        t_unit = max((nn - k) / nn / inter_bw, (k - 1) / nn / intra_bw)
-        return max(nn - 1, 1) * alpha, f, intra_bw if inside else f / (t_unit if t_unit > 0 else math.inf)
-    f = 2 * (nn - 1) / nn if op == "all_reduce" else (nn - 1) / nn
-    steps = 2 * (nn - 1) if op == "all_reduce" else max(nn - 1, 1)
-    return steps * alpha, f, intra_bw if inside else min(intra_bw, k * inter_bw)
 
 
 def _flop_arrays(model: ModelSpec, a: _Arrays, u: float, peak: float) -> dict[str, np.ndarray]:
