@@ -377,44 +377,25 @@ def _tp_comm(a: _Arrays, T: _Times, bb: _BusBw, tokens: np.ndarray, act: np.ndar
     t_ce = t("all_reduce", tokens * dtype_bytes("fp32"), "tp")
     lm = L * m
     rec = 1 + full
-    # (where every configuration here has sequence parallelism, or none has, one side of each np.where is taken)
-    sp_all, sp_any = bool(sp.all()), bool(sp.any())
-    if sp_all:
-        ag_lm = t_ag * lm
-        f = 2 * (ag_lm + ag_lm)
-    elif not sp_any:
-        f = 2 * t_ar * lm
-    else:
-        ag_lm = t_ag * lm
-        f = np.where(sp, 2 * (ag_lm + ag_lm), 2 * t_ar * lm)
+    ag_lm, ag_m = t_ag * lm, t_ag * m
+    f = _where(sp, 2 * (ag_lm + ag_lm), 2 * t_ar * lm)
     b = f * rec
-    ag_m = t_ag * m
-    if sp_all:
-        either = sp_only = ag_m
-    elif not sp_any:
-        either, sp_only = t_ar * m, 0.0
-    else:
-        either, sp_only = np.where(sp, ag_m, t_ar * m), np.where(sp, ag_m, 0.0)
+    either, sp_only = _where(sp, ag_m, t_ar * m), _where(sp, ag_m, 0.0)
     f = f + first * either
     b = b + first * sp_only
     f = f + last * (sp_only + t_ce * (3 * m))
     b = b + last * either
     repl = a.st_replicated * a.G
-    # (t is 0 s where nothing is sent: with SP everywhere, the replicated gradients' all-reduce is that time itself)
-    out = {"fwd": f, "bwd": b, "iter": t("all_reduce", repl, "tp") if sp_all
-           else np.where(sp & (repl > 0), t("all_reduce", repl, "tp"), 0.0) if sp_any else np.zeros(np.shape(f))}
+    # (t is 0 s where nothing is sent: the replicated gradients' all-reduce is its time where SP runs)
+    out = {"fwd": f, "bwd": b, "iter": _where(sp, t("all_reduce", repl, "tp"), np.zeros(np.shape(f)))}
     per_layer_sets = has_layers * 2 * (2 + full)  # of each of AG and RS with SP, of AR twice that without
-    if sp_any:
-        sets = per_layer_sets + first + last if sp_all else np.where(sp, per_layer_sets + first + last, 0)
+    if sp.any():
         # as many reduce-scatters as all-gathers, at the same bus bandwidth: one add of twice the count (the axis's
         # first add: 0 + 2 S is (0 + S) + S to the bit)
-        bb.add("tp", "all_gather", "tp", 2 * sets)
+        bb.add("tp", "all_gather", "tp", 2 * _where(sp, per_layer_sets + first + last, 0))
     # (counts as integers: numpy adds two boolean arrays as a logical or, which would count the last stage's
     # cross-entropy and sequence-parallel gradient all-reduces as one)
-    with_sp = last.astype(np.int64) + (repl > 0) if sp_any else None
-    without = per_layer_sets + first + 2 * last if not sp_all else None
-    bb.add("tp", "all_reduce", "tp", with_sp if without is None else without if with_sp is None
-           else np.where(sp, with_sp, without))
+    bb.add("tp", "all_reduce", "tp", _where(sp, last.astype(np.int64) + (repl > 0), per_layer_sets + first + 2 * last))
     return out
 
 
@@ -435,8 +416,7 @@ def _ep_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw, tokens: np.nda
     combine all-to-alls forward and backward."""
     t, m = T.t, a.m
     nm = a.st_moe_layers
-    # commscope.moe.routing.routed_tokens_per_rank (one side where all or none have sequence parallelism)
-    routed = tokens // a.tp if a.sp.all() else tokens if not a.sp.any() else np.where(a.sp, tokens // a.tp, tokens)
+    routed = _where(a.sp, tokens // a.tp, tokens)  # commscope.moe.routing.routed_tokens_per_rank
     # balanced routing: every rank sends routed x top_k tokens in all (balanced_routing's rows sum to that)
     t_a2a = t("all_to_all", routed * model.top_k * model.hidden_size * model.dtype_bytes, "ep")
     t_cnt = t("all_gather", a.ep * model.num_experts * 8, "ep")
@@ -451,8 +431,7 @@ def _pp_comm(a: _Arrays, T: _Times, bb: _BusBw, act: np.ndarray, last: np.ndarra
     """Pipeline parallelism: the activations and gradients sent across every stage boundary (inside a node or across
     nodes), and Megatron's scatter/gather of them over the receiver's TP group."""
     t, m = T.t, a.m
-    split = a.sp | a.gather  # (the pieces a TP rank sends; one side where all or none split)
-    size = act // a.tp if split.all() else act if not split.any() else np.where(split, act // a.tp, act)
+    size = _where(a.sp | a.gather, act // a.tp, act)  # (the pieces a TP rank sends)
     # boundaries from stage s to (s + 1) mod p: v - 1 of them from the last stage (chunk k to chunk k + 1), v from
     # every other; half of each transfer counts on the sender's stage, half on the receiver's
     count = a.v - last  # (n, p)
@@ -470,6 +449,14 @@ def _pp_comm(a: _Arrays, T: _Times, bb: _BusBw, act: np.ndarray, last: np.ndarra
         out = {"fwd": half + into * t_gather, "bwd": half + out_of * t_gather, "iter": z}
         bb.add("pp", "all_gather", "tp", into + out_of)
     return out
+
+
+def _where(cond: np.ndarray, x: Any, y: Any) -> Any:
+    """``np.where(cond, x, y)``, or ``x`` or ``y`` itself where ``cond`` holds everywhere or nowhere (a group of
+    configurations that all have a feature, or none: one estimate always), which is what np.where would pick."""
+    if cond.all():
+        return x
+    return y if not cond.any() else np.where(cond, x, y)
 
 
 def _roll1(x: np.ndarray) -> np.ndarray:

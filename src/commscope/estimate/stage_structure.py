@@ -282,12 +282,8 @@ def _stages(model: ModelSpec, par: ParallelSpec, zero3: bool = True,
         expert[kind] = lp.expert // (ep * tp)
         flop[kind], core[kind] = tf.layers[index], tf.attention_core[index]
 
-    made: dict[tuple[bool, bool], int] = {}
-
     def ends(first: bool, last: bool) -> int:
-        if (first, last) not in made:
-            made[first, last] = stage_params(model, range(0), tp=tp, ep=ep, first=first, last=last).dense
-        return made[first, last]
+        return stage_params(model, range(0), tp=tp, ep=ep, first=first, last=last).dense
 
     last = np.arange(p) == p - 1
     norm = model.hidden_size * (2 if model.normalization == "layernorm" else 1)
