@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from commscope.estimate.gpus import AttentionKernel, GpuSpec
 
 __all__ = ["BACKWARD_RATIO", "attention_blocks", "fused_attention_time_s"]

@@ -53,7 +53,6 @@ from commscope.estimate.stage_structure import _layer_kinds, _stage_layers
 __all__ = ["StageCompute", "stage_compute", "timed_attention"]
 
 
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StageCompute:
     """Compute of one GPU of each pipeline stage (arrays of length pp; seconds per micro-batch unless noted)."""
