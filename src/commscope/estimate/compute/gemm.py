@@ -385,23 +385,34 @@ def alignment_factor(gpu: GpuSpec, elem_bytes: int, *dims: np.ndarray) -> np.nda
     """1 when every dimension is a multiple of ``alignment_optimal_bytes``; ``partial_alignment_factor`` when
     every one is a multiple of ``alignment_required_bytes`` (16 B: 8 fp16 elements); else ``unaligned_factor``
     [nvidia-matmul-guide, "Tensor Core Requirements"]."""
-    opt = np.ones(np.broadcast_shapes(*(np.shape(d) for d in dims)), dtype=bool)
-    req = opt.copy()
-    for d in dims:
-        size = np.asarray(d, dtype=np.int64) * elem_bytes
-        opt &= size % gpu.alignment_optimal_bytes == 0
-        req &= size % gpu.alignment_required_bytes == 0
-    return np.where(opt, 1.0, np.where(req, gpu.partial_alignment_factor, gpu.unaligned_factor))
+    return _alignment_of(gpu, _dims_bytes(elem_bytes, dims))
 
 
 def legacy_kernel(gpu: GpuSpec, elem_bytes: int, *dims: np.ndarray) -> np.ndarray:
     """Where a GPU with TMA (``tma_alignment_bytes``, Hopper: 16) must run the older, non-TMA kernel: some dimension
     is not a multiple of that many bytes (TMA needs 16-byte aligned strides) [nvidia-matmul-guide, cuda-tma]."""
-    out = np.zeros(np.broadcast_shapes(*(np.shape(d) for d in dims)), dtype=bool)
+    size_bytes = _dims_bytes(elem_bytes, dims)
     if not gpu.tma_alignment_bytes:
-        return out
-    for d in dims:
-        out |= (np.asarray(d, dtype=np.int64) * elem_bytes) % gpu.tma_alignment_bytes != 0
+        return np.zeros(size_bytes.shape[1:], dtype=bool)
+    return _legacy_of(gpu, size_bytes)
+
+
+def _dims_bytes(elem_bytes: int, dims: tuple[Any, ...]) -> np.ndarray:
+    """(len(dims), ...): every dimension in bytes, broadcast to one shape and stacked."""
+    return np.stack(np.broadcast_arrays(*(np.asarray(d, dtype=np.int64) for d in dims))) * elem_bytes
+
+
+def _alignment_of(gpu: GpuSpec, size_bytes: np.ndarray) -> np.ndarray:
+    """:func:`alignment_factor` of stacked dimensions in bytes (dimensions on the first axis)."""
+    out: np.ndarray = np.where((size_bytes % gpu.alignment_optimal_bytes).any(axis=0),
+                               np.where((size_bytes % gpu.alignment_required_bytes).any(axis=0), gpu.unaligned_factor,
+                                        gpu.partial_alignment_factor), 1.0)
+    return out
+
+
+def _legacy_of(gpu: GpuSpec, size_bytes: np.ndarray) -> np.ndarray:
+    """:func:`legacy_kernel` of stacked dimensions in bytes on a GPU with TMA."""
+    out: np.ndarray = np.asarray((size_bytes % gpu.tma_alignment_bytes).any(axis=0))
     return out
 
 
@@ -471,13 +482,11 @@ def _pick(gpu: GpuSpec, shapes: np.ndarray, dtype: str) -> _Picked:
     peak = gpu.peak_flops_for(dtype)
     m, n, k, batch, io = shapes
     size_bytes = shapes[:3] * elem  # (3, n): M, N, K in bytes
-    align = np.where((size_bytes % gpu.alignment_optimal_bytes).any(axis=0),
-                     np.where((size_bytes % gpu.alignment_required_bytes).any(axis=0), gpu.unaligned_factor,
-                              gpu.partial_alignment_factor), 1.0)
+    align = _alignment_of(gpu, size_bytes)
     persistent: Any = gpu.persistent_gemm  # (a bool for every GEMM, or an (n, 1) array)
     if gpu.tma_alignment_bytes:
         # the older kernel where TMA cannot run (legacy_kernel): its own per-SM rate, and never persistent
-        legacy = np.asarray((size_bytes % gpu.tma_alignment_bytes).any(axis=0))
+        legacy = _legacy_of(gpu, size_bytes)
         align = np.where(legacy, align * gpu.legacy_gemm_fraction, align)
         persistent = persistent and (~legacy)[:, None]
     slots = gpu.num_sms * gpu.ctas_per_sm
