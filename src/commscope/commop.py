@@ -55,6 +55,10 @@ ROOTED_OPS: frozenset[str] = frozenset({"broadcast", "reduce", "gather", "scatte
 #: Readers of other tools' logs skip a size above it as damaged, with a problem line.
 MAX_MESSAGE_BYTES = 2**40
 
+#: More ranks than any job has: the largest training clusters hold ~10^5 GPUs, and commscope's commands are tested to
+#: 2^20 (routed MoE traffic). ``plan`` and ``traffic`` refuse more GPUs, and readers of measurements a larger group.
+MAX_RANKS = 1 << 20
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CommOp:
     """One communication operation.

@@ -15,6 +15,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
+from commscope.commop import MAX_RANKS
 from commscope.errors import ConfigError
 from commscope.spec.cluster import ClusterSpec
 from commscope.spec.model import ModelSpec
@@ -375,8 +376,8 @@ def v_label(v: int) -> str:
     return f" (v={v})" if v > 1 else ""
 
 
-#: Above this many GPUs a job is most likely a typo (commscope's own benchmarks go this far: routed MoE traffic).
-MAX_PLAUSIBLE_GPUS = 1 << 20
+#: Above this many GPUs a job is most likely a typo (:data:`commscope.commop.MAX_RANKS`).
+MAX_PLAUSIBLE_GPUS = MAX_RANKS
 
 
 def check_nodes(args: argparse.Namespace | None, world: int, cluster: ClusterSpec) -> None:

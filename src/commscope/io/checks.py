@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from commscope.errors import ConfigError
-from commscope.commop import MAX_MESSAGE_BYTES
+from commscope.commop import MAX_MESSAGE_BYTES, MAX_RANKS
 
 __all__ = ["bench_row_problem", "format_problem", "read_json_document", "row_time_problem", "size_problem",
            "time_problem"]
@@ -90,9 +90,9 @@ def _whole_problem(value: Any, field: str, minimum: int, maximum: int | None = N
     return None
 
 
-#: The most ranks a measured group can have: the largest training clusters hold ~10^5 GPUs, and commscope's
-#: commands are tested to 2^20 (as ``commscope.cli.common.MAX_PLAUSIBLE_GPUS``, which ``plan`` and ``traffic`` apply).
-MAX_GROUP_RANKS = 1 << 20
+#: The most ranks a measured group can have (:data:`commscope.commop.MAX_RANKS`, the bound ``plan`` and ``traffic``
+#: apply to a job).
+MAX_GROUP_RANKS = MAX_RANKS
 
 
 def bench_row_problem(row: dict[str, Any]) -> str | None:
