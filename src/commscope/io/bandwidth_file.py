@@ -159,10 +159,12 @@ def _read_bandwidth(path: Path, fallback: AlphaBeta | None, skipped: list[str]) 
                           "is not a regular file (a pipe or a device?); give a file" if path.exists() else "no such file")
     source = path.name
     suffix = path.suffix.lower()
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as exc:
-        raise ConfigError("bandwidth", str(path), f"cannot read it ({exc.strerror or exc})") from None
+    from commscope.io.import_base import read_input
+
+    try:  # (read once: nccl-tests output below is parsed from this text; .gz too)
+        text = read_input(path)[1].decode("utf-8", errors="replace")
+    except ValueError as exc:
+        raise ConfigError("bandwidth", str(path), str(exc).removeprefix(f"{path}: ")) from None
     try:
         if suffix == ".json":
             data = json.loads(text)
@@ -186,10 +188,10 @@ def _read_bandwidth(path: Path, fallback: AlphaBeta | None, skipped: list[str]) 
                                  source=source, fallback=fallback)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError("bandwidth", source, f"is not valid {suffix[1:].upper()}: {exc}") from None
-    from commscope.io.nccl_tests import parse_nccl_tests
+    from commscope.io.nccl_tests import parse_nccl_tests_text
 
     try:
-        result = parse_nccl_tests(path)
+        result = parse_nccl_tests_text(text, name=source)
     except ValueError as exc:
         raise ConfigError("bandwidth", source, str(exc)) from None
     # a failed data check refuses the file, as `commscope fit` and bench JSON rows with ``wrong`` do

@@ -268,8 +268,15 @@ def parse_nccl_tests(source: str | Path, *, op: str | None = None, quick: bool =
     iterate as :class:`QuickRow` (the same fields), for a reader of a million rows that checks them all at once.
     Raises ValueError when nothing in the output is a data row, or the file cannot be read.
     """
-    override = canonical_op(op) if op is not None else None
     name, text = _read_source(source)
+    return parse_nccl_tests_text(text, name=name, op=op, quick=quick)
+
+
+def parse_nccl_tests_text(text: str, *, name: str, op: str | None = None, quick: bool = False) -> NcclTestsResult:
+    """:func:`parse_nccl_tests` of output already read (``name``: the file it came from, as problems name it): a
+    caller that has read the file to learn what it is parses those bytes, not the file read again (which may have
+    changed in between)."""
+    override = canonical_op(op) if op is not None else None
     reader = _Reader(name)
     reader.feed_lines(text.splitlines())
     reader.finish()

@@ -409,3 +409,37 @@ def test_a_curve_of_thousands_of_sizes_is_fitted_on_a_grid():
     inv = 1 / y[:40]
     sums = [float(np.sum(v)) for v in (inv * inv, x[:40] * inv * inv, (x[:40] * inv) ** 2, inv, x[:40] * inv)]
     assert _line_from_sums(*sums, 40) == pytest.approx(_line(x[:40], y[:40]), rel=1e-6, abs=1e-12)
+
+
+V100_NAME = "nccl-tests_allgather-allreduce-broadcast-reduce-reducescatter_v100x12_dgx2_old-format_errors.txt"
+
+
+@requires_shared(*LOGS, A100_NAME)
+@requires_shared(*LOGS, V100_NAME)
+@pytest.mark.parametrize("name, extra", [(A100_NAME, []), (V100_NAME, ["--op", "all_reduce"])])
+def test_fit_and_estimate_read_the_nccl_tests_file_once(tmp_path, monkeypatch, capsys, name, extra):
+    """What is fitted is what was read: the file is read once (a log still being written, or replaced between two
+    reads, would otherwise have its kind decided on one content and its rows taken from another)."""
+    import pathlib
+
+    src = tmp_path / name
+    src.write_bytes(SHARED.joinpath(*LOGS, name).read_bytes())
+    reads: list[str] = []
+    for method in ("read_bytes", "read_text"):
+        original = getattr(pathlib.Path, method)
+
+        def counted(self, *args, _original=original, _method=method, **kwargs):
+            if self.name == name:
+                reads.append(_method)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(pathlib.Path, method, counted)
+    out = tmp_path / "fit.toml"
+    assert main(["fit", str(src), "--out", str(out), *extra]) == 0
+    assert reads == ["read_bytes"], reads
+    if extra:  # (estimate --bandwidth refuses a log with a failed data check, as the V100 log's all_gather is)
+        return
+    reads.clear()
+    assert main(["estimate", "--model", "gpt3-1.3b", "--tp", "2", "--dp", "4", "--bandwidth", str(src)]) == 0
+    assert reads == ["read_bytes"], reads
+    capsys.readouterr()

@@ -445,9 +445,9 @@ def _tables_arg(run: str | Sequence[int] | None, runs: list[dict], name: str) ->
         numbers.append(int(part))
     return sorted(set(numbers))
 
-def _rows_from_nccl_tests(path: Path, group_size: int | None, op: str | None = None, *, dtype: str | None = None,
-                          redop: str | None = None, root: int | None = None, run: str | Sequence[int] | None = None,
-                          ) -> tuple[FitRows, dict[str, Any]]:
+def _rows_from_nccl_tests(path: Path, text: str, group_size: int | None, op: str | None = None, *,
+                          dtype: str | None = None, redop: str | None = None, root: int | None = None,
+                          run: str | Sequence[int] | None = None) -> tuple[FitRows, dict[str, Any]]:
     """The rows of nccl-tests output, one per table line (its out-of-place half, as nccl-tests' summaries use).
     Lines the reader could not read, and lines whose out-of-place time is no measurement (<= 0), are skipped and
     named in ``info["problems"]``, with everything else the reader found wrong with the output. ``group_size`` and
@@ -456,8 +456,9 @@ def _rows_from_nccl_tests(path: Path, group_size: int | None, op: str | None = N
     ``dtype``, ``redop`` and ``root`` pick one type, reduction op and root of a table that times several (``-d all``,
     ``-o all``, ``-r -1``). Tables that time one curve on one machine (a run repeated) are pooled, each size's
     median; tables of other machines (outputs pasted together) are refused together until ``run`` picks one
-    machine's tables (their numbers from 1 in file order, ``"1,3"``)."""
-    rows, problems, notes, file_ops = _tables_to_fit(path, op, run)
+    machine's tables (their numbers from 1 in file order, ``"1,3"``). ``text``: the output, as read once from
+    ``path``."""
+    rows, problems, notes, file_ops = _tables_to_fit(path, text, op, run)
     found, one_rank = _lines_to_fit(rows, path.name, file_ops, group_size, op, problems)
     if not len(found) and one_rank == len(rows):
         raise ConfigError("input", path.name, "the rows ran on 1 rank: nothing crossed a link (busbw is 0 by "
@@ -473,15 +474,15 @@ def _rows_from_nccl_tests(path: Path, group_size: int | None, op: str | None = N
                          "chosen": chosen}
 
 
-def _tables_to_fit(path: Path, op: str | None, run: str | Sequence[int] | None,
+def _tables_to_fit(path: Path, text: str, op: str | None, run: str | Sequence[int] | None,
                    ) -> tuple[QuickRows, list[str], list[str], list[str]]:
     """The rows of the tables of ``path`` to fit, the reader's problems about them, notes on the tables left out,
     and the file's collectives. ``op`` picks one collective of a log of several, or takes the rows of output that
     names none as its own; ``run`` picks tables by number; tables of other machines left together are refused."""
-    from commscope.io.nccl_tests import describe_tables, mixed_hardware, parse_nccl_tests, pick_tables
+    from commscope.io.nccl_tests import describe_tables, mixed_hardware, parse_nccl_tests_text, pick_tables
 
-    try:
-        result = parse_nccl_tests(path, quick=True)  # the rows only read: as named tuples, faster to make
+    try:  # (the text load_rows read: the file is read once)
+        result = parse_nccl_tests_text(text, name=path.name, quick=True)  # the rows as columns, faster to make
     except ValueError as exc:
         raise ConfigError("input", path.name, str(exc)) from None
     runs = result.meta.get("runs", [])
@@ -503,7 +504,7 @@ def _tables_to_fit(path: Path, op: str | None, run: str | Sequence[int] | None,
             if named is not None and named != op:
                 raise ConfigError("op", op, f"{path.name} line {r.get('op_named_line')} names the test {named}; "
                                             "leave --op out (it is for output that does not name it)")
-        result = parse_nccl_tests(path, op=op, quick=True)  # read again, the rows taken as op's
+        result = parse_nccl_tests_text(text, name=path.name, op=op, quick=True)  # the rows taken as op's
         runs = result.meta.get("runs", [])
     tables = _tables_arg(run, runs, path.name)
     if tables is not None:  # --run picks tables
@@ -689,7 +690,8 @@ def load_rows(path: Path, *, group_size: int | None = None, op: str | None = Non
                                           "output; leave it out")
         return _rows_from_bench(parsed, path.name, group_size=group_size, op=op, dtype=dtype, redop=redop, root=root)
     _refuse_other_format(name, data)
-    return _rows_from_nccl_tests(path, group_size, op, dtype=dtype, redop=redop, root=root, run=run)
+    return _rows_from_nccl_tests(path, data.decode("utf-8", errors="replace"), group_size, op, dtype=dtype,
+                                 redop=redop, root=root, run=run)
 
 
 def problem_lines(problems: Sequence[str], limit: int = _MAX_PROBLEMS) -> list[str]:
