@@ -337,7 +337,7 @@ def test_traffic_refuses_an_earlier_runs_files_unless_forced(capsys, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["heatmap.png", "notes.txt"]
     assert main(["traffic", "--tp", "4", "--out", str(tmp_path), "--no-plot", "--force"]) == 0
     err = capsys.readouterr().err
-    assert "replacing the files of an earlier run in" in err and "(--force): heatmap.png" in err
+    assert "replaced the files of an earlier run in" in err and "(--force): heatmap.png" in err
     assert not (tmp_path / "heatmap.png").exists() and (tmp_path / "ops.jsonl").is_file()
     assert (tmp_path / "notes.txt").read_text() == "the user's own file"
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no lock or temporary file left

@@ -142,11 +142,16 @@ def test_replacing_an_output_needs_force(capsys, tmp_path):
     assert fit.read_text() == "# an earlier fit\n"
     assert main(["fit", str(bench), "--out", str(fit), "--force"]) == 0
     err = capsys.readouterr().err
-    assert f"replacing {fit} (--force)" in err and "commscope-fitted-bandwidth" in fit.read_text()
+    assert f"replaced {fit} of an earlier run (--force)" in err and "commscope-fitted-bandwidth" in fit.read_text()
     report = tmp_path / "r.html"
     report.write_text("an earlier report")
     err = _one_line(capsys, main(["report", "--out", str(report)]))
     assert "already exists; give --force" in err and report.read_text() == "an earlier report"
+    # --force with bad input: the input's one line, and no line saying the report was replaced (it was not)
+    err = _one_line(capsys, main(["report", "--out", str(report), "--force", "--no-predicted"]))
+    assert "with --no-predicted, give at least one of" in err and report.read_text() == "an earlier report"
+    err = _one_line(capsys, main(["fit", str(tmp_path / "missing.json"), "--out", str(fit), "--force"]))
+    assert "no such file" in err and "commscope-fitted-bandwidth" in fit.read_text()
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
@@ -192,7 +197,7 @@ def test_an_output_folder_that_is_a_link_keeps_the_earlier_run(capsys, tmp_path)
     err = _one_line(capsys, main([*argv, "--dp", "4"]))  # another job, the same folder
     assert "already holds the files of an earlier run" in err and "give --force" in err, err
     assert _snapshot(real) == before
-    assert main([*argv, "--dp", "4", "--force"]) == 0 and "replacing the files of an earlier run" in capsys.readouterr().err
+    assert main([*argv, "--dp", "4", "--force"]) == 0 and "replaced the files of an earlier run" in capsys.readouterr().err
 
 
 def test_a_full_disk_leaves_the_earlier_files_or_none(tmp_path):
@@ -222,11 +227,9 @@ def test_a_full_disk_leaves_the_earlier_files_or_none(tmp_path):
     assert after == before and before["ops.jsonl"] > 0 and before["fit.toml"] > 0
     errors = [line for line in run.stderr.splitlines() if line.startswith("commscope")]
     assert errors[0].startswith(f"commscope fit: wrote {mnt / 'fit.toml'}")  # the first, with room
+    # (nothing was replaced: no line says it was, the error is each run's one line)
     assert errors[1:] == [
-        (f"commscope traffic: replacing the files of an earlier run in {mnt / 'out'} (--force): inputs.json, "
-         "ops.csv, ops.jsonl, summary.json, traffic.csv, traffic.npz"),
         f"commscope traffic: error: No space left on device (the disk is full): {mnt / 'out' / 'ops.jsonl'}",
-        f"commscope fit: replacing {mnt / 'fit.toml'} (--force)",
         f"commscope fit: error: No space left on device (the disk is full): {mnt / 'fit.toml'}",
         f"commscope report: error: No space left on device (the disk is full): {mnt / 'r.html'}"], run.stderr
     assert "r.html" not in after and not [n for n in after if n.startswith(".")]

@@ -29,6 +29,7 @@ import os
 import secrets
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 
@@ -120,6 +121,12 @@ class Claim:
         self._pid = os.getpid()
         self.earlier: list[Path] = []
         """Files of an earlier run the output held when claimed (set by the command that claimed it)."""
+        self._at_exit: list[Callable[[bool], None]] = []
+
+    def at_exit(self, fn: Callable[[bool], None]) -> None:
+        """Call ``fn(done)`` when the ``with`` block ends, before the claim is released: ``done`` is whether the block
+        finished without an exception (what a command says it replaced is said only when it did)."""
+        self._at_exit.append(fn)
 
     @property
     def env(self) -> dict[str, str]:
@@ -139,8 +146,12 @@ class Claim:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.release()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        try:
+            for fn in self._at_exit:
+                fn(exc_type is None)
+        finally:
+            self.release()
 
 
 
