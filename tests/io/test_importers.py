@@ -664,6 +664,29 @@ def test_nccl_tests_conversion():
     assert all(op.group == tuple(range(12)) for op in dgx2.ops)
 
 
+@needs_logs
+def test_an_nccl_tests_half_whose_time_is_no_measurement_is_skipped_and_said(tmp_path, capsys):
+    """A real log with one line's out-of-place time damaged to 0.00 us: that half is skipped and named (file, line,
+    op, size), as fit and estimate --bandwidth skip it; its in-place half, measured, is kept. summarize counted it."""
+    from commscope.cli.main import main
+
+    name = "nccl-tests_allreduce_a100x8_single-node_v2.19.4.txt"
+    lines = _log(name).read_text().splitlines(keepends=True)
+    i = next(j for j, line in enumerate(lines) if line.split()[:1] == ["1048576"])
+    assert "    67.31 " in lines[i]
+    lines[i] = lines[i].replace("    67.31 ", "     0.00 ", 1)
+    damaged = tmp_path / name
+    damaged.write_text("".join(lines))
+    whole, result = import_nccl_tests(_log(name)), import_nccl_tests(damaged)
+    assert len(result.ops) == len(whole.ops) - 1
+    assert f"{name}:{i + 1}: all_reduce 1048576 B out-of-place time=0.00 us is no measurement (must be > 0); " \
+           "skipped" in result.problems
+    at_size = [op for op in result.ops if op.size_bytes == 1048576]
+    assert [_extra(op)["in_place"] for op in at_size] == [True]
+    assert main(["summarize", str(damaged)]) == 0
+    assert f"{name}:{i + 1}: all_reduce 1048576 B out-of-place time=0.00 us" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # import_records: detection, JSONL, errors
 # ---------------------------------------------------------------------------------------------------------------------

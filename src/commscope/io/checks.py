@@ -67,14 +67,14 @@ def time_problem(value: Any, field: str = "time_s") -> str | None:
     return None
 
 
-def row_time_problem(op: str, size_bytes: int, time_s: Any) -> str | None:
-    """What is wrong with the out-of-place time of an nccl-tests line (``all_reduce 65536 B out-of-place time=0.00 us
-    is no measurement (must be > 0)``), or None."""
+def row_time_problem(op: str, size_bytes: int, time_s: Any, *, half: str = "out-of-place") -> str | None:
+    """What is wrong with the time of one half (``out-of-place``, ``in-place``) of an nccl-tests line (``all_reduce
+    65536 B out-of-place time=0.00 us is no measurement (must be > 0)``), or None."""
     if time_problem(time_s) is None:
         return None
     number = _number(time_s)
     shown = f"{number * 1e6:.2f} us" if number is not None else repr(time_s)
-    return f"{op} {size_bytes} B out-of-place time={shown} is no measurement (must be > 0)"
+    return f"{op} {size_bytes} B {half} time={shown} is no measurement (must be > 0)"
 
 
 def _whole_problem(value: Any, field: str, minimum: int, maximum: int | None = None) -> str | None:

@@ -70,15 +70,20 @@ def import_nccl_tests(path: str | Path, *, op: str | None = None, strict: bool =
     ``count`` elements to every peer). ``sendrecv`` and ``hypercube`` rows have no CommOp form and are skipped
     with a problem. The parser's own problems (failed data checks, cut tables, ...) come first in ``problems``.
     """
+    from commscope.io.checks import row_time_problem
     from commscope.io.nccl_tests import parse_nccl_tests
 
     name = Path(path).name
     problems = Problems(name, strict=strict)
     result = parse_nccl_tests(path, op=op)
-    for text in result.problems:
+
+    def said(text: str) -> None:  # (a line that names its own file and line)
         problems.items.append(text)
         if strict:
             raise ValueError(text)
+
+    for text in result.problems:
+        said(text)
     runs = result.meta.get("runs") or []
     ops: list[CommOp] = []
     skipped: dict[str, int] = {}
@@ -93,6 +98,12 @@ def import_nccl_tests(path: str | Path, *, op: str | None = None, strict: bool =
             op_name = _NCCL_TESTS_OP.get(row.op, row.op)
             if row.op in _NCCL_TESTS_NO_COMMOP or op_name not in OP_NAMES:
                 skipped[row.op] = skipped.get(row.op, 0) + 1
+                continue
+            # a half whose time is no measurement (0.00 us: a damaged line) is skipped and said, as fit and
+            # estimate --bandwidth skip it: its op count and bytes would be counted as measured
+            why = row_time_problem(row.op, row.size_bytes, row.time_s, half="in-place" if row.in_place else "out-of-place")
+            if why is not None:
+                said(f"{row.source}: {why}; skipped")
                 continue
             group = tuple(range(n)) if isinstance(n, int) and n > 0 else ()
             splits = None
@@ -117,7 +128,7 @@ def import_nccl_tests(path: str | Path, *, op: str | None = None, strict: bool =
                               backend_op=row.op if op_name != row.op else None))
         row_index += run["num_rows"]
     for kind, num in sorted(skipped.items()):
-        why = ("the collective is unknown (pass op=)" if kind not in _NCCL_TESTS_NO_COMMOP
+        why = ("the collective is unknown: keep the test's command line above its output to name it" if kind not in _NCCL_TESTS_NO_COMMOP
                else "not one collective on one group")
         problems.add(None, f"{num} {kind} rows have no CommOp form ({why}); skipped")
     meta = {k: v for k, v in result.meta.items() if k != "runs"}

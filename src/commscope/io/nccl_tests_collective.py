@@ -35,6 +35,10 @@ _SIGNATURES: dict[str, tuple[bool, bool, bool]] = {
 #: Ops whose in-place half nccl-tests does not check (``N/A``).
 _UNCHECKED_IN_PLACE = ("all_to_all", "sendrecv")
 
+#: How a user names the collective that nccl-tests output does not (said where the rows leave it open).
+_NAME_IT = ("keep the test's command line, e.g. `./build/all_reduce_perf -b 8 -e 128M`, above its output to name it; "
+            "`commscope fit --op` and parse_nccl_tests(op=) take it too")
+
 
 def _group_size(run: _Run, problems: _Problems) -> int | None:
     n_dev: int | None = None
@@ -199,12 +203,12 @@ def _resolve_op(run: _Run, n: int | None, override: str | None, problems: _Probl
         return candidates[0]
     if not candidates:
         problems.add(ln, "the rows fit no nccl-tests collective and no command line names the test binary; "
-                         "op is 'unknown' (pass op= to parse_nccl_tests)")
+                         "op is 'unknown' (" + _NAME_IT + ")")
         return "unknown"
     if n == 1 or not ev["unchecked_in_place"] or len([c for c in candidates if c in _UNCHECKED_IN_PLACE]) != 1:
         alts = " or ".join(candidates)
         more = " with 1 rank" if n == 1 else ""
         problems.add(ln, f"no command line names the test binary and the rows{more} could be {alts}; "
-                         f"assuming {candidates[0]} (pass op= to parse_nccl_tests to say)")
+                         f"assuming {candidates[0]} ({_NAME_IT})")
     return candidates[0]
 
