@@ -301,3 +301,20 @@ def test_a_recorded_job_on_a_full_disk_is_one_line(tmp_path):
     assert len(err) == 1, err
     assert err[0].startswith("commscope record: error: the recording of 1 of 1 rank(s) stopped before the job ended "
                              "(rank00000.jsonl has no completion marker; no space left on device: the disk is full)")
+
+
+def test_a_file_a_folder_writer_writes_is_refused_to_another_command(capsys, tmp_path):
+    """``fit --out d/traffic.csv`` while ``traffic --out d`` runs: the file's claim and the folder's were two locks,
+    so both runs wrote traffic.csv. Now the second is refused in one line; a file of another name is not."""
+    from commscope.cli.traffic_cmd import OUTPUT_NAMES
+    from commscope.io.claim import claim_folder
+
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps(BENCH_JSON))
+    out = tmp_path / "d"
+    with claim_folder(out, names=OUTPUT_NAMES):  # (this process, another open lock: as another run's)
+        err = _one_line(capsys, main(["fit", str(bench), "--out", str(out / "traffic.csv")]))
+        assert f"is among the files another commscope run writes in {out}" in err
+        assert main(["fit", str(bench), "--out", str(out / "fit.toml")]) == 0
+    assert not (out / "traffic.csv").exists() and (out / "fit.toml").is_file()
+    capsys.readouterr()

@@ -121,13 +121,16 @@ def test_a_log_is_never_appended_to_another_runs(tmp_path):
     assert log.read_text() == "a\nb\n"
 
 
-def _hold(target: Path, kind: str) -> subprocess.Popen[str]:
-    """Another process that claims ``target`` and holds it until killed; returns once it holds it."""
+def _hold(target: Path, kind: str, names: tuple[str, ...] = ()) -> subprocess.Popen[str]:
+    """Another process that claims ``target`` (a folder: with the output ``names`` it writes there) and holds it
+    until killed; returns once it holds it."""
+    how = f"claim_folder(Path({str(target)!r}), names={names!r})" if kind == "folder" else \
+        f"claim_file(Path({str(target)!r}))"
     code = textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
         from commscope.io.claim import claim_file, claim_folder
-        claim = (claim_folder if {kind!r} == "folder" else claim_file)(Path({str(target)!r}))
+        claim = {how}
         print("held", flush=True)
         time.sleep(120)
     """)
@@ -251,3 +254,32 @@ def test_an_output_set_on_a_full_disk_names_the_file(tmp_path):
     script.write_text(code)
     run = on_tmpfs(mnt, "64k", [[sys.executable, str(script)]])
     assert run.stdout.splitlines() == [f"28 {mnt / 'summary.json'}", "[]", "rc=0"], run.stdout + run.stderr
+
+
+def test_a_file_claim_and_a_folder_claim_on_one_file_refuse_each_other(tmp_path):
+    """``report --out d/ops.jsonl`` beside ``traffic --out d``: a file's claim and a folder's are two locks, so
+    each run once let the other write ops.jsonl. A folder claim names the files it writes; a file of those names
+    in a claimed folder is refused, and so is a folder whose such file is claimed. Other files stay free."""
+    out = tmp_path / "d"
+    holder = _hold(out, "folder", ("ops.jsonl", "*.png"))
+    try:
+        with pytest.raises(ConfigError) as info:
+            claim_file(out / "ops.jsonl", field="out")
+        text = str(info.value)
+        assert text.startswith(f"out='{out / 'ops.jsonl'}': is among the files another commscope run writes in {out} "
+                               f"(pid {holder.pid}"), text
+        with pytest.raises(ConfigError, match="is among the files"):
+            claim_file(out / "heatmap.png")
+        claim_file(out / "r.html").release()  # not one of its names: another output
+    finally:
+        _stop(holder)
+    claim_file(out / "ops.jsonl").release()  # the folder's writer is gone
+    holder = _hold(out / "ops.jsonl", "file")
+    try:
+        with pytest.raises(ConfigError) as info:
+            claim_folder(out, field="out", names=("ops.jsonl",))
+        assert f"its file ops.jsonl is being written by another commscope run (pid {holder.pid}" in str(info.value)
+        claim_folder(out, names=("traffic.csv",)).release()
+    finally:
+        _stop(holder)
+

@@ -90,7 +90,7 @@ def claim_dir(args: argparse.Namespace, folder: Path, patterns: Sequence[str], *
     inside the ``with`` block) and said when the block ends well. A
     link among them is refused either way (never followed, never silently replaced). Returns the claim (release it
     when the outputs are written)."""
-    claim = claim_folder(folder, field=field)
+    claim = claim_folder(folder, field=field, names=patterns)
     try:
         old = earlier_files(folder, patterns)
         for p in old:

@@ -29,7 +29,7 @@ import os
 import secrets
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -78,6 +78,21 @@ def _command() -> str:
     return " ".join(argv)
 
 
+def _flock_soon(fd: int, kind: int, tries: int = 5) -> None:
+    """flock ``fd`` without waiting on a run that holds it, but over a few milliseconds: another run's look at
+    whether a claim is held (:func:`_held`) holds a shared lock for an instant, which is no claim to refuse on."""
+    import fcntl
+
+    for i in range(tries):
+        try:
+            fcntl.flock(fd, kind | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if i == tries - 1:
+                raise
+            time.sleep(0.002 * (i + 1))
+
+
 def _lock(path: Path, exclusive: bool, field: str, target: Path, what: str) -> int:
     """An open descriptor of ``path`` holding flock (exclusive or shared); ConfigError when another run holds it."""
     import fcntl
@@ -92,7 +107,7 @@ def _lock(path: Path, exclusive: bool, field: str, target: Path, what: str) -> i
                                                       "writes through a link: remove it") from None
             raise OSError(exc.errno, exc.strerror, str(path)) from None
         try:
-            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+            _flock_soon(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         except BlockingIOError:
             holder = _describe(_holder(fd))
             os.close(fd)
@@ -155,29 +170,94 @@ class Claim:
 
 
 
-def _claim(target: Path, lock: Path, field: str, what: str) -> Claim:
+def _claim(target: Path, lock: Path, field: str, what: str, names: Sequence[str] = ()) -> Claim:
     from commscope.io.atomic import sweep
 
     fd = _lock(lock, True, field, target, what)
     token = secrets.token_hex(8)
-    info = {"pid": os.getpid(), "command": _command(), "started": time.time(), "token": token}
+    info = {"pid": os.getpid(), "command": _command(), "started": time.time(), "token": token, "names": list(names)}
     with contextlib.suppress(OSError):
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
     claim = Claim(target, lock, fd, token)
+    try:
+        _refuse_other_kind(target, field, what, names)
+    except BaseException:
+        claim.release()
+        raise
     sweep(lock.parent, None if what == "directory" else target.name)  # what killed runs left half-written
     return claim
 
 
-def claim_folder(folder: Path, *, field: str = "out") -> Claim:
-    """Claim the folder ``folder`` (made when missing) for this run; ConfigError when another run holds it."""
+def _refuse_other_kind(target: Path, field: str, what: str, names: Sequence[str]) -> None:
+    """Refuse a claim whose output another run writes under the other kind of claim: a file a folder writer's names
+    match (``report --out d/ops.jsonl`` beside ``traffic --out d``), or a folder holding such a file being written.
+    Each side takes its own lock first and then looks for the other's, so two that start together may both be
+    refused, never both let through."""
+    if what == "directory":
+        for entry in _entries(target):
+            name = entry.name.removeprefix(".").removesuffix(".commscope.lock")
+            if (entry.name.startswith(".") and entry.name.endswith(".commscope.lock") and entry.name != FOLDER_LOCK
+                    and _matches(name, names)):
+                holder = _held(Path(entry.path))
+                if holder is not None:
+                    raise ConfigError(field, str(target), f"its file {name} is being written by another commscope run"
+                                                          f"{_describe(holder)}; wait for it to finish, or choose "
+                                                          "another directory")
+        return
+    holder = _held(lock_path(target.parent, folder=True))
+    if holder is not None and _matches(target.name, holder.get("names") or ()):
+        raise ConfigError(field, str(target), f"is among the files another commscope run writes in "
+                                              f"{target.parent}{_describe(holder)}; wait for it to finish, or choose "
+                                              "another name")
+
+
+def _entries(folder: Path) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(folder) as entries:
+            return list(entries)
+    except OSError:
+        return []
+
+
+def _matches(name: str, patterns: Sequence[str]) -> bool:
+    """Whether ``name`` (a file directly in the folder) is one of ``patterns`` (a folder claim's output names)."""
+    import fnmatch
+
+    return any(isinstance(p, str) and "/" not in p and fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def _held(lock: Path) -> dict[str, Any] | None:
+    """The holder of the exclusive claim ``lock`` (its pid, command, names), or None where no run holds it."""
+    import fcntl
+
+    try:
+        fd = os.open(lock, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        # (a shared lock is refused only while an exclusive one is held; taken for an instant and given back)
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _holder(fd)
+    except OSError:  # a filesystem without flock: no claims to see
+        return None
+    finally:
+        os.close(fd)
+    return None
+
+
+def claim_folder(folder: Path, *, field: str = "out", names: Sequence[str] = ()) -> Claim:
+    """Claim the folder ``folder`` (made when missing) for this run; ConfigError when another run holds it, or holds
+    one of its files that ``names`` (the patterns of the files this run writes there) match."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    return _claim(folder, lock_path(folder, folder=True), field, "directory")
+    return _claim(folder, lock_path(folder, folder=True), field, "directory", names)
 
 
 def claim_file(target: Path, *, field: str = "out") -> Claim:
-    """Claim the output file ``target`` (its folder made when missing); ConfigError when another run holds it."""
+    """Claim the output file ``target`` (its folder made when missing); ConfigError when another run holds it, or
+    holds its folder and writes a file of that name there."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     return _claim(target, lock_path(target, folder=False), field, "file")
