@@ -112,7 +112,7 @@ def estimate_one(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, comp
     columns = dict(zip(_FIELDS, ((x,) for x in _ROW(par))))
     zero = np.zeros(1, dtype=np.int64)
     a = _Arrays(model, [par], _numeric(columns), columns, zero, {0: _spans(par, cluster.gpus_per_node, model.is_moe)},
-                zero, [st], zero)
+                zero, [st], zero, one=True)
     if compute is None:
         peak = cluster.peak_flops_for(model.dtype)
         return _evaluate(model, cluster, a, _flop_arrays(model, a, u, peak), [()], None, u, notes)[0]
@@ -132,11 +132,15 @@ def estimate_one(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, comp
 
 
 class _Arrays:
-    """The configurations of one pipeline depth as columns (n, 1), their structure as (n, p) arrays."""
+    """The configurations of one pipeline depth as columns (n, 1), their structure as (n, p) arrays. With ``one``
+    (one configuration: :func:`estimate_one`) the columns are numpy scalars in place of (1, 1) arrays: the same
+    arithmetic, to the bit (numpy's scalars compute as its arrays do), without an array's overhead on each of the
+    few hundred operations of one estimate; what reads a column per configuration goes through :func:`_per_config`,
+    what broadcasts one over buckets through :func:`_per_bucket`."""
 
     def __init__(self, model: ModelSpec, parallels: Sequence[ParallelSpec], numeric: dict[str, np.ndarray],
                  columns: dict[str, tuple[Any, ...]], rows: np.ndarray, spans: dict[int, _Spans], spans_index: np.ndarray,
-                 stages: Sequence[_Stages], stages_index: np.ndarray) -> None:
+                 stages: Sequence[_Stages], stages_index: np.ndarray, one: bool = False) -> None:
         self.n = len(rows)
         self.rows = rows
         self.columns, self.numeric = columns, numeric
@@ -146,9 +150,9 @@ class _Arrays:
         n_all = len(numeric["tp"])
         self._all = self.n == n_all and (n_all == 1 or bool((rows == np.arange(n_all)).all()))
 
-        def col(name: str) -> np.ndarray:
-            out: np.ndarray = self.column(name)[:, None]
-            return out
+        def col(name: str) -> Any:
+            column = self.column(name)
+            return column[0] if one else column[:, None]
 
         self.tp, self.cp, self.ep, self.dp = col("tp"), col("cp"), col("ep"), col("dp")
         self.p = int(numeric["pp"][rows[0]])
@@ -163,7 +167,8 @@ class _Arrays:
         # bytes of a reduced gradient element (commscope.pattern.workload.framework.grad_dtype)
         reduce_dtype = self.values("grad_reduce_dtype")
         size = {g: dtype_bytes(g or ("fp32" if model.dtype == "bf16" else model.dtype)) for g in set(reduce_dtype)}
-        self.G = np.array([size[g] for g in reduce_dtype], dtype=np.int64)[:, None]
+        G = np.array([size[g] for g in reduce_dtype], dtype=np.int64)
+        self.G = G[0] if one else G[:, None]
         # the distinct structures of these rows, stacked once and indexed per row (one: a view repeated n times)
         st, st_local = _distinct(stages, stages_index)
         sp, sp_local = _distinct(spans, spans_index)
@@ -274,8 +279,11 @@ class _Times:
             out = self._terms[key] = (steps * alpha, f, bw, alone)
         return out
 
-    def t(self, op: str, size: Any, span: str) -> np.ndarray:
+    def t(self, op: str, size: Any, span: str) -> Any:
         latency, f, bw, alone = self.terms(op, span)
+        if isinstance(latency, float) and not isinstance(size, np.ndarray):  # a number on a plain span: a float
+            x = float(size)
+            return 0.0 if alone is not None or x <= 0 else latency + x * f / bw
         size = np.asarray(size, dtype=np.float64)
         if size.size == 1 and isinstance(latency, float):  # one number on a plain span: the same arithmetic on floats
             x = float(size.reshape(-1)[0])
@@ -351,11 +359,11 @@ def _communication(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
     first, last = stage == 0, stage == p - 1
     comm = {axis: {k: z for k in ("fwd", "bwd", "iter")} for axis in _EFF_AXES}
     has_layers = a.st_layers > 0
-    if (a.tp > 1).any():
+    if _any(a.tp > 1):
         comm["tp"] = _tp_comm(a, T, bb, tokens, act, first, last, has_layers)
-    if (a.cp > 1).any():
+    if _any(a.cp > 1):
         comm["cp"] = _cp_comm(model, a, T, bb, tokens, has_layers, z)
-    if model.is_moe and (a.ep > 1).any():
+    if model.is_moe and _any(a.ep > 1):
         comm["ep"] = _ep_comm(model, a, T, bb, tokens, z)
     if p > 1:
         comm["pp"] = _pp_comm(a, T, bb, act, last, z)
@@ -389,7 +397,7 @@ def _tp_comm(a: _Arrays, T: _Times, bb: _BusBw, tokens: np.ndarray, act: np.ndar
     # (t is 0 s where nothing is sent: the replicated gradients' all-reduce is its time where SP runs)
     out = {"fwd": f, "bwd": b, "iter": _where(sp, t("all_reduce", repl, "tp"), np.zeros(np.shape(f)))}
     per_layer_sets = has_layers * 2 * (2 + full)  # of each of AG and RS with SP, of AR twice that without
-    if sp.any():
+    if _any(sp):
         # as many reduce-scatters as all-gathers, at the same bus bandwidth: one add of twice the count (the axis's
         # first add: 0 + 2 S is (0 + S) + S to the bit)
         bb.add("tp", "all_gather", "tp", 2 * _where(sp, per_layer_sets + first + last, 0))
@@ -406,7 +414,7 @@ def _cp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw, tokens: np.nda
     L, m, full = a.st_layers, a.m, a.full
     kv = 2 * tokens * np.maximum(1, model.kv_heads // a.tp) * model.head_size * model.dtype_bytes
     t_kv = T.t("send", kv, "cp")
-    steps_bwd = 2 * (a.cp - 1) + np.where(full, a.cp - 1, 0)
+    steps_bwd = 2 * (a.cp - 1) + _where(full, a.cp - 1, 0)
     bb.add("cp", "send", "cp", has_layers * 2)
     return {"fwd": t_kv * (L * m * (a.cp - 1)), "bwd": t_kv * (L * m * steps_bwd), "iter": z}
 
@@ -443,7 +451,7 @@ def _pp_comm(a: _Arrays, T: _Times, bb: _BusBw, act: np.ndarray, last: np.ndarra
         half = half + (k + _roll1(k)) * (t("send", size, span) * m / 2)
         bb.add("pp", "send", span, 2 * k)
     out = {"fwd": half, "bwd": half, "iter": z}
-    if a.gather.any():  # Megatron's scatter/gather: the receiver all-gathers the pieces over its TP group
+    if _any(a.gather):  # Megatron's scatter/gather: the receiver all-gathers the pieces over its TP group
         into, out_of = _roll1(count) * a.gather, count * a.gather
         t_gather = t("all_gather", act, "tp") * m
         out = {"fwd": half + into * t_gather, "bwd": half + out_of * t_gather, "iter": z}
@@ -451,12 +459,32 @@ def _pp_comm(a: _Arrays, T: _Times, bb: _BusBw, act: np.ndarray, last: np.ndarra
     return out
 
 
-def _where(cond: np.ndarray, x: Any, y: Any) -> Any:
+def _where(cond: Any, x: Any, y: Any) -> Any:
     """``np.where(cond, x, y)``, or ``x`` or ``y`` itself where ``cond`` holds everywhere or nowhere (a group of
-    configurations that all have a feature, or none: one estimate always), which is what np.where would pick."""
+    configurations that all have a feature, or none; one estimate's flag, a number), which is what np.where would
+    pick."""
+    if not isinstance(cond, np.ndarray):
+        return x if cond else y
     if cond.all():
         return x
     return y if not cond.any() else np.where(cond, x, y)
+
+
+def _any(x: Any) -> bool:
+    """Whether a flag holds for any configuration (an array of them, or one estimate's number)."""
+    return bool(x.any()) if isinstance(x, np.ndarray) else bool(x)
+
+
+def _per_config(x: Any) -> np.ndarray:
+    """A column's entry per configuration, (n,): of an (n, 1) array, or of one estimate's number."""
+    out: np.ndarray = x[:, 0] if isinstance(x, np.ndarray) else np.array([x])
+    return out
+
+
+def _per_bucket(x: Any) -> Any:
+    """A column or (n, p) array given an axis of buckets (or ZeRO-3 gather sizes), (n, p, 1); one estimate's
+    number broadcasts as it is."""
+    return x[:, :, None] if isinstance(x, np.ndarray) else x
 
 
 def _roll1(x: np.ndarray) -> np.ndarray:
@@ -474,8 +502,8 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
     param_buckets: list[np.ndarray] = []
     dp_fwd, dp_bwd = z, z
     # what no configuration here does is not masked in (where a flag holds for none or all, np.where picks one side)
-    z3_any, buckets_any = bool(a.zero3.any()), bool((a.bucket > 0).any())
-    shards_any, shards_all = bool(a.shards.any()), bool(a.shards.all())
+    z3_any, buckets_any = _any(a.zero3), _any(a.bucket > 0)
+    shards_any, shards_all = _any(a.shards), not _any(~a.shards)
     for elements, span, entries in ((a.st_dense_params, "dp", a.st_zero3), (a.st_expert_params, "edp", a.st_zero3_expert)):
         if not elements.any():  # none of these parameters (a dense model's experts)
             continue
@@ -494,7 +522,7 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
             full_size = np.where(a.bucket > 0, a.bucket, elements)[:, :, None]
             rest = (elements - (num - 1) * a.bucket)[:, :, None]
             sizes = np.where(k < num[:, :, None] - 1, full_size, np.where(k < num[:, :, None], rest, 0))
-            span3, G, shards, plain = T.per_bucket(span), a.G[:, :, None], a.shards[:, :, None], plain[:, :, None]
+            span3, G, shards, plain = T.per_bucket(span), _per_bucket(a.G), _per_bucket(a.shards), _per_bucket(plain)
         if shards_all or not shards_any:
             grads = t("reduce_scatter" if shards_all else "all_reduce", sizes * G, span3)
         else:
@@ -516,8 +544,8 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
             zn, per_mb, sets = entries[:, 0], entries[:, 1], entries[:, 2]
             span3 = T.per_bucket(span)
             t_ag = t("all_gather", zn * B, span3)
-            t_rs = t("reduce_scatter", zn * a.G[:, :, None], span3)
-            cnt = per_mb * m[:, :, None] * present[:, :, None]
+            t_rs = t("reduce_scatter", zn * _per_bucket(a.G), span3)
+            cnt = per_mb * _per_bucket(m) * present[:, :, None]
             dp_fwd = dp_fwd + np.where(a.zero3, (t_ag * cnt).sum(axis=2), 0.0)
             dp_bwd = dp_bwd + np.where(a.zero3, (t_ag * cnt + t_rs * cnt).sum(axis=2), 0.0)
             z3_sets = sets.sum(axis=2) * present
@@ -579,7 +607,7 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
     rows = np.arange(n)
     crit = first_max(per_mb)
     at_crit = _at(rows, crit)
-    bubble = (per_mb.sum(axis=1) - at_crit(per_mb)) / v[:, 0]
+    bubble = (per_mb.sum(axis=1) - at_crit(per_mb)) / _per_config(v)
     grad_t, param_t = sum(grad_buckets, z), sum(param_buckets, z)
     grad_exp = (np.where(a.flags("overlap_grad_reduce"), _overlapped_buckets(grad_buckets, bwd), grad_t)
                 if a.any("overlap_grad_reduce") else grad_t) if grad_buckets else z
@@ -605,7 +633,7 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
                    "pp": at_crit(pp_all) - at_crit(pp_exp),
                    "dp": (at_crit(dp_layer) - at_crit(dp_layer_exp) + at_end(grad_t) + at_end(param_t)
                           + at_end(comm["dp"]["iter"]) - terms["dp"])}
-    m_col = m[:, 0]
+    m_col = _per_config(m)
     work = at_crit(fwd) + at_crit(bwd)
     comp = m_col * work + at_crit(sm) + terms["sm"]
     if gpu is not None:
@@ -615,7 +643,7 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
         u, breakdown = u_flops, [{}] * n
     flags = zip(a.values("tp_comm_overlap"), (p2p_overlap[:, 0]).tolist(), a.values("overlap_grad_reduce"),
                 a.values("overlap_param_gather"))
-    return finish_many(model, "refined", u, peak, global_batch_size=a.gb[:, 0], world_size=a.column("world_size"),
+    return finish_many(model, "refined", u, peak, global_batch_size=_per_config(a.gb), world_size=a.column("world_size"),
                        recompute=a.values("recompute"), comp=comp, tp=at_crit(tp_exp) + terms["tp"],
                        pp=at_crit(pp_exp), dp=at_crit(dp_layer_exp) + terms["dp"], ep=at_crit(ep_all),
                        cp=at_crit(cp_exp), emb=terms["emb"], bubble=bubble, optimizer=terms["opt"],
