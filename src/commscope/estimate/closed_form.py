@@ -244,15 +244,21 @@ class _Times:
         self.cluster, self.spans = cluster, spans
         self._terms: dict[tuple[str, str], tuple[Any, ...]] = {}
         self._busbw: dict[tuple[str, str], Any] = {}
+        self._numbers: dict[str, tuple[int, int, int] | None] = {}
 
-    def _plain(self, span: str) -> bool:
-        """Whether ``span`` is one group's numbers (every entry of its arrays the one)."""
-        return np.shape(self.spans[span][0]) in ((), (1, 1))
+    def _plain(self, span: str) -> tuple[int, int, int] | None:
+        """``span`` as one group's numbers (n, num_nodes, per_node) where it is one (every entry of its arrays the
+        one), else None; read once per span."""
+        if span not in self._numbers:
+            x = self.spans[span]
+            n, nodes, k = (int(np.asarray(v).reshape(-1)[0]) for v in x)
+            self._numbers[span] = (n, nodes, k) if np.shape(x[0]) in ((), (1, 1)) else None
+        return self._numbers[span]
 
     def per_bucket(self, span: str) -> str:
         """The span of ``span``'s groups for (n, p, k) arrays (gradient buckets, ZeRO-3 gather sizes): one given as
         numbers broadcasts as it is; arrays gain an axis."""
-        if self._plain(span):
+        if self._plain(span) is not None:
             return span
         name = span + "3"
         if name not in self.spans:
@@ -266,8 +272,9 @@ class _Times:
         key = ("all_gather" if op == "reduce_scatter" else op, span)
         out = self._terms.get(key)
         if out is None:
-            if self._plain(span):
-                n, nodes, k = (int(np.asarray(x).reshape(-1)[0]) for x in self.spans[span])
+            numbers = self._plain(span)
+            if numbers is not None:
+                n, nodes, k = numbers
                 steps, alpha, f, bw = _alpha_beta_numbers(self.cluster, op, n, nodes, k)
                 alone: Any = np.True_ if n < 2 else None
             else:
@@ -297,8 +304,8 @@ class _Times:
         if out is None:
             _, _, bw, alone = self.terms(op, span)
             out = self._busbw[key] = bw if alone is None else np.where(alone, self.cluster.intra_node.bandwidth_bytes_per_s, bw)
-            if np.ndim(out) == 0:
-                out = float(out)
+            if not isinstance(out, np.ndarray) or out.ndim == 0:
+                out = self._busbw[key] = float(out)
         return out
 
 
@@ -487,6 +494,16 @@ def _per_bucket(x: Any) -> Any:
     return x[:, :, None] if isinstance(x, np.ndarray) else x
 
 
+def _total(z: np.ndarray, *terms: np.ndarray) -> np.ndarray:
+    """``z + terms[0] + terms[1] + ...`` in that order, the terms that are ``z`` itself (zeros: what an axis that
+    sends nothing, or an overlap that hides nothing, comes to) left out: adding zeros changes no sum."""
+    out = z
+    for x in terms:
+        if x is not z:
+            out = x if out is z else out + x
+    return out
+
+
 def _roll1(x: np.ndarray) -> np.ndarray:
     """``np.roll(x, 1, axis=1)`` (stage s's entry from stage s - 1's) without np.roll's overhead on small arrays."""
     return np.concatenate((x[:, -1:], x[:, :-1]), axis=1)
@@ -586,7 +603,7 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
     v = a.v
     # (an axis that sends nothing here is zeros, z itself: what follows from it is z too; an overlap that no
     # configuration here turns on hides nothing)
-    sends = {axis: comm[axis]["fwd"] is not z for axis in ("tp", "cp", "pp", "ep")}
+    sends = {axis: comm[axis]["fwd"] is not z for axis in ("tp", "cp", "pp", "ep", "dp")}  # (dp: ZeRO-3's gathers)
     tp_all = comm["tp"]["fwd"] + comm["tp"]["bwd"] if sends["tp"] else z
     tp_exp = np.where(a.flags("tp_comm_overlap"), np.maximum(0.0, comm["tp"]["fwd"] - m * c["lin_f"])
                       + np.maximum(0.0, comm["tp"]["bwd"] - m * c["lin_b"]), tp_all) \
@@ -598,26 +615,31 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
     pp_exp = np.where(p2p_overlap, np.maximum(0.0, pp_all - m * (fwd + bwd)), pp_all) \
         if sends["pp"] and a.any("overlap_p2p_comm") else pp_all
     ep_all = comm["ep"]["fwd"] + comm["ep"]["bwd"] if sends["ep"] else z
-    dp_layer = comm["dp"]["fwd"] + comm["dp"]["bwd"]
-    dp_layer_exp = np.maximum(0.0, comm["dp"]["fwd"] - m * fwd) + np.maximum(0.0, comm["dp"]["bwd"] - m * bwd)
-    # compute slowed by the SMs that overlapped collectives take (compute.effects, point 2)
-    sm = z if gpu is None else comm_sm_time_s(gpu, tp=tp_all - tp_exp, cp=cp_all - cp_exp, pp=pp_all - pp_exp,
-                                              dp=dp_layer - dp_layer_exp)
-    per_mb = fwd + bwd + (sm + tp_exp + pp_exp + cp_exp + ep_all + dp_layer_exp) / m
+    dp_layer = comm["dp"]["fwd"] + comm["dp"]["bwd"] if sends["dp"] else z
+    dp_layer_exp = (np.maximum(0.0, comm["dp"]["fwd"] - m * fwd) + np.maximum(0.0, comm["dp"]["bwd"] - m * bwd)
+                    if sends["dp"] else z)
+    # compute slowed by the SMs that overlapped collectives take (compute.effects, point 2), of the axes that hide
+    # some of their communication (the others' exposed time is all of it: 0 s hidden, which adds 0 s)
+    hid = {axis: all_s - exposed for axis, all_s, exposed in (("tp", tp_all, tp_exp), ("cp", cp_all, cp_exp),
+                                                              ("pp", pp_all, pp_exp), ("dp", dp_layer, dp_layer_exp))
+           if exposed is not all_s}
+    sm = comm_sm_time_s(gpu, **hid) if gpu is not None and hid else z
+    per_mb = fwd + bwd + _total(z, sm, tp_exp, pp_exp, cp_exp, ep_all, dp_layer_exp) / m
     rows = np.arange(n)
     crit = first_max(per_mb)
     at_crit = _at(rows, crit)
     bubble = (per_mb.sum(axis=1) - at_crit(per_mb)) / _per_config(v)
-    grad_t, param_t = sum(grad_buckets, z), sum(param_buckets, z)
+    grad_t, param_t = _total(z, *grad_buckets), _total(z, *param_buckets)
     grad_exp = (np.where(a.flags("overlap_grad_reduce"), _overlapped_buckets(grad_buckets, bwd), grad_t)
                 if a.any("overlap_grad_reduce") else grad_t) if grad_buckets else z
     param_exp = (np.where(a.flags("overlap_param_gather"), _late_gathers(param_buckets, fwd), param_t)
                  if a.any("overlap_param_gather") else param_t) if param_buckets else z
-    dp_tail = grad_exp + param_exp + comm["dp"]["iter"]
-    # the last backward (and the next forward) slowed by the buckets reduced (gathered) beside them
-    sm_tail = z if gpu is None else comm_sm_time_s(gpu, dp=grad_t - grad_exp + param_t - param_exp)
-    tail = (dp_tail + comm["emb"]["iter"] + comm["tp"]["iter"] + comm["cp"]["iter"] + comm["ep"]["iter"] + sm_tail
-            + c["opt"])
+    dp_tail = _total(z, grad_exp, param_exp, comm["dp"]["iter"])
+    # the last backward (and the next forward) slowed by the buckets reduced (gathered) beside them (none: 0 s)
+    sm_tail = (z if gpu is None or (grad_exp is grad_t and param_exp is param_t)
+               else comm_sm_time_s(gpu, dp=grad_t - grad_exp + param_t - param_exp))
+    tail = _total(z, dp_tail, comm["emb"]["iter"], comm["tp"]["iter"], comm["cp"]["iter"], comm["ep"]["iter"], sm_tail,
+                  c["opt"])
     lead = np.arange(p)[None, :] * bwd / v
     end = first_max(tail - lead)
     at_end = _at(rows, end)
