@@ -193,10 +193,13 @@ class _Arrays:
                 x = per_row(sp, sp_local, name)
             else:  # (some layouts' columns to their stages)
                 x = np.stack([y.axis(name, self.p) for y in sp])[sp_local]
-            setattr(self, "span_" + name, (x[:, 0], x[:, 1], x[:, 2]))
+            if one and x.shape[2] == 1:  # one configuration whose stages sit alike: its group's numbers
+                setattr(self, "span_" + name, tuple(x[0, :, 0].tolist()))
+            else:
+                setattr(self, "span_" + name, (x[:, 0], x[:, 1], x[:, 2]))
         self.pp_across = per_row(sp, sp_local, "pp_across")
         x = per_row(sp, sp_local, "emb")
-        self.span_emb = (x[:, 0:1], x[:, 1:2], x[:, 2:3])
+        self.span_emb = tuple(x[0].tolist()) if one else (x[:, 0:1], x[:, 1:2], x[:, 2:3])
 
     def column(self, name: str) -> np.ndarray:
         """A numeric column's values for these rows, (n,)."""
@@ -228,11 +231,12 @@ class _Arrays:
     st_core_flop: np.ndarray
     st_zero3: np.ndarray | None
     st_zero3_expert: np.ndarray | None
-    span_tp: tuple[np.ndarray, np.ndarray, np.ndarray]
-    span_cp: tuple[np.ndarray, np.ndarray, np.ndarray]
-    span_dp: tuple[np.ndarray, np.ndarray, np.ndarray]
-    span_edp: tuple[np.ndarray, np.ndarray, np.ndarray]
-    span_ep: tuple[np.ndarray, np.ndarray, np.ndarray]
+    # (n, num_nodes, per_node) of each axis's groups: (n, p) or (n, 1) arrays each, or one group's numbers
+    span_tp: tuple[Any, Any, Any]
+    span_cp: tuple[Any, Any, Any]
+    span_dp: tuple[Any, Any, Any]
+    span_edp: tuple[Any, Any, Any]
+    span_ep: tuple[Any, Any, Any]
 
 
 class _Times:
@@ -250,9 +254,11 @@ class _Times:
         """``span`` as one group's numbers (n, num_nodes, per_node) where it is one (every entry of its arrays the
         one), else None; read once per span."""
         if span not in self._numbers:
-            x = self.spans[span]
-            n, nodes, k = (int(np.asarray(v).reshape(-1)[0]) for v in x)
-            self._numbers[span] = (n, nodes, k) if np.shape(x[0]) in ((), (1, 1)) else None
+            n, nodes, k = self.spans[span]
+            if not isinstance(n, np.ndarray):  # given as numbers
+                self._numbers[span] = (int(n), int(nodes), int(k))
+            else:
+                self._numbers[span] = (int(n[0, 0]), int(nodes[0, 0]), int(k[0, 0])) if n.shape == (1, 1) else None
         return self._numbers[span]
 
     def per_bucket(self, span: str) -> str:
@@ -345,7 +351,7 @@ class _BusBw:
         alone = T.terms(op, span)[3]
         cnt = count if alone is None else np.where(alone, 0, count)
         sums, counts = (cnt * T.busbw(op, span)).sum(axis=1), cnt.sum(axis=1)
-        self.sums[axis] = self.sums[axis] + sums if axis in self.sums else 0.0 + sums
+        self.sums[axis] = self.sums[axis] + sums if axis in self.sums else sums
         self.counts[axis] = self.counts[axis] + counts if axis in self.counts else counts
 
 
@@ -392,8 +398,10 @@ def _tp_comm(a: _Arrays, T: _Times, bb: _BusBw, tokens: np.ndarray, act: np.ndar
     t_ce = t("all_reduce", tokens * dtype_bytes("fp32"), "tp")
     lm = L * m
     rec = 1 + full
-    ag_lm, ag_m = t_ag * lm, t_ag * m
-    f = _where(sp, 2 * (ag_lm + ag_lm), 2 * t_ar * lm)
+    ag_m = t_ag * m
+    # each layer's 2 all-gathers and 2 reduce-scatters with SP (4 t_ag lm: a power of two times t_ag lm, the same
+    # float whichever is multiplied first), else its 2 all-reduces
+    f = _where(sp, 4 * t_ag, 2 * t_ar) * lm
     b = f * rec
     either, sp_only = _where(sp, ag_m, t_ar * m), _where(sp, ag_m, 0.0)
     f = f + first * either
@@ -439,7 +447,8 @@ def _ep_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw, tokens: np.nda
     bb.add("ep", "all_gather", "ep", with_moe)
     bb.add("ep", "all_to_all", "ep", 4 * with_moe)
     nm_m = nm * m
-    return {"fwd": t_cnt * nm_m + t_a2a * nm_m * 2, "bwd": t_a2a * nm_m * 2, "iter": z}
+    a2a = t_a2a * nm_m * 2
+    return {"fwd": t_cnt * nm_m + a2a, "bwd": a2a, "iter": z}
 
 
 def _pp_comm(a: _Arrays, T: _Times, bb: _BusBw, act: np.ndarray, last: np.ndarray, z: np.ndarray) -> _AxisComm:
