@@ -614,15 +614,15 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
     # configuration here turns on hides nothing)
     sends = {axis: comm[axis]["fwd"] is not z for axis in ("tp", "cp", "pp", "ep", "dp")}  # (dp: ZeRO-3's gathers)
     tp_all = comm["tp"]["fwd"] + comm["tp"]["bwd"] if sends["tp"] else z
-    tp_exp = np.where(a.flags("tp_comm_overlap"), np.maximum(0.0, comm["tp"]["fwd"] - m * c["lin_f"])
+    tp_exp = _where(a.flags("tp_comm_overlap"), np.maximum(0.0, comm["tp"]["fwd"] - m * c["lin_f"])
                       + np.maximum(0.0, comm["tp"]["bwd"] - m * c["lin_b"]), tp_all) \
         if sends["tp"] and a.any("tp_comm_overlap") else tp_all
     cp_all = comm["cp"]["fwd"] + comm["cp"]["bwd"] if sends["cp"] else z
     cp_exp = np.maximum(0.0, cp_all - m * c["att"]) if sends["cp"] else z
     pp_all = comm["pp"]["fwd"] + comm["pp"]["bwd"] if sends["pp"] else z
     p2p_overlap = (v > 1) & a.flags("overlap_p2p_comm")
-    pp_exp = np.where(p2p_overlap, np.maximum(0.0, pp_all - m * (fwd + bwd)), pp_all) \
-        if sends["pp"] and a.any("overlap_p2p_comm") else pp_all
+    pp_exp = _where(p2p_overlap, np.maximum(0.0, pp_all - m * (fwd + bwd)), pp_all) \
+        if sends["pp"] and _any(p2p_overlap) else pp_all  # (the flag hides nothing without interleaving)
     ep_all = comm["ep"]["fwd"] + comm["ep"]["bwd"] if sends["ep"] else z
     dp_layer = comm["dp"]["fwd"] + comm["dp"]["bwd"] if sends["dp"] else z
     dp_layer_exp = (np.maximum(0.0, comm["dp"]["fwd"] - m * fwd) + np.maximum(0.0, comm["dp"]["bwd"] - m * bwd)
@@ -634,14 +634,13 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
            if exposed is not all_s}
     sm = comm_sm_time_s(gpu, **hid) if gpu is not None and hid else z
     per_mb = fwd + bwd + _total(z, sm, tp_exp, pp_exp, cp_exp, ep_all, dp_layer_exp) / m
-    rows = np.arange(n)
     crit = first_max(per_mb)
-    at_crit = _at(rows, crit)
+    at_crit = _at(crit)
     bubble = (per_mb.sum(axis=1) - at_crit(per_mb)) / _per_config(v)
     grad_t, param_t = _total(z, *grad_buckets), _total(z, *param_buckets)
-    grad_exp = (np.where(a.flags("overlap_grad_reduce"), _overlapped_buckets(grad_buckets, bwd), grad_t)
+    grad_exp = (_where(a.flags("overlap_grad_reduce"), _overlapped_buckets(grad_buckets, bwd), grad_t)
                 if a.any("overlap_grad_reduce") else grad_t) if grad_buckets else z
-    param_exp = (np.where(a.flags("overlap_param_gather"), _late_gathers(param_buckets, fwd), param_t)
+    param_exp = (_where(a.flags("overlap_param_gather"), _late_gathers(param_buckets, fwd), param_t)
                  if a.any("overlap_param_gather") else param_t) if param_buckets else z
     dp_tail = _total(z, grad_exp, param_exp, comm["dp"]["iter"])
     # the last backward (and the next forward) slowed by the buckets reduced (gathered) beside them (none: 0 s)
@@ -651,7 +650,7 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
                   c["opt"])
     lead = np.arange(p)[None, :] * bwd / v
     end = first_max(tail - lead)
-    at_end = _at(rows, end)
+    at_end = _at(end)
     hide = np.minimum(at_end(lead), at_end(tail))
     terms = {"dp": at_end(dp_tail), "emb": at_end(comm["emb"]["iter"]),
              "tp": at_end(comm["tp"]["iter"]) + at_end(comm["cp"]["iter"]) + at_end(comm["ep"]["iter"]),
@@ -692,13 +691,14 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
 _BREAKDOWN = (("gemm_s", "gemm"), ("attention_s", "att"), ("memory_bound_s", "mem"), ("recompute_s", "rec"),
               ("optimizer_s", None), ("clock_s", "clock"), ("overlap_chunks_s", "chunks"),
               ("launch_gaps_s", "gaps"), ("stack_s", None), ("comm_sms_s", None))
+_BREAKDOWN_NAMES = tuple(name for name, _ in _BREAKDOWN)
 
 
 def _gpu_breakdown(c: dict[str, np.ndarray], at_crit: Callable[[np.ndarray], np.ndarray], m_col: np.ndarray,
                    comm_sms: np.ndarray, crit: np.ndarray) -> list[dict[str, float]]:
     """Each configuration's compute on its critical stage by kind (:attr:`Estimate.compute_breakdown_s`), in
     StageCompute.breakdown's order, then what the collectives' SMs took (``comm_sms``)."""
-    make = _dict_maker(tuple(name for name, _ in _BREAKDOWN))
+    make = _dict_maker(_BREAKDOWN_NAMES)
     if len(m_col) == 1:  # one configuration: its entries as numbers, the same products
         col, m = int(crit[0]), int(m_col[0])
         v = {key: float(c[key][0, col]) for _, key in _BREAKDOWN if key} | {
@@ -711,12 +711,13 @@ def _gpu_breakdown(c: dict[str, np.ndarray], at_crit: Callable[[np.ndarray], np.
     return list(map(make, *columns))
 
 
-def _at(rows: np.ndarray, cols: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+def _at(cols: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
     """``lambda x: x[rows, cols]``: each row's entry in its own column (of one row, a plain slice: fancy indexing
     costs several times as much, and one estimate reads a few dozen such entries)."""
-    if len(rows) == 1:
+    if len(cols) == 1:
         col = int(cols[0])
         return lambda x: x[:, col]
+    rows = np.arange(len(cols))
     return lambda x: x[rows, cols]
 
 
