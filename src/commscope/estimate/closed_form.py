@@ -249,6 +249,7 @@ class _Times:
         self._terms: dict[tuple[str, str], tuple[Any, ...]] = {}
         self._busbw: dict[tuple[str, str], Any] = {}
         self._numbers: dict[str, tuple[int, int, int] | None] = {}
+        self._alone: dict[str, Any] = {}
 
     def _plain(self, span: str) -> tuple[int, int, int] | None:
         """``span`` as one group's numbers (n, num_nodes, per_node) where it is one (every entry of its arrays the
@@ -271,6 +272,18 @@ class _Times:
             self.spans[name] = tuple(x[:, :, None] for x in self.spans[span])
         return name
 
+    def alone(self, span: str) -> Any:
+        """Where ``span``'s groups are of one rank (they send nothing): np.True_ (one group's numbers) or a boolean
+        array, None where none is."""
+        if span not in self._alone:
+            numbers = self._plain(span)
+            if numbers is not None:
+                self._alone[span] = np.True_ if numbers[0] < 2 else None
+            else:
+                alone = np.asarray(self.spans[span][0]) < 2
+                self._alone[span] = alone if alone.any() else None
+        return self._alone[span]
+
     def terms(self, op: str, span: str) -> tuple[Any, ...]:
         """(latency, bus factor, bus bandwidth, group of one) of ``op`` on ``span`` (the last None where no group
         is of one rank)."""
@@ -282,14 +295,11 @@ class _Times:
             if numbers is not None:
                 n, nodes, k = numbers
                 steps, alpha, f, bw = _alpha_beta_numbers(self.cluster, op, n, nodes, k)
-                alone: Any = np.True_ if n < 2 else None
             else:
                 n_arr, nodes_arr, k_arr = self.spans[span]
                 steps, alpha, f, bw = _alpha_beta_terms(self.cluster, op, np.ones(np.shape(n_arr)), n_arr, nodes_arr,
                                                         k_arr)
-                alone = np.asarray(n_arr) < 2
-                alone = alone if alone.any() else None
-            out = self._terms[key] = (steps * alpha, f, bw, alone)
+            out = self._terms[key] = (steps * alpha, f, bw, self.alone(span))
         return out
 
     def t(self, op: str, size: Any, span: str) -> Any:
@@ -297,7 +307,8 @@ class _Times:
         if isinstance(latency, float) and not isinstance(size, np.ndarray):  # a number on a plain span: a float
             x = float(size)
             return 0.0 if alone is not None or x <= 0 else latency + x * f / bw
-        size = np.asarray(size, dtype=np.float64)
+        # (an integer array is converted by the arithmetic itself: int64 x float64 is float64(size) x float64)
+        size = size if isinstance(size, np.ndarray) else np.asarray(size, dtype=np.float64)
         if size.size == 1 and isinstance(latency, float):  # one number on a plain span: the same arithmetic on floats
             x = float(size.reshape(-1)[0])
             return np.array(0.0 if alone is not None or x <= 0 else latency + x * f / bw).reshape(size.shape)
@@ -348,7 +359,7 @@ class _BusBw:
         """Add ``count`` op sets per stage (n, p) at ``span`` to the axis's mean bus bandwidth (a group of one
         rank has no op set)."""
         T = self.times
-        alone = T.terms(op, span)[3]
+        alone = T.alone(span)
         cnt = count if alone is None else np.where(alone, 0, count)
         sums, counts = (cnt * T.busbw(op, span)).sum(axis=1), cnt.sum(axis=1)
         self.sums[axis] = self.sums[axis] + sums if axis in self.sums else sums
@@ -533,7 +544,7 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
     for elements, span, entries in ((a.st_dense_params, "dp", a.st_zero3), (a.st_expert_params, "edp", a.st_zero3_expert)):
         if not elements.any():  # none of these parameters (a dense model's experts)
             continue
-        alone = T.terms("all_reduce", span)[3]
+        alone = T.alone(span)
         present = elements > 0 if alone is None else (elements > 0) & ~alone
         if not present.any():
             continue
@@ -542,7 +553,7 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
                else present.astype(np.int64))
         plain = ~a.zero3
         if not buckets_any or num.max() == 1:  # one bucket per stage: (n, p)
-            span3, sizes, G, shards = span, elements * present, a.G, a.shards
+            span3, sizes, G, shards = span, elements if alone is None else elements * present, a.G, a.shards
         else:  # (n, p, buckets)
             k = np.arange(int(num.max()))[None, None, :]
             full_size = np.where(a.bucket > 0, a.bucket, elements)[:, :, None]
@@ -555,7 +566,7 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
             grads = np.where(shards, t("reduce_scatter", sizes * G, span3), t("all_reduce", sizes * G, span3))
         if z3_any:
             grads = grads * plain
-        params = (t("all_gather", sizes * B, span3) * (plain & shards) if shards_any
+        params = (_where(plain & shards, t("all_gather", sizes * B, span3), np.zeros(grads.shape)) if shards_any
                   else np.zeros(grads.shape))
         if grads.ndim == 2:
             grad_buckets.append(grads)
@@ -582,7 +593,7 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
             bb.add("dp", "all_reduce", span, np.where(a.zero3 | a.shards, 0, num))
         else:
             if shards_any:
-                sharded = num * a.shards
+                sharded = _where(a.shards, num, 0)
                 bb.add("dp", "all_gather", span, sharded)
                 bb.add("dp", "reduce_scatter", span, sharded)  # (not one add of twice: the experts' add to the dense)
             if not shards_all:
