@@ -422,14 +422,15 @@ def _tp_comm(a: _Arrays, T: _Times, bb: _BusBw, tokens: np.ndarray, act: np.ndar
     repl = a.st_replicated * a.G
     # (t is 0 s where nothing is sent: the replicated gradients' all-reduce is its time where SP runs)
     out = {"fwd": f, "bwd": b, "iter": _where(sp, t("all_reduce", repl, "tp"), np.zeros(np.shape(f)))}
-    per_layer_sets = has_layers * 2 * (2 + full)  # of each of AG and RS with SP, of AR twice that without
+    # the layers' op sets (of each of AG and RS with SP, of AR twice that without) and the embedding's on the first
+    # stage (counts as integers: numpy adds two boolean arrays as a logical or, which would count the last stage's
+    # cross-entropy and sequence-parallel gradient all-reduces as one)
+    sets = has_layers * (2 * (2 + full)) + first
     if _any(sp):
         # as many reduce-scatters as all-gathers, at the same bus bandwidth: one add of twice the count (the axis's
         # first add: 0 + 2 S is (0 + S) + S to the bit)
-        bb.add("tp", "all_gather", "tp", 2 * _where(sp, per_layer_sets + first + last, 0))
-    # (counts as integers: numpy adds two boolean arrays as a logical or, which would count the last stage's
-    # cross-entropy and sequence-parallel gradient all-reduces as one)
-    bb.add("tp", "all_reduce", "tp", _where(sp, last.astype(np.int64) + (repl > 0), per_layer_sets + first + 2 * last))
+        bb.add("tp", "all_gather", "tp", 2 * _where(sp, sets + last, 0))
+    bb.add("tp", "all_reduce", "tp", _where(sp, last.astype(np.int64) + (repl > 0), sets + 2 * last))
     return out
 
 

@@ -246,9 +246,10 @@ def _stage_layers(model: ModelSpec, parallel: ParallelSpec) -> tuple[np.ndarray,
         moe = np.zeros(p, dtype=np.int64)
     elif model.num_moe_layers == model.num_layers:  # every layer has experts (Mixtral)
         moe = layers
-    else:
-        ends = np.cumsum(sizes)
-        moe = (_moe_before(model, ends) - _moe_before(model, ends - sizes)).reshape(v, p).sum(axis=0)
+    else:  # MoE layers before each virtual stage's end less those before its start (the previous end)
+        before = _moe_before(model, np.concatenate(([0], sizes)).cumsum())
+        moe = before[1:] - before[:-1]
+        moe = moe if v == 1 else moe.reshape(v, p).sum(axis=0)
     dense = layers - moe
     per_layer = {"dense": (0, 0), "moe": (0, 0)}  # (a kind the model lacks has no layers on any stage)
     for kind, index in _layer_kinds(model).items():
