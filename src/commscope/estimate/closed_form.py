@@ -209,7 +209,8 @@ class _Arrays:
 
     def any(self, name: str) -> bool:
         """Whether a numeric column is set (non-zero) in any of these rows."""
-        return bool(self.column(name).any())
+        column = self.column(name)
+        return bool(column[0]) if self.n == 1 else bool(column.any())
 
     def flags(self, name: str) -> np.ndarray:
         """A boolean column."""
@@ -459,7 +460,7 @@ def _ep_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw, tokens: np.nda
     bb.add("ep", "all_gather", "ep", with_moe)
     bb.add("ep", "all_to_all", "ep", 4 * with_moe)
     nm_m = nm * m
-    a2a = t_a2a * nm_m * 2
+    a2a = 2 * t_a2a * nm_m  # ((2 t) nm is 2 (t nm) to the bit: a power of two)
     return {"fwd": t_cnt * nm_m + a2a, "bwd": a2a, "iter": z}
 
 
