@@ -382,7 +382,7 @@ def _communication(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
     act = tokens * model.hidden_size * B
     stage = np.arange(p)[None, :]
     first, last = stage == 0, stage == p - 1
-    comm = {axis: {k: z for k in ("fwd", "bwd", "iter")} for axis in _EFF_AXES}
+    comm = {axis: {"fwd": z, "bwd": z, "iter": z} for axis in _EFF_AXES}
     has_layers = a.st_layers > 0
     if _any(a.tp > 1):
         comm["tp"] = _tp_comm(a, T, bb, tokens, act, first, last, has_layers)
@@ -472,12 +472,16 @@ def _pp_comm(a: _Arrays, T: _Times, bb: _BusBw, act: np.ndarray, last: np.ndarra
     # boundaries from stage s to (s + 1) mod p: v - 1 of them from the last stage (chunk k to chunk k + 1), v from
     # every other; half of each transfer counts on the sender's stage, half on the receiver's
     count = a.v - last  # (n, p)
+    across = a.pp_across
+    if across.all():  # (boundaries of one kind: the other kind's add 0 s and no op set)
+        parts = [("across", count)]
+    elif not across.any():
+        parts = [("inside", count)]
+    else:
+        parts = [("inside", count * ~across), ("across", count * across)]
     half = z
-    for span, sel in (("inside", ~a.pp_across), ("across", a.pp_across)):
-        if not sel.any():  # (adds 0 s and no op set)
-            continue
-        k = count if sel.all() else count * sel
-        half = half + (k + _roll1(k)) * (t("send", size, span) * m / 2)
+    for span, k in parts:
+        half = _total(z, half, (k + _roll1(k)) * (t("send", size, span) * m / 2))
         bb.add("pp", "send", span, 2 * k)
     out = {"fwd": half, "bwd": half, "iter": z}
     if _any(a.gather):  # Megatron's scatter/gather: the receiver all-gathers the pieces over its TP group
