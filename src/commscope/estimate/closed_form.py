@@ -676,10 +676,11 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
         cut = np.minimum(hide, value)
         terms[key] = value - cut
         hide = hide - cut
-    hidden_cols = {"tp": at_crit(tp_all) - at_crit(tp_exp), "cp": at_crit(cp_all) - at_crit(cp_exp),
-                   "pp": at_crit(pp_all) - at_crit(pp_exp),
-                   "dp": (at_crit(dp_layer) - at_crit(dp_layer_exp) + at_end(grad_t) + at_end(param_t)
-                          + at_end(comm["dp"]["iter"]) - terms["dp"])}
+    # what each axis hid on the critical stage (all - exposed there; the axes that hide nothing are 0 s, left out),
+    # and DP's step under the last backward (its buckets and tail less what stays exposed)
+    hidden_cols = {axis: at_crit(x) for axis, x in hid.items()}
+    dp_hidden = hidden_cols["dp"] + at_end(grad_t) if "dp" in hid else at_end(grad_t)
+    hidden_cols["dp"] = dp_hidden + at_end(param_t) + at_end(comm["dp"]["iter"]) - terms["dp"]
     m_col = _per_config(m)
     work = at_crit(fwd) + at_crit(bwd)
     comp = m_col * work + at_crit(sm) + terms["sm"]
