@@ -58,6 +58,39 @@ def test_estimate_many_equals_the_scalar_path(job, gpu, gpus_per_node, gpu_util,
 
 
 @settings(max_examples=60, deadline=None)
+@given(estimate_jobs(), st.sampled_from(["X", "A100", "H100"]), st.sampled_from([2, 3, 8]),
+       st.sampled_from([None, 0.45]))
+def test_one_estimate_is_its_row_of_estimate_many_to_the_bit(job, gpu, gpus_per_node, gpu_util):
+    """One configuration's closed form computes on numbers where many configurations' computes on columns (its
+    parallelism as numpy scalars, its spans as its groups' numbers, the times of a number as floats): the same
+    operations in the same order, so every field is the same float as in estimate_many's row, not only within 1e-12."""
+    model, parallels = job
+    if gpu != "H100":
+        parallels = [replace(p, fp8_format=None) for p in parallels]
+    cluster = replace(CLUSTER, gpu=gpu, gpus_per_node=gpus_per_node)
+    for par, got in zip(parallels, estimate_many(model, cluster, parallels, gpu_util=gpu_util)):
+        want = estimate(predict(model, par, cluster), gpu_util=gpu_util).to_dict()
+        assert want == got.to_dict(), par
+
+
+def test_one_estimate_is_its_row_of_estimate_many_to_the_bit_on_presets():
+    """The same on real models and clusters (sizes and bandwidths whose roundings the toy cluster rarely meets):
+    dense and MoE presets, each at the per-preset benchmark's layout and an interleaved one with the overlaps on."""
+    for model_name, cluster_name in (("gpt3-175b", "dgx-a100"), ("llama3-70b", "dgx-h100"),
+                                     ("deepseek-moe-16b", "dgx-h100"), ("mixtral-8x7b", "dgx-h100")):
+        model, cluster = load_model(model_name), load_cluster(cluster_name)
+        ep = 8 if model.is_moe else 1
+        parallels = [ParallelSpec(tp=8, pp=4, dp=8, ep=ep, global_batch_size=256, sequence_parallel=True,
+                                  distributed_optimizer=True),
+                     ParallelSpec(tp=4, pp=2, dp=16, ep=ep, global_batch_size=512, micro_batch_size=2,
+                                  virtual_pipeline_size=2, sequence_parallel=True, tp_comm_overlap=True,
+                                  distributed_optimizer=True, overlap_grad_reduce=True, overlap_param_gather=True,
+                                  recompute="selective")]
+        for par, got in zip(parallels, estimate_many(model, cluster, parallels)):
+            assert estimate(predict(model, par, cluster)).to_dict() == got.to_dict(), (model_name, par)
+
+
+@settings(max_examples=60, deadline=None)
 @given(estimate_jobs(), st.sampled_from(["X", "A100", "H100", "V100"]), st.sampled_from([2, 3, 4, 8]),
        st.sampled_from([None, 0.45]), st.sampled_from([1.0, 1.0, 0.9]))
 def test_the_closed_form_estimate_equals_the_op_by_op_one(job, gpu, gpus_per_node, gpu_util, compute_efficiency):

@@ -112,7 +112,7 @@ def estimate_one(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, comp
     columns = dict(zip(_FIELDS, ((x,) for x in _ROW(par))))
     zero = np.zeros(1, dtype=np.int64)
     a = _Arrays(model, [par], _numeric(columns), columns, zero, {0: _spans(par, cluster.gpus_per_node, model.is_moe)},
-                zero, [st], zero)
+                zero, [st], zero, one=True)
     if compute is None:
         peak = cluster.peak_flops_for(model.dtype)
         return _evaluate(model, cluster, a, _flop_arrays(model, a, u, peak), [()], None, u, notes)[0]
@@ -132,11 +132,15 @@ def estimate_one(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, comp
 
 
 class _Arrays:
-    """The configurations of one pipeline depth as columns (n, 1), their structure as (n, p) arrays."""
+    """The configurations of one pipeline depth as columns (n, 1), their structure as (n, p) arrays. With ``one``
+    (one configuration: :func:`estimate_one`) the columns are numpy scalars in place of (1, 1) arrays: the same
+    arithmetic, to the bit (numpy's scalars compute as its arrays do), without an array's overhead on each of the
+    few hundred operations of one estimate; what reads a column per configuration goes through :func:`_per_config`,
+    what broadcasts one over buckets through :func:`_per_bucket`."""
 
     def __init__(self, model: ModelSpec, parallels: Sequence[ParallelSpec], numeric: dict[str, np.ndarray],
                  columns: dict[str, tuple[Any, ...]], rows: np.ndarray, spans: dict[int, _Spans], spans_index: np.ndarray,
-                 stages: Sequence[_Stages], stages_index: np.ndarray) -> None:
+                 stages: Sequence[_Stages], stages_index: np.ndarray, one: bool = False) -> None:
         self.n = len(rows)
         self.rows = rows
         self.columns, self.numeric = columns, numeric
@@ -146,9 +150,9 @@ class _Arrays:
         n_all = len(numeric["tp"])
         self._all = self.n == n_all and (n_all == 1 or bool((rows == np.arange(n_all)).all()))
 
-        def col(name: str) -> np.ndarray:
-            out: np.ndarray = self.column(name)[:, None]
-            return out
+        def col(name: str) -> Any:
+            column = self.column(name)
+            return column[0] if one else column[:, None]
 
         self.tp, self.cp, self.ep, self.dp = col("tp"), col("cp"), col("ep"), col("dp")
         self.p = int(numeric["pp"][rows[0]])
@@ -163,7 +167,8 @@ class _Arrays:
         # bytes of a reduced gradient element (commscope.pattern.workload.framework.grad_dtype)
         reduce_dtype = self.values("grad_reduce_dtype")
         size = {g: dtype_bytes(g or ("fp32" if model.dtype == "bf16" else model.dtype)) for g in set(reduce_dtype)}
-        self.G = np.array([size[g] for g in reduce_dtype], dtype=np.int64)[:, None]
+        G = np.array([size[g] for g in reduce_dtype], dtype=np.int64)
+        self.G = G[0] if one else G[:, None]
         # the distinct structures of these rows, stacked once and indexed per row (one: a view repeated n times)
         st, st_local = _distinct(stages, stages_index)
         sp, sp_local = _distinct(spans, spans_index)
@@ -188,10 +193,13 @@ class _Arrays:
                 x = per_row(sp, sp_local, name)
             else:  # (some layouts' columns to their stages)
                 x = np.stack([y.axis(name, self.p) for y in sp])[sp_local]
-            setattr(self, "span_" + name, (x[:, 0], x[:, 1], x[:, 2]))
+            if one and x.shape[2] == 1:  # one configuration whose stages sit alike: its group's numbers
+                setattr(self, "span_" + name, tuple(x[0, :, 0].tolist()))
+            else:
+                setattr(self, "span_" + name, (x[:, 0], x[:, 1], x[:, 2]))
         self.pp_across = per_row(sp, sp_local, "pp_across")
         x = per_row(sp, sp_local, "emb")
-        self.span_emb = (x[:, 0:1], x[:, 1:2], x[:, 2:3])
+        self.span_emb = tuple(x[0].tolist()) if one else (x[:, 0:1], x[:, 1:2], x[:, 2:3])
 
     def column(self, name: str) -> np.ndarray:
         """A numeric column's values for these rows, (n,)."""
@@ -201,7 +209,8 @@ class _Arrays:
 
     def any(self, name: str) -> bool:
         """Whether a numeric column is set (non-zero) in any of these rows."""
-        return bool(self.column(name).any())
+        column = self.column(name)
+        return bool(column[0]) if self.n == 1 else bool(column.any())
 
     def flags(self, name: str) -> np.ndarray:
         """A boolean column."""
@@ -223,11 +232,12 @@ class _Arrays:
     st_core_flop: np.ndarray
     st_zero3: np.ndarray | None
     st_zero3_expert: np.ndarray | None
-    span_tp: tuple[np.ndarray, np.ndarray, np.ndarray]
-    span_cp: tuple[np.ndarray, np.ndarray, np.ndarray]
-    span_dp: tuple[np.ndarray, np.ndarray, np.ndarray]
-    span_edp: tuple[np.ndarray, np.ndarray, np.ndarray]
-    span_ep: tuple[np.ndarray, np.ndarray, np.ndarray]
+    # (n, num_nodes, per_node) of each axis's groups: (n, p) or (n, 1) arrays each, or one group's numbers
+    span_tp: tuple[Any, Any, Any]
+    span_cp: tuple[Any, Any, Any]
+    span_dp: tuple[Any, Any, Any]
+    span_edp: tuple[Any, Any, Any]
+    span_ep: tuple[Any, Any, Any]
 
 
 class _Times:
@@ -239,20 +249,41 @@ class _Times:
         self.cluster, self.spans = cluster, spans
         self._terms: dict[tuple[str, str], tuple[Any, ...]] = {}
         self._busbw: dict[tuple[str, str], Any] = {}
+        self._numbers: dict[str, tuple[int, int, int] | None] = {}
+        self._alone: dict[str, Any] = {}
 
-    def _plain(self, span: str) -> bool:
-        """Whether ``span`` is one group's numbers (every entry of its arrays the one)."""
-        return np.shape(self.spans[span][0]) in ((), (1, 1))
+    def _plain(self, span: str) -> tuple[int, int, int] | None:
+        """``span`` as one group's numbers (n, num_nodes, per_node) where it is one (every entry of its arrays the
+        one), else None; read once per span."""
+        if span not in self._numbers:
+            n, nodes, k = self.spans[span]
+            if not isinstance(n, np.ndarray):  # given as numbers
+                self._numbers[span] = (int(n), int(nodes), int(k))
+            else:
+                self._numbers[span] = (int(n[0, 0]), int(nodes[0, 0]), int(k[0, 0])) if n.shape == (1, 1) else None
+        return self._numbers[span]
 
     def per_bucket(self, span: str) -> str:
         """The span of ``span``'s groups for (n, p, k) arrays (gradient buckets, ZeRO-3 gather sizes): one given as
         numbers broadcasts as it is; arrays gain an axis."""
-        if self._plain(span):
+        if self._plain(span) is not None:
             return span
         name = span + "3"
         if name not in self.spans:
             self.spans[name] = tuple(x[:, :, None] for x in self.spans[span])
         return name
+
+    def alone(self, span: str) -> Any:
+        """Where ``span``'s groups are of one rank (they send nothing): np.True_ (one group's numbers) or a boolean
+        array, None where none is."""
+        if span not in self._alone:
+            numbers = self._plain(span)
+            if numbers is not None:
+                self._alone[span] = np.True_ if numbers[0] < 2 else None
+            else:
+                alone = np.asarray(self.spans[span][0]) < 2
+                self._alone[span] = alone if alone.any() else None
+        return self._alone[span]
 
     def terms(self, op: str, span: str) -> tuple[Any, ...]:
         """(latency, bus factor, bus bandwidth, group of one) of ``op`` on ``span`` (the last None where no group
@@ -261,22 +292,24 @@ class _Times:
         key = ("all_gather" if op == "reduce_scatter" else op, span)
         out = self._terms.get(key)
         if out is None:
-            if self._plain(span):
-                n, nodes, k = (int(np.asarray(x).reshape(-1)[0]) for x in self.spans[span])
+            numbers = self._plain(span)
+            if numbers is not None:
+                n, nodes, k = numbers
                 steps, alpha, f, bw = _alpha_beta_numbers(self.cluster, op, n, nodes, k)
-                alone: Any = np.True_ if n < 2 else None
             else:
                 n_arr, nodes_arr, k_arr = self.spans[span]
                 steps, alpha, f, bw = _alpha_beta_terms(self.cluster, op, np.ones(np.shape(n_arr)), n_arr, nodes_arr,
                                                         k_arr)
-                alone = np.asarray(n_arr) < 2
-                alone = alone if alone.any() else None
-            out = self._terms[key] = (steps * alpha, f, bw, alone)
+            out = self._terms[key] = (steps * alpha, f, bw, self.alone(span))
         return out
 
-    def t(self, op: str, size: Any, span: str) -> np.ndarray:
+    def t(self, op: str, size: Any, span: str) -> Any:
         latency, f, bw, alone = self.terms(op, span)
-        size = np.asarray(size, dtype=np.float64)
+        if isinstance(latency, float) and not isinstance(size, np.ndarray):  # a number on a plain span: a float
+            x = float(size)
+            return 0.0 if alone is not None or x <= 0 else latency + x * f / bw
+        # (an integer array is converted by the arithmetic itself: int64 x float64 is float64(size) x float64)
+        size = size if isinstance(size, np.ndarray) else np.asarray(size, dtype=np.float64)
         if size.size == 1 and isinstance(latency, float):  # one number on a plain span: the same arithmetic on floats
             x = float(size.reshape(-1)[0])
             return np.array(0.0 if alone is not None or x <= 0 else latency + x * f / bw).reshape(size.shape)
@@ -289,8 +322,8 @@ class _Times:
         if out is None:
             _, _, bw, alone = self.terms(op, span)
             out = self._busbw[key] = bw if alone is None else np.where(alone, self.cluster.intra_node.bandwidth_bytes_per_s, bw)
-            if np.ndim(out) == 0:
-                out = float(out)
+            if not isinstance(out, np.ndarray) or out.ndim == 0:
+                out = self._busbw[key] = float(out)
         return out
 
 
@@ -327,10 +360,10 @@ class _BusBw:
         """Add ``count`` op sets per stage (n, p) at ``span`` to the axis's mean bus bandwidth (a group of one
         rank has no op set)."""
         T = self.times
-        alone = T.terms(op, span)[3]
+        alone = T.alone(span)
         cnt = count if alone is None else np.where(alone, 0, count)
         sums, counts = (cnt * T.busbw(op, span)).sum(axis=1), cnt.sum(axis=1)
-        self.sums[axis] = self.sums[axis] + sums if axis in self.sums else 0.0 + sums
+        self.sums[axis] = self.sums[axis] + sums if axis in self.sums else sums
         self.counts[axis] = self.counts[axis] + counts if axis in self.counts else counts
 
 
@@ -349,13 +382,13 @@ def _communication(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
     act = tokens * model.hidden_size * B
     stage = np.arange(p)[None, :]
     first, last = stage == 0, stage == p - 1
-    comm = {axis: {k: z for k in ("fwd", "bwd", "iter")} for axis in _EFF_AXES}
+    comm = {axis: {"fwd": z, "bwd": z, "iter": z} for axis in _EFF_AXES}
     has_layers = a.st_layers > 0
-    if (a.tp > 1).any():
+    if _any(a.tp > 1):
         comm["tp"] = _tp_comm(a, T, bb, tokens, act, first, last, has_layers)
-    if (a.cp > 1).any():
+    if _any(a.cp > 1):
         comm["cp"] = _cp_comm(model, a, T, bb, tokens, has_layers, z)
-    if model.is_moe and (a.ep > 1).any():
+    if model.is_moe and _any(a.ep > 1):
         comm["ep"] = _ep_comm(model, a, T, bb, tokens, z)
     if p > 1:
         comm["pp"] = _pp_comm(a, T, bb, act, last, z)
@@ -377,8 +410,10 @@ def _tp_comm(a: _Arrays, T: _Times, bb: _BusBw, tokens: np.ndarray, act: np.ndar
     t_ce = t("all_reduce", tokens * dtype_bytes("fp32"), "tp")
     lm = L * m
     rec = 1 + full
-    ag_lm, ag_m = t_ag * lm, t_ag * m
-    f = _where(sp, 2 * (ag_lm + ag_lm), 2 * t_ar * lm)
+    ag_m = t_ag * m
+    # each layer's 2 all-gathers and 2 reduce-scatters with SP (4 t_ag lm: a power of two times t_ag lm, the same
+    # float whichever is multiplied first), else its 2 all-reduces
+    f = _where(sp, 4 * t_ag, 2 * t_ar) * lm
     b = f * rec
     either, sp_only = _where(sp, ag_m, t_ar * m), _where(sp, ag_m, 0.0)
     f = f + first * either
@@ -388,14 +423,15 @@ def _tp_comm(a: _Arrays, T: _Times, bb: _BusBw, tokens: np.ndarray, act: np.ndar
     repl = a.st_replicated * a.G
     # (t is 0 s where nothing is sent: the replicated gradients' all-reduce is its time where SP runs)
     out = {"fwd": f, "bwd": b, "iter": _where(sp, t("all_reduce", repl, "tp"), np.zeros(np.shape(f)))}
-    per_layer_sets = has_layers * 2 * (2 + full)  # of each of AG and RS with SP, of AR twice that without
-    if sp.any():
+    # the layers' op sets (of each of AG and RS with SP, of AR twice that without) and the embedding's on the first
+    # stage (counts as integers: numpy adds two boolean arrays as a logical or, which would count the last stage's
+    # cross-entropy and sequence-parallel gradient all-reduces as one)
+    sets = has_layers * (2 * (2 + full)) + first
+    if _any(sp):
         # as many reduce-scatters as all-gathers, at the same bus bandwidth: one add of twice the count (the axis's
         # first add: 0 + 2 S is (0 + S) + S to the bit)
-        bb.add("tp", "all_gather", "tp", 2 * _where(sp, per_layer_sets + first + last, 0))
-    # (counts as integers: numpy adds two boolean arrays as a logical or, which would count the last stage's
-    # cross-entropy and sequence-parallel gradient all-reduces as one)
-    bb.add("tp", "all_reduce", "tp", _where(sp, last.astype(np.int64) + (repl > 0), per_layer_sets + first + 2 * last))
+        bb.add("tp", "all_gather", "tp", 2 * _where(sp, sets + last, 0))
+    bb.add("tp", "all_reduce", "tp", _where(sp, last.astype(np.int64) + (repl > 0), sets + 2 * last))
     return out
 
 
@@ -406,7 +442,7 @@ def _cp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw, tokens: np.nda
     L, m, full = a.st_layers, a.m, a.full
     kv = 2 * tokens * np.maximum(1, model.kv_heads // a.tp) * model.head_size * model.dtype_bytes
     t_kv = T.t("send", kv, "cp")
-    steps_bwd = 2 * (a.cp - 1) + np.where(full, a.cp - 1, 0)
+    steps_bwd = 2 * (a.cp - 1) + _where(full, a.cp - 1, 0)
     bb.add("cp", "send", "cp", has_layers * 2)
     return {"fwd": t_kv * (L * m * (a.cp - 1)), "bwd": t_kv * (L * m * steps_bwd), "iter": z}
 
@@ -424,7 +460,8 @@ def _ep_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw, tokens: np.nda
     bb.add("ep", "all_gather", "ep", with_moe)
     bb.add("ep", "all_to_all", "ep", 4 * with_moe)
     nm_m = nm * m
-    return {"fwd": t_cnt * nm_m + t_a2a * nm_m * 2, "bwd": t_a2a * nm_m * 2, "iter": z}
+    a2a = 2 * t_a2a * nm_m  # ((2 t) nm is 2 (t nm) to the bit: a power of two)
+    return {"fwd": t_cnt * nm_m + a2a, "bwd": a2a, "iter": z}
 
 
 def _pp_comm(a: _Arrays, T: _Times, bb: _BusBw, act: np.ndarray, last: np.ndarray, z: np.ndarray) -> _AxisComm:
@@ -435,15 +472,19 @@ def _pp_comm(a: _Arrays, T: _Times, bb: _BusBw, act: np.ndarray, last: np.ndarra
     # boundaries from stage s to (s + 1) mod p: v - 1 of them from the last stage (chunk k to chunk k + 1), v from
     # every other; half of each transfer counts on the sender's stage, half on the receiver's
     count = a.v - last  # (n, p)
+    across = a.pp_across
+    if across.all():  # (boundaries of one kind: the other kind's add 0 s and no op set)
+        parts = [("across", count)]
+    elif not across.any():
+        parts = [("inside", count)]
+    else:
+        parts = [("inside", count * ~across), ("across", count * across)]
     half = z
-    for span, sel in (("inside", ~a.pp_across), ("across", a.pp_across)):
-        if not sel.any():  # (adds 0 s and no op set)
-            continue
-        k = count if sel.all() else count * sel
-        half = half + (k + _roll1(k)) * (t("send", size, span) * m / 2)
+    for span, k in parts:
+        half = _total(z, half, (k + _roll1(k)) * (t("send", size, span) * m / 2))
         bb.add("pp", "send", span, 2 * k)
     out = {"fwd": half, "bwd": half, "iter": z}
-    if a.gather.any():  # Megatron's scatter/gather: the receiver all-gathers the pieces over its TP group
+    if _any(a.gather):  # Megatron's scatter/gather: the receiver all-gathers the pieces over its TP group
         into, out_of = _roll1(count) * a.gather, count * a.gather
         t_gather = t("all_gather", act, "tp") * m
         out = {"fwd": half + into * t_gather, "bwd": half + out_of * t_gather, "iter": z}
@@ -451,12 +492,42 @@ def _pp_comm(a: _Arrays, T: _Times, bb: _BusBw, act: np.ndarray, last: np.ndarra
     return out
 
 
-def _where(cond: np.ndarray, x: Any, y: Any) -> Any:
+def _where(cond: Any, x: Any, y: Any) -> Any:
     """``np.where(cond, x, y)``, or ``x`` or ``y`` itself where ``cond`` holds everywhere or nowhere (a group of
-    configurations that all have a feature, or none: one estimate always), which is what np.where would pick."""
+    configurations that all have a feature, or none; one estimate's flag, a number), which is what np.where would
+    pick."""
+    if not isinstance(cond, np.ndarray):
+        return x if cond else y
     if cond.all():
         return x
     return y if not cond.any() else np.where(cond, x, y)
+
+
+def _any(x: Any) -> bool:
+    """Whether a flag holds for any configuration (an array of them, or one estimate's number)."""
+    return bool(x.any()) if isinstance(x, np.ndarray) else bool(x)
+
+
+def _per_config(x: Any) -> np.ndarray:
+    """A column's entry per configuration, (n,): of an (n, 1) array, or of one estimate's number."""
+    out: np.ndarray = x[:, 0] if isinstance(x, np.ndarray) else np.array([x])
+    return out
+
+
+def _per_bucket(x: Any) -> Any:
+    """A column or (n, p) array given an axis of buckets (or ZeRO-3 gather sizes), (n, p, 1); one estimate's
+    number broadcasts as it is."""
+    return x[:, :, None] if isinstance(x, np.ndarray) else x
+
+
+def _total(z: np.ndarray, *terms: np.ndarray) -> np.ndarray:
+    """``z + terms[0] + terms[1] + ...`` in that order, the terms that are ``z`` itself (zeros: what an axis that
+    sends nothing, or an overlap that hides nothing, comes to) left out: adding zeros changes no sum."""
+    out = z
+    for x in terms:
+        if x is not z:
+            out = x if out is z else out + x
+    return out
 
 
 def _roll1(x: np.ndarray) -> np.ndarray:
@@ -474,12 +545,12 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
     param_buckets: list[np.ndarray] = []
     dp_fwd, dp_bwd = z, z
     # what no configuration here does is not masked in (where a flag holds for none or all, np.where picks one side)
-    z3_any, buckets_any = bool(a.zero3.any()), bool((a.bucket > 0).any())
-    shards_any, shards_all = bool(a.shards.any()), bool(a.shards.all())
+    z3_any, buckets_any = _any(a.zero3), _any(a.bucket > 0)
+    shards_any, shards_all = _any(a.shards), not _any(~a.shards)
     for elements, span, entries in ((a.st_dense_params, "dp", a.st_zero3), (a.st_expert_params, "edp", a.st_zero3_expert)):
         if not elements.any():  # none of these parameters (a dense model's experts)
             continue
-        alone = T.terms("all_reduce", span)[3]
+        alone = T.alone(span)
         present = elements > 0 if alone is None else (elements > 0) & ~alone
         if not present.any():
             continue
@@ -488,20 +559,20 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
                else present.astype(np.int64))
         plain = ~a.zero3
         if not buckets_any or num.max() == 1:  # one bucket per stage: (n, p)
-            span3, sizes, G, shards = span, elements * present, a.G, a.shards
+            span3, sizes, G, shards = span, elements if alone is None else elements * present, a.G, a.shards
         else:  # (n, p, buckets)
             k = np.arange(int(num.max()))[None, None, :]
             full_size = np.where(a.bucket > 0, a.bucket, elements)[:, :, None]
             rest = (elements - (num - 1) * a.bucket)[:, :, None]
             sizes = np.where(k < num[:, :, None] - 1, full_size, np.where(k < num[:, :, None], rest, 0))
-            span3, G, shards, plain = T.per_bucket(span), a.G[:, :, None], a.shards[:, :, None], plain[:, :, None]
+            span3, G, shards, plain = T.per_bucket(span), _per_bucket(a.G), _per_bucket(a.shards), _per_bucket(plain)
         if shards_all or not shards_any:
             grads = t("reduce_scatter" if shards_all else "all_reduce", sizes * G, span3)
         else:
             grads = np.where(shards, t("reduce_scatter", sizes * G, span3), t("all_reduce", sizes * G, span3))
         if z3_any:
             grads = grads * plain
-        params = (t("all_gather", sizes * B, span3) * (plain & shards) if shards_any
+        params = (_where(plain & shards, t("all_gather", sizes * B, span3), np.zeros(grads.shape)) if shards_any
                   else np.zeros(grads.shape))
         if grads.ndim == 2:
             grad_buckets.append(grads)
@@ -516,8 +587,8 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
             zn, per_mb, sets = entries[:, 0], entries[:, 1], entries[:, 2]
             span3 = T.per_bucket(span)
             t_ag = t("all_gather", zn * B, span3)
-            t_rs = t("reduce_scatter", zn * a.G[:, :, None], span3)
-            cnt = per_mb * m[:, :, None] * present[:, :, None]
+            t_rs = t("reduce_scatter", zn * _per_bucket(a.G), span3)
+            cnt = per_mb * _per_bucket(m) * present[:, :, None]
             dp_fwd = dp_fwd + np.where(a.zero3, (t_ag * cnt).sum(axis=2), 0.0)
             dp_bwd = dp_bwd + np.where(a.zero3, (t_ag * cnt + t_rs * cnt).sum(axis=2), 0.0)
             z3_sets = sets.sum(axis=2) * present
@@ -528,7 +599,7 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
             bb.add("dp", "all_reduce", span, np.where(a.zero3 | a.shards, 0, num))
         else:
             if shards_any:
-                sharded = num * a.shards
+                sharded = _where(a.shards, num, 0)
                 bb.add("dp", "all_gather", span, sharded)
                 bb.add("dp", "reduce_scatter", span, sharded)  # (not one add of twice: the experts' add to the dense)
             if not shards_all:
@@ -558,41 +629,45 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
     v = a.v
     # (an axis that sends nothing here is zeros, z itself: what follows from it is z too; an overlap that no
     # configuration here turns on hides nothing)
-    sends = {axis: comm[axis]["fwd"] is not z for axis in ("tp", "cp", "pp", "ep")}
+    sends = {axis: comm[axis]["fwd"] is not z for axis in ("tp", "cp", "pp", "ep", "dp")}  # (dp: ZeRO-3's gathers)
     tp_all = comm["tp"]["fwd"] + comm["tp"]["bwd"] if sends["tp"] else z
-    tp_exp = np.where(a.flags("tp_comm_overlap"), np.maximum(0.0, comm["tp"]["fwd"] - m * c["lin_f"])
+    tp_exp = _where(a.flags("tp_comm_overlap"), np.maximum(0.0, comm["tp"]["fwd"] - m * c["lin_f"])
                       + np.maximum(0.0, comm["tp"]["bwd"] - m * c["lin_b"]), tp_all) \
         if sends["tp"] and a.any("tp_comm_overlap") else tp_all
     cp_all = comm["cp"]["fwd"] + comm["cp"]["bwd"] if sends["cp"] else z
     cp_exp = np.maximum(0.0, cp_all - m * c["att"]) if sends["cp"] else z
     pp_all = comm["pp"]["fwd"] + comm["pp"]["bwd"] if sends["pp"] else z
     p2p_overlap = (v > 1) & a.flags("overlap_p2p_comm")
-    pp_exp = np.where(p2p_overlap, np.maximum(0.0, pp_all - m * (fwd + bwd)), pp_all) \
-        if sends["pp"] and a.any("overlap_p2p_comm") else pp_all
+    pp_exp = _where(p2p_overlap, np.maximum(0.0, pp_all - m * (fwd + bwd)), pp_all) \
+        if sends["pp"] and _any(p2p_overlap) else pp_all  # (the flag hides nothing without interleaving)
     ep_all = comm["ep"]["fwd"] + comm["ep"]["bwd"] if sends["ep"] else z
-    dp_layer = comm["dp"]["fwd"] + comm["dp"]["bwd"]
-    dp_layer_exp = np.maximum(0.0, comm["dp"]["fwd"] - m * fwd) + np.maximum(0.0, comm["dp"]["bwd"] - m * bwd)
-    # compute slowed by the SMs that overlapped collectives take (compute.effects, point 2)
-    sm = z if gpu is None else comm_sm_time_s(gpu, tp=tp_all - tp_exp, cp=cp_all - cp_exp, pp=pp_all - pp_exp,
-                                              dp=dp_layer - dp_layer_exp)
-    per_mb = fwd + bwd + (sm + tp_exp + pp_exp + cp_exp + ep_all + dp_layer_exp) / m
-    rows = np.arange(n)
+    dp_layer = comm["dp"]["fwd"] + comm["dp"]["bwd"] if sends["dp"] else z
+    dp_layer_exp = (np.maximum(0.0, comm["dp"]["fwd"] - m * fwd) + np.maximum(0.0, comm["dp"]["bwd"] - m * bwd)
+                    if sends["dp"] else z)
+    # compute slowed by the SMs that overlapped collectives take (compute.effects, point 2), of the axes that hide
+    # some of their communication (the others' exposed time is all of it: 0 s hidden, which adds 0 s)
+    hid = {axis: all_s - exposed for axis, all_s, exposed in (("tp", tp_all, tp_exp), ("cp", cp_all, cp_exp),
+                                                              ("pp", pp_all, pp_exp), ("dp", dp_layer, dp_layer_exp))
+           if exposed is not all_s}
+    sm = comm_sm_time_s(gpu, **hid) if gpu is not None and hid else z
+    per_mb = fwd + bwd + _total(z, sm, tp_exp, pp_exp, cp_exp, ep_all, dp_layer_exp) / m
     crit = first_max(per_mb)
-    at_crit = _at(rows, crit)
-    bubble = (per_mb.sum(axis=1) - at_crit(per_mb)) / v[:, 0]
-    grad_t, param_t = sum(grad_buckets, z), sum(param_buckets, z)
-    grad_exp = (np.where(a.flags("overlap_grad_reduce"), _overlapped_buckets(grad_buckets, bwd), grad_t)
+    at_crit = _at(crit)
+    bubble = (per_mb.sum(axis=1) - at_crit(per_mb)) / _per_config(v)
+    grad_t, param_t = _total(z, *grad_buckets), _total(z, *param_buckets)
+    grad_exp = (_where(a.flags("overlap_grad_reduce"), _overlapped_buckets(grad_buckets, bwd), grad_t)
                 if a.any("overlap_grad_reduce") else grad_t) if grad_buckets else z
-    param_exp = (np.where(a.flags("overlap_param_gather"), _late_gathers(param_buckets, fwd), param_t)
+    param_exp = (_where(a.flags("overlap_param_gather"), _late_gathers(param_buckets, fwd), param_t)
                  if a.any("overlap_param_gather") else param_t) if param_buckets else z
-    dp_tail = grad_exp + param_exp + comm["dp"]["iter"]
-    # the last backward (and the next forward) slowed by the buckets reduced (gathered) beside them
-    sm_tail = z if gpu is None else comm_sm_time_s(gpu, dp=grad_t - grad_exp + param_t - param_exp)
-    tail = (dp_tail + comm["emb"]["iter"] + comm["tp"]["iter"] + comm["cp"]["iter"] + comm["ep"]["iter"] + sm_tail
-            + c["opt"])
+    dp_tail = _total(z, grad_exp, param_exp, comm["dp"]["iter"])
+    # the last backward (and the next forward) slowed by the buckets reduced (gathered) beside them (none: 0 s)
+    sm_tail = (z if gpu is None or (grad_exp is grad_t and param_exp is param_t)
+               else comm_sm_time_s(gpu, dp=grad_t - grad_exp + param_t - param_exp))
+    tail = _total(z, dp_tail, comm["emb"]["iter"], comm["tp"]["iter"], comm["cp"]["iter"], comm["ep"]["iter"], sm_tail,
+                  c["opt"])
     lead = np.arange(p)[None, :] * bwd / v
     end = first_max(tail - lead)
-    at_end = _at(rows, end)
+    at_end = _at(end)
     hide = np.minimum(at_end(lead), at_end(tail))
     terms = {"dp": at_end(dp_tail), "emb": at_end(comm["emb"]["iter"]),
              "tp": at_end(comm["tp"]["iter"]) + at_end(comm["cp"]["iter"]) + at_end(comm["ep"]["iter"]),
@@ -601,11 +676,12 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
         cut = np.minimum(hide, value)
         terms[key] = value - cut
         hide = hide - cut
-    hidden_cols = {"tp": at_crit(tp_all) - at_crit(tp_exp), "cp": at_crit(cp_all) - at_crit(cp_exp),
-                   "pp": at_crit(pp_all) - at_crit(pp_exp),
-                   "dp": (at_crit(dp_layer) - at_crit(dp_layer_exp) + at_end(grad_t) + at_end(param_t)
-                          + at_end(comm["dp"]["iter"]) - terms["dp"])}
-    m_col = m[:, 0]
+    # what each axis hid on the critical stage (all - exposed there; the axes that hide nothing are 0 s, left out),
+    # and DP's step under the last backward (its buckets and tail less what stays exposed)
+    hidden_cols = {axis: at_crit(x) for axis, x in hid.items()}
+    dp_hidden = hidden_cols["dp"] + at_end(grad_t) if "dp" in hid else at_end(grad_t)
+    hidden_cols["dp"] = dp_hidden + at_end(param_t) + at_end(comm["dp"]["iter"]) - terms["dp"]
+    m_col = _per_config(m)
     work = at_crit(fwd) + at_crit(bwd)
     comp = m_col * work + at_crit(sm) + terms["sm"]
     if gpu is not None:
@@ -615,7 +691,7 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
         u, breakdown = u_flops, [{}] * n
     flags = zip(a.values("tp_comm_overlap"), (p2p_overlap[:, 0]).tolist(), a.values("overlap_grad_reduce"),
                 a.values("overlap_param_gather"))
-    return finish_many(model, "refined", u, peak, global_batch_size=a.gb[:, 0], world_size=a.column("world_size"),
+    return finish_many(model, "refined", u, peak, global_batch_size=_per_config(a.gb), world_size=a.column("world_size"),
                        recompute=a.values("recompute"), comp=comp, tp=at_crit(tp_exp) + terms["tp"],
                        pp=at_crit(pp_exp), dp=at_crit(dp_layer_exp) + terms["dp"], ep=at_crit(ep_all),
                        cp=at_crit(cp_exp), emb=terms["emb"], bubble=bubble, optimizer=terms["opt"],
@@ -633,13 +709,14 @@ def _evaluate(model: ModelSpec, cluster: ClusterSpec, a: _Arrays, c: dict[str, n
 _BREAKDOWN = (("gemm_s", "gemm"), ("attention_s", "att"), ("memory_bound_s", "mem"), ("recompute_s", "rec"),
               ("optimizer_s", None), ("clock_s", "clock"), ("overlap_chunks_s", "chunks"),
               ("launch_gaps_s", "gaps"), ("stack_s", None), ("comm_sms_s", None))
+_BREAKDOWN_NAMES = tuple(name for name, _ in _BREAKDOWN)
 
 
 def _gpu_breakdown(c: dict[str, np.ndarray], at_crit: Callable[[np.ndarray], np.ndarray], m_col: np.ndarray,
                    comm_sms: np.ndarray, crit: np.ndarray) -> list[dict[str, float]]:
     """Each configuration's compute on its critical stage by kind (:attr:`Estimate.compute_breakdown_s`), in
     StageCompute.breakdown's order, then what the collectives' SMs took (``comm_sms``)."""
-    make = _dict_maker(tuple(name for name, _ in _BREAKDOWN))
+    make = _dict_maker(_BREAKDOWN_NAMES)
     if len(m_col) == 1:  # one configuration: its entries as numbers, the same products
         col, m = int(crit[0]), int(m_col[0])
         v = {key: float(c[key][0, col]) for _, key in _BREAKDOWN if key} | {
@@ -652,12 +729,13 @@ def _gpu_breakdown(c: dict[str, np.ndarray], at_crit: Callable[[np.ndarray], np.
     return list(map(make, *columns))
 
 
-def _at(rows: np.ndarray, cols: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+def _at(cols: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
     """``lambda x: x[rows, cols]``: each row's entry in its own column (of one row, a plain slice: fancy indexing
     costs several times as much, and one estimate reads a few dozen such entries)."""
-    if len(rows) == 1:
+    if len(cols) == 1:
         col = int(cols[0])
         return lambda x: x[:, col]
+    rows = np.arange(len(cols))
     return lambda x: x[rows, cols]
 
 

@@ -211,8 +211,10 @@ class _Stages:
 
     def num_buckets(self, bucket_elements: int | None) -> int:
         """Gradient buckets of the stage with the most (dense or expert parameters) at ``bucket_elements`` each."""
+        if not bucket_elements:
+            return 1
         most = max(int(self.dense_params.max(initial=0)), int(self.expert_params.max(initial=0)))
-        return 1 if not bucket_elements or not most else -(-most // bucket_elements)
+        return 1 if not most else -(-most // bucket_elements)
 
 
 def _moe_before(model: ModelSpec, x: np.ndarray) -> np.ndarray:
@@ -246,22 +248,34 @@ def _stage_layers(model: ModelSpec, parallel: ParallelSpec) -> tuple[np.ndarray,
         moe = np.zeros(p, dtype=np.int64)
     elif model.num_moe_layers == model.num_layers:  # every layer has experts (Mixtral)
         moe = layers
-    else:
-        ends = np.cumsum(sizes)
-        moe = (_moe_before(model, ends) - _moe_before(model, ends - sizes)).reshape(v, p).sum(axis=0)
+    else:  # MoE layers before each virtual stage's end less those before its start (the previous end)
+        before = _moe_before(model, np.concatenate(([0], sizes)).cumsum())
+        moe = before[1:] - before[:-1]
+        moe = moe if v == 1 else moe.reshape(v, p).sum(axis=0)
     dense = layers - moe
-    per_layer = {"dense": (0, 0), "moe": (0, 0)}  # (a kind the model lacks has no layers on any stage)
-    for kind, index in _layer_kinds(model).items():
+    kinds = _layer_kinds(model)
+    dense_of, expert_of = {}, {"moe": 0}  # (a kind the model lacks has no layers on any stage)
+    for kind, index in kinds.items():
         lp = layer_params(model, index, tp=tp, ep=ep)
-        per_layer[kind] = (lp.tp_sharded // tp + lp.replicated, lp.expert // (ep * tp))
+        dense_of[kind], expert_of[kind] = lp.tp_sharded // tp + lp.replicated, lp.expert // (ep * tp)
     end_params = np.zeros(p, dtype=np.int64)
     if p == 1 and v == 1:
         end_params[0] = stage_params(model, range(0), tp=tp, ep=ep, first=True, last=True).dense
     else:
         end_params[0] += stage_params(model, range(0), tp=tp, ep=ep, first=True, last=False).dense
         end_params[p - 1] += stage_params(model, range(0), tp=tp, ep=ep, first=False, last=True).dense
-    return (dense, moe, end_params + dense * per_layer["dense"][0] + moe * per_layer["moe"][0],
-            moe * per_layer["moe"][1])
+    return dense, moe, end_params + _per_stage(kinds, dense, moe, dense_of), moe * expert_of["moe"]
+
+
+def _per_stage(kinds: dict[str, int], dense: np.ndarray, moe: np.ndarray, per_layer: dict[str, Any]) -> np.ndarray:
+    """Each stage's sum of a quantity over its layers, ``per_layer`` giving it for one layer of each kind: dense
+    layers x theirs + MoE layers x theirs, a kind the model lacks (``kinds``: :func:`_layer_kinds`) left out (it has
+    no layers on any stage)."""
+    out: np.ndarray | None = dense * per_layer["dense"] if "dense" in kinds else None
+    if "moe" in kinds:
+        out = moe * per_layer["moe"] if out is None else out + moe * per_layer["moe"]
+    assert out is not None, "a model has layers"
+    return out
 
 
 def _stages(model: ModelSpec, par: ParallelSpec, zero3: bool = True,
@@ -276,7 +290,8 @@ def _stages(model: ModelSpec, par: ParallelSpec, zero3: bool = True,
     tf = token_flops(model)
     zero = {"dense": 0, "moe": 0}
     shard, repl, expert, flop, core = dict(zero), dict(zero), dict(zero), {"dense": 0.0, "moe": 0.0}, {"dense": 0.0, "moe": 0.0}
-    for kind, index in _layer_kinds(model).items():
+    kinds = _layer_kinds(model)
+    for kind, index in kinds.items():
         lp = layer_params(model, index, tp=tp, ep=ep)
         shard[kind], repl[kind] = lp.tp_sharded // tp + lp.replicated, lp.replicated
         expert[kind] = lp.expert // (ep * tp)
@@ -285,14 +300,13 @@ def _stages(model: ModelSpec, par: ParallelSpec, zero3: bool = True,
     def ends(first: bool, last: bool) -> int:
         return stage_params(model, range(0), tp=tp, ep=ep, first=first, last=last).dense
 
-    last = np.arange(p) == p - 1
-    norm = model.hidden_size * (2 if model.normalization == "layernorm" else 1)
+    replicated = _per_stage(kinds, dense, moe, repl)  # (a new array) and the last stage's final norm:
+    replicated[p - 1] += model.hidden_size * (2 if model.normalization == "layernorm" else 1)
     z3, zx = _zero3(p, dense, moe, shard, expert, ends) if zero3 else (None, None)
     return _Stages(
         layers=per_stage, moe_layers=moe,
-        dense_params=dense_params, expert_params=expert_params,
-        replicated=dense * repl["dense"] + moe * repl["moe"] + last * norm,
-        body_flop=dense * flop["dense"] + moe * flop["moe"], core_flop=dense * core["dense"] + moe * core["moe"],
+        dense_params=dense_params, expert_params=expert_params, replicated=replicated,
+        body_flop=_per_stage(kinds, dense, moe, flop), core_flop=_per_stage(kinds, dense, moe, core),
         zero3=z3, zero3_expert=zx,
         split_note=pipeline_split_note(model, par))
 
