@@ -404,9 +404,15 @@ def _dims_bytes(elem_bytes: int, dims: tuple[Any, ...]) -> np.ndarray:
 
 def _alignment_of(gpu: GpuSpec, size_bytes: np.ndarray) -> np.ndarray:
     """:func:`alignment_factor` of stacked dimensions in bytes (dimensions on the first axis)."""
-    out: np.ndarray = np.where((size_bytes % gpu.alignment_optimal_bytes).any(axis=0),
-                               np.where((size_bytes % gpu.alignment_required_bytes).any(axis=0), gpu.unaligned_factor,
-                                        gpu.partial_alignment_factor), 1.0)
+    return _alignment_of_flags(gpu, (size_bytes % gpu.alignment_optimal_bytes).any(axis=0),
+                               (size_bytes % gpu.alignment_required_bytes).any(axis=0))
+
+
+def _alignment_of_flags(gpu: GpuSpec, off_optimal: Any, off_required: Any) -> np.ndarray:
+    """:func:`alignment_factor` of GEMMs some of whose dimensions are off the optimal multiple (``off_optimal``)
+    and off the required one (``off_required``)."""
+    out: np.ndarray = np.where(off_optimal, np.where(off_required, gpu.unaligned_factor, gpu.partial_alignment_factor),
+                               1.0)
     return out
 
 
@@ -474,57 +480,124 @@ class _Picked:
 def _pick(gpu: GpuSpec, shapes: np.ndarray, dtype: str) -> _Picked:
     """The tile/wave model of :func:`gemm_timing` for the GEMMs of ``shapes`` ((5, n) int64: M, N, K, batch and the
     elements each GEMM of the batch moves): the time of the fastest allowed candidate kernel of each, with as few
-    numpy calls as the model allows (its per-GEMM cost is the calls', not the arithmetic's)."""
+    numpy calls as the model allows (its per-GEMM cost is the calls', not the arithmetic's): what depends on the GPU
+    and the dtype alone is :func:`_kernel_table`'s."""
     if shapes.shape[1] and shapes[:4].min() < 1:
         m, n, k = shapes[0], shapes[1], shapes[2]
         raise ConfigError("gemm", (m.tolist(), n.tolist(), k.tolist()), "GEMM dimensions must be positive")
-    elem = dtype_bytes(dtype)
-    peak = gpu.peak_flops_for(dtype)
+    kt = _kernel_table(gpu, dtype)
     m, n, k, batch, io = shapes
-    size_bytes = shapes[:3] * elem  # (3, n): M, N, K in bytes
-    align = _alignment_of(gpu, size_bytes)
-    persistent: Any = gpu.persistent_gemm  # (a bool for every GEMM, or an (n, 1) array)
-    if gpu.tma_alignment_bytes:
-        # the older kernel where TMA cannot run (legacy_kernel): its own per-SM rate, and never persistent
-        legacy = _legacy_of(gpu, size_bytes)
-        align = np.where(legacy, align * gpu.legacy_gemm_fraction, align)
-        persistent = persistent and (~legacy)[:, None]
-    slots = gpu.num_sms * gpu.ctas_per_sm
-    rate_per_slot = peak * gpu.achievable_fraction_for(dtype) / slots  # FLOP/s of one CTA on the best tile, aligned
-    bandwidth = gpu.streaming_bandwidth_bytes_per_s
-    t_mem = elem * batch * io / bandwidth
-    k_step = k_step_elements(gpu, elem)
+    # each GEMM's alignment case (:attr:`_KernelTable.alignment`): which multiples its dimensions miss
+    code = kt.case_weights @ (shapes[:3, None] * kt.elem_bytes % kt.multiples_bytes).any(axis=0)
+    t_mem = kt.elem_bytes * batch * io / kt.bandwidth
 
     # every (tile, split-K) candidate on a last axis, in the order cuBLAS's heuristics are read here (tiles outer,
     # splits inner): the first fastest allowed candidate is the one picked. The counts are integers held in float64,
     # the ceilings taken of float quotients (cheaper than integer division): exact while the integers stay below 2^52
     # (a quotient of such integers that is not whole lies at least 1/b from every integer, beyond its rounding)
-    candidates = tm, tn, thr, split = _candidates(gpu)
-    M, N, K, Bt = m[:, None], n[:, None], k[:, None], batch[:, None]
-    tiles = np.ceil(M / tm) * np.ceil(N / tn) * Bt
+    split = kt.candidates[3]
+    K, Bt = k[:, None], batch[:, None]
+    tiles_mn = np.ceil(shapes[:2, :, None] / kt.tiles_mn)  # (2, n, C): tiles along M and along N
+    tiles = tiles_mn[0] * tiles_mn[1] * Bt
     k_split = np.ceil(K / split)
-    k_steps = np.ceil(k_split / k_step)
-    unsplit = split == 1
-    allowed = unsplit | ((tiles < slots) & (k_split >= 2 * k_step))
-    waves = np.ceil(tiles * split / slots)
-    t_step = 2.0 * tm * tn * k_step / (rate_per_slot * thr * align[:, None])
-    # one CTA per tile fills its pipeline and writes its tile alone; a persistent kernel's CTA fills once and hides
-    # all but epilogue_steps of each tile's epilogue under the next tile's main loop
-    if persistent is False:
-        t_comp = waves * (k_steps + gpu.cta_fill_steps) * t_step
-    elif persistent is True:
-        t_comp = (waves * (k_steps + gpu.epilogue_steps) + gpu.cta_fill_steps) * t_step
-    else:
-        t_comp = np.where(persistent, (waves * (k_steps + gpu.epilogue_steps) + gpu.cta_fill_steps) * t_step,
-                          waves * (k_steps + gpu.cta_fill_steps) * t_step)
-    # split-K: every split writes fp32 partial tiles that a reduction reads back and sums
-    t_reduce = np.where(unsplit, 0.0, 4.0 * Bt * M * N * (split + 1) / bandwidth)
+    k_steps = np.ceil(k_split / kt.k_step)
+    allowed = kt.unsplit | ((tiles < kt.slots) & (k_split >= 2 * kt.k_step))
+    waves = np.ceil(tiles * split / kt.slots)
+    # one CTA per tile fills its pipeline and writes its tile alone (steps beside each tile's K steps: the fill; none
+    # once per kernel); a persistent kernel's CTA fills once and hides all but epilogue_steps of each tile's epilogue
+    # under the next tile's main loop (kt.tile_steps, kt.kernel_steps)
+    t_comp = (waves * (k_steps + kt.tile_steps[code][:, None]) + kt.kernel_steps[code][:, None]) * kt.t_step[code]
+    # split-K: every split writes fp32 partial tiles that a reduction reads back and sums (kt.reduce_tiles: 0 unsplit)
+    t_reduce = (4.0 * batch * m * n)[:, None] * kt.reduce_tiles / kt.bandwidth
     t = np.maximum(t_comp, t_mem[:, None]) + t_reduce + gpu.kernel_overhead_s
     i = np.argmin(np.where(allowed, t, np.inf), axis=-1)  # the picked candidate of each GEMM
     rows = np.arange(len(i))
     return _Picked(time_s=t[rows, i], compute_time_s=t_comp[rows, i], memory_time_s=t_mem, index=i,
-                   alignment_factor=align, candidates=candidates, elem_bytes=elem, peak_flops=peak, slots=slots,
-                   k_step=k_step)
+                   alignment_factor=kt.alignment[code], candidates=kt.candidates, elem_bytes=kt.elem_bytes,
+                   peak_flops=kt.peak_flops, slots=kt.slots, k_step=kt.k_step)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _KernelTable:
+    """What :func:`_pick` reads of a GPU for one dtype: its candidate kernels and their constants, made once per GPU
+    object and dtype (:func:`_kernel_table`). Arrays over the candidates (C) are in :func:`_candidates`' order;
+    arrays over the alignment cases (8) are indexed by a GEMM's case, ``1 x (some dimension off the optimal
+    multiple) + 2 x (off the required one) + 4 x (off TMA's: the legacy kernel)``."""
+
+    elem_bytes: int
+    peak_flops: float
+    slots: int
+    """CTAs of one wave."""
+    k_step: int
+    bandwidth: float
+    """Streaming bandwidth, bytes/s."""
+    candidates: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    tiles_mn: np.ndarray
+    """(2, 1, C): tile_m and tile_n of each candidate."""
+    unsplit: np.ndarray
+    reduce_tiles: np.ndarray
+    """(C,): split + 1 (the partial tiles written and the result) of each split-K candidate, 0 unsplit."""
+    multiples_bytes: np.ndarray
+    """(cases, 1): the optimal, the required and (with TMA) TMA's multiple of a dimension in bytes."""
+    case_weights: np.ndarray
+    """What missing each of ``multiples_bytes`` adds to a GEMM's alignment case."""
+    alignment: np.ndarray
+    """(8,): the alignment factor of each case, the legacy kernel's fraction included."""
+    t_step: np.ndarray
+    """(8, C): seconds of one K step of one CTA of each candidate in each case."""
+    tile_steps: np.ndarray
+    """(8,): steps per tile beyond its K steps (the fill; a persistent kernel's epilogue steps)."""
+    kernel_steps: np.ndarray
+    """(8,): steps once per CTA (a persistent kernel's fill; 0 otherwise)."""
+
+
+def _kernel_table(gpu: GpuSpec, dtype: str) -> _KernelTable:
+    """:class:`_KernelTable` of ``gpu`` and ``dtype``: a constant of the GPU object (as its preset is), made once
+    per object and dtype, whose entry holds the object so that its id names it for as long as the entry stands."""
+    held = _KERNEL_TABLES.get((id(gpu), dtype))
+    if held is not None and held[0] is gpu:
+        return held[1]
+    table = _make_kernel_table(gpu, dtype)
+    if len(_KERNEL_TABLES) >= 64:
+        _KERNEL_TABLES.clear()
+    _KERNEL_TABLES[(id(gpu), dtype)] = (gpu, table)
+    return table
+
+
+_KERNEL_TABLES: dict[tuple[int, str], tuple[GpuSpec, _KernelTable]] = {}
+
+
+def _make_kernel_table(gpu: GpuSpec, dtype: str) -> _KernelTable:
+    """:func:`_kernel_table`, worked out."""
+    elem = dtype_bytes(dtype)
+    peak = gpu.peak_flops_for(dtype)
+    slots = gpu.num_sms * gpu.ctas_per_sm
+    rate_per_slot = peak * gpu.achievable_fraction_for(dtype) / slots  # FLOP/s of one CTA on the best tile, aligned
+    k_step = k_step_elements(gpu, elem)
+    candidates = tm, tn, thr, split = _candidates(gpu)
+    case = np.arange(8)
+    off_optimal, off_required, legacy = case & 1 > 0, case & 2 > 0, case & 4 > 0
+    align = _alignment_of_flags(gpu, off_optimal, off_required)
+    persistent = np.full(8, gpu.persistent_gemm)
+    if gpu.tma_alignment_bytes:
+        # the older kernel where TMA cannot run (legacy_kernel): its own per-SM rate, and never persistent
+        align = np.where(legacy, align * gpu.legacy_gemm_fraction, align)
+        persistent &= ~legacy
+    multiples = [gpu.alignment_optimal_bytes, gpu.alignment_required_bytes] + (
+        [gpu.tma_alignment_bytes] if gpu.tma_alignment_bytes else [])
+    unsplit = split == 1
+    out = _KernelTable(
+        elem_bytes=elem, peak_flops=peak, slots=slots, k_step=k_step, bandwidth=gpu.streaming_bandwidth_bytes_per_s,
+        candidates=candidates, tiles_mn=np.stack([tm, tn])[:, None, :], unsplit=unsplit,
+        reduce_tiles=np.where(unsplit, 0, split + 1), multiples_bytes=np.array(multiples, dtype=np.int64)[:, None],
+        case_weights=np.array([1, 2, 4][:len(multiples)], dtype=np.int64), alignment=align,
+        t_step=2.0 * tm * tn * k_step / (rate_per_slot * thr * align[:, None]),
+        tile_steps=np.where(persistent, float(gpu.epilogue_steps), float(gpu.cta_fill_steps)),
+        kernel_steps=np.where(persistent, float(gpu.cta_fill_steps), 0.0))
+    for x in (out.tiles_mn, out.unsplit, out.reduce_tiles, out.multiples_bytes, out.case_weights, out.alignment,
+              out.t_step, out.tile_steps, out.kernel_steps):
+        x.setflags(write=False)
+    return out
 
 
 def _candidates(gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
