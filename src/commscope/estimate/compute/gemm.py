@@ -64,9 +64,9 @@ from __future__ import annotations
 
 import functools
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -117,6 +117,7 @@ SYMBOL_TEXT: dict[str, str] = {
 
 Dim = tuple[str, int]
 """A GEMM dimension as (symbol, coefficient): its size is ``coefficient x dims[symbol]``."""
+_D = TypeVar("_D")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,7 +149,7 @@ class Gemm:
     @property
     def flop(self) -> float:
         """2 M N K per GEMM (one multiply-add = 2 FLOP), times batch and count."""
-        return 2.0 * self.m * self.n * self.k * self.batch * self.count
+        return _gemm_flop(self.m, self.n, self.k, self.batch, self.count)
 
     @property
     def symbols(self) -> frozenset[str]:
@@ -166,6 +167,28 @@ class Gemm:
 
 
 _GemmFields = plain_twin(Gemm)
+
+
+def _gemm_flop(m: int, n: int, k: int, batch: int, count: int) -> float:
+    """FLOP of ``count`` calls of ``batch`` x (m x k) @ (k x n): 2 M N K each (one multiply-add = 2 FLOP)."""
+    return 2.0 * m * n * k * batch * count
+
+
+ShapeKey = tuple[int, int, int, int, int]
+"""(M, N, K, batch, io_elements): what the time of one GEMM call depends on."""
+
+
+class _GemmRow(NamedTuple):
+    """One GEMM of a layer as the compute model's estimate path reads it: a :class:`Gemm` without its symbols, part
+    and layer kind (:func:`gemm_rows`; every estimate makes its job's, and a Gemm costs several times as much)."""
+
+    name: str
+    pass_: str
+    key: ShapeKey
+    calls: int
+    """Calls per layer (:attr:`Gemm.count`)."""
+    flop: float
+    """:attr:`Gemm.flop`."""
 
 
 def layer_dims(model: ModelSpec, *, tp: int = 1, cp: int = 1, ep: int = 1, micro_batch_size: int = 1) -> dict[str, int]:
@@ -217,16 +240,29 @@ _ATTENTION = (
 )
 
 
-def _backward(m: Dim, n: Dim, k: Dim) -> dict[str, tuple[Dim, Dim, Dim]]:
-    """(M, N, K) of the forward GEMM and its two backward GEMMs [nvidia-matmul-guide, "backward pass"]."""
+def _backward(m: _D, n: _D, k: _D) -> dict[str, tuple[_D, _D, _D]]:
+    """(M, N, K) of the forward GEMM and its two backward GEMMs [nvidia-matmul-guide, "backward pass"] (as symbols
+    or as sizes)."""
     return {"fwd": (m, n, k), "dgrad": (m, k, n), "wgrad": (k, n, m)}
 
 
-def _forward_specs(model: ModelSpec, layer_kind: str) -> list[tuple[str, str, str | None, int, Dim, Dim, Dim]]:
+ForwardSpec = tuple[str, str, str | None, int, Dim, Dim, Dim]
+"""(name, part, batch kind, count, M, N, K) of a forward GEMM; count -1: the local experts."""
+
+
+def _forward_specs(model: ModelSpec, layer_kind: str) -> list[ForwardSpec]:
     """(name, part, batch kind, count symbol, M, N, K) of the forward GEMMs of one layer of ``layer_kind``."""
+    return [*_ATTENTION_SPECS, *_body_specs(model, layer_kind)]
+
+
+_ATTENTION_SPECS: tuple[ForwardSpec, ...] = tuple((name, "attention", batch, 1, m, n, k) for name, batch, m, n, k in _ATTENTION)
+_LOGITS_SPECS: tuple[ForwardSpec, ...] = (("logits", "logits", None, 1, ("tokens", 1), ("vocab_width", 1), ("hidden", 1)),)
+
+
+def _body_specs(model: ModelSpec, layer_kind: str) -> list[ForwardSpec]:
+    """:func:`_forward_specs` after the attention's: the MLP, or the router and experts."""
     up = 2 if model.gated_mlp else 1
-    specs: list[tuple[str, str, str | None, int, Dim, Dim, Dim]] = [
-        (name, "attention", batch, 1, m, n, k) for name, batch, m, n, k in _ATTENTION]
+    specs: list[ForwardSpec] = []
     if layer_kind == "moe":
         specs.append(("router", "moe", None, 1, ("tokens", 1), ("experts", 1), ("hidden", 1)))
         specs.append(("expert_up", "moe", None, -1, ("expert_tokens", 1), ("expert_ffn_width", up), ("hidden", 1)))
@@ -238,6 +274,19 @@ def _forward_specs(model: ModelSpec, layer_kind: str) -> list[tuple[str, str, st
         specs.append(("mlp_up", "mlp", None, 1, ("tokens", 1), ("ffn_width", up), ("hidden", 1)))
         specs.append(("mlp_down", "mlp", None, 1, ("tokens", 1), ("hidden", 1), ("ffn_width", 1)))
     return specs
+
+
+def _batched_specs(model: ModelSpec, par: ParallelSpec, forward: Sequence[ForwardSpec],
+                   core: bool) -> Iterator[tuple[str, str, int, int, tuple[Dim, Dim, Dim]]]:
+    """(name, part, batch, count, symbols of M, N, K) of each forward GEMM of ``forward``, in order (``core=False``:
+    the attention core's left out); each comes with its two backward GEMMs (:func:`_backward`)."""
+    heads_batch = par.micro_batch_size * (model.num_heads // par.tp)
+    for name, part, batch_kind, count, m, n, k in forward:
+        if not core and name in CORE_GEMMS:
+            continue
+        batch = heads_batch if batch_kind == "heads" else 1
+        num = model.num_experts // par.ep if count == -1 else count
+        yield name, part, batch, num, (m, n, k)
 
 
 _SEQ = frozenset({"seq_q", "seq_k"})
@@ -257,15 +306,20 @@ def _io_elements(dims3: tuple[Dim, Dim, Dim], sizes: tuple[int, int, int], atten
             + (0 if on_seq[0] and on_seq[1] else m * n))
 
 
-def _build(name: str, part: str, pass_: str, dims3: tuple[Dim, Dim, Dim], values: dict[str, int], batch: int,
-           count: int, layer_kind: str, attention: str = "flash") -> Gemm:
+def _sizes(dims3: tuple[Dim, Dim, Dim], values: dict[str, int], attention: str) -> tuple[int, int, int, int]:
+    """(M, N, K, io_elements) of a GEMM of symbols ``dims3`` at the sizes ``values``."""
     (ms, mc), (ns, nc), (ks, kc) = dims3
     m, n, k = mc * values[ms], nc * values[ns], kc * values[ks]
     # (a GEMM with no sequence dimension moves all three operands whatever the attention: _io_elements's first case)
     io = (m * k + k * n + m * n if ms not in _SEQ and ns not in _SEQ and ks not in _SEQ
           else _io_elements(dims3, (m, n, k), attention))
-    # (through Gemm's plain twin, commscope.estimate.plain: every estimate builds its job's GEMMs, and Gemm's frozen
-    # constructor costs three times as much)
+    return m, n, k, io
+
+
+def _build(name: str, part: str, pass_: str, dims3: tuple[Dim, Dim, Dim], values: dict[str, int], batch: int,
+           count: int, layer_kind: str, attention: str = "flash") -> Gemm:
+    m, n, k, io = _sizes(dims3, values, attention)
+    # (through Gemm's plain twin, commscope.estimate.plain: Gemm's frozen constructor costs three times as much)
     return frozen(_GemmFields(name=name, pass_=pass_, m=m, n=n, k=k, batch=batch, count=count, dims=dims3, part=part,
                               layer_kind=layer_kind, io_elements=io), Gemm)
 
@@ -301,24 +355,37 @@ def _layer_gemms(model: ModelSpec, parallel: ParallelSpec | None = None, *, laye
     par = parallel or ParallelSpec()
     values = dims if dims is not None else layer_dims(model, tp=par.tp, cp=par.cp, ep=par.ep,
                                                        micro_batch_size=par.micro_batch_size)
-    heads_batch = par.micro_batch_size * (model.num_heads // par.tp)
-    out: list[Gemm] = []
     if logits:
-        for pass_, d3 in _backward(("tokens", 1), ("vocab_width", 1), ("hidden", 1)).items():
-            out.append(_build("logits", "logits", pass_, d3, values, 1, 1, "model", attention))
-        return tuple(out)
+        return tuple(_build(name, part, pass_, d3, values, batch, num, "model", attention)
+                     for name, part, batch, num, fwd in _batched_specs(model, par, _LOGITS_SPECS, core)
+                     for pass_, d3 in _backward(*fwd).items())
     kind = layer_kind or ("moe" if model.is_moe else "dense")
     if kind not in ("dense", "moe"):
         raise ConfigError("layer_kind", kind, "valid: dense, moe")
     if kind == "moe" and not model.is_moe:
         raise ConfigError("layer_kind", kind, f"{model.name} has no MoE layers")
-    for name, part, batch_kind, count, m, n, k in _forward_specs(model, kind):
-        if not core and name in CORE_GEMMS:
-            continue
-        batch = heads_batch if batch_kind == "heads" else 1
-        num = model.num_experts // par.ep if count == -1 else count
-        for pass_, d3 in _backward(m, n, k).items():
-            out.append(_build(name, part, pass_, d3, values, batch, num, kind, attention))
+    return tuple(_build(name, part, pass_, d3, values, batch, num, kind, attention)
+                 for name, part, batch, num, fwd in _batched_specs(model, par, _forward_specs(model, kind), core)
+                 for pass_, d3 in _backward(*fwd).items())
+
+
+def _gemm_rows(model: ModelSpec, parallel: ParallelSpec, dims: dict[str, int], *, part: str,
+              attention: str = "flash", core: bool = True) -> tuple[_GemmRow, ...]:
+    """The rows (:class:`_GemmRow`) of one part of a layer, in :func:`layer_gemms`' order: ``attention`` (QKV, the
+    core, the projection; ``core=False`` leaves the core out), ``dense`` or ``moe`` (the MLP, or the router and
+    experts: the rest of a layer of that kind), ``logits`` (the output layer). ``dims``: :func:`layer_dims`."""
+    forward = _ATTENTION_SPECS if part == "attention" else _LOGITS_SPECS if part == "logits" else _body_specs(model, part)
+    out = []
+    for name, _, batch, num, fwd in _batched_specs(model, parallel, forward, core):
+        if attention == "flash" and not _SEQ.isdisjoint(sym for sym, _ in fwd):
+            # (the passes of a flash core GEMM keep different operands on chip: each pass's own elements)
+            passes = {pass_: _sizes(d3, dims, attention) for pass_, d3 in _backward(*fwd).items()}
+        else:
+            # the backward GEMMs move the forward's three operands (M K + K N + M N elements whatever the order)
+            m, n, k, io = _sizes(fwd, dims, attention)
+            passes = {pass_: (*mnk, io) for pass_, mnk in _backward(m, n, k).items()}
+        for pass_, (m, n, k, io) in passes.items():
+            out.append(_GemmRow(name, pass_, (m, n, k, batch, io), num, _gemm_flop(m, n, k, batch, num)))
     return tuple(out)
 
 
@@ -675,11 +742,11 @@ def _results(gemms: Sequence[tuple[Gemm, int]], t: GemmTiming, rows: Sequence[in
     return tuple(out)
 
 
-def _shape_key(g: Gemm) -> tuple[int, int, int, int, int]:
+def _shape_key(g: Gemm) -> ShapeKey:
     return (g.m, g.n, g.k, g.batch, g.io_elements)
 
 
-def _timing(keys: Sequence[tuple[int, int, int, int, int]], gpu: GpuSpec, dtype: str) -> GemmTiming:
+def _timing(keys: Sequence[ShapeKey], gpu: GpuSpec, dtype: str) -> GemmTiming:
     arr = np.array(keys, dtype=np.int64).reshape(-1, 5)
     return gemm_timing(gpu, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], dtype=dtype, io_elements=arr[:, 4])
 
@@ -699,39 +766,53 @@ class GemmTimer:
 
     def __init__(self, gpu: GpuSpec) -> None:
         self.gpu = gpu
-        self._pending: dict[str, dict[tuple[int, int, int, int, int], None]] = {}
-        self._index: dict[str, dict[tuple[int, int, int, int, int], int]] = {}
+        self._pending: dict[str, dict[ShapeKey, None]] = {}
+        self._index: dict[str, dict[ShapeKey, int]] = {}
         self._times: dict[str, list[float]] = {}
         self._timing: dict[str, GemmTiming] = {}
 
     def prefetch(self, gemms: Sequence[Gemm], dtype: str) -> None:
-        self._pending.setdefault(dtype, {}).update(dict.fromkeys(map(_shape_key, gemms)))
+        self._announce(list(map(_shape_key, gemms)), dtype)
 
-    def _ready(self, gemms: Sequence[Gemm], dtype: str) -> tuple[list[tuple[int, int, int, int, int]], dict[tuple[int, int, int, int, int], int]]:
-        """The shape keys of ``gemms`` and the index of every timed key, timing what is pending first."""
-        keys = [_shape_key(g) for g in gemms]
+    def prefetch_rows(self, rows: Sequence[_GemmRow], dtype: str) -> None:
+        """:meth:`prefetch` of the compute model's rows (:func:`_gemm_rows`)."""
+        self._announce([r.key for r in rows], dtype)
+
+    def _announce(self, keys: Sequence[ShapeKey], dtype: str) -> None:
+        self._pending.setdefault(dtype, {}).update(dict.fromkeys(keys))
+
+    def _ready(self, keys: Sequence[ShapeKey], dtype: str) -> dict[ShapeKey, int]:
+        """The index of every timed key, ``keys`` among them, timing what is pending first."""
         index = self._index.get(dtype, {})
         if self._pending.get(dtype) or any(k not in index for k in keys):
-            self._pending.setdefault(dtype, {}).update(dict.fromkeys(keys))  # (prefetch, the keys made once)
+            self._announce(keys, dtype)
             index = {k: i for i, k in enumerate({**dict.fromkeys(index), **self._pending.pop(dtype)})}
             shapes = np.array(list(index), dtype=np.int64).reshape(-1, 5).T
             self._index[dtype], self._times[dtype] = index, _pick(self.gpu, shapes, dtype).time_s.tolist()
             self._timing.pop(dtype, None)
-        return keys, index
+        return index
 
     def times_s(self, gemms: Sequence[Gemm], dtype: str) -> list[float]:
         """``time_s`` of :func:`time_gemms`'s result of each GEMM (its ``count`` calls), without the results."""
-        if not gemms:
+        return self._times_s([_shape_key(g) for g in gemms], [g.count for g in gemms], dtype)
+
+    def row_times_s(self, rows: Sequence[_GemmRow], dtype: str) -> list[float]:
+        """:meth:`times_s` of the compute model's rows (:func:`_gemm_rows`)."""
+        return self._times_s([r.key for r in rows], [r.calls for r in rows], dtype)
+
+    def _times_s(self, keys: Sequence[ShapeKey], counts: Sequence[int], dtype: str) -> list[float]:
+        if not keys:
             return []
-        keys, index = self._ready(gemms, dtype)
+        index = self._ready(keys, dtype)
         times = self._times[dtype]
-        return [times[index[k]] * g.count for k, g in zip(keys, gemms)]
+        return [times[index[k]] * count for k, count in zip(keys, counts)]
 
     def __call__(self, gemms: Sequence[tuple[Gemm, int]], gpu: GpuSpec, dtype: str) -> tuple[GemmResult, ...]:
         if not gemms:
             return ()
         assert gpu is self.gpu
-        keys, index = self._ready([g for g, _ in gemms], dtype)
+        keys = [_shape_key(g) for g, _ in gemms]
+        index = self._ready(keys, dtype)
         if dtype not in self._timing:
             self._timing[dtype] = _timing(list(index), self.gpu, dtype)
         return _results(gemms, self._timing[dtype], [index[k] for k in keys])

@@ -29,7 +29,7 @@ import numpy as np
 
 from commscope.estimate.compute.attention import BACKWARD_RATIO
 from commscope.estimate.compute.effects import launch_gap_s, layer_kernel_count, overlap_chunks
-from commscope.estimate.compute.gemm import CORE_GEMMS, Gemm, GemmTimer, _layer_gemms, layer_dims, layer_gemms
+from commscope.estimate.compute.gemm import CORE_GEMMS, GemmTimer, _gemm_flop, _GemmRow, _gemm_rows, layer_dims
 from commscope.estimate.compute.kernels import (
     HALF_DTYPES,
     attention_kernel_for,
@@ -152,42 +152,49 @@ ROW_FIELDS = ("fwd", "bwd", "rec", "gemm", "att", "mem", "lin_f", "lin_b", "flop
               "chunks", "gaps")
 
 
-def _by_pass(gemms: Sequence[Gemm], times_s: Sequence[float]) -> dict[str, float]:
+def _by_pass(gemms: Sequence[_GemmRow], times_s: Sequence[float]) -> dict[str, float]:
     out = {"fwd": 0.0, "dgrad": 0.0, "wgrad": 0.0}
     for g, t in zip(gemms, times_s):
         out[g.pass_] += t
     return out
 
 
-def _chunked(g: Gemm, parallel: ParallelSpec) -> Gemm:
+def _chunked(g: _GemmRow, parallel: ParallelSpec) -> _GemmRow:
     """``g`` as Transformer Engine's overlap runs it: ``n`` GEMMs of 1/n of the tokens (M) each."""
     n = overlap_chunks(g.name, g.pass_, parallel)
     if n == 1:
         return g
-    m = -(-g.m // n)
-    return replace(g, m=m, count=g.count * n, io_elements=m * g.k + g.k * g.n + m * g.n)
+    m_whole, n_, k, batch, _ = g.key
+    m = -(-m_whole // n)
+    return g._replace(key=(m, n_, k, batch, m * k + k * n_ + m * n_), calls=g.calls * n,
+                      flop=_gemm_flop(m, n_, k, batch, g.calls * n))
 
 
 def logits_times(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, timer: GemmTimer | None = None,
-                 gemms: tuple[Gemm, ...] | None = None) -> dict[str, float]:
+                 gemms: tuple[_GemmRow, ...] | None = None) -> dict[str, float]:
     """Seconds of the output layer's GEMMs per pass (fwd, dgrad, wgrad), at the sustained clock (``gemms``: the
     output layer's, where the caller has them; ``timer``: the caller's, where it has announced them to one)."""
     if gemms is None:
-        gemms = layer_gemms(model, parallel, logits=True)
-    out = _by_pass(gemms, (timer or GemmTimer(gpu)).times_s(gemms, model.dtype))
+        gemms = _gemm_rows(model, parallel, _dims(model, parallel), part="logits")
+    out = _by_pass(gemms, (timer or GemmTimer(gpu)).row_times_s(gemms, model.dtype))
     return {k: v * gpu.clock_factor for k, v in out.items()}
+
+
+def _dims(model: ModelSpec, parallel: ParallelSpec) -> dict[str, int]:
+    """:func:`~commscope.estimate.compute.gemm.layer_dims` of ``parallel``."""
+    return layer_dims(model, tp=parallel.tp, cp=parallel.cp, ep=parallel.ep, micro_batch_size=parallel.micro_batch_size)
 
 
 @dataclass(frozen=True, slots=True)
 class _LayerPlan:
     """The GEMMs of one layer of one kind by how they are timed."""
 
-    linear: tuple[Gemm, ...]
+    linear: tuple[_GemmRow, ...]
     """The linear GEMMs, those in ``lin_dtype`` first (all but the router), then the router's in the model's."""
     num_lin_dtype: int
-    pieces: tuple[Gemm, ...] | None
+    pieces: tuple[_GemmRow, ...] | None
     """The first ``num_lin_dtype`` as Transformer Engine's overlap cuts them (None where it cuts none)."""
-    core: tuple[Gemm, ...]
+    core: tuple[_GemmRow, ...]
     """The attention core's batched GEMMs (unfused attention only)."""
     lin_dtype: str
     num_fwd: int
@@ -195,39 +202,46 @@ class _LayerPlan:
 
     def prefetch(self, timer: GemmTimer, dtype: str) -> None:
         """Announce every GEMM of the plan to ``timer`` (``dtype``: the model's)."""
-        timer.prefetch(self.linear[:self.num_lin_dtype] + (self.pieces or ()), self.lin_dtype)
-        timer.prefetch(self.linear[self.num_lin_dtype:] + self.core, dtype)
+        timer.prefetch_rows(self.linear[:self.num_lin_dtype] + (self.pieces or ()), self.lin_dtype)
+        timer.prefetch_rows(self.linear[self.num_lin_dtype:] + self.core, dtype)
 
 
-def _layer_plan(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, gemms: tuple[Gemm, ...]) -> _LayerPlan:
-    """How the GEMMs ``gemms`` of one layer are timed (see :class:`_LayerPlan`)."""
-    linear = tuple(g for g in gemms if g.name not in CORE_GEMMS)
-    core = tuple(g for g in gemms if g.name in CORE_GEMMS) if parallel.attention == "unfused" else ()
+def _layer_plan(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, attention: tuple[_GemmRow, ...],
+                body: tuple[_GemmRow, ...]) -> _LayerPlan:
+    """How the GEMMs of one layer are timed (see :class:`_LayerPlan`): ``attention``, its attention's
+    (:func:`~commscope.estimate.compute.gemm._gemm_rows`, the core's among them with unfused attention), ``body``
+    the rest."""
     if parallel.fp8_format is not None and "fp8" not in gpu.peak_flops:
         raise ConfigError("fp8_format", parallel.fp8_format,
                           f"GPU {gpu.name!r} has no FP8 tensor cores (FP8 needs Hopper or Ada, sm_89+); it has "
                           f"{', '.join(sorted(gpu.peak_flops))}: drop --fp8-format")
+    linear = tuple(g for g in attention if g.name not in CORE_GEMMS) + body
+    core = tuple(g for g in attention if g.name in CORE_GEMMS)
     fp8 = tuple(g for g in linear if g.name != "router")
     pieces = tuple(_chunked(g, parallel) for g in fp8)
     return _LayerPlan(linear=fp8 + tuple(g for g in linear if g.name == "router"), num_lin_dtype=len(fp8),
                       pieces=pieces if any(g is not c for g, c in zip(fp8, pieces)) else None, core=core,
                       lin_dtype=linear_gemm_dtype(model, parallel),
-                      num_fwd=sum(g.count for g in linear + core if g.pass_ == "fwd"))
+                      num_fwd=sum(g.calls for g in linear + core if g.pass_ == "fwd"))
 
 
 def job_gemms(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
-              timer: GemmTimer) -> tuple[dict[str, _LayerPlan], tuple[Gemm, ...]]:
+              timer: GemmTimer | None) -> tuple[dict[str, _LayerPlan], tuple[_GemmRow, ...]]:
     """The GEMMs of one layer of each kind the model has (dense, moe) as they are timed, and the output layer's,
-    all announced to ``timer`` (so that one call per dtype times them)."""
+    all announced to ``timer`` where one is given (so that one call per dtype times them). The attention's GEMMs,
+    alike in every kind, are made once."""
     plans = {}
-    dims = layer_dims(model, tp=parallel.tp, cp=parallel.cp, ep=parallel.ep, micro_batch_size=parallel.micro_batch_size)
+    dims = _dims(model, parallel)
+    attention = _gemm_rows(model, parallel, dims, part="attention", attention=parallel.attention,
+                           core=parallel.attention == "unfused")
     for kind in _layer_kinds(model):
-        plans[kind] = plan = _layer_plan(model, parallel, gpu, _layer_gemms(
-            model, parallel, layer_kind=kind, dims=dims, attention=parallel.attention,
-            core=parallel.attention == "unfused"))
-        plan.prefetch(timer, model.dtype)
-    logits_gemms = _layer_gemms(model, parallel, logits=True, dims=dims)
-    timer.prefetch(logits_gemms, model.dtype)
+        plans[kind] = plan = _layer_plan(model, parallel, gpu, attention, _gemm_rows(
+            model, parallel, dims, part=kind, attention=parallel.attention))
+        if timer is not None:
+            plan.prefetch(timer, model.dtype)
+    logits_gemms = _gemm_rows(model, parallel, dims, part="logits")
+    if timer is not None:
+        timer.prefetch_rows(logits_gemms, model.dtype)
     return plans, logits_gemms
 
 
@@ -242,18 +256,17 @@ def _kinds(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, ti
     costs does not depend on it: worked out once); ``plan``: the layer's GEMMs, where the caller has announced them
     to ``timer``."""
     if plan is None:
-        plan = _layer_plan(model, parallel, gpu, layer_gemms(model, parallel, layer_kind=kind,
-                                                             attention=parallel.attention))
+        plan = job_gemms(model, parallel, gpu, None)[0][kind]
     linear, core, n_fp8, lin_dtype = plan.linear, plan.core, plan.num_lin_dtype, plan.lin_dtype
-    whole = timer.times_s(linear[:n_fp8], lin_dtype) + timer.times_s(linear[n_fp8:], model.dtype)
+    whole = timer.row_times_s(linear[:n_fp8], lin_dtype) + timer.row_times_s(linear[n_fp8:], model.dtype)
     if plan.pieces is not None:
         # the pieces run on several streams (Transformer Engine's userbuffers), one piece's launch and ramp under
         # the previous one's tail: the fixed cost of a GEMM call is paid once per GEMM, not per piece
-        lin = [t - (c.count - g.count) * gpu.kernel_overhead_s
-               for t, c, g in zip(timer.times_s(plan.pieces, lin_dtype), plan.pieces, linear)] + whole[n_fp8:]
+        lin = [t - (c.calls - g.calls) * gpu.kernel_overhead_s
+               for t, c, g in zip(timer.row_times_s(plan.pieces, lin_dtype), plan.pieces, linear)] + whole[n_fp8:]
     else:
         lin = whole
-    cor = timer.times_s(core, model.dtype)
+    cor = timer.row_times_s(core, model.dtype)
     k: LayerKernels = layer_kernels(model, parallel, gpu, moe=(kind == "moe"))
     clock = gpu.clock_factor
     lp, cp_ = _by_pass(linear, lin), _by_pass(core, cor)
