@@ -392,32 +392,39 @@ def stage_arrays(gpu: GpuSpec, *, dense: np.ndarray, moe: np.ndarray | None, den
     if moe is not None:
         per_stage = per_stage + moe.T[:, :, None] * moe_layers[None]
     c = dict(zip(ROW_FIELDS, per_stage))
-    last = (np.arange(p) == p - 1)[None, :]
     bw = gpu.streaming_bandwidth_bytes_per_s
     # (n, p, 2): the first stage's ends, a middle stage's, the last's; with pp 1 the one stage is first and last
-    ext = extra_bytes[:, [3] if p == 1 else np.where(np.arange(p) == 0, 0, np.where(last[0], 2, 1))]
-    ext_fwd, ext_bwd = ext[:, :, 0] / bw, ext[:, :, 1] / bw
-    lg = logits
-    all_logits = lg[:, 0:1] + lg[:, 1:2] + lg[:, 2:3]
-    c["fwd"] = c["fwd"] + ext_fwd + last * lg[:, 0:1]
-    c["bwd"] = c["bwd"] + ext_bwd + last * (lg[:, 1:2] + lg[:, 2:3])
+    ends = np.ones(p, dtype=np.intp)
+    ends[0], ends[-1] = (3, 3) if p == 1 else (0, 2)
+    ext = extra_bytes[:, ends]
+    c["fwd"] = c["fwd"] + ext[:, :, 0] / bw
+    c["bwd"] = c["bwd"] + ext[:, :, 1] / bw
     c["mem"] = c["mem"] + (ext[:, :, 0] + ext[:, :, 1]) / bw
-    c["gemm"] = c["gemm"] + last * all_logits
-    c["clock"] = c["clock"] + last * all_logits * (1.0 - 1.0 / gpu.clock_factor)
-    c["flop"] = c["flop"] + last * logits_flop[:, None]
-    # without gradient accumulation fusion, each micro-batch's backward adds its weight gradients into the
-    # accumulated ones (kernels.grad_accumulation_bytes_per_param)
-    accumulate = params * accumulation_bytes / bw
-    c["bwd"] = c["bwd"] + accumulate
-    c["mem"] = c["mem"] + accumulate
+    # the output layer's GEMMs on the last stage (added to its column: every other stage's would add 0)
+    lg = logits
+    all_logits = lg[:, 0] + lg[:, 1] + lg[:, 2]
+    c["fwd"][:, -1] += lg[:, 0]
+    c["bwd"][:, -1] += lg[:, 1] + lg[:, 2]
+    c["gemm"][:, -1] += all_logits
+    c["clock"][:, -1] += all_logits * (1.0 - 1.0 / gpu.clock_factor)
+    c["flop"][:, -1] += logits_flop
+    if accumulation_bytes.any():
+        # without gradient accumulation fusion, each micro-batch's backward adds its weight gradients into the
+        # accumulated ones (kernels.grad_accumulation_bytes_per_param)
+        accumulate = params * accumulation_bytes / bw
+        c["bwd"] = c["bwd"] + accumulate
+        c["mem"] = c["mem"] + accumulate
     c["opt"] = optimizer_s
-    # the stack's and the cluster's compute efficiency (apply_efficiency), per configuration
-    scale = 1.0 / efficiency
-    c["stack"] = (c["fwd"] + c["bwd"]) * (scale - 1.0)
-    c["stack_opt"] = c["opt"] * (scale - 1.0)
+    # the stack's and the cluster's compute efficiency (apply_efficiency), per configuration (none: what it adds
+    # is 0 everywhere)
     if (efficiency != 1.0).any():
+        scale = 1.0 / efficiency
+        c["stack"] = (c["fwd"] + c["bwd"]) * (scale - 1.0)
+        c["stack_opt"] = c["opt"] * (scale - 1.0)
         for key in TIME_ARRAYS:
             c[key] = c[key] * scale
+    else:
+        c["stack"], c["stack_opt"] = np.zeros(c["fwd"].shape), np.zeros(np.shape(c["opt"]))
     return c
 
 
