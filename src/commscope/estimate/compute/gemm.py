@@ -63,6 +63,7 @@ The functions import numpy only.
 from __future__ import annotations
 
 import functools
+import math
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -508,7 +509,8 @@ def gemm_timing(gpu: GpuSpec, m: Any, n: Any, k: Any, batch: Any = 1, *, dtype: 
     pick = _pick(gpu, np.stack([m.ravel(), n.ravel(), k.ravel(), batch.ravel(), io.ravel()]), dtype)
     i = pick.index.reshape(shape)
     elem, peak, slots, k_step = pick.elem_bytes, pick.peak_flops, pick.slots, pick.k_step
-    best_t, comp, t_mem = pick.time_s.reshape(shape), pick.compute_time_s.reshape(shape), pick.memory_time_s.reshape(shape)
+    comp = pick.compute_times_s[np.arange(pick.index.size), pick.index].reshape(shape)
+    best_t, t_mem = pick.time_s.reshape(shape), pick.memory_time_s.reshape(shape)
     flop = 2.0 * m * n * k * batch
     operand_bytes = elem * batch * io
     # the picked candidate's own numbers, recomputed from its tile and split (cheaper than picking each array)
@@ -532,7 +534,8 @@ class _Picked:
     """What :func:`_pick` found for a flat list of GEMMs (one entry each) and the constants it used."""
 
     time_s: np.ndarray
-    compute_time_s: np.ndarray
+    compute_times_s: np.ndarray
+    """(n, C): the compute time of every candidate (``compute_times_s[arange(n), index]``: the picked one's)."""
     memory_time_s: np.ndarray
     index: np.ndarray
     """The picked candidate of each GEMM (into ``candidates``)."""
@@ -555,31 +558,29 @@ def _pick(gpu: GpuSpec, shapes: np.ndarray, dtype: str) -> _Picked:
     kt = _kernel_table(gpu, dtype)
     m, n, k, batch, io = shapes
     # each GEMM's alignment case (:attr:`_KernelTable.alignment`): which multiples its dimensions miss
-    code = kt.case_weights @ (shapes[:3, None] * kt.elem_bytes % kt.multiples_bytes).any(axis=0)
+    code = kt.case_weights @ (shapes[:3, None] % kt.multiples_elements).any(axis=0)
     t_mem = kt.elem_bytes * batch * io / kt.bandwidth
 
     # every (tile, split-K) candidate on a last axis, in the order cuBLAS's heuristics are read here (tiles outer,
     # splits inner): the first fastest allowed candidate is the one picked. The counts are integers held in float64,
     # the ceilings taken of float quotients (cheaper than integer division): exact while the integers stay below 2^52
     # (a quotient of such integers that is not whole lies at least 1/b from every integer, beyond its rounding)
-    split = kt.candidates[3]
-    K, Bt = k[:, None], batch[:, None]
-    tiles_mn = np.ceil(shapes[:2, :, None] / kt.tiles_mn)  # (2, n, C): tiles along M and along N
-    tiles = tiles_mn[0] * tiles_mn[1] * Bt
-    k_split = np.ceil(K / split)
+    tiles_m, tiles_n, k_split = np.ceil(shapes[:3, :, None] / kt.divisors)  # (n, C) each: M / tile_m, N / tile_n, K / split
+    tiles = tiles_m * tiles_n * batch[:, None]
     k_steps = np.ceil(k_split / kt.k_step)
-    allowed = kt.unsplit | ((tiles < kt.slots) & (k_split >= 2 * kt.k_step))
-    waves = np.ceil(tiles * split / kt.slots)
+    # split-K only where the tiles fill less than a wave and each split keeps two K steps (unsplit: always)
+    allowed = (tiles < kt.split_below_tiles) & (k_split >= kt.split_from_k)
+    waves = np.ceil(tiles * kt.splits / kt.slots)
     # one CTA per tile fills its pipeline and writes its tile alone (steps beside each tile's K steps: the fill; none
     # once per kernel); a persistent kernel's CTA fills once and hides all but epilogue_steps of each tile's epilogue
-    # under the next tile's main loop (kt.tile_steps, kt.kernel_steps)
-    t_comp = (waves * (k_steps + kt.tile_steps[code][:, None]) + kt.kernel_steps[code][:, None]) * kt.t_step[code]
+    # under the next tile's main loop (kt.steps)
+    steps = kt.steps[code]
+    t_comp = (waves * (k_steps + steps[:, 0:1]) + steps[:, 1:2]) * kt.t_step[code]
     # split-K: every split writes fp32 partial tiles that a reduction reads back and sums (kt.reduce_tiles: 0 unsplit)
     t_reduce = (4.0 * batch * m * n)[:, None] * kt.reduce_tiles / kt.bandwidth
     t = np.maximum(t_comp, t_mem[:, None]) + t_reduce + gpu.kernel_overhead_s
     i = np.argmin(np.where(allowed, t, np.inf), axis=-1)  # the picked candidate of each GEMM
-    rows = np.arange(len(i))
-    return _Picked(time_s=t[rows, i], compute_time_s=t_comp[rows, i], memory_time_s=t_mem, index=i,
+    return _Picked(time_s=t[np.arange(len(i)), i], compute_times_s=t_comp, memory_time_s=t_mem, index=i,
                    alignment_factor=kt.alignment[code], candidates=kt.candidates, elem_bytes=kt.elem_bytes,
                    peak_flops=kt.peak_flops, slots=kt.slots, k_step=kt.k_step)
 
@@ -599,23 +600,29 @@ class _KernelTable:
     bandwidth: float
     """Streaming bandwidth, bytes/s."""
     candidates: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-    tiles_mn: np.ndarray
-    """(2, 1, C): tile_m and tile_n of each candidate."""
-    unsplit: np.ndarray
+    divisors: np.ndarray
+    """(3, 1, C): tile_m, tile_n and split-K of each candidate (what M, N and K are cut by), as floats (the integers
+    they hold: numpy's division would convert them each call)."""
+    splits: np.ndarray
+    """(C,): split-K of each candidate, as floats."""
+    split_below_tiles: np.ndarray
+    """(C,): a split-K candidate runs below a wave of tiles (``slots``); an unsplit one always (inf)."""
+    split_from_k: np.ndarray
+    """(C,): a split-K candidate needs two K steps per split; an unsplit one nothing (0)."""
     reduce_tiles: np.ndarray
-    """(C,): split + 1 (the partial tiles written and the result) of each split-K candidate, 0 unsplit."""
-    multiples_bytes: np.ndarray
-    """(cases, 1): the optimal, the required and (with TMA) TMA's multiple of a dimension in bytes."""
+    """(C,): split + 1 (the partial tiles written and the result) of each split-K candidate, 0 unsplit (floats)."""
+    multiples_elements: np.ndarray
+    """(cases, 1): the optimal, the required and (with TMA) TMA's multiple of a dimension in bytes, in elements
+    (``size x elem_bytes`` is a multiple of ``b`` bytes where ``size`` is one of ``b / gcd(b, elem_bytes)``)."""
     case_weights: np.ndarray
-    """What missing each of ``multiples_bytes`` adds to a GEMM's alignment case."""
+    """What missing each of ``multiples_elements`` adds to a GEMM's alignment case."""
     alignment: np.ndarray
     """(8,): the alignment factor of each case, the legacy kernel's fraction included."""
     t_step: np.ndarray
     """(8, C): seconds of one K step of one CTA of each candidate in each case."""
-    tile_steps: np.ndarray
-    """(8,): steps per tile beyond its K steps (the fill; a persistent kernel's epilogue steps)."""
-    kernel_steps: np.ndarray
-    """(8,): steps once per CTA (a persistent kernel's fill; 0 otherwise)."""
+    steps: np.ndarray
+    """(8, 2): steps per tile beyond its K steps (the fill; a persistent kernel's epilogue steps), and steps once per
+    CTA (a persistent kernel's fill; 0 otherwise)."""
 
 
 def _kernel_table(gpu: GpuSpec, dtype: str) -> _KernelTable:
@@ -655,14 +662,16 @@ def _make_kernel_table(gpu: GpuSpec, dtype: str) -> _KernelTable:
     unsplit = split == 1
     out = _KernelTable(
         elem_bytes=elem, peak_flops=peak, slots=slots, k_step=k_step, bandwidth=gpu.streaming_bandwidth_bytes_per_s,
-        candidates=candidates, tiles_mn=np.stack([tm, tn])[:, None, :], unsplit=unsplit,
-        reduce_tiles=np.where(unsplit, 0, split + 1), multiples_bytes=np.array(multiples, dtype=np.int64)[:, None],
+        candidates=candidates, divisors=np.stack([tm, tn, split])[:, None, :].astype(float), splits=split.astype(float),
+        split_below_tiles=np.where(unsplit, np.inf, slots), split_from_k=np.where(unsplit, 0, 2 * k_step),
+        reduce_tiles=np.where(unsplit, 0, split + 1).astype(float),
+        multiples_elements=np.array([b // math.gcd(b, elem) for b in multiples], dtype=np.int64)[:, None],
         case_weights=np.array([1, 2, 4][:len(multiples)], dtype=np.int64), alignment=align,
         t_step=2.0 * tm * tn * k_step / (rate_per_slot * thr * align[:, None]),
-        tile_steps=np.where(persistent, float(gpu.epilogue_steps), float(gpu.cta_fill_steps)),
-        kernel_steps=np.where(persistent, float(gpu.cta_fill_steps), 0.0))
-    for x in (out.tiles_mn, out.unsplit, out.reduce_tiles, out.multiples_bytes, out.case_weights, out.alignment,
-              out.t_step, out.tile_steps, out.kernel_steps):
+        steps=np.stack([np.where(persistent, float(gpu.epilogue_steps), float(gpu.cta_fill_steps)),
+                        np.where(persistent, float(gpu.cta_fill_steps), 0.0)], axis=1))
+    for x in (out.divisors, out.splits, out.split_below_tiles, out.split_from_k, out.reduce_tiles, out.multiples_elements,
+              out.case_weights, out.alignment, out.t_step, out.steps):
         x.setflags(write=False)
     return out
 
