@@ -378,14 +378,15 @@ def _gemm_rows(model: ModelSpec, parallel: ParallelSpec, dims: dict[str, int], *
     forward = _ATTENTION_SPECS if part == "attention" else _LOGITS_SPECS if part == "logits" else _body_specs(model, part)
     out = []
     for name, _, batch, num, fwd in _batched_specs(model, parallel, forward, core):
-        if attention == "flash" and not _SEQ.isdisjoint(sym for sym, _ in fwd):
+        if attention == "flash" and (fwd[0][0] in _SEQ or fwd[1][0] in _SEQ or fwd[2][0] in _SEQ):
             # (the passes of a flash core GEMM keep different operands on chip: each pass's own elements)
-            passes = {pass_: _sizes(d3, dims, attention) for pass_, d3 in _backward(*fwd).items()}
-        else:
-            # the backward GEMMs move the forward's three operands (M K + K N + M N elements whatever the order)
-            m, n, k, io = _sizes(fwd, dims, attention)
-            passes = {pass_: (*mnk, io) for pass_, mnk in _backward(m, n, k).items()}
-        for pass_, (m, n, k, io) in passes.items():
+            for pass_, d3 in _backward(*fwd).items():
+                m, n, k, io = _sizes(d3, dims, attention)
+                out.append(_GemmRow(name, pass_, (m, n, k, batch, io), num, _gemm_flop(m, n, k, batch, num)))
+            continue
+        # the backward GEMMs move the forward's three operands (M K + K N + M N elements whatever the order)
+        fm, fn, fk, io = _sizes(fwd, dims, attention)
+        for pass_, (m, n, k) in _backward(fm, fn, fk).items():
             out.append(_GemmRow(name, pass_, (m, n, k, batch, io), num, _gemm_flop(m, n, k, batch, num)))
     return tuple(out)
 

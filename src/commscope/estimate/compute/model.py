@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from commscope.estimate.compute.attention import BACKWARD_RATIO
-from commscope.estimate.compute.effects import launch_gap_s, layer_kernel_count, overlap_chunks
+from commscope.estimate.compute.effects import launch_gap_s, layer_kernel_count, overlap_chunks, overlaps_tp_comm
 from commscope.estimate.compute.gemm import CORE_GEMMS, GemmTimer, _gemm_flop, _GemmRow, _gemm_rows, layer_dims
 from commscope.estimate.compute.kernels import (
     HALF_DTYPES,
@@ -206,23 +206,34 @@ class _LayerPlan:
         timer.prefetch_rows(self.linear[self.num_lin_dtype:] + self.core, dtype)
 
 
-def _layer_plan(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, attention: tuple[_GemmRow, ...],
+def _layer_plan(model: ModelSpec, parallel: ParallelSpec, attention: _AttentionGemms,
                 body: tuple[_GemmRow, ...]) -> _LayerPlan:
-    """How the GEMMs of one layer are timed (see :class:`_LayerPlan`): ``attention``, its attention's
-    (:func:`~commscope.estimate.compute.gemm._gemm_rows`, the core's among them with unfused attention), ``body``
-    the rest."""
-    if parallel.fp8_format is not None and "fp8" not in gpu.peak_flops:
-        raise ConfigError("fp8_format", parallel.fp8_format,
-                          f"GPU {gpu.name!r} has no FP8 tensor cores (FP8 needs Hopper or Ada, sm_89+); it has "
-                          f"{', '.join(sorted(gpu.peak_flops))}: drop --fp8-format")
-    linear = tuple(g for g in attention if g.name not in CORE_GEMMS) + body
-    core = tuple(g for g in attention if g.name in CORE_GEMMS)
-    fp8 = tuple(g for g in linear if g.name != "router")
-    pieces = tuple(_chunked(g, parallel) for g in fp8)
-    return _LayerPlan(linear=fp8 + tuple(g for g in linear if g.name == "router"), num_lin_dtype=len(fp8),
-                      pieces=pieces if any(g is not c for g, c in zip(fp8, pieces)) else None, core=core,
+    """How the GEMMs of one layer are timed (see :class:`_LayerPlan`): ``attention``, its attention's, ``body`` the
+    rest (:func:`~commscope.estimate.compute.gemm._gemm_rows`)."""
+    router = tuple(g for g in body if g.name == "router")
+    body = tuple(g for g in body if g.name != "router") if router else body
+    fp8 = attention.linear + body
+    pieces = attention.pieces + _pieces(body, parallel) if attention.pieces is not None else None
+    return _LayerPlan(linear=fp8 + router, num_lin_dtype=len(fp8), pieces=pieces, core=attention.core,
                       lin_dtype=linear_gemm_dtype(model, parallel),
-                      num_fwd=sum(g.calls for g in linear + core if g.pass_ == "fwd"))
+                      num_fwd=sum(g.calls for g in fp8 + router + attention.core if g.pass_ == "fwd"))
+
+
+def _pieces(gemms: tuple[_GemmRow, ...], parallel: ParallelSpec) -> tuple[_GemmRow, ...]:
+    """``gemms`` as Transformer Engine's overlap cuts them (:func:`_chunked`)."""
+    return tuple(_chunked(g, parallel) for g in gemms)
+
+
+@dataclass(frozen=True, slots=True)
+class _AttentionGemms:
+    """The attention's GEMMs of a layer, alike in every layer kind."""
+
+    linear: tuple[_GemmRow, ...]
+    """QKV and the projection."""
+    core: tuple[_GemmRow, ...]
+    """The core's batched GEMMs (unfused attention only)."""
+    pieces: tuple[_GemmRow, ...] | None
+    """``linear`` as Transformer Engine's overlap cuts them (None where it overlaps nothing)."""
 
 
 def job_gemms(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
@@ -230,12 +241,19 @@ def job_gemms(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
     """The GEMMs of one layer of each kind the model has (dense, moe) as they are timed, and the output layer's,
     all announced to ``timer`` where one is given (so that one call per dtype times them). The attention's GEMMs,
     alike in every kind, are made once."""
-    plans = {}
     dims = _dims(model, parallel)
-    attention = _gemm_rows(model, parallel, dims, part="attention", attention=parallel.attention,
-                           core=parallel.attention == "unfused")
+    if parallel.fp8_format is not None and "fp8" not in gpu.peak_flops:
+        raise ConfigError("fp8_format", parallel.fp8_format,
+                          f"GPU {gpu.name!r} has no FP8 tensor cores (FP8 needs Hopper or Ada, sm_89+); it has "
+                          f"{', '.join(sorted(gpu.peak_flops))}: drop --fp8-format")
+    rows = _gemm_rows(model, parallel, dims, part="attention", attention=parallel.attention,
+                      core=parallel.attention == "unfused")
+    linear = tuple(g for g in rows if g.name not in CORE_GEMMS)
+    attention = _AttentionGemms(linear=linear, core=tuple(g for g in rows if g.name in CORE_GEMMS),
+                                pieces=_pieces(linear, parallel) if overlaps_tp_comm(parallel) else None)
+    plans = {}
     for kind in _layer_kinds(model):
-        plans[kind] = plan = _layer_plan(model, parallel, gpu, attention, _gemm_rows(
+        plans[kind] = plan = _layer_plan(model, parallel, attention, _gemm_rows(
             model, parallel, dims, part=kind, attention=parallel.attention))
         if timer is not None:
             plan.prefetch(timer, model.dtype)
