@@ -32,9 +32,16 @@ from commscope.estimate.compute.kernels import (
     grad_accumulation_bytes_per_param,
     grad_accumulation_note,
     linear_gemm_dtype,
-    stage_extra_bytes,
 )
-from commscope.estimate.compute.model import ROW_FIELDS, compute_efficiency, compute_note, effects_notes, first_max, stage_arrays
+from commscope.estimate.compute.model import (
+    ROW_FIELDS,
+    compute_efficiency,
+    compute_note,
+    effects_notes,
+    first_max,
+    stage_arrays,
+    stage_ends_bytes,
+)
 from commscope.errors import ConfigError
 from commscope.estimate.closed_form import (
     _CHECK_KEY,
@@ -226,8 +233,7 @@ def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec],
         by_pass = logits_times(model, spec, gpu, timer, logits_gemms)
         logits[group] = [by_pass["fwd"], by_pass["dgrad"], by_pass["wgrad"]]
         logits_flop[group] = sum(g.flop for g in logits_gemms)
-        extra[group] = [stage_extra_bytes(model, spec, first=f, last=la)
-                        for f, la in ((True, False), (False, False), (False, True), (True, True))]
+        extra[group] = stage_ends_bytes(model, spec)
         for k in group:
             # (the compute note reads the attention and the framework of it: a group's spec is each key's)
             specs[k], lin_dtype[k], notes[k] = spec, linear_gemm_dtype(model, spec), attention_notes

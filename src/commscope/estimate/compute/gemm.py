@@ -63,6 +63,7 @@ The functions import numpy only.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 
 from collections.abc import Iterator, Sequence
@@ -797,7 +798,7 @@ class GemmTimer:
         if self._pending.get(dtype) or any(k not in index for k in keys):
             self._announce(keys, dtype)
             index = {k: i for i, k in enumerate({**dict.fromkeys(index), **self._pending.pop(dtype)})}
-            shapes = np.array(list(index), dtype=np.int64).reshape(-1, 5).T
+            shapes = np.fromiter(itertools.chain.from_iterable(index), np.int64, 5 * len(index)).reshape(-1, 5).T
             self._index[dtype], self._times[dtype] = index, _pick(self.gpu, shapes, dtype).time_s.tolist()
             self._timing.pop(dtype, None)
         return index

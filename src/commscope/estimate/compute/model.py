@@ -388,6 +388,15 @@ def compute_efficiency(parallel: ParallelSpec, cluster_efficiency: float = 1.0) 
 TIME_ARRAYS = ("fwd", "bwd", "rec", "gemm", "att", "mem", "lin_f", "lin_b", "opt", "clock", "chunks", "gaps")
 
 
+def stage_ends_bytes(model: ModelSpec, parallel: ParallelSpec) -> list[tuple[float, float]]:
+    """Memory-bound (forward, backward) bytes of the first stage's ends, a middle stage's (none), the last's, and
+    the one stage of pp 1 (first and last): :func:`commscope.estimate.compute.kernels.stage_extra_bytes` of each,
+    the last of them the sum of the first and the third (what stage_extra_bytes adds for it, in its order)."""
+    (ff, fb), (lf, lb) = (stage_extra_bytes(model, parallel, first=True, last=False),
+                          stage_extra_bytes(model, parallel, first=False, last=True))
+    return [(ff, fb), (0.0, 0.0), (lf, lb), (ff + lf, fb + lb)]
+
+
 def stage_arrays(gpu: GpuSpec, *, dense: np.ndarray, moe: np.ndarray | None, dense_layers: np.ndarray,
                  moe_layers: np.ndarray, extra_bytes: np.ndarray, logits: np.ndarray, logits_flop: np.ndarray,
                  params: np.ndarray, accumulation_bytes: np.ndarray, optimizer_s: np.ndarray,
@@ -468,8 +477,7 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, eff
     arrays = {name: a[0] for name, a in stage_arrays(
         gpu, dense=rows.get("dense", np.zeros((1, len(ROW_FIELDS)))), moe=rows.get("moe"),
         dense_layers=dense_layers[None], moe_layers=moe_layers[None],
-        extra_bytes=np.array([[stage_extra_bytes(model, parallel, first=f, last=la)
-                               for f, la in ((True, False), (False, False), (False, True), (True, True))]]),
+        extra_bytes=np.array([stage_ends_bytes(model, parallel)]),
         logits=np.array([[logits["fwd"], logits["dgrad"], logits["wgrad"]]]),
         logits_flop=np.array([sum(g.flop for g in logits_gemms)]), params=(dense_params + expert_params)[None],
         accumulation_bytes=np.array([[accumulation_bytes]], dtype=np.float64),
