@@ -779,7 +779,7 @@ class GemmTimer:
         self.gpu = gpu
         self._pending: dict[str, dict[ShapeKey, None]] = {}
         self._index: dict[str, dict[ShapeKey, int]] = {}
-        self._times: dict[str, list[float]] = {}
+        self._time_of: dict[str, dict[ShapeKey, float]] = {}
         self._timing: dict[str, GemmTiming] = {}
 
     def prefetch(self, gemms: Sequence[Gemm], dtype: str) -> None:
@@ -799,7 +799,8 @@ class GemmTimer:
             self._announce(keys, dtype)
             index = {k: i for i, k in enumerate({**dict.fromkeys(index), **self._pending.pop(dtype)})}
             shapes = np.fromiter(itertools.chain.from_iterable(index), np.int64, 5 * len(index)).reshape(-1, 5).T
-            self._index[dtype], self._times[dtype] = index, _pick(self.gpu, shapes, dtype).time_s.tolist()
+            self._index[dtype] = index
+            self._time_of[dtype] = dict(zip(index, _pick(self.gpu, shapes, dtype).time_s.tolist()))
             self._timing.pop(dtype, None)
         return index
 
@@ -812,11 +813,14 @@ class GemmTimer:
         return self._times_s([r.key for r in rows], [r.calls for r in rows], dtype)
 
     def _times_s(self, keys: Sequence[ShapeKey], counts: Sequence[int], dtype: str) -> list[float]:
-        if not keys:
-            return []
-        index = self._ready(keys, dtype)
-        times = self._times[dtype]
-        return [times[index[k]] * count for k, count in zip(keys, counts)]
+        if self._pending.get(dtype):
+            self._ready((), dtype)
+        time_of = self._time_of.get(dtype, {})
+        try:
+            return [time_of[k] * count for k, count in zip(keys, counts)]
+        except KeyError:  # (a shape nobody announced: timed now)
+            self._ready(keys, dtype)
+            return self._times_s(keys, counts, dtype)
 
     def __call__(self, gemms: Sequence[tuple[Gemm, int]], gpu: GpuSpec, dtype: str) -> tuple[GemmResult, ...]:
         if not gemms:

@@ -46,6 +46,7 @@ from commscope.estimate.compute.kernels import (
 )
 from commscope.errors import ConfigError
 from commscope.estimate.gpus import GpuSpec
+from commscope.estimate.plain import frozen, plain_twin
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 from commscope.estimate.stage_structure import _layer_kinds, _stage_layers
@@ -108,6 +109,9 @@ class StageCompute:
 
 
 
+_StageComputeFields = plain_twin(StageCompute)
+
+
 @dataclass(frozen=True, slots=True)
 class _Kind:
     """One layer of one kind for one micro-batch (seconds), the in-training effects included."""
@@ -146,6 +150,8 @@ class _Kind:
                 self.mem_fwd + self.mem_bwd, self.lin_fwd, self.lin_bwd + self.recompute_linear, self.flop, self.lin_flop,
                 self.lin_time, self.clock, self.chunks, self.gaps_fwd + self.gaps_bwd)
 
+
+_KindFields = plain_twin(_Kind)
 
 #: The per-stage arrays a layer adds to (:meth:`_Kind.row`), in the order of its entries.
 ROW_FIELDS = ("fwd", "bwd", "rec", "gemm", "att", "mem", "lin_f", "lin_b", "flop", "lin_flop", "lin_time", "clock",
@@ -320,11 +326,12 @@ def _kinds(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, ti
         bwd_kernels = lin_bwd + att_bwd + k.memory_bwd_s + recompute
         gaps_bwd = float(launch_gap_s(n_bwd, bwd_kernels))
         compute_bound = lin_pieces + att_compute_fwd + att_compute_bwd + recompute_compute
-        out[recomputation] = _Kind(lin_fwd=lin_fwd, lin_bwd=lin_bwd, att_fwd=att_fwd, att_bwd=att_bwd,
-                                   mem_fwd=k.memory_fwd_s, mem_bwd=k.memory_bwd_s, recompute=recompute,
-                                   recompute_linear=recompute_linear, flop=flop, lin_flop=lin_flop, lin_time=lin_whole,
-                                   clock=compute_bound * (clock - 1.0), chunks=(lin_pieces - lin_whole) * clock,
-                                   gaps_fwd=gaps_fwd, gaps_bwd=gaps_bwd)
+        # (through _Kind's plain twin, commscope.estimate.plain: its frozen constructor costs more than the rest)
+        out[recomputation] = frozen(_KindFields(
+            lin_fwd=lin_fwd, lin_bwd=lin_bwd, att_fwd=att_fwd, att_bwd=att_bwd, mem_fwd=k.memory_fwd_s,
+            mem_bwd=k.memory_bwd_s, recompute=recompute, recompute_linear=recompute_linear, flop=flop, lin_flop=lin_flop,
+            lin_time=lin_whole, clock=compute_bound * (clock - 1.0), chunks=(lin_pieces - lin_whole) * clock,
+            gaps_fwd=gaps_fwd, gaps_bwd=gaps_bwd), _Kind)
     return out
 
 
@@ -490,12 +497,13 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, eff
     eff = float(arrays["lin_flop"][crit] / (arrays["lin_time"][crit] * peak)) if arrays["lin_time"][crit] else 0.0
     notes.append(compute_note(gpu, lin_dtype, eff, parallel))
     notes += effects_notes(model, parallel, gpu, arrays, crit, eff_total)
-    return StageCompute(forward_s=arrays["fwd"], backward_s=arrays["bwd"], recompute_s=arrays["rec"],
-                        gemm_s=arrays["gemm"], attention_s=arrays["att"], memory_s=arrays["mem"],
-                        linear_forward_s=arrays["lin_f"], linear_backward_s=arrays["lin_b"], optimizer_s=arrays["opt"],
-                        flop=arrays["flop"], gemm_efficiency=eff, gpu=gpu.name, notes=tuple(notes),
-                        clock_s=arrays["clock"], chunks_s=arrays["chunks"], gaps_s=arrays["gaps"],
-                        stack_s=arrays["stack"], stack_opt_s=arrays["stack_opt"], efficiency=eff_total)
+    # (through StageCompute's plain twin, commscope.estimate.plain)
+    return frozen(_StageComputeFields(
+        forward_s=arrays["fwd"], backward_s=arrays["bwd"], recompute_s=arrays["rec"], gemm_s=arrays["gemm"],
+        attention_s=arrays["att"], memory_s=arrays["mem"], linear_forward_s=arrays["lin_f"],
+        linear_backward_s=arrays["lin_b"], optimizer_s=arrays["opt"], flop=arrays["flop"], gemm_efficiency=eff,
+        gpu=gpu.name, notes=tuple(notes), clock_s=arrays["clock"], chunks_s=arrays["chunks"], gaps_s=arrays["gaps"],
+        stack_s=arrays["stack"], stack_opt_s=arrays["stack_opt"], efficiency=eff_total), StageCompute)
 
 
 def compute_note(gpu: GpuSpec, lin_dtype: str, gemm_efficiency: float, parallel: ParallelSpec) -> str:
