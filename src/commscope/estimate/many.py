@@ -29,6 +29,7 @@ import numpy as np
 
 from commscope.estimate.compute.kernels import (
     adam_step_time_s,
+    attention_core_s,
     grad_accumulation_bytes_per_param,
     grad_accumulation_note,
     linear_gemm_dtype,
@@ -226,8 +227,9 @@ def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec],
     for firsts, (spec, attention_notes, logits_gemms, plans) in zip(groups.values(), made):
         group = [int(index[i]) for i in firsts]
         recomputes = tuple(parallels[i].recompute for i in firsts)
+        attention = attention_core_s(model, spec, gpu)
         for kind, plan in plans.items():
-            layers = _kinds(model, spec, gpu, kind, timer, recomputes, plan)
+            layers = _kinds(model, spec, gpu, kind, timer, recomputes, plan, attention)
             for k, recompute in zip(group, recomputes):
                 per_kind[kind][k] = layers[recompute].row()
         by_pass = logits_times(model, spec, gpu, timer, logits_gemms)

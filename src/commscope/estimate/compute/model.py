@@ -32,6 +32,7 @@ from commscope.estimate.compute.effects import launch_gap_s, layer_kernel_count,
 from commscope.estimate.compute.gemm import CORE_GEMMS, GemmTimer, _gemm_flop, _GemmRow, _gemm_rows, layer_dims
 from commscope.estimate.compute.kernels import (
     HALF_DTYPES,
+    attention_core_s,
     attention_kernel_for,
     LayerKernels,
     fused_softmax_available,
@@ -275,10 +276,12 @@ def _kind(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str) -> 
 
 
 def _kinds(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, timer: GemmTimer,
-           recomputes: tuple[str, ...], plan: _LayerPlan | None = None) -> dict[str, _Kind]:
+           recomputes: tuple[str, ...], plan: _LayerPlan | None = None,
+           attention: tuple[float, float, float] | None = None) -> dict[str, _Kind]:
     """One layer of ``kind`` under each recomputation of ``recomputes`` (``parallel.recompute`` aside, what a layer
     costs does not depend on it: worked out once); ``plan``: the layer's GEMMs, where the caller has announced them
-    to ``timer``."""
+    to ``timer``; ``attention``: :func:`~commscope.estimate.compute.kernels.attention_core_s`, where the caller has
+    it (alike in every layer kind)."""
     if plan is None:
         plan = job_gemms(model, parallel, gpu, None)[0][kind]
     linear, core, n_fp8, lin_dtype = plan.linear, plan.core, plan.num_lin_dtype, plan.lin_dtype
@@ -291,7 +294,7 @@ def _kinds(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, ti
     else:
         lin = whole
     cor = timer.row_times_s(core, model.dtype)
-    k: LayerKernels = layer_kernels(model, parallel, gpu, moe=(kind == "moe"))
+    k: LayerKernels = layer_kernels(model, parallel, gpu, moe=(kind == "moe"), attention=attention)
     clock = gpu.clock_factor
     lp, cp_ = _by_pass(linear, lin), _by_pass(core, cor)
     lp = {p: t * clock for p, t in lp.items()}
@@ -472,8 +475,9 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, eff
     notes = list(attention_notes)
     timer = GemmTimer(gpu)  # every GEMM of the job timed in one call per dtype
     plans, logits_gemms = job_gemms(model, parallel, gpu, timer)
-    rows = {kind: np.array([_kinds(model, parallel, gpu, kind, timer, (parallel.recompute,), plan)[parallel.recompute].row()])
-            for kind, plan in plans.items()}
+    attention = attention_core_s(model, parallel, gpu)
+    rows = {kind: np.array([_kinds(model, parallel, gpu, kind, timer, (parallel.recompute,), plan,
+                                   attention)[parallel.recompute].row()]) for kind, plan in plans.items()}
     logits = logits_times(model, parallel, gpu, timer, logits_gemms)
     accumulation_bytes = grad_accumulation_bytes_per_param(model, parallel)
     accumulation_note = grad_accumulation_note(model, parallel)
