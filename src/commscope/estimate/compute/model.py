@@ -285,7 +285,8 @@ def _kinds(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, ti
     if plan is None:
         plan = job_gemms(model, parallel, gpu, None)[0][kind]
     linear, core, n_fp8, lin_dtype = plan.linear, plan.core, plan.num_lin_dtype, plan.lin_dtype
-    whole = timer.row_times_s(linear[:n_fp8], lin_dtype) + timer.row_times_s(linear[n_fp8:], model.dtype)
+    whole = (timer.row_times_s(linear, lin_dtype) if lin_dtype == model.dtype
+             else timer.row_times_s(linear[:n_fp8], lin_dtype) + timer.row_times_s(linear[n_fp8:], model.dtype))
     if plan.pieces is not None:
         # the pieces run on several streams (Transformer Engine's userbuffers), one piece's launch and ramp under
         # the previous one's tail: the fixed cost of a GEMM call is paid once per GEMM, not per piece
