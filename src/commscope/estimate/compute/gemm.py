@@ -182,7 +182,7 @@ ShapeKey = tuple[int, int, int, int, int]
 
 class _GemmRow(NamedTuple):
     """One GEMM of a layer as the compute model's estimate path reads it: a :class:`Gemm` without its symbols, part
-    and layer kind (:func:`gemm_rows`; every estimate makes its job's, and a Gemm costs several times as much)."""
+    and layer kind (:func:`_gemm_rows`; every estimate makes its job's, and a Gemm costs several times as much)."""
 
     name: str
     pass_: str
@@ -455,27 +455,39 @@ def alignment_factor(gpu: GpuSpec, elem_bytes: int, *dims: np.ndarray) -> np.nda
     """1 when every dimension is a multiple of ``alignment_optimal_bytes``; ``partial_alignment_factor`` when
     every one is a multiple of ``alignment_required_bytes`` (16 B: 8 fp16 elements); else ``unaligned_factor``
     [nvidia-matmul-guide, "Tensor Core Requirements"]."""
-    return _alignment_of(gpu, _dims_bytes(elem_bytes, dims))
+    off = _misses(_multiples_elements(gpu, elem_bytes), _stacked(dims))
+    return _alignment_of_flags(gpu, off[0], off[1])
 
 
 def legacy_kernel(gpu: GpuSpec, elem_bytes: int, *dims: np.ndarray) -> np.ndarray:
     """Where a GPU with TMA (``tma_alignment_bytes``, Hopper: 16) must run the older, non-TMA kernel: some dimension
     is not a multiple of that many bytes (TMA needs 16-byte aligned strides) [nvidia-matmul-guide, cuda-tma]."""
-    size_bytes = _dims_bytes(elem_bytes, dims)
+    stacked = _stacked(dims)
     if not gpu.tma_alignment_bytes:
-        return np.zeros(size_bytes.shape[1:], dtype=bool)
-    return _legacy_of(gpu, size_bytes)
+        return np.zeros(stacked.shape[1:], dtype=bool)
+    out: np.ndarray = _misses(_multiples_elements(gpu, elem_bytes), stacked)[2]
+    return out
 
 
-def _dims_bytes(elem_bytes: int, dims: tuple[Any, ...]) -> np.ndarray:
-    """(len(dims), ...): every dimension in bytes, broadcast to one shape and stacked."""
-    return np.stack(np.broadcast_arrays(*(np.asarray(d, dtype=np.int64) for d in dims))) * elem_bytes
+def _stacked(dims: tuple[Any, ...]) -> np.ndarray:
+    """(len(dims), ...): the dimensions broadcast to one shape and stacked."""
+    return np.stack(np.broadcast_arrays(*(np.asarray(d, dtype=np.int64) for d in dims)))
 
 
-def _alignment_of(gpu: GpuSpec, size_bytes: np.ndarray) -> np.ndarray:
-    """:func:`alignment_factor` of stacked dimensions in bytes (dimensions on the first axis)."""
-    return _alignment_of_flags(gpu, (size_bytes % gpu.alignment_optimal_bytes).any(axis=0),
-                               (size_bytes % gpu.alignment_required_bytes).any(axis=0))
+def _multiples_elements(gpu: GpuSpec, elem_bytes: int) -> np.ndarray:
+    """The multiples a dimension should be of, in elements of ``elem_bytes``: the optimal, the required and (on a GPU
+    with TMA) TMA's multiple in bytes, each ``b / gcd(b, elem_bytes)`` elements (``size x elem_bytes`` is a multiple
+    of ``b`` bytes exactly where ``size`` is a multiple of that)."""
+    multiples = [gpu.alignment_optimal_bytes, gpu.alignment_required_bytes] + (
+        [gpu.tma_alignment_bytes] if gpu.tma_alignment_bytes else [])
+    return np.array([b // math.gcd(b, elem_bytes) for b in multiples], dtype=np.int64)
+
+
+def _misses(multiples: np.ndarray, dims: np.ndarray) -> np.ndarray:
+    """(multiples, ...): where some of the stacked dimensions ``dims`` (dimensions on the first axis) is not a
+    multiple of each of ``multiples`` (:func:`_multiples_elements`)."""
+    out: np.ndarray = (dims[:, None] % multiples.reshape(-1, *(1,) * (dims.ndim - 1))).any(axis=0)
+    return out
 
 
 def _alignment_of_flags(gpu: GpuSpec, off_optimal: Any, off_required: Any) -> np.ndarray:
@@ -483,12 +495,6 @@ def _alignment_of_flags(gpu: GpuSpec, off_optimal: Any, off_required: Any) -> np
     and off the required one (``off_required``)."""
     out: np.ndarray = np.where(off_optimal, np.where(off_required, gpu.unaligned_factor, gpu.partial_alignment_factor),
                                1.0)
-    return out
-
-
-def _legacy_of(gpu: GpuSpec, size_bytes: np.ndarray) -> np.ndarray:
-    """:func:`legacy_kernel` of stacked dimensions in bytes on a GPU with TMA."""
-    out: np.ndarray = np.asarray((size_bytes % gpu.tma_alignment_bytes).any(axis=0))
     return out
 
 
@@ -560,7 +566,7 @@ def _pick(gpu: GpuSpec, shapes: np.ndarray, dtype: str) -> _Picked:
     kt = _kernel_table(gpu, dtype)
     m, n, k, batch, io = shapes
     # each GEMM's alignment case (:attr:`_KernelTable.alignment`): which multiples its dimensions miss
-    code = kt.case_weights @ (shapes[:3, None] % kt.multiples_elements).any(axis=0)
+    code = kt.case_weights @ _misses(kt.multiples_elements, shapes[:3])
     t_mem = kt.elem_bytes * batch * io / kt.bandwidth
 
     # every (tile, split-K) candidate on a last axis, in the order cuBLAS's heuristics are read here (tiles outer,
@@ -614,8 +620,7 @@ class _KernelTable:
     reduce_tiles: np.ndarray
     """(C,): split + 1 (the partial tiles written and the result) of each split-K candidate, 0 unsplit (floats)."""
     multiples_elements: np.ndarray
-    """(cases, 1): the optimal, the required and (with TMA) TMA's multiple of a dimension in bytes, in elements
-    (``size x elem_bytes`` is a multiple of ``b`` bytes where ``size`` is one of ``b / gcd(b, elem_bytes)``)."""
+    """:func:`_multiples_elements`."""
     case_weights: np.ndarray
     """What missing each of ``multiples_elements`` adds to a GEMM's alignment case."""
     alignment: np.ndarray
@@ -659,15 +664,14 @@ def _make_kernel_table(gpu: GpuSpec, dtype: str) -> _KernelTable:
         # the older kernel where TMA cannot run (legacy_kernel): its own per-SM rate, and never persistent
         align = np.where(legacy, align * gpu.legacy_gemm_fraction, align)
         persistent &= ~legacy
-    multiples = [gpu.alignment_optimal_bytes, gpu.alignment_required_bytes] + (
-        [gpu.tma_alignment_bytes] if gpu.tma_alignment_bytes else [])
+    multiples = _multiples_elements(gpu, elem)
     unsplit = split == 1
     out = _KernelTable(
         elem_bytes=elem, peak_flops=peak, slots=slots, k_step=k_step, bandwidth=gpu.streaming_bandwidth_bytes_per_s,
         candidates=candidates, divisors=np.stack([tm, tn, split])[:, None, :].astype(float), splits=split.astype(float),
         split_below_tiles=np.where(unsplit, np.inf, slots), split_from_k=np.where(unsplit, 0, 2 * k_step),
         reduce_tiles=np.where(unsplit, 0, split + 1).astype(float),
-        multiples_elements=np.array([b // math.gcd(b, elem) for b in multiples], dtype=np.int64)[:, None],
+        multiples_elements=multiples,
         case_weights=np.array([1, 2, 4][:len(multiples)], dtype=np.int64), alignment=align,
         t_step=2.0 * tm * tn * k_step / (rate_per_slot * thr * align[:, None]),
         steps=np.stack([np.where(persistent, float(gpu.epilogue_steps), float(gpu.cta_fill_steps)),
