@@ -330,7 +330,7 @@ def _kinds(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, ti
         bwd_kernels = lin_bwd + att_bwd + k.memory_bwd_s + recompute
         gaps_bwd = float(launch_gap_s(n_bwd, bwd_kernels))
         compute_bound = lin_pieces + att_compute_fwd + att_compute_bwd + recompute_compute
-        # (through _Kind's plain twin, commscope.estimate.plain: its frozen constructor costs more than the rest)
+        # (through _Kind's plain twin, commscope.estimate.plain, as Gemm and StageCompute are built)
         out[recomputation] = frozen(_KindFields(
             lin_fwd=lin_fwd, lin_bwd=lin_bwd, att_fwd=att_fwd, att_bwd=att_bwd, mem_fwd=k.memory_fwd_s,
             mem_bwd=k.memory_bwd_s, recompute=recompute, recompute_linear=recompute_linear, flop=flop, lin_flop=lin_flop,
