@@ -29,12 +29,20 @@ import numpy as np
 
 from commscope.estimate.compute.kernels import (
     adam_step_time_s,
+    attention_core_s,
     grad_accumulation_bytes_per_param,
     grad_accumulation_note,
     linear_gemm_dtype,
-    stage_extra_bytes,
 )
-from commscope.estimate.compute.model import ROW_FIELDS, compute_efficiency, compute_note, effects_notes, first_max, stage_arrays
+from commscope.estimate.compute.model import (
+    ROW_FIELDS,
+    compute_efficiency,
+    compute_note,
+    effects_notes,
+    first_max,
+    stage_arrays,
+    stage_ends_bytes,
+)
 from commscope.errors import ConfigError
 from commscope.estimate.closed_form import (
     _CHECK_KEY,
@@ -219,15 +227,15 @@ def _layer_computes(model: ModelSpec, parallels: Sequence[ParallelSpec],
     for firsts, (spec, attention_notes, logits_gemms, plans) in zip(groups.values(), made):
         group = [int(index[i]) for i in firsts]
         recomputes = tuple(parallels[i].recompute for i in firsts)
+        attention = attention_core_s(model, spec, gpu)
         for kind, plan in plans.items():
-            layers = _kinds(model, spec, gpu, kind, timer, recomputes, plan)
+            layers = _kinds(model, spec, gpu, kind, timer, recomputes, plan, attention)
             for k, recompute in zip(group, recomputes):
                 per_kind[kind][k] = layers[recompute].row()
         by_pass = logits_times(model, spec, gpu, timer, logits_gemms)
         logits[group] = [by_pass["fwd"], by_pass["dgrad"], by_pass["wgrad"]]
         logits_flop[group] = sum(g.flop for g in logits_gemms)
-        extra[group] = [stage_extra_bytes(model, spec, first=f, last=la)
-                        for f, la in ((True, False), (False, False), (False, True), (True, True))]
+        extra[group] = stage_ends_bytes(model, spec)
         for k in group:
             # (the compute note reads the attention and the framework of it: a group's spec is each key's)
             specs[k], lin_dtype[k], notes[k] = spec, linear_gemm_dtype(model, spec), attention_notes

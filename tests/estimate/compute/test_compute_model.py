@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -443,3 +444,50 @@ def test_first_max_of_one_row_is_that_row_among_many():
         many = first_max(np.stack([row, rng.random(p)]))
         assert int(first_max(row)) == int(first_max(row[None, :])[0]) == int(many[0])
     assert first_max(np.array([[1.0, 3.0, 3.0 - 1e-12, 2.0]])).tolist() == [1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(estimate_jobs(max_world=128))
+def test_the_estimate_paths_gemm_rows_are_the_gemms_layer_gemms_lists(job):
+    """stage_compute and estimate_many read a job's GEMMs as light rows (_gemm_rows: the attention's made once for
+    every layer kind, each forward GEMM's sizes once for its three passes); each row is the Gemm layer_gemms lists
+    in its place (name, pass, M, N, K, batch, elements moved, calls, FLOP), for both attentions, every layer kind and
+    the output layer; and the stage ends' bytes (stage_ends_bytes) are stage_extra_bytes of each end, to the bit."""
+    from commscope.estimate.compute.gemm import _gemm_rows, layer_dims, layer_gemms
+    from commscope.estimate.compute.kernels import stage_extra_bytes
+    from commscope.estimate.compute.model import stage_ends_bytes
+    from commscope.estimate.stage_structure import _layer_kinds
+
+    def as_rows(gemms):
+        return [(g.name, g.pass_, (g.m, g.n, g.k, g.batch, g.io_elements), g.count, g.flop) for g in gemms]
+
+    model, parallels = job
+    for par in parallels:
+        dims = layer_dims(model, tp=par.tp, cp=par.cp, ep=par.ep, micro_batch_size=par.micro_batch_size)
+        for attention in ("flash", "unfused"):
+            core = _gemm_rows(model, par, dims, part="attention", attention=attention)
+            for kind in _layer_kinds(model):
+                rows = core + _gemm_rows(model, par, dims, part=kind, attention=attention)
+                assert [tuple(r) for r in rows] == as_rows(layer_gemms(model, par, layer_kind=kind, attention=attention))
+        assert [tuple(r) for r in _gemm_rows(model, par, dims, part="logits")] == as_rows(
+            layer_gemms(model, par, logits=True))
+        ends = [stage_extra_bytes(model, par, first=f, last=la)
+                for f, la in ((True, False), (False, False), (False, True), (True, True))]
+        assert stage_ends_bytes(model, par) == ends
+
+
+def test_a_gemm_is_timed_with_the_constants_of_the_gpu_object_it_is_given():
+    """The GEMM model's table of a GPU's kernels (_pick's candidates and their K-step times) is made once per GPU
+    object: a GPU made anew with other constants, even where it takes the place (and the id) of one dropped, is timed
+    with its own; a compute-bound GEMM takes longer at every lower achievable fraction."""
+    from commscope.estimate.compute.gemm import gemm_timing
+
+    base = gpu_preset("h100")
+    times = []
+    for fraction in np.linspace(0.9, 0.3, 25):
+        gpu = replace(base, achievable_fraction=float(fraction))
+        times.append(float(gemm_timing(gpu, 8192, 8192, 8192, dtype="bf16").time_s))
+        del gpu
+    assert all(a < b for a, b in pairwise(times))
+    same = replace(base, achievable_fraction=0.6)
+    assert float(gemm_timing(same, 8192, 8192, 8192, dtype="bf16").time_s) == times[12]

@@ -42,7 +42,7 @@ from commscope.estimate.gpus import GpuSpec
 from commscope.spec.parallel import ParallelSpec
 
 __all__ = ["EAGER_LAUNCH_S", "NCCL_CTAS", "TE_PIPELINE_SPLITS", "TE_USERBUFFER_SMS", "comm_sm_share", "comm_sm_time_s",
-           "launch_gap_s", "layer_kernel_count", "overlap_chunks"]
+           "launch_gap_s", "layer_kernel_count", "overlap_chunks", "overlaps_tp_comm"]
 
 #: SMs Transformer Engine's userbuffers take for an overlapped tensor-parallel reduce-scatter (initialize_ub's
 #: num_sm default) [transformer-engine].
@@ -63,7 +63,7 @@ _PIPELINE = frozenset({("proj", "fwd"), ("fc2", "fwd")})
 def overlap_chunks(name: str, pass_: str, parallel: ParallelSpec) -> int:
     """Pieces the GEMM ``name`` (``qkv``, ``attn_proj``, ``mlp_up``, ``mlp_down``) of ``pass_`` is cut into by
     Transformer Engine's tensor-parallel communication overlap (1: not cut; see the module docstring, point 3)."""
-    if not (parallel.tp_comm_overlap and parallel.tp > 1):
+    if not overlaps_tp_comm(parallel):
         return 1
     te = _TE_NAMES.get(name)
     if te is None:
@@ -73,6 +73,11 @@ def overlap_chunks(name: str, pass_: str, parallel: ParallelSpec) -> int:
     if (te, pass_) in _PIPELINE:
         return TE_PIPELINE_SPLITS
     return 1
+
+
+def overlaps_tp_comm(parallel: ParallelSpec) -> bool:
+    """Whether Transformer Engine overlaps tensor-parallel communication with the GEMMs (and cuts them, point 3)."""
+    return parallel.tp_comm_overlap and parallel.tp > 1
 
 
 def comm_sm_share(gpu: GpuSpec, axis: str) -> float:

@@ -63,10 +63,12 @@ The functions import numpy only.
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -117,6 +119,7 @@ SYMBOL_TEXT: dict[str, str] = {
 
 Dim = tuple[str, int]
 """A GEMM dimension as (symbol, coefficient): its size is ``coefficient x dims[symbol]``."""
+_D = TypeVar("_D")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,7 +151,7 @@ class Gemm:
     @property
     def flop(self) -> float:
         """2 M N K per GEMM (one multiply-add = 2 FLOP), times batch and count."""
-        return 2.0 * self.m * self.n * self.k * self.batch * self.count
+        return _gemm_flop(self.m, self.n, self.k, self.batch, self.count)
 
     @property
     def symbols(self) -> frozenset[str]:
@@ -166,6 +169,28 @@ class Gemm:
 
 
 _GemmFields = plain_twin(Gemm)
+
+
+def _gemm_flop(m: int, n: int, k: int, batch: int, count: int) -> float:
+    """FLOP of ``count`` calls of ``batch`` x (m x k) @ (k x n): 2 M N K each (one multiply-add = 2 FLOP)."""
+    return 2.0 * m * n * k * batch * count
+
+
+ShapeKey = tuple[int, int, int, int, int]
+"""(M, N, K, batch, io_elements): what the time of one GEMM call depends on."""
+
+
+class _GemmRow(NamedTuple):
+    """One GEMM of a layer as the compute model's estimate path reads it: a :class:`Gemm` without its symbols, part
+    and layer kind (:func:`_gemm_rows`; every estimate makes its job's, and a Gemm costs several times as much)."""
+
+    name: str
+    pass_: str
+    key: ShapeKey
+    calls: int
+    """Calls per layer (:attr:`Gemm.count`)."""
+    flop: float
+    """:attr:`Gemm.flop`."""
 
 
 def layer_dims(model: ModelSpec, *, tp: int = 1, cp: int = 1, ep: int = 1, micro_batch_size: int = 1) -> dict[str, int]:
@@ -217,16 +242,29 @@ _ATTENTION = (
 )
 
 
-def _backward(m: Dim, n: Dim, k: Dim) -> dict[str, tuple[Dim, Dim, Dim]]:
-    """(M, N, K) of the forward GEMM and its two backward GEMMs [nvidia-matmul-guide, "backward pass"]."""
+def _backward(m: _D, n: _D, k: _D) -> dict[str, tuple[_D, _D, _D]]:
+    """(M, N, K) of the forward GEMM and its two backward GEMMs [nvidia-matmul-guide, "backward pass"] (as symbols
+    or as sizes)."""
     return {"fwd": (m, n, k), "dgrad": (m, k, n), "wgrad": (k, n, m)}
 
 
-def _forward_specs(model: ModelSpec, layer_kind: str) -> list[tuple[str, str, str | None, int, Dim, Dim, Dim]]:
+ForwardSpec = tuple[str, str, str | None, int, Dim, Dim, Dim]
+"""(name, part, batch kind, count, M, N, K) of a forward GEMM; count -1: the local experts."""
+
+
+def _forward_specs(model: ModelSpec, layer_kind: str) -> list[ForwardSpec]:
     """(name, part, batch kind, count symbol, M, N, K) of the forward GEMMs of one layer of ``layer_kind``."""
+    return [*_ATTENTION_SPECS, *_body_specs(model, layer_kind)]
+
+
+_ATTENTION_SPECS: tuple[ForwardSpec, ...] = tuple((name, "attention", batch, 1, m, n, k) for name, batch, m, n, k in _ATTENTION)
+_LOGITS_SPECS: tuple[ForwardSpec, ...] = (("logits", "logits", None, 1, ("tokens", 1), ("vocab_width", 1), ("hidden", 1)),)
+
+
+def _body_specs(model: ModelSpec, layer_kind: str) -> list[ForwardSpec]:
+    """:func:`_forward_specs` after the attention's: the MLP, or the router and experts."""
     up = 2 if model.gated_mlp else 1
-    specs: list[tuple[str, str, str | None, int, Dim, Dim, Dim]] = [
-        (name, "attention", batch, 1, m, n, k) for name, batch, m, n, k in _ATTENTION]
+    specs: list[ForwardSpec] = []
     if layer_kind == "moe":
         specs.append(("router", "moe", None, 1, ("tokens", 1), ("experts", 1), ("hidden", 1)))
         specs.append(("expert_up", "moe", None, -1, ("expert_tokens", 1), ("expert_ffn_width", up), ("hidden", 1)))
@@ -238,6 +276,19 @@ def _forward_specs(model: ModelSpec, layer_kind: str) -> list[tuple[str, str, st
         specs.append(("mlp_up", "mlp", None, 1, ("tokens", 1), ("ffn_width", up), ("hidden", 1)))
         specs.append(("mlp_down", "mlp", None, 1, ("tokens", 1), ("hidden", 1), ("ffn_width", 1)))
     return specs
+
+
+def _batched_specs(model: ModelSpec, par: ParallelSpec, forward: Sequence[ForwardSpec],
+                   core: bool) -> Iterator[tuple[str, str, int, int, tuple[Dim, Dim, Dim]]]:
+    """(name, part, batch, count, symbols of M, N, K) of each forward GEMM of ``forward``, in order (``core=False``:
+    the attention core's left out); each comes with its two backward GEMMs (:func:`_backward`)."""
+    heads_batch = par.micro_batch_size * (model.num_heads // par.tp)
+    for name, part, batch_kind, count, m, n, k in forward:
+        if not core and name in CORE_GEMMS:
+            continue
+        batch = heads_batch if batch_kind == "heads" else 1
+        num = model.num_experts // par.ep if count == -1 else count
+        yield name, part, batch, num, (m, n, k)
 
 
 _SEQ = frozenset({"seq_q", "seq_k"})
@@ -257,15 +308,20 @@ def _io_elements(dims3: tuple[Dim, Dim, Dim], sizes: tuple[int, int, int], atten
             + (0 if on_seq[0] and on_seq[1] else m * n))
 
 
-def _build(name: str, part: str, pass_: str, dims3: tuple[Dim, Dim, Dim], values: dict[str, int], batch: int,
-           count: int, layer_kind: str, attention: str = "flash") -> Gemm:
+def _sizes(dims3: tuple[Dim, Dim, Dim], values: dict[str, int], attention: str) -> tuple[int, int, int, int]:
+    """(M, N, K, io_elements) of a GEMM of symbols ``dims3`` at the sizes ``values``."""
     (ms, mc), (ns, nc), (ks, kc) = dims3
     m, n, k = mc * values[ms], nc * values[ns], kc * values[ks]
     # (a GEMM with no sequence dimension moves all three operands whatever the attention: _io_elements's first case)
     io = (m * k + k * n + m * n if ms not in _SEQ and ns not in _SEQ and ks not in _SEQ
           else _io_elements(dims3, (m, n, k), attention))
-    # (through Gemm's plain twin, commscope.estimate.plain: every estimate builds its job's GEMMs, and Gemm's frozen
-    # constructor costs three times as much)
+    return m, n, k, io
+
+
+def _build(name: str, part: str, pass_: str, dims3: tuple[Dim, Dim, Dim], values: dict[str, int], batch: int,
+           count: int, layer_kind: str, attention: str = "flash") -> Gemm:
+    m, n, k, io = _sizes(dims3, values, attention)
+    # (through Gemm's plain twin, commscope.estimate.plain: Gemm's frozen constructor costs three times as much)
     return frozen(_GemmFields(name=name, pass_=pass_, m=m, n=n, k=k, batch=batch, count=count, dims=dims3, part=part,
                               layer_kind=layer_kind, io_elements=io), Gemm)
 
@@ -301,24 +357,38 @@ def _layer_gemms(model: ModelSpec, parallel: ParallelSpec | None = None, *, laye
     par = parallel or ParallelSpec()
     values = dims if dims is not None else layer_dims(model, tp=par.tp, cp=par.cp, ep=par.ep,
                                                        micro_batch_size=par.micro_batch_size)
-    heads_batch = par.micro_batch_size * (model.num_heads // par.tp)
-    out: list[Gemm] = []
     if logits:
-        for pass_, d3 in _backward(("tokens", 1), ("vocab_width", 1), ("hidden", 1)).items():
-            out.append(_build("logits", "logits", pass_, d3, values, 1, 1, "model", attention))
-        return tuple(out)
+        return tuple(_build(name, part, pass_, d3, values, batch, num, "model", attention)
+                     for name, part, batch, num, fwd in _batched_specs(model, par, _LOGITS_SPECS, core)
+                     for pass_, d3 in _backward(*fwd).items())
     kind = layer_kind or ("moe" if model.is_moe else "dense")
     if kind not in ("dense", "moe"):
         raise ConfigError("layer_kind", kind, "valid: dense, moe")
     if kind == "moe" and not model.is_moe:
         raise ConfigError("layer_kind", kind, f"{model.name} has no MoE layers")
-    for name, part, batch_kind, count, m, n, k in _forward_specs(model, kind):
-        if not core and name in CORE_GEMMS:
+    return tuple(_build(name, part, pass_, d3, values, batch, num, kind, attention)
+                 for name, part, batch, num, fwd in _batched_specs(model, par, _forward_specs(model, kind), core)
+                 for pass_, d3 in _backward(*fwd).items())
+
+
+def _gemm_rows(model: ModelSpec, parallel: ParallelSpec, dims: dict[str, int], *, part: str,
+              attention: str = "flash", core: bool = True) -> tuple[_GemmRow, ...]:
+    """The rows (:class:`_GemmRow`) of one part of a layer, in :func:`layer_gemms`' order: ``attention`` (QKV, the
+    core, the projection; ``core=False`` leaves the core out), ``dense`` or ``moe`` (the MLP, or the router and
+    experts: the rest of a layer of that kind), ``logits`` (the output layer). ``dims``: :func:`layer_dims`."""
+    forward = _ATTENTION_SPECS if part == "attention" else _LOGITS_SPECS if part == "logits" else _body_specs(model, part)
+    out = []
+    for name, _, batch, num, fwd in _batched_specs(model, parallel, forward, core):
+        if attention == "flash" and (fwd[0][0] in _SEQ or fwd[1][0] in _SEQ or fwd[2][0] in _SEQ):
+            # (the passes of a flash core GEMM keep different operands on chip: each pass's own elements)
+            for pass_, d3 in _backward(*fwd).items():
+                m, n, k, io = _sizes(d3, dims, attention)
+                out.append(_GemmRow(name, pass_, (m, n, k, batch, io), num, _gemm_flop(m, n, k, batch, num)))
             continue
-        batch = heads_batch if batch_kind == "heads" else 1
-        num = model.num_experts // par.ep if count == -1 else count
-        for pass_, d3 in _backward(m, n, k).items():
-            out.append(_build(name, part, pass_, d3, values, batch, num, kind, attention))
+        # the backward GEMMs move the forward's three operands (M K + K N + M N elements whatever the order)
+        fm, fn, fk, io = _sizes(fwd, dims, attention)
+        for pass_, (m, n, k) in _backward(fm, fn, fk).items():
+            out.append(_GemmRow(name, pass_, (m, n, k, batch, io), num, _gemm_flop(m, n, k, batch, num)))
     return tuple(out)
 
 
@@ -385,34 +455,46 @@ def alignment_factor(gpu: GpuSpec, elem_bytes: int, *dims: np.ndarray) -> np.nda
     """1 when every dimension is a multiple of ``alignment_optimal_bytes``; ``partial_alignment_factor`` when
     every one is a multiple of ``alignment_required_bytes`` (16 B: 8 fp16 elements); else ``unaligned_factor``
     [nvidia-matmul-guide, "Tensor Core Requirements"]."""
-    return _alignment_of(gpu, _dims_bytes(elem_bytes, dims))
+    off = _misses(_multiples_elements(gpu, elem_bytes), _stacked(dims))
+    return _alignment_of_flags(gpu, off[0], off[1])
 
 
 def legacy_kernel(gpu: GpuSpec, elem_bytes: int, *dims: np.ndarray) -> np.ndarray:
     """Where a GPU with TMA (``tma_alignment_bytes``, Hopper: 16) must run the older, non-TMA kernel: some dimension
     is not a multiple of that many bytes (TMA needs 16-byte aligned strides) [nvidia-matmul-guide, cuda-tma]."""
-    size_bytes = _dims_bytes(elem_bytes, dims)
+    stacked = _stacked(dims)
     if not gpu.tma_alignment_bytes:
-        return np.zeros(size_bytes.shape[1:], dtype=bool)
-    return _legacy_of(gpu, size_bytes)
-
-
-def _dims_bytes(elem_bytes: int, dims: tuple[Any, ...]) -> np.ndarray:
-    """(len(dims), ...): every dimension in bytes, broadcast to one shape and stacked."""
-    return np.stack(np.broadcast_arrays(*(np.asarray(d, dtype=np.int64) for d in dims))) * elem_bytes
-
-
-def _alignment_of(gpu: GpuSpec, size_bytes: np.ndarray) -> np.ndarray:
-    """:func:`alignment_factor` of stacked dimensions in bytes (dimensions on the first axis)."""
-    out: np.ndarray = np.where((size_bytes % gpu.alignment_optimal_bytes).any(axis=0),
-                               np.where((size_bytes % gpu.alignment_required_bytes).any(axis=0), gpu.unaligned_factor,
-                                        gpu.partial_alignment_factor), 1.0)
+        return np.zeros(stacked.shape[1:], dtype=bool)
+    out: np.ndarray = _misses(_multiples_elements(gpu, elem_bytes), stacked)[2]
     return out
 
 
-def _legacy_of(gpu: GpuSpec, size_bytes: np.ndarray) -> np.ndarray:
-    """:func:`legacy_kernel` of stacked dimensions in bytes on a GPU with TMA."""
-    out: np.ndarray = np.asarray((size_bytes % gpu.tma_alignment_bytes).any(axis=0))
+def _stacked(dims: tuple[Any, ...]) -> np.ndarray:
+    """(len(dims), ...): the dimensions broadcast to one shape and stacked."""
+    return np.stack(np.broadcast_arrays(*(np.asarray(d, dtype=np.int64) for d in dims)))
+
+
+def _multiples_elements(gpu: GpuSpec, elem_bytes: int) -> np.ndarray:
+    """The multiples a dimension should be of, in elements of ``elem_bytes``: the optimal, the required and (on a GPU
+    with TMA) TMA's multiple in bytes, each ``b / gcd(b, elem_bytes)`` elements (``size x elem_bytes`` is a multiple
+    of ``b`` bytes exactly where ``size`` is a multiple of that)."""
+    multiples = [gpu.alignment_optimal_bytes, gpu.alignment_required_bytes] + (
+        [gpu.tma_alignment_bytes] if gpu.tma_alignment_bytes else [])
+    return np.array([b // math.gcd(b, elem_bytes) for b in multiples], dtype=np.int64)
+
+
+def _misses(multiples: np.ndarray, dims: np.ndarray) -> np.ndarray:
+    """(multiples, ...): where some of the stacked dimensions ``dims`` (dimensions on the first axis) is not a
+    multiple of each of ``multiples`` (:func:`_multiples_elements`)."""
+    out: np.ndarray = (dims[:, None] % multiples.reshape(-1, *(1,) * (dims.ndim - 1))).any(axis=0)
+    return out
+
+
+def _alignment_of_flags(gpu: GpuSpec, off_optimal: Any, off_required: Any) -> np.ndarray:
+    """:func:`alignment_factor` of GEMMs some of whose dimensions are off the optimal multiple (``off_optimal``)
+    and off the required one (``off_required``)."""
+    out: np.ndarray = np.where(off_optimal, np.where(off_required, gpu.unaligned_factor, gpu.partial_alignment_factor),
+                               1.0)
     return out
 
 
@@ -435,7 +517,8 @@ def gemm_timing(gpu: GpuSpec, m: Any, n: Any, k: Any, batch: Any = 1, *, dtype: 
     pick = _pick(gpu, np.stack([m.ravel(), n.ravel(), k.ravel(), batch.ravel(), io.ravel()]), dtype)
     i = pick.index.reshape(shape)
     elem, peak, slots, k_step = pick.elem_bytes, pick.peak_flops, pick.slots, pick.k_step
-    best_t, comp, t_mem = pick.time_s.reshape(shape), pick.compute_time_s.reshape(shape), pick.memory_time_s.reshape(shape)
+    comp = pick.compute_times_s[np.arange(pick.index.size), pick.index].reshape(shape)
+    best_t, t_mem = pick.time_s.reshape(shape), pick.memory_time_s.reshape(shape)
     flop = 2.0 * m * n * k * batch
     operand_bytes = elem * batch * io
     # the picked candidate's own numbers, recomputed from its tile and split (cheaper than picking each array)
@@ -459,7 +542,8 @@ class _Picked:
     """What :func:`_pick` found for a flat list of GEMMs (one entry each) and the constants it used."""
 
     time_s: np.ndarray
-    compute_time_s: np.ndarray
+    compute_times_s: np.ndarray
+    """(n, C): the compute time of every candidate (``compute_times_s[arange(n), index]``: the picked one's)."""
     memory_time_s: np.ndarray
     index: np.ndarray
     """The picked candidate of each GEMM (into ``candidates``)."""
@@ -474,57 +558,128 @@ class _Picked:
 def _pick(gpu: GpuSpec, shapes: np.ndarray, dtype: str) -> _Picked:
     """The tile/wave model of :func:`gemm_timing` for the GEMMs of ``shapes`` ((5, n) int64: M, N, K, batch and the
     elements each GEMM of the batch moves): the time of the fastest allowed candidate kernel of each, with as few
-    numpy calls as the model allows (its per-GEMM cost is the calls', not the arithmetic's)."""
+    numpy calls as the model allows (its per-GEMM cost is the calls', not the arithmetic's): what depends on the GPU
+    and the dtype alone is :func:`_kernel_table`'s."""
     if shapes.shape[1] and shapes[:4].min() < 1:
         m, n, k = shapes[0], shapes[1], shapes[2]
         raise ConfigError("gemm", (m.tolist(), n.tolist(), k.tolist()), "GEMM dimensions must be positive")
-    elem = dtype_bytes(dtype)
-    peak = gpu.peak_flops_for(dtype)
+    kt = _kernel_table(gpu, dtype)
     m, n, k, batch, io = shapes
-    size_bytes = shapes[:3] * elem  # (3, n): M, N, K in bytes
-    align = _alignment_of(gpu, size_bytes)
-    persistent: Any = gpu.persistent_gemm  # (a bool for every GEMM, or an (n, 1) array)
-    if gpu.tma_alignment_bytes:
-        # the older kernel where TMA cannot run (legacy_kernel): its own per-SM rate, and never persistent
-        legacy = _legacy_of(gpu, size_bytes)
-        align = np.where(legacy, align * gpu.legacy_gemm_fraction, align)
-        persistent = persistent and (~legacy)[:, None]
-    slots = gpu.num_sms * gpu.ctas_per_sm
-    rate_per_slot = peak * gpu.achievable_fraction_for(dtype) / slots  # FLOP/s of one CTA on the best tile, aligned
-    bandwidth = gpu.streaming_bandwidth_bytes_per_s
-    t_mem = elem * batch * io / bandwidth
-    k_step = k_step_elements(gpu, elem)
+    # each GEMM's alignment case (:attr:`_KernelTable.alignment`): which multiples its dimensions miss
+    code = kt.case_weights @ _misses(kt.multiples_elements, shapes[:3])
+    t_mem = kt.elem_bytes * batch * io / kt.bandwidth
 
     # every (tile, split-K) candidate on a last axis, in the order cuBLAS's heuristics are read here (tiles outer,
     # splits inner): the first fastest allowed candidate is the one picked. The counts are integers held in float64,
     # the ceilings taken of float quotients (cheaper than integer division): exact while the integers stay below 2^52
     # (a quotient of such integers that is not whole lies at least 1/b from every integer, beyond its rounding)
-    candidates = tm, tn, thr, split = _candidates(gpu)
-    M, N, K, Bt = m[:, None], n[:, None], k[:, None], batch[:, None]
-    tiles = np.ceil(M / tm) * np.ceil(N / tn) * Bt
-    k_split = np.ceil(K / split)
-    k_steps = np.ceil(k_split / k_step)
-    unsplit = split == 1
-    allowed = unsplit | ((tiles < slots) & (k_split >= 2 * k_step))
-    waves = np.ceil(tiles * split / slots)
-    t_step = 2.0 * tm * tn * k_step / (rate_per_slot * thr * align[:, None])
-    # one CTA per tile fills its pipeline and writes its tile alone; a persistent kernel's CTA fills once and hides
-    # all but epilogue_steps of each tile's epilogue under the next tile's main loop
-    if persistent is False:
-        t_comp = waves * (k_steps + gpu.cta_fill_steps) * t_step
-    elif persistent is True:
-        t_comp = (waves * (k_steps + gpu.epilogue_steps) + gpu.cta_fill_steps) * t_step
-    else:
-        t_comp = np.where(persistent, (waves * (k_steps + gpu.epilogue_steps) + gpu.cta_fill_steps) * t_step,
-                          waves * (k_steps + gpu.cta_fill_steps) * t_step)
-    # split-K: every split writes fp32 partial tiles that a reduction reads back and sums
-    t_reduce = np.where(unsplit, 0.0, 4.0 * Bt * M * N * (split + 1) / bandwidth)
+    tiles_m, tiles_n, k_split = np.ceil(shapes[:3, :, None] / kt.divisors)  # (n, C) each: M / tile_m, N / tile_n, K / split
+    tiles = tiles_m * tiles_n * batch[:, None]
+    k_steps = np.ceil(k_split / kt.k_step)
+    # split-K only where the tiles fill less than a wave and each split keeps two K steps (unsplit: always)
+    allowed = (tiles < kt.split_below_tiles) & (k_split >= kt.split_from_k)
+    waves = np.ceil(tiles * kt.splits / kt.slots)
+    # one CTA per tile fills its pipeline and writes its tile alone (steps beside each tile's K steps: the fill; none
+    # once per kernel); a persistent kernel's CTA fills once and hides all but epilogue_steps of each tile's epilogue
+    # under the next tile's main loop (kt.steps)
+    steps = kt.steps[code]
+    t_comp = (waves * (k_steps + steps[:, 0:1]) + steps[:, 1:2]) * kt.t_step[code]
+    # split-K: every split writes fp32 partial tiles that a reduction reads back and sums (kt.reduce_tiles: 0 unsplit)
+    t_reduce = (4.0 * batch * m * n)[:, None] * kt.reduce_tiles / kt.bandwidth
     t = np.maximum(t_comp, t_mem[:, None]) + t_reduce + gpu.kernel_overhead_s
     i = np.argmin(np.where(allowed, t, np.inf), axis=-1)  # the picked candidate of each GEMM
-    rows = np.arange(len(i))
-    return _Picked(time_s=t[rows, i], compute_time_s=t_comp[rows, i], memory_time_s=t_mem, index=i,
-                   alignment_factor=align, candidates=candidates, elem_bytes=elem, peak_flops=peak, slots=slots,
-                   k_step=k_step)
+    return _Picked(time_s=t[np.arange(len(i)), i], compute_times_s=t_comp, memory_time_s=t_mem, index=i,
+                   alignment_factor=kt.alignment[code], candidates=kt.candidates, elem_bytes=kt.elem_bytes,
+                   peak_flops=kt.peak_flops, slots=kt.slots, k_step=kt.k_step)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _KernelTable:
+    """What :func:`_pick` reads of a GPU for one dtype: its candidate kernels and their constants, made once per GPU
+    object and dtype (:func:`_kernel_table`). Arrays over the candidates (C) are in :func:`_candidates`' order;
+    arrays over the alignment cases (8) are indexed by a GEMM's case, ``1 x (some dimension off the optimal
+    multiple) + 2 x (off the required one) + 4 x (off TMA's: the legacy kernel)``."""
+
+    elem_bytes: int
+    peak_flops: float
+    slots: int
+    """CTAs of one wave."""
+    k_step: int
+    bandwidth: float
+    """Streaming bandwidth, bytes/s."""
+    candidates: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    divisors: np.ndarray
+    """(3, 1, C): tile_m, tile_n and split-K of each candidate (what M, N and K are cut by), as floats (the integers
+    they hold: numpy's division would convert them each call)."""
+    splits: np.ndarray
+    """(C,): split-K of each candidate, as floats."""
+    split_below_tiles: np.ndarray
+    """(C,): a split-K candidate runs below a wave of tiles (``slots``); an unsplit one always (inf)."""
+    split_from_k: np.ndarray
+    """(C,): a split-K candidate needs two K steps per split; an unsplit one nothing (0)."""
+    reduce_tiles: np.ndarray
+    """(C,): split + 1 (the partial tiles written and the result) of each split-K candidate, 0 unsplit (floats)."""
+    multiples_elements: np.ndarray
+    """:func:`_multiples_elements`."""
+    case_weights: np.ndarray
+    """What missing each of ``multiples_elements`` adds to a GEMM's alignment case."""
+    alignment: np.ndarray
+    """(8,): the alignment factor of each case, the legacy kernel's fraction included."""
+    t_step: np.ndarray
+    """(8, C): seconds of one K step of one CTA of each candidate in each case."""
+    steps: np.ndarray
+    """(8, 2): steps per tile beyond its K steps (the fill; a persistent kernel's epilogue steps), and steps once per
+    CTA (a persistent kernel's fill; 0 otherwise)."""
+
+
+def _kernel_table(gpu: GpuSpec, dtype: str) -> _KernelTable:
+    """:class:`_KernelTable` of ``gpu`` and ``dtype``: a constant of the GPU object (as its preset is), made once
+    per object and dtype, whose entry holds the object so that its id names it for as long as the entry stands."""
+    held = _KERNEL_TABLES.get((id(gpu), dtype))
+    if held is not None and held[0] is gpu:
+        return held[1]
+    table = _make_kernel_table(gpu, dtype)
+    if len(_KERNEL_TABLES) >= 64:
+        _KERNEL_TABLES.clear()
+    _KERNEL_TABLES[(id(gpu), dtype)] = (gpu, table)
+    return table
+
+
+_KERNEL_TABLES: dict[tuple[int, str], tuple[GpuSpec, _KernelTable]] = {}
+
+
+def _make_kernel_table(gpu: GpuSpec, dtype: str) -> _KernelTable:
+    """:func:`_kernel_table`, worked out."""
+    elem = dtype_bytes(dtype)
+    peak = gpu.peak_flops_for(dtype)
+    slots = gpu.num_sms * gpu.ctas_per_sm
+    rate_per_slot = peak * gpu.achievable_fraction_for(dtype) / slots  # FLOP/s of one CTA on the best tile, aligned
+    k_step = k_step_elements(gpu, elem)
+    candidates = tm, tn, thr, split = _candidates(gpu)
+    case = np.arange(8)
+    off_optimal, off_required, legacy = case & 1 > 0, case & 2 > 0, case & 4 > 0
+    align = _alignment_of_flags(gpu, off_optimal, off_required)
+    persistent = np.full(8, gpu.persistent_gemm)
+    if gpu.tma_alignment_bytes:
+        # the older kernel where TMA cannot run (legacy_kernel): its own per-SM rate, and never persistent
+        align = np.where(legacy, align * gpu.legacy_gemm_fraction, align)
+        persistent &= ~legacy
+    multiples = _multiples_elements(gpu, elem)
+    unsplit = split == 1
+    out = _KernelTable(
+        elem_bytes=elem, peak_flops=peak, slots=slots, k_step=k_step, bandwidth=gpu.streaming_bandwidth_bytes_per_s,
+        candidates=candidates, divisors=np.stack([tm, tn, split])[:, None, :].astype(float), splits=split.astype(float),
+        split_below_tiles=np.where(unsplit, np.inf, slots), split_from_k=np.where(unsplit, 0, 2 * k_step),
+        reduce_tiles=np.where(unsplit, 0, split + 1).astype(float),
+        multiples_elements=multiples,
+        case_weights=np.array([1, 2, 4][:len(multiples)], dtype=np.int64), alignment=align,
+        t_step=2.0 * tm * tn * k_step / (rate_per_slot * thr * align[:, None]),
+        steps=np.stack([np.where(persistent, float(gpu.epilogue_steps), float(gpu.cta_fill_steps)),
+                        np.where(persistent, float(gpu.cta_fill_steps), 0.0)], axis=1))
+    for x in (out.divisors, out.splits, out.split_below_tiles, out.split_from_k, out.reduce_tiles, out.multiples_elements,
+              out.case_weights, out.alignment, out.t_step, out.steps):
+        x.setflags(write=False)
+    return out
 
 
 def _candidates(gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -602,11 +757,11 @@ def _results(gemms: Sequence[tuple[Gemm, int]], t: GemmTiming, rows: Sequence[in
     return tuple(out)
 
 
-def _shape_key(g: Gemm) -> tuple[int, int, int, int, int]:
+def _shape_key(g: Gemm) -> ShapeKey:
     return (g.m, g.n, g.k, g.batch, g.io_elements)
 
 
-def _timing(keys: Sequence[tuple[int, int, int, int, int]], gpu: GpuSpec, dtype: str) -> GemmTiming:
+def _timing(keys: Sequence[ShapeKey], gpu: GpuSpec, dtype: str) -> GemmTiming:
     arr = np.array(keys, dtype=np.int64).reshape(-1, 5)
     return gemm_timing(gpu, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], dtype=dtype, io_elements=arr[:, 4])
 
@@ -626,39 +781,57 @@ class GemmTimer:
 
     def __init__(self, gpu: GpuSpec) -> None:
         self.gpu = gpu
-        self._pending: dict[str, dict[tuple[int, int, int, int, int], None]] = {}
-        self._index: dict[str, dict[tuple[int, int, int, int, int], int]] = {}
-        self._times: dict[str, list[float]] = {}
+        self._pending: dict[str, dict[ShapeKey, None]] = {}
+        self._index: dict[str, dict[ShapeKey, int]] = {}
+        self._time_of: dict[str, dict[ShapeKey, float]] = {}
         self._timing: dict[str, GemmTiming] = {}
 
     def prefetch(self, gemms: Sequence[Gemm], dtype: str) -> None:
-        self._pending.setdefault(dtype, {}).update(dict.fromkeys(map(_shape_key, gemms)))
+        self._announce(list(map(_shape_key, gemms)), dtype)
 
-    def _ready(self, gemms: Sequence[Gemm], dtype: str) -> tuple[list[tuple[int, int, int, int, int]], dict[tuple[int, int, int, int, int], int]]:
-        """The shape keys of ``gemms`` and the index of every timed key, timing what is pending first."""
-        keys = [_shape_key(g) for g in gemms]
+    def prefetch_rows(self, rows: Sequence[_GemmRow], dtype: str) -> None:
+        """:meth:`prefetch` of the compute model's rows (:func:`_gemm_rows`)."""
+        self._announce([r.key for r in rows], dtype)
+
+    def _announce(self, keys: Sequence[ShapeKey], dtype: str) -> None:
+        self._pending.setdefault(dtype, {}).update(dict.fromkeys(keys))
+
+    def _ready(self, keys: Sequence[ShapeKey], dtype: str) -> dict[ShapeKey, int]:
+        """The index of every timed key, ``keys`` among them, timing what is pending first."""
         index = self._index.get(dtype, {})
         if self._pending.get(dtype) or any(k not in index for k in keys):
-            self._pending.setdefault(dtype, {}).update(dict.fromkeys(keys))  # (prefetch, the keys made once)
+            self._announce(keys, dtype)
             index = {k: i for i, k in enumerate({**dict.fromkeys(index), **self._pending.pop(dtype)})}
-            shapes = np.array(list(index), dtype=np.int64).reshape(-1, 5).T
-            self._index[dtype], self._times[dtype] = index, _pick(self.gpu, shapes, dtype).time_s.tolist()
+            shapes = np.fromiter(itertools.chain.from_iterable(index), np.int64, 5 * len(index)).reshape(-1, 5).T
+            self._index[dtype] = index
+            self._time_of[dtype] = dict(zip(index, _pick(self.gpu, shapes, dtype).time_s.tolist()))
             self._timing.pop(dtype, None)
-        return keys, index
+        return index
 
     def times_s(self, gemms: Sequence[Gemm], dtype: str) -> list[float]:
         """``time_s`` of :func:`time_gemms`'s result of each GEMM (its ``count`` calls), without the results."""
-        if not gemms:
-            return []
-        keys, index = self._ready(gemms, dtype)
-        times = self._times[dtype]
-        return [times[index[k]] * g.count for k, g in zip(keys, gemms)]
+        return self._times_s([_shape_key(g) for g in gemms], [g.count for g in gemms], dtype)
+
+    def row_times_s(self, rows: Sequence[_GemmRow], dtype: str) -> list[float]:
+        """:meth:`times_s` of the compute model's rows (:func:`_gemm_rows`)."""
+        return self._times_s([r.key for r in rows], [r.calls for r in rows], dtype)
+
+    def _times_s(self, keys: Sequence[ShapeKey], counts: Sequence[int], dtype: str) -> list[float]:
+        if self._pending.get(dtype):
+            self._ready((), dtype)
+        time_of = self._time_of.get(dtype, {})
+        try:
+            return [time_of[k] * count for k, count in zip(keys, counts)]
+        except KeyError:  # (a shape nobody announced: timed now)
+            self._ready(keys, dtype)
+            return self._times_s(keys, counts, dtype)
 
     def __call__(self, gemms: Sequence[tuple[Gemm, int]], gpu: GpuSpec, dtype: str) -> tuple[GemmResult, ...]:
         if not gemms:
             return ()
         assert gpu is self.gpu
-        keys, index = self._ready([g for g, _ in gemms], dtype)
+        keys = [_shape_key(g) for g, _ in gemms]
+        index = self._ready(keys, dtype)
         if dtype not in self._timing:
             self._timing[dtype] = _timing(list(index), self.gpu, dtype)
         return _results(gemms, self._timing[dtype], [index[k] for k in keys])

@@ -73,7 +73,7 @@ from commscope.spec.parallel import ParallelSpec
 from commscope.units import dtype_bytes
 from commscope.pattern.workload.framework import grad_dtype
 
-__all__ = ["HALF_DTYPES", "LayerKernels", "adam_bytes_per_param", "adam_step_time_s", "attention_kernel_for", "attention_time_s",
+__all__ = ["HALF_DTYPES", "LayerKernels", "adam_bytes_per_param", "adam_step_time_s", "attention_core_s", "attention_kernel_for", "attention_time_s",
            "fused_softmax_available", "grad_accumulation_bytes_per_param", "grad_accumulation_note", "layer_kernels",
            "linear_gemm_dtype", "optimizer_step_time_s", "softmax_fallback_saved_bytes", "softmax_rows_per_block", "stage_extra_bytes", "torch_softmax_extra_bytes"]
 
@@ -165,8 +165,10 @@ def attention_time_s(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> 
     return float(fwd), float(bwd), float(flop)
 
 
-def layer_kernels(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, moe: bool = False) -> LayerKernels:
-    """Attention core (fused) or softmax/dropout (unfused) and the memory-bound kernels of one layer."""
+def layer_kernels(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, moe: bool = False,
+                  attention: tuple[float, float, float] | None = None) -> LayerKernels:
+    """Attention core (fused) or softmax/dropout (unfused) and the memory-bound kernels of one layer (``attention``:
+    :func:`attention_core_s`, where the caller has it: alike in every layer kind)."""
     B = model.dtype_bytes
     T, Tn = _tokens(model, parallel)
     t = parallel.tp
@@ -190,19 +192,25 @@ def layer_kernels(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, moe
     bw = gpu.streaming_bandwidth_bytes_per_s
     mem_fwd = fwd_bytes / bw
     mem_bwd = 2 * fwd_bytes / bw
-    if parallel.attention == "flash":
-        att_fwd, att_bwd, flop = attention_time_s(model, parallel, gpu)
-    else:
-        scores = parallel.micro_batch_size * (model.num_heads // t) * (model.seq_len // parallel.cp) * model.seq_len
-        att_fwd = (4 * B + 1) * scores / bw
-        att_bwd = (5 * B + 1.5) * scores / bw
-        if not fused_softmax_available(model, micro_batch_size=parallel.micro_batch_size, tp=t, cp=parallel.cp):
-            extra_fwd, extra_bwd = torch_softmax_extra_bytes(model)
-            att_fwd += extra_fwd * scores / bw
-            att_bwd += extra_bwd * scores / bw
-        flop = 0.0
+    att_fwd, att_bwd, flop = attention if attention is not None else attention_core_s(model, parallel, gpu)
     return LayerKernels(attention_fwd_s=att_fwd, attention_bwd_s=att_bwd, memory_fwd_s=mem_fwd, memory_bwd_s=mem_bwd,
                         attention_flop=flop)
+
+
+def attention_core_s(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec) -> tuple[float, float, float]:
+    """(forward s, backward s, forward FLOP) of one layer's attention core beside its GEMMs: the fused kernel
+    (:func:`attention_time_s`), or the unfused softmax and dropout (memory-bound; their FLOP not counted)."""
+    if parallel.attention == "flash":
+        return attention_time_s(model, parallel, gpu)
+    B, t, bw = model.dtype_bytes, parallel.tp, gpu.streaming_bandwidth_bytes_per_s
+    scores = parallel.micro_batch_size * (model.num_heads // t) * (model.seq_len // parallel.cp) * model.seq_len
+    att_fwd = (4 * B + 1) * scores / bw
+    att_bwd = (5 * B + 1.5) * scores / bw
+    if not fused_softmax_available(model, micro_batch_size=parallel.micro_batch_size, tp=t, cp=parallel.cp):
+        extra_fwd, extra_bwd = torch_softmax_extra_bytes(model)
+        att_fwd += extra_fwd * scores / bw
+        att_bwd += extra_bwd * scores / bw
+    return att_fwd, att_bwd, 0.0
 
 
 def stage_extra_bytes(model: ModelSpec, parallel: ParallelSpec, *, first: bool, last: bool) -> tuple[float, float]:

@@ -28,10 +28,11 @@ from typing import Any
 import numpy as np
 
 from commscope.estimate.compute.attention import BACKWARD_RATIO
-from commscope.estimate.compute.effects import launch_gap_s, layer_kernel_count, overlap_chunks
-from commscope.estimate.compute.gemm import CORE_GEMMS, Gemm, GemmTimer, _layer_gemms, layer_dims, layer_gemms
+from commscope.estimate.compute.effects import launch_gap_s, layer_kernel_count, overlap_chunks, overlaps_tp_comm
+from commscope.estimate.compute.gemm import CORE_GEMMS, GemmTimer, _gemm_flop, _GemmRow, _gemm_rows, layer_dims
 from commscope.estimate.compute.kernels import (
     HALF_DTYPES,
+    attention_core_s,
     attention_kernel_for,
     LayerKernels,
     fused_softmax_available,
@@ -46,6 +47,7 @@ from commscope.estimate.compute.kernels import (
 )
 from commscope.errors import ConfigError
 from commscope.estimate.gpus import GpuSpec
+from commscope.estimate.plain import frozen, plain_twin
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 from commscope.estimate.stage_structure import _layer_kinds, _stage_layers
@@ -108,6 +110,9 @@ class StageCompute:
 
 
 
+_StageComputeFields = plain_twin(StageCompute)
+
+
 @dataclass(frozen=True, slots=True)
 class _Kind:
     """One layer of one kind for one micro-batch (seconds), the in-training effects included."""
@@ -147,47 +152,56 @@ class _Kind:
                 self.lin_time, self.clock, self.chunks, self.gaps_fwd + self.gaps_bwd)
 
 
+_KindFields = plain_twin(_Kind)
+
 #: The per-stage arrays a layer adds to (:meth:`_Kind.row`), in the order of its entries.
 ROW_FIELDS = ("fwd", "bwd", "rec", "gemm", "att", "mem", "lin_f", "lin_b", "flop", "lin_flop", "lin_time", "clock",
               "chunks", "gaps")
 
 
-def _by_pass(gemms: Sequence[Gemm], times_s: Sequence[float]) -> dict[str, float]:
+def _by_pass(gemms: Sequence[_GemmRow], times_s: Sequence[float]) -> dict[str, float]:
     out = {"fwd": 0.0, "dgrad": 0.0, "wgrad": 0.0}
     for g, t in zip(gemms, times_s):
         out[g.pass_] += t
     return out
 
 
-def _chunked(g: Gemm, parallel: ParallelSpec) -> Gemm:
+def _chunked(g: _GemmRow, parallel: ParallelSpec) -> _GemmRow:
     """``g`` as Transformer Engine's overlap runs it: ``n`` GEMMs of 1/n of the tokens (M) each."""
     n = overlap_chunks(g.name, g.pass_, parallel)
     if n == 1:
         return g
-    m = -(-g.m // n)
-    return replace(g, m=m, count=g.count * n, io_elements=m * g.k + g.k * g.n + m * g.n)
+    m_whole, n_, k, batch, _ = g.key
+    m = -(-m_whole // n)
+    return g._replace(key=(m, n_, k, batch, m * k + k * n_ + m * n_), calls=g.calls * n,
+                      flop=_gemm_flop(m, n_, k, batch, g.calls * n))
 
 
 def logits_times(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, timer: GemmTimer | None = None,
-                 gemms: tuple[Gemm, ...] | None = None) -> dict[str, float]:
+                 gemms: tuple[_GemmRow, ...] | None = None) -> dict[str, float]:
     """Seconds of the output layer's GEMMs per pass (fwd, dgrad, wgrad), at the sustained clock (``gemms``: the
     output layer's, where the caller has them; ``timer``: the caller's, where it has announced them to one)."""
     if gemms is None:
-        gemms = layer_gemms(model, parallel, logits=True)
-    out = _by_pass(gemms, (timer or GemmTimer(gpu)).times_s(gemms, model.dtype))
+        gemms = _gemm_rows(model, parallel, _dims(model, parallel), part="logits")
+    out = _by_pass(gemms, (timer or GemmTimer(gpu)).row_times_s(gemms, model.dtype))
     return {k: v * gpu.clock_factor for k, v in out.items()}
+
+
+def _dims(model: ModelSpec, parallel: ParallelSpec) -> dict[str, int]:
+    """:func:`~commscope.estimate.compute.gemm.layer_dims` of ``parallel``."""
+    return layer_dims(model, tp=parallel.tp, cp=parallel.cp, ep=parallel.ep, micro_batch_size=parallel.micro_batch_size)
 
 
 @dataclass(frozen=True, slots=True)
 class _LayerPlan:
     """The GEMMs of one layer of one kind by how they are timed."""
 
-    linear: tuple[Gemm, ...]
+    linear: tuple[_GemmRow, ...]
     """The linear GEMMs, those in ``lin_dtype`` first (all but the router), then the router's in the model's."""
     num_lin_dtype: int
-    pieces: tuple[Gemm, ...] | None
+    pieces: tuple[_GemmRow, ...] | None
     """The first ``num_lin_dtype`` as Transformer Engine's overlap cuts them (None where it cuts none)."""
-    core: tuple[Gemm, ...]
+    core: tuple[_GemmRow, ...]
     """The attention core's batched GEMMs (unfused attention only)."""
     lin_dtype: str
     num_fwd: int
@@ -195,39 +209,64 @@ class _LayerPlan:
 
     def prefetch(self, timer: GemmTimer, dtype: str) -> None:
         """Announce every GEMM of the plan to ``timer`` (``dtype``: the model's)."""
-        timer.prefetch(self.linear[:self.num_lin_dtype] + (self.pieces or ()), self.lin_dtype)
-        timer.prefetch(self.linear[self.num_lin_dtype:] + self.core, dtype)
+        timer.prefetch_rows(self.linear[:self.num_lin_dtype] + (self.pieces or ()), self.lin_dtype)
+        timer.prefetch_rows(self.linear[self.num_lin_dtype:] + self.core, dtype)
 
 
-def _layer_plan(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, gemms: tuple[Gemm, ...]) -> _LayerPlan:
-    """How the GEMMs ``gemms`` of one layer are timed (see :class:`_LayerPlan`)."""
-    linear = tuple(g for g in gemms if g.name not in CORE_GEMMS)
-    core = tuple(g for g in gemms if g.name in CORE_GEMMS) if parallel.attention == "unfused" else ()
+def _layer_plan(model: ModelSpec, parallel: ParallelSpec, attention: _AttentionGemms,
+                body: tuple[_GemmRow, ...]) -> _LayerPlan:
+    """How the GEMMs of one layer are timed (see :class:`_LayerPlan`): ``attention``, its attention's, ``body`` the
+    rest (:func:`~commscope.estimate.compute.gemm._gemm_rows`)."""
+    router = tuple(g for g in body if g.name == "router")
+    body = tuple(g for g in body if g.name != "router") if router else body
+    fp8 = attention.linear + body
+    pieces = attention.pieces + _pieces(body, parallel) if attention.pieces is not None else None
+    return _LayerPlan(linear=fp8 + router, num_lin_dtype=len(fp8), pieces=pieces, core=attention.core,
+                      lin_dtype=linear_gemm_dtype(model, parallel),
+                      num_fwd=sum(g.calls for g in fp8 + router + attention.core if g.pass_ == "fwd"))
+
+
+def _pieces(gemms: tuple[_GemmRow, ...], parallel: ParallelSpec) -> tuple[_GemmRow, ...]:
+    """``gemms`` as Transformer Engine's overlap cuts them (:func:`_chunked`)."""
+    return tuple(_chunked(g, parallel) for g in gemms)
+
+
+@dataclass(frozen=True, slots=True)
+class _AttentionGemms:
+    """The attention's GEMMs of a layer, alike in every layer kind."""
+
+    linear: tuple[_GemmRow, ...]
+    """QKV and the projection."""
+    core: tuple[_GemmRow, ...]
+    """The core's batched GEMMs (unfused attention only)."""
+    pieces: tuple[_GemmRow, ...] | None
+    """``linear`` as Transformer Engine's overlap cuts them (None where it overlaps nothing)."""
+
+
+def job_gemms(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
+              timer: GemmTimer | None) -> tuple[dict[str, _LayerPlan], tuple[_GemmRow, ...]]:
+    """The GEMMs of one layer of each kind the model has (dense, moe) as they are timed, and the output layer's,
+    all announced to ``timer`` where one is given (so that one call per dtype times them). The attention's GEMMs,
+    alike in every kind, are made once."""
+    dims = _dims(model, parallel)
     if parallel.fp8_format is not None and "fp8" not in gpu.peak_flops:
         raise ConfigError("fp8_format", parallel.fp8_format,
                           f"GPU {gpu.name!r} has no FP8 tensor cores (FP8 needs Hopper or Ada, sm_89+); it has "
                           f"{', '.join(sorted(gpu.peak_flops))}: drop --fp8-format")
-    fp8 = tuple(g for g in linear if g.name != "router")
-    pieces = tuple(_chunked(g, parallel) for g in fp8)
-    return _LayerPlan(linear=fp8 + tuple(g for g in linear if g.name == "router"), num_lin_dtype=len(fp8),
-                      pieces=pieces if any(g is not c for g, c in zip(fp8, pieces)) else None, core=core,
-                      lin_dtype=linear_gemm_dtype(model, parallel),
-                      num_fwd=sum(g.count for g in linear + core if g.pass_ == "fwd"))
-
-
-def job_gemms(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
-              timer: GemmTimer) -> tuple[dict[str, _LayerPlan], tuple[Gemm, ...]]:
-    """The GEMMs of one layer of each kind the model has (dense, moe) as they are timed, and the output layer's,
-    all announced to ``timer`` (so that one call per dtype times them)."""
+    rows = _gemm_rows(model, parallel, dims, part="attention", attention=parallel.attention,
+                      core=parallel.attention == "unfused")
+    linear = tuple(g for g in rows if g.name not in CORE_GEMMS)
+    attention = _AttentionGemms(linear=linear, core=tuple(g for g in rows if g.name in CORE_GEMMS),
+                                pieces=_pieces(linear, parallel) if overlaps_tp_comm(parallel) else None)
     plans = {}
-    dims = layer_dims(model, tp=parallel.tp, cp=parallel.cp, ep=parallel.ep, micro_batch_size=parallel.micro_batch_size)
     for kind in _layer_kinds(model):
-        plans[kind] = plan = _layer_plan(model, parallel, gpu, _layer_gemms(
-            model, parallel, layer_kind=kind, dims=dims, attention=parallel.attention,
-            core=parallel.attention == "unfused"))
-        plan.prefetch(timer, model.dtype)
-    logits_gemms = _layer_gemms(model, parallel, logits=True, dims=dims)
-    timer.prefetch(logits_gemms, model.dtype)
+        plans[kind] = plan = _layer_plan(model, parallel, attention, _gemm_rows(
+            model, parallel, dims, part=kind, attention=parallel.attention))
+        if timer is not None:
+            plan.prefetch(timer, model.dtype)
+    logits_gemms = _gemm_rows(model, parallel, dims, part="logits")
+    if timer is not None:
+        timer.prefetch_rows(logits_gemms, model.dtype)
     return plans, logits_gemms
 
 
@@ -237,24 +276,26 @@ def _kind(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str) -> 
 
 
 def _kinds(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, timer: GemmTimer,
-           recomputes: tuple[str, ...], plan: _LayerPlan | None = None) -> dict[str, _Kind]:
+           recomputes: tuple[str, ...], plan: _LayerPlan | None = None,
+           attention: tuple[float, float, float] | None = None) -> dict[str, _Kind]:
     """One layer of ``kind`` under each recomputation of ``recomputes`` (``parallel.recompute`` aside, what a layer
     costs does not depend on it: worked out once); ``plan``: the layer's GEMMs, where the caller has announced them
-    to ``timer``."""
+    to ``timer``; ``attention``: :func:`~commscope.estimate.compute.kernels.attention_core_s`, where the caller has
+    it (alike in every layer kind)."""
     if plan is None:
-        plan = _layer_plan(model, parallel, gpu, layer_gemms(model, parallel, layer_kind=kind,
-                                                             attention=parallel.attention))
+        plan = job_gemms(model, parallel, gpu, None)[0][kind]
     linear, core, n_fp8, lin_dtype = plan.linear, plan.core, plan.num_lin_dtype, plan.lin_dtype
-    whole = timer.times_s(linear[:n_fp8], lin_dtype) + timer.times_s(linear[n_fp8:], model.dtype)
+    whole = (timer.row_times_s(linear, lin_dtype) if lin_dtype == model.dtype
+             else timer.row_times_s(linear[:n_fp8], lin_dtype) + timer.row_times_s(linear[n_fp8:], model.dtype))
     if plan.pieces is not None:
         # the pieces run on several streams (Transformer Engine's userbuffers), one piece's launch and ramp under
         # the previous one's tail: the fixed cost of a GEMM call is paid once per GEMM, not per piece
-        lin = [t - (c.count - g.count) * gpu.kernel_overhead_s
-               for t, c, g in zip(timer.times_s(plan.pieces, lin_dtype), plan.pieces, linear)] + whole[n_fp8:]
+        lin = [t - (c.calls - g.calls) * gpu.kernel_overhead_s
+               for t, c, g in zip(timer.row_times_s(plan.pieces, lin_dtype), plan.pieces, linear)] + whole[n_fp8:]
     else:
         lin = whole
-    cor = timer.times_s(core, model.dtype)
-    k: LayerKernels = layer_kernels(model, parallel, gpu, moe=(kind == "moe"))
+    cor = timer.row_times_s(core, model.dtype)
+    k: LayerKernels = layer_kernels(model, parallel, gpu, moe=(kind == "moe"), attention=attention)
     clock = gpu.clock_factor
     lp, cp_ = _by_pass(linear, lin), _by_pass(core, cor)
     lp = {p: t * clock for p, t in lp.items()}
@@ -289,11 +330,12 @@ def _kinds(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, ti
         bwd_kernels = lin_bwd + att_bwd + k.memory_bwd_s + recompute
         gaps_bwd = float(launch_gap_s(n_bwd, bwd_kernels))
         compute_bound = lin_pieces + att_compute_fwd + att_compute_bwd + recompute_compute
-        out[recomputation] = _Kind(lin_fwd=lin_fwd, lin_bwd=lin_bwd, att_fwd=att_fwd, att_bwd=att_bwd,
-                                   mem_fwd=k.memory_fwd_s, mem_bwd=k.memory_bwd_s, recompute=recompute,
-                                   recompute_linear=recompute_linear, flop=flop, lin_flop=lin_flop, lin_time=lin_whole,
-                                   clock=compute_bound * (clock - 1.0), chunks=(lin_pieces - lin_whole) * clock,
-                                   gaps_fwd=gaps_fwd, gaps_bwd=gaps_bwd)
+        # (through _Kind's plain twin, commscope.estimate.plain, as Gemm and StageCompute are built)
+        out[recomputation] = frozen(_KindFields(
+            lin_fwd=lin_fwd, lin_bwd=lin_bwd, att_fwd=att_fwd, att_bwd=att_bwd, mem_fwd=k.memory_fwd_s,
+            mem_bwd=k.memory_bwd_s, recompute=recompute, recompute_linear=recompute_linear, flop=flop, lin_flop=lin_flop,
+            lin_time=lin_whole, clock=compute_bound * (clock - 1.0), chunks=(lin_pieces - lin_whole) * clock,
+            gaps_fwd=gaps_fwd, gaps_bwd=gaps_bwd), _Kind)
     return out
 
 
@@ -357,6 +399,15 @@ def compute_efficiency(parallel: ParallelSpec, cluster_efficiency: float = 1.0) 
 TIME_ARRAYS = ("fwd", "bwd", "rec", "gemm", "att", "mem", "lin_f", "lin_b", "opt", "clock", "chunks", "gaps")
 
 
+def stage_ends_bytes(model: ModelSpec, parallel: ParallelSpec) -> list[tuple[float, float]]:
+    """Memory-bound (forward, backward) bytes of the first stage's ends, a middle stage's (none), the last's, and
+    the one stage of pp 1 (first and last): :func:`commscope.estimate.compute.kernels.stage_extra_bytes` of each,
+    the last of them the sum of the first and the third (what stage_extra_bytes adds for it, in its order)."""
+    (ff, fb), (lf, lb) = (stage_extra_bytes(model, parallel, first=True, last=False),
+                          stage_extra_bytes(model, parallel, first=False, last=True))
+    return [(ff, fb), (0.0, 0.0), (lf, lb), (ff + lf, fb + lb)]
+
+
 def stage_arrays(gpu: GpuSpec, *, dense: np.ndarray, moe: np.ndarray | None, dense_layers: np.ndarray,
                  moe_layers: np.ndarray, extra_bytes: np.ndarray, logits: np.ndarray, logits_flop: np.ndarray,
                  params: np.ndarray, accumulation_bytes: np.ndarray, optimizer_s: np.ndarray,
@@ -379,32 +430,39 @@ def stage_arrays(gpu: GpuSpec, *, dense: np.ndarray, moe: np.ndarray | None, den
     if moe is not None:
         per_stage = per_stage + moe.T[:, :, None] * moe_layers[None]
     c = dict(zip(ROW_FIELDS, per_stage))
-    last = (np.arange(p) == p - 1)[None, :]
     bw = gpu.streaming_bandwidth_bytes_per_s
     # (n, p, 2): the first stage's ends, a middle stage's, the last's; with pp 1 the one stage is first and last
-    ext = extra_bytes[:, [3] if p == 1 else np.where(np.arange(p) == 0, 0, np.where(last[0], 2, 1))]
-    ext_fwd, ext_bwd = ext[:, :, 0] / bw, ext[:, :, 1] / bw
-    lg = logits
-    all_logits = lg[:, 0:1] + lg[:, 1:2] + lg[:, 2:3]
-    c["fwd"] = c["fwd"] + ext_fwd + last * lg[:, 0:1]
-    c["bwd"] = c["bwd"] + ext_bwd + last * (lg[:, 1:2] + lg[:, 2:3])
+    ends = np.ones(p, dtype=np.intp)
+    ends[0], ends[-1] = (3, 3) if p == 1 else (0, 2)
+    ext = extra_bytes[:, ends]
+    c["fwd"] = c["fwd"] + ext[:, :, 0] / bw
+    c["bwd"] = c["bwd"] + ext[:, :, 1] / bw
     c["mem"] = c["mem"] + (ext[:, :, 0] + ext[:, :, 1]) / bw
-    c["gemm"] = c["gemm"] + last * all_logits
-    c["clock"] = c["clock"] + last * all_logits * (1.0 - 1.0 / gpu.clock_factor)
-    c["flop"] = c["flop"] + last * logits_flop[:, None]
-    # without gradient accumulation fusion, each micro-batch's backward adds its weight gradients into the
-    # accumulated ones (kernels.grad_accumulation_bytes_per_param)
-    accumulate = params * accumulation_bytes / bw
-    c["bwd"] = c["bwd"] + accumulate
-    c["mem"] = c["mem"] + accumulate
+    # the output layer's GEMMs on the last stage (added to its column: every other stage's would add 0)
+    lg = logits
+    all_logits = lg[:, 0] + lg[:, 1] + lg[:, 2]
+    c["fwd"][:, -1] += lg[:, 0]
+    c["bwd"][:, -1] += lg[:, 1] + lg[:, 2]
+    c["gemm"][:, -1] += all_logits
+    c["clock"][:, -1] += all_logits * (1.0 - 1.0 / gpu.clock_factor)
+    c["flop"][:, -1] += logits_flop
+    if accumulation_bytes.any():
+        # without gradient accumulation fusion, each micro-batch's backward adds its weight gradients into the
+        # accumulated ones (kernels.grad_accumulation_bytes_per_param)
+        accumulate = params * accumulation_bytes / bw
+        c["bwd"] = c["bwd"] + accumulate
+        c["mem"] = c["mem"] + accumulate
     c["opt"] = optimizer_s
-    # the stack's and the cluster's compute efficiency (apply_efficiency), per configuration
-    scale = 1.0 / efficiency
-    c["stack"] = (c["fwd"] + c["bwd"]) * (scale - 1.0)
-    c["stack_opt"] = c["opt"] * (scale - 1.0)
+    # the stack's and the cluster's compute efficiency (apply_efficiency), per configuration (none: what it adds
+    # is 0 everywhere)
     if (efficiency != 1.0).any():
+        scale = 1.0 / efficiency
+        c["stack"] = (c["fwd"] + c["bwd"]) * (scale - 1.0)
+        c["stack_opt"] = c["opt"] * (scale - 1.0)
         for key in TIME_ARRAYS:
             c[key] = c[key] * scale
+    else:
+        c["stack"], c["stack_opt"] = np.zeros(c["fwd"].shape), np.zeros(np.shape(c["opt"]))
     return c
 
 
@@ -418,8 +476,9 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, eff
     notes = list(attention_notes)
     timer = GemmTimer(gpu)  # every GEMM of the job timed in one call per dtype
     plans, logits_gemms = job_gemms(model, parallel, gpu, timer)
-    rows = {kind: np.array([_kinds(model, parallel, gpu, kind, timer, (parallel.recompute,), plan)[parallel.recompute].row()])
-            for kind, plan in plans.items()}
+    attention = attention_core_s(model, parallel, gpu)
+    rows = {kind: np.array([_kinds(model, parallel, gpu, kind, timer, (parallel.recompute,), plan,
+                                   attention)[parallel.recompute].row()]) for kind, plan in plans.items()}
     logits = logits_times(model, parallel, gpu, timer, logits_gemms)
     accumulation_bytes = grad_accumulation_bytes_per_param(model, parallel)
     accumulation_note = grad_accumulation_note(model, parallel)
@@ -430,8 +489,7 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, eff
     arrays = {name: a[0] for name, a in stage_arrays(
         gpu, dense=rows.get("dense", np.zeros((1, len(ROW_FIELDS)))), moe=rows.get("moe"),
         dense_layers=dense_layers[None], moe_layers=moe_layers[None],
-        extra_bytes=np.array([[stage_extra_bytes(model, parallel, first=f, last=la)
-                               for f, la in ((True, False), (False, False), (False, True), (True, True))]]),
+        extra_bytes=np.array([stage_ends_bytes(model, parallel)]),
         logits=np.array([[logits["fwd"], logits["dgrad"], logits["wgrad"]]]),
         logits_flop=np.array([sum(g.flop for g in logits_gemms)]), params=(dense_params + expert_params)[None],
         accumulation_bytes=np.array([[accumulation_bytes]], dtype=np.float64),
@@ -444,12 +502,13 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, eff
     eff = float(arrays["lin_flop"][crit] / (arrays["lin_time"][crit] * peak)) if arrays["lin_time"][crit] else 0.0
     notes.append(compute_note(gpu, lin_dtype, eff, parallel))
     notes += effects_notes(model, parallel, gpu, arrays, crit, eff_total)
-    return StageCompute(forward_s=arrays["fwd"], backward_s=arrays["bwd"], recompute_s=arrays["rec"],
-                        gemm_s=arrays["gemm"], attention_s=arrays["att"], memory_s=arrays["mem"],
-                        linear_forward_s=arrays["lin_f"], linear_backward_s=arrays["lin_b"], optimizer_s=arrays["opt"],
-                        flop=arrays["flop"], gemm_efficiency=eff, gpu=gpu.name, notes=tuple(notes),
-                        clock_s=arrays["clock"], chunks_s=arrays["chunks"], gaps_s=arrays["gaps"],
-                        stack_s=arrays["stack"], stack_opt_s=arrays["stack_opt"], efficiency=eff_total)
+    # (through StageCompute's plain twin, commscope.estimate.plain)
+    return frozen(_StageComputeFields(
+        forward_s=arrays["fwd"], backward_s=arrays["bwd"], recompute_s=arrays["rec"], gemm_s=arrays["gemm"],
+        attention_s=arrays["att"], memory_s=arrays["mem"], linear_forward_s=arrays["lin_f"],
+        linear_backward_s=arrays["lin_b"], optimizer_s=arrays["opt"], flop=arrays["flop"], gemm_efficiency=eff,
+        gpu=gpu.name, notes=tuple(notes), clock_s=arrays["clock"], chunks_s=arrays["chunks"], gaps_s=arrays["gaps"],
+        stack_s=arrays["stack"], stack_opt_s=arrays["stack_opt"], efficiency=eff_total), StageCompute)
 
 
 def compute_note(gpu: GpuSpec, lin_dtype: str, gemm_efficiency: float, parallel: ParallelSpec) -> str:
