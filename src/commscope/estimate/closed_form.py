@@ -545,7 +545,7 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
     param_buckets: list[np.ndarray] = []
     dp_fwd, dp_bwd = z, z
     # what no configuration here does is not masked in (where a flag holds for none or all, np.where picks one side)
-    z3_any, buckets_any = _any(a.zero3), _any(a.bucket > 0)
+    z3_any, z3_all, buckets_any = _any(a.zero3), not _any(~a.zero3), _any(a.bucket > 0)
     shards_any, shards_all = _any(a.shards), not _any(~a.shards)
     for elements, span, entries in ((a.st_dense_params, "dp", a.st_zero3), (a.st_expert_params, "edp", a.st_zero3_expert)):
         if not elements.any():  # none of these parameters (a dense model's experts)
@@ -554,33 +554,35 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
         present = elements > 0 if alone is None else (elements > 0) & ~alone
         if not present.any():
             continue
-        # gradient buckets of at most grad_bucket_elements (one per stage without), the last holding the rest
+        # gradient buckets of at most grad_bucket_elements (one per stage without), the last holding the rest (none
+        # where every configuration is ZeRO-3's, which reduces and gathers in the passes: its step's buckets would be
+        # 0 s each, and their op sets 0, which add nothing)
         num = (np.where(a.bucket > 0, -(-elements // np.maximum(a.bucket, 1)), 1) * present if buckets_any
                else present.astype(np.int64))
-        plain = ~a.zero3
-        if not buckets_any or num.max() == 1:  # one bucket per stage: (n, p)
-            span3, sizes, G, shards = span, elements if alone is None else elements * present, a.G, a.shards
-        else:  # (n, p, buckets)
-            k = np.arange(int(num.max()))[None, None, :]
-            full_size = np.where(a.bucket > 0, a.bucket, elements)[:, :, None]
-            rest = (elements - (num - 1) * a.bucket)[:, :, None]
-            sizes = np.where(k < num[:, :, None] - 1, full_size, np.where(k < num[:, :, None], rest, 0))
-            span3, G, shards, plain = T.per_bucket(span), _per_bucket(a.G), _per_bucket(a.shards), _per_bucket(plain)
-        if shards_all or not shards_any:
-            grads = t("reduce_scatter" if shards_all else "all_reduce", sizes * G, span3)
-        else:
-            grads = np.where(shards, t("reduce_scatter", sizes * G, span3), t("all_reduce", sizes * G, span3))
-        if z3_any:
-            grads = grads * plain
-        params = (_where(plain & shards, t("all_gather", sizes * B, span3), np.zeros(grads.shape)) if shards_any
-                  else np.zeros(grads.shape))
-        if grads.ndim == 2:
-            grad_buckets.append(grads)
-            param_buckets.append(params)
-        else:
-            grad_buckets += list(np.moveaxis(grads, 2, 0))
-            param_buckets += list(np.moveaxis(params, 2, 0))
-        z3_sets: Any = 0
+        if not z3_all:
+            plain = ~a.zero3
+            if not buckets_any or num.max() == 1:  # one bucket per stage: (n, p)
+                span3, sizes, G, shards = span, elements if alone is None else elements * present, a.G, a.shards
+            else:  # (n, p, buckets)
+                k = np.arange(int(num.max()))[None, None, :]
+                full_size = np.where(a.bucket > 0, a.bucket, elements)[:, :, None]
+                rest = (elements - (num - 1) * a.bucket)[:, :, None]
+                sizes = np.where(k < num[:, :, None] - 1, full_size, np.where(k < num[:, :, None], rest, 0))
+                span3, G, shards, plain = T.per_bucket(span), _per_bucket(a.G), _per_bucket(a.shards), _per_bucket(plain)
+            if shards_all or not shards_any:
+                grads = t("reduce_scatter" if shards_all else "all_reduce", sizes * G, span3)
+            else:
+                grads = np.where(shards, t("reduce_scatter", sizes * G, span3), t("all_reduce", sizes * G, span3))
+            if z3_any:
+                grads = grads * plain
+            params = (_where(plain & shards, t("all_gather", sizes * B, span3), np.zeros(grads.shape)) if shards_any
+                      else np.zeros(grads.shape))
+            if grads.ndim == 2:
+                grad_buckets.append(grads)
+                param_buckets.append(params)
+            else:
+                grad_buckets += list(np.moveaxis(grads, 2, 0))
+                param_buckets += list(np.moveaxis(params, 2, 0))
         if z3_any:
             # (n, p, sizes) each: elements, gathers per micro-batch and op sets of each gather size
             assert entries is not None, "_stages(zero3=True) for every configuration with ZeRO-3"
@@ -589,14 +591,16 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
             t_ag = t("all_gather", zn * B, span3)
             t_rs = t("reduce_scatter", zn * _per_bucket(a.G), span3)
             cnt = per_mb * _per_bucket(m) * present[:, :, None]
-            dp_fwd = dp_fwd + np.where(a.zero3, (t_ag * cnt).sum(axis=2), 0.0)
-            dp_bwd = dp_bwd + np.where(a.zero3, (t_ag * cnt + t_rs * cnt).sum(axis=2), 0.0)
+            gathers = t_ag * cnt
+            # (dp_fwd + x: z + x is x, the first time)
+            dp_fwd = _total(z, dp_fwd, _where(a.zero3, gathers.sum(axis=2), 0.0))
+            dp_bwd = _total(z, dp_bwd, _where(a.zero3, (gathers + t_rs * cnt).sum(axis=2), 0.0))
             z3_sets = sets.sum(axis=2) * present
-        # (an op set counted 0 times everywhere adds 0 to the sums: left out)
-        if z3_any:
-            bb.add("dp", "all_gather", span, np.where(a.zero3, 2 * z3_sets, num * a.shards))
-            bb.add("dp", "reduce_scatter", span, np.where(a.zero3, z3_sets, num * a.shards))
-            bb.add("dp", "all_reduce", span, np.where(a.zero3 | a.shards, 0, num))
+            # (an op set counted 0 times everywhere adds 0 to the sums: left out)
+            bb.add("dp", "all_gather", span, _where(a.zero3, 2 * z3_sets, num * a.shards))
+            bb.add("dp", "reduce_scatter", span, _where(a.zero3, z3_sets, num * a.shards))
+            if not z3_all:
+                bb.add("dp", "all_reduce", span, np.where(a.zero3 | a.shards, 0, num))
         else:
             if shards_any:
                 sharded = _where(a.shards, num, 0)
