@@ -21,7 +21,7 @@ from commscope.estimate.bandwidth import GroupSpan
 from commscope.estimate.flops import token_flops
 from commscope.pattern.layout import Layout
 from commscope.pattern.workload.stages import pipeline_split, pipeline_split_note
-from commscope.spec.params import layer_params, stage_params
+from commscope.spec.params import embedding_params, end_params, layer_params
 
 if TYPE_CHECKING:
     from commscope.spec.model import ModelSpec
@@ -240,7 +240,8 @@ def _layer_kinds(model: ModelSpec) -> dict[str, int]:
 def _stage_layers(model: ModelSpec, parallel: ParallelSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(dense layers, MoE layers, dense parameters, expert parameters) of a rank of each stage, (pp,) each, without a
     loop over stages or layers: every layer of one kind has the same parameters; the first stage's first chunk
-    adds the embedding, the last stage's last chunk the final norm and output layer (:func:`stage_params`)."""
+    adds the embedding, the last stage's last chunk the final norm and output layer
+    (:func:`~commscope.spec.params.end_params`)."""
     p, v, tp, ep = parallel.pp, parallel.virtual_pipeline_size, parallel.tp, parallel.ep
     sizes = np.array(pipeline_split(model, parallel), dtype=np.int64)  # virtual stage k = chunk x pp + stage
     layers = sizes if v == 1 else sizes.reshape(v, p).sum(axis=0)
@@ -258,13 +259,14 @@ def _stage_layers(model: ModelSpec, parallel: ParallelSpec) -> tuple[np.ndarray,
     for kind, index in kinds.items():
         lp = layer_params(model, index, tp=tp, ep=ep)
         dense_of[kind], expert_of[kind] = lp.tp_sharded // tp + lp.replicated, lp.expert // (ep * tp)
-    end_params = np.zeros(p, dtype=np.int64)
+    ends = np.zeros(p, dtype=np.int64)
+    emb = embedding_params(model, tp=tp)
     if p == 1 and v == 1:
-        end_params[0] = stage_params(model, range(0), tp=tp, ep=ep, first=True, last=True).dense
+        ends[0] = end_params(model, emb, tp=tp, first=True, last=True)
     else:
-        end_params[0] += stage_params(model, range(0), tp=tp, ep=ep, first=True, last=False).dense
-        end_params[p - 1] += stage_params(model, range(0), tp=tp, ep=ep, first=False, last=True).dense
-    return dense, moe, end_params + _per_stage(kinds, dense, moe, dense_of), moe * expert_of["moe"]
+        ends[0] += end_params(model, emb, tp=tp, first=True, last=False)
+        ends[p - 1] += end_params(model, emb, tp=tp, first=False, last=True)
+    return dense, moe, ends + _per_stage(kinds, dense, moe, dense_of), moe * expert_of["moe"]
 
 
 def _per_stage(kinds: dict[str, int], dense: np.ndarray, moe: np.ndarray, per_layer: dict[str, Any]) -> np.ndarray:
@@ -297,12 +299,13 @@ def _stages(model: ModelSpec, par: ParallelSpec, zero3: bool = True,
         expert[kind] = lp.expert // (ep * tp)
         flop[kind], core[kind] = tf.layers[index], tf.attention_core[index]
 
-    def ends(first: bool, last: bool) -> int:
-        return stage_params(model, range(0), tp=tp, ep=ep, first=first, last=last).dense
-
     replicated = _per_stage(kinds, dense, moe, repl)  # (a new array) and the last stage's final norm:
     replicated[p - 1] += model.hidden_size * (2 if model.normalization == "layernorm" else 1)
-    z3, zx = _zero3(p, dense, moe, shard, expert, ends) if zero3 else (None, None)
+    z3 = zx = None
+    if zero3:
+        emb = embedding_params(model, tp=tp)
+        z3, zx = _zero3(p, dense, moe, shard, expert,
+                        lambda first, last: end_params(model, emb, tp=tp, first=first, last=last))
     return _Stages(
         layers=per_stage, moe_layers=moe,
         dense_params=dense_params, expert_params=expert_params, replicated=replicated,

@@ -131,6 +131,16 @@ def stage_params(model: ModelSpec, layers: range, *, tp: int, ep: int, first: bo
         dense += lp.tp_sharded // tp + lp.replicated
         expert += lp.expert // (ep * tp)
     emb = embedding_params(model, tp=tp)
+    dense += end_params(model, emb, tp=tp, first=first, last=last)
+    embedding = emb.input_embedding // tp if model.tied_embeddings and (first or last) else 0
+    return StageParams(dense=dense, expert=expert, embedding=embedding)
+
+
+def end_params(model: ModelSpec, emb: EmbeddingParams, *, tp: int, first: bool, last: bool) -> int:
+    """The embedding-side parameters on one rank of a stage that is the first and/or the last (``emb``:
+    :func:`embedding_params` of ``model`` at ``tp``, which a caller asking for several ends works out once): the word
+    embeddings and positions on the first, the final norm and the output layer on the last."""
+    dense = 0
     if first:
         dense += emb.input_embedding // tp + emb.position_embedding
     if last:
@@ -138,5 +148,4 @@ def stage_params(model: ModelSpec, layers: range, *, tp: int, ep: int, first: bo
         if not (first and model.tied_embeddings):
             # Untied: the output layer; tied with pp > 1: the last stage's copy of the word embeddings.
             dense += emb.output_layer // tp
-    embedding = emb.input_embedding // tp if model.tied_embeddings and (first or last) else 0
-    return StageParams(dense=dense, expert=expert, embedding=embedding)
+    return dense
