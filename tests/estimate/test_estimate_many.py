@@ -90,6 +90,23 @@ def test_one_estimate_is_its_row_of_estimate_many_to_the_bit_on_presets():
             assert estimate(predict(model, par, cluster)).to_dict() == got.to_dict(), (model_name, par)
 
 
+def test_one_zero3_estimate_is_its_row_of_a_mixed_estimate_many_to_the_bit():
+    """One ZeRO-3 configuration's closed form leaves the data-parallel step's buckets out (ZeRO-3 reduces and gathers
+    in the passes), where a sweep that mixes ZeRO stages times them and masks them to 0 s: both must come to the same
+    floats, MoE presets (dense and expert gathers) and a dense one, with buckets and their overlaps asked for."""
+    for model_name in ("deepseek-moe-16b", "mixtral-8x7b", "gpt3-175b"):
+        model, cluster = load_model(model_name), load_cluster("dgx-h100")
+        ep = 8 if model.is_moe else 1
+        parallels = [ParallelSpec(tp=tp, pp=pp, dp=8, ep=e, global_batch_size=256, sequence_parallel=tp > 1,
+                                  zero_stage=zero, virtual_pipeline_size=v, recompute=recompute,
+                                  grad_bucket_size=bucket, overlap_grad_reduce=bucket is not None)
+                     for tp, pp, e, v, recompute, bucket in ((2, 8, 1, 1, "selective", None), (8, 4, ep, 2, "full", None),
+                                                             (2, 4, ep, 1, "none", 40_000_000))
+                     for zero in (3, 0, 1)]
+        for par, got in zip(parallels, estimate_many(model, cluster, parallels)):
+            assert estimate(predict(model, par, cluster)).to_dict() == got.to_dict(), (model_name, par)
+
+
 @settings(max_examples=60, deadline=None)
 @given(estimate_jobs(), st.sampled_from(["X", "A100", "H100", "V100"]), st.sampled_from([2, 3, 4, 8]),
        st.sampled_from([None, 0.45]), st.sampled_from([1.0, 1.0, 0.9]))
