@@ -320,18 +320,21 @@ def _zero3(p: int, dense: np.ndarray, moe: np.ndarray, shard: dict[str, int], ex
     a stage that is the first and/or the last)."""
     # ZeRO-3 gathers each layer's parameters, and the embedding-side modules of the stage (as the first and last
     # stage, whatever its chunks) as one more, once per micro-batch; layers of equal size share an op set
-    whole = np.zeros(p, dtype=np.int64)
+    z = np.zeros((3, p, 3), dtype=np.int64)  # (elements, gathers per micro-batch, op sets) x stage x gather size
+    z[0, :, 0], z[0, :, 1] = shard["dense"], shard["moe"]
+    whole = z[0, :, 2]
     whole[0] = ends(True, p == 1)
     if p > 1:
         whole[p - 1] = ends(False, True)
     whole[1:p - 1] = ends(False, False)
-    same = shard["moe"] == shard["dense"]
-    # (3, p) rows made at once and turned to (p, 3) columns (np.array of equal rows: np.stack(..., axis=1) without its
-    # Python-level checks)
-    z_elements = np.array([np.full(p, shard["dense"]), np.full(p, shard["moe"]), whole], dtype=np.int64).T
-    z_count = np.array([dense * (shard["dense"] > 0) + (moe * (shard["moe"] > 0) if same else 0),
-                        np.zeros(p, dtype=np.int64) if same else moe * (shard["moe"] > 0), (whole > 0)],
-                       dtype=np.int64).T
-    zx_count = (moe * (expert["moe"] > 0))[:, None]
-    return (np.array([z_elements, z_count, z_count > 0], dtype=np.int64),
-            np.array([np.full((p, 1), expert["moe"]), zx_count, zx_count > 0], dtype=np.int64))
+    if shard["moe"] == shard["dense"]:
+        z[1, :, 0] = dense * (shard["dense"] > 0) + moe * (shard["moe"] > 0)
+    else:
+        z[1, :, 0], z[1, :, 1] = dense * (shard["dense"] > 0), moe * (shard["moe"] > 0)
+    z[1, :, 2] = whole > 0
+    z[2] = z[1] > 0
+    zx = np.zeros((3, p, 1), dtype=np.int64)
+    zx[0] = expert["moe"]
+    zx[1, :, 0] = moe * (expert["moe"] > 0)
+    zx[2] = zx[1] > 0
+    return z, zx
