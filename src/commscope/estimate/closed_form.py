@@ -422,7 +422,8 @@ def _tp_comm(a: _Arrays, T: _Times, bb: _BusBw, tokens: np.ndarray, act: np.ndar
     b = b + last * either
     repl = a.st_replicated * a.G
     # (t is 0 s where nothing is sent: the replicated gradients' all-reduce is its time where SP runs)
-    out = {"fwd": f, "bwd": b, "iter": _where(sp, t("all_reduce", repl, "tp"), np.zeros(np.shape(f)))}
+    none = np.zeros(np.shape(f))  # (no configuration here with SP: no all-reduce timed)
+    out = {"fwd": f, "bwd": b, "iter": _where(sp, t("all_reduce", repl, "tp"), none) if _any(sp) else none}
     # the layers' op sets (of each of AG and RS with SP, of AR twice that without) and the embedding's on the first
     # stage (counts as integers: numpy adds two boolean arrays as a logical or, which would count the last stage's
     # cross-entropy and sequence-parallel gradient all-reduces as one)
@@ -557,9 +558,9 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
         # gradient buckets of at most grad_bucket_elements (one per stage without), the last holding the rest (none
         # where every configuration is ZeRO-3's, which reduces and gathers in the passes: its step's buckets would be
         # 0 s each, and their op sets 0, which add nothing)
-        num = (np.where(a.bucket > 0, -(-elements // np.maximum(a.bucket, 1)), 1) * present if buckets_any
-               else present.astype(np.int64))
         if not z3_all:
+            num = (np.where(a.bucket > 0, -(-elements // np.maximum(a.bucket, 1)), 1) * present if buckets_any
+                   else present.astype(np.int64))
             plain = ~a.zero3
             if not buckets_any or num.max() == 1:  # one bucket per stage: (n, p)
                 span3, sizes, G, shards = span, elements if alone is None else elements * present, a.G, a.shards
@@ -597,9 +598,12 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
             dp_bwd = _total(z, dp_bwd, _where(a.zero3, (gathers + t_rs * cnt).sum(axis=2), 0.0))
             z3_sets = sets.sum(axis=2) * present
             # (an op set counted 0 times everywhere adds 0 to the sums: left out)
-            bb.add("dp", "all_gather", span, _where(a.zero3, 2 * z3_sets, num * a.shards))
-            bb.add("dp", "reduce_scatter", span, _where(a.zero3, z3_sets, num * a.shards))
-            if not z3_all:
+            if z3_all:
+                bb.add("dp", "all_gather", span, 2 * z3_sets)
+                bb.add("dp", "reduce_scatter", span, z3_sets)
+            else:
+                bb.add("dp", "all_gather", span, np.where(a.zero3, 2 * z3_sets, num * a.shards))
+                bb.add("dp", "reduce_scatter", span, np.where(a.zero3, z3_sets, num * a.shards))
                 bb.add("dp", "all_reduce", span, np.where(a.zero3 | a.shards, 0, num))
         else:
             if shards_any:
