@@ -593,7 +593,7 @@ def _dp_comm(model: ModelSpec, a: _Arrays, T: _Times, bb: _BusBw,
             t_rs = t("reduce_scatter", zn * _per_bucket(a.G), span3)
             cnt = per_mb * _per_bucket(m) * present[:, :, None]
             gathers = t_ag * cnt
-            # (dp_fwd + x: z + x is x, the first time)
+            # (the first parameter group's sums are not added to zeros: _total)
             dp_fwd = _total(z, dp_fwd, _where(a.zero3, gathers.sum(axis=2), 0.0))
             dp_bwd = _total(z, dp_bwd, _where(a.zero3, (gathers + t_rs * cnt).sum(axis=2), 0.0))
             z3_sets = sets.sum(axis=2) * present
