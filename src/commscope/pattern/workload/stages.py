@@ -144,11 +144,20 @@ def run_lengths(sizes: list[int]) -> str:
 def pipeline_split_label(model: ModelSpec, parallel: ParallelSpec) -> str | None:
     """``pipeline split 7,8x14,7`` (with v > 1 also what the stages hold), when the user gave no split and pp x v does
     not divide the layers; else None."""
-    p, v = parallel.pp, parallel.virtual_pipeline_size
-    if (parallel.pipeline_layers is not None or parallel.decoder_first_pipeline_num_layers is not None
-            or parallel.decoder_last_pipeline_num_layers is not None or model.num_layers % (p * v) == 0):
+    if not _chosen_uneven(model, parallel):
         return None
-    split = pipeline_split(model, parallel)
+    return _split_label(pipeline_split(model, parallel), parallel.pp, parallel.virtual_pipeline_size)
+
+
+def _chosen_uneven(model: ModelSpec, parallel: ParallelSpec) -> bool:
+    """Whether commscope chose an uneven split: the user gave none, and pp x v does not divide the layers."""
+    return not (parallel.pipeline_layers is not None or parallel.decoder_first_pipeline_num_layers is not None
+                or parallel.decoder_last_pipeline_num_layers is not None
+                or model.num_layers % (parallel.pp * parallel.virtual_pipeline_size) == 0)
+
+
+def _split_label(split: list[int], p: int, v: int) -> str:
+    """:func:`pipeline_split_label` of the split ``split``."""
     if v == 1:
         return f"pipeline split {run_lengths(split)}"
     return (f"pipeline split {run_lengths(split)} (chunks in chunk x pp + stage order; the stages hold "
@@ -172,11 +181,12 @@ def _megatron_flags(num_layers: int, p: int, v: int) -> str | None:
 
 def pipeline_split_note(model: ModelSpec, parallel: ParallelSpec) -> str | None:
     """A line saying which uneven pipeline split was chosen (:func:`pipeline_split_label`) and why."""
-    label = pipeline_split_label(model, parallel)
-    if label is None:
+    if not _chosen_uneven(model, parallel):
         return None
     p, v = parallel.pp, parallel.virtual_pipeline_size
-    stages = _stage_totals(pipeline_split(model, parallel), p, v)
+    split = pipeline_split(model, parallel)  # (worked out once for the label and the stages)
+    label = _split_label(split, p, v)
+    stages = _stage_totals(split, p, v)
     low, high = min(stages), max(stages)
     why = ""
     if low != high:
