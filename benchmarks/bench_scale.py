@@ -13,7 +13,9 @@ Rows:
      the scalar call over a slice of the sweep (distinct configurations, one call each);
    - how the cost grows: the exponent b of cost ~ x^b fitted over pp (1..96, t8 d8) and over layers (12..192, t8 p4
      d8), for the scalar call (with and without ``stage_compute``) and per configuration of ``estimate_many``;
-   - one call of every model preset's job on dgx-h100 (with the growth rows; ``bench_presets``);
+   - one call of every model preset's job on dgx-h100 (with the growth rows; ``bench_presets``), and of every job of
+     a grid of each preset's (``--only presets``, ~1.5 min: tp x pp x ep x SP x recomputation x ZeRO-1/3 x
+     interleaving, ``bench_preset_grid``): the slowest, the median, how many over 1 ms;
    - llm-analysis and Calculon on the same scalar job and on every 7th configuration of the sweep, run by
      ``peers.py`` in the interpreter that has them (``--peer-python``; Calculon's model and system files from a
      checkout, ``--calculon-data``), and the ratios commscope / peer; a peer not installed is skipped with a note;
@@ -222,6 +224,52 @@ def bench_presets(min_s: float) -> dict[str, Any]:
             **{f"{k}_ms": v for k, v in out.items()}}
 
 
+def preset_jobs(model: Any) -> list[ParallelSpec]:
+    """The jobs of a model preset on 8 data-parallel replicas that ``bench_preset_grid`` times: tp {1, 2, 8} x pp
+    {1, 4, 8} x ep {1, 8} (MoE) x SP (tp > 1) x recomputation {none, full} x {ZeRO-1 with the distributed optimizer,
+    ZeRO-3} x interleaving {1, 2}, those Megatron runs (the rest refused by the estimate's own checks)."""
+    from commscope.errors import ConfigError
+    from commscope.pattern.workload.dense import check_job
+
+    jobs = []
+    for tp, pp, ep, sp, recompute, zero3, vp in itertools.product(
+            (1, 2, 8), (1, 4, 8), (1, 8) if model.is_moe else (1,), (False, True), ("none", "full"), (False, True),
+            (1, 2)):
+        if (sp and tp == 1) or (vp > 1 and pp == 1):
+            continue
+        try:
+            par = ParallelSpec(tp=tp, pp=pp, dp=8, ep=ep, global_batch_size=256, sequence_parallel=sp,
+                               recompute=recompute, zero_stage=3 if zero3 else 1, distributed_optimizer=not zero3,
+                               virtual_pipeline_size=vp)
+            check_job(model, par)
+        except (ConfigError, ValueError):
+            continue
+        jobs.append(par)
+    return jobs
+
+
+def bench_preset_grid(min_s: float) -> dict[str, Any]:
+    """One ``estimate(predict(...))`` of each of :func:`preset_jobs` of every model preset on dgx-h100: the slowest
+    job, how many take over 1 ms, and the median (the issue's "any preset job, any pipeline depth")."""
+    from commscope.presets.locate import preset_names
+
+    cluster = load_cluster("dgx-h100")
+    times: list[tuple[float, str, ParallelSpec]] = []
+    for name in preset_names("models"):
+        model = load_model(name)
+        for par in preset_jobs(model):
+            ms = 1e3 * _cpu_per_call(lambda m=model, p=par: estimate(predict(m, p, cluster)), min_s, repeats=2)
+            times.append((ms, name, par))
+    ms_all = sorted(t[0] for t in times)
+    worst, name, par = max(times, key=lambda t: t[0])
+    return {"row": f"estimate(predict(...)) of {len(times):,} jobs of the model presets on dgx-h100 (tp x pp x ep x SP "
+                   "x recompute x ZeRO-1/3 x interleaving; ms per call)",
+            "ms_max": worst, "slowest": f"{name} tp {par.tp} pp {par.pp} ep {par.ep} zero {par.zero_stage} "
+                                       f"vp {par.virtual_pipeline_size} sp {par.sequence_parallel} {par.recompute}",
+            "ms_median": ms_all[len(ms_all) // 2], "ms_p99": ms_all[int(0.99 * (len(ms_all) - 1))],
+            "jobs_over_1_ms": sum(t > 1.0 for t in ms_all)}
+
+
 def bench_plan() -> dict[str, Any]:
     model, cluster = load_model("llama3-70b"), load_cluster("dgx-h100")
     times, result = [], None
@@ -314,7 +362,8 @@ def _fmt(v: Any) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--large", action="store_true", help="also 1,048,576 GPUs of MoE traffic (routed and balanced)")
-    ap.add_argument("--only", choices=("estimates", "plan", "moe", "recording", "logs", "startup"), action="append",
+    ap.add_argument("--only", choices=("estimates", "presets", "plan", "moe", "recording", "logs", "startup"),
+                    action="append",
                     help="run only these rows (repeatable)")
     ap.add_argument("--peer-python", default=os.environ.get("COMMSCOPE_PEER_PYTHON"),
                     help="interpreter with llm-analysis and Calculon installed (default: this one)")
@@ -323,10 +372,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-s", type=float, default=2.0, help="seconds each rate is measured for")
     ap.add_argument("--no-growth", action="store_true", help="skip the exponents in pp and layers (~1 min)")
     args = ap.parse_args(argv)
-    only = set(args.only or ("estimates", "plan", "moe", "recording", "logs", "startup"))
+    only = set(args.only or ("estimates", "presets", "plan", "moe", "recording", "logs", "startup"))
     rows: list[dict[str, Any]] = []
     if "estimates" in only:
         rows += bench_estimates(args.peer_python, args.calculon_data, args.min_s, growth=not args.no_growth)
+    if "presets" in only:
+        rows.append(bench_preset_grid(args.min_s / 50))
     if "plan" in only:
         rows.append(bench_plan())
     if "moe" in only:

@@ -1,46 +1,19 @@
 """estimate_many (many configurations at once) equals the scalar op-by-op estimate (issue 17)."""
 
-import math
 from dataclasses import replace
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from estimates_alike import CLUSTER, assert_same
 from strategies import estimate_jobs
 
 from commscope.api import predict
 from commscope.estimate.iteration import estimate, estimate_op_by_op
 from commscope.estimate.many import estimate_many
-from commscope.spec.cluster import ClusterSpec, LinkTier
 from commscope.spec.files import load_cluster, load_model
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
-
-CLUSTER = ClusterSpec(name="test", gpu="X", gpus_per_node=4, peak_flops={"bf16": 100e12, "fp16": 100e12, "fp32": 20e12},
-                      gpu_util=0.5, intra_node=LinkTier(name="nv", bandwidth_bytes_per_s=100e9, latency_s=3e-6),
-                      inter_node=LinkTier(name="ib", bandwidth_bytes_per_s=10e9, latency_s=8e-6))
-
-
-#: Below any time or size that means something (a femtosecond, a femtobyte): at toy shapes the two paths' sums,
-#: taken in different orders, cancel to ~1e-18 s differently (2,500 random draws found hidden DP time 2e-18 s apart).
-ABS_TOL = 1e-15
-
-
-def assert_same(scalar, batch, path="estimate"):
-    """Equal up to the order of floating-point sums (relative 1e-12, or absolute ABS_TOL)."""
-    if isinstance(scalar, dict):
-        assert set(scalar) == set(batch), (path, scalar, batch)
-        for key in scalar:
-            assert_same(scalar[key], batch[key], f"{path}.{key}")
-    elif isinstance(scalar, (list, tuple)):
-        assert len(scalar) == len(batch), (path, scalar, batch)
-        for i, (a, b) in enumerate(zip(scalar, batch)):
-            assert_same(a, b, f"{path}[{i}]")
-    elif isinstance(scalar, float):
-        assert math.isclose(scalar, batch, rel_tol=1e-12, abs_tol=ABS_TOL), (path, scalar, batch)
-    else:
-        assert scalar == batch, (path, scalar, batch)
-
 
 @settings(max_examples=60, deadline=None)
 @given(estimate_jobs(), st.sampled_from(["X", "A100", "H100", "V100"]), st.sampled_from([2, 4, 8]),

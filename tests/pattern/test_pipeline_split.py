@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_estimate_many import CLUSTER, assert_same
+from estimates_alike import CLUSTER, assert_same
 
 from commscope.api import predict
 from commscope.estimate.iteration import estimate
