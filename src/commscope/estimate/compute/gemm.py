@@ -65,6 +65,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import operator
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -193,6 +194,10 @@ class _GemmRow(NamedTuple):
     """:attr:`Gemm.flop`."""
 
 
+#: A row's (key, calls).
+_KEY_CALLS = operator.itemgetter(2, 3)
+
+
 def layer_dims(model: ModelSpec, *, tp: int = 1, cp: int = 1, ep: int = 1, micro_batch_size: int = 1) -> dict[str, int]:
     """The size of every dimension symbol for one GPU (see :data:`SYMBOL_TEXT`).
 
@@ -242,10 +247,10 @@ _ATTENTION = (
 )
 
 
-def _backward(m: _D, n: _D, k: _D) -> dict[str, tuple[_D, _D, _D]]:
-    """(M, N, K) of the forward GEMM and its two backward GEMMs [nvidia-matmul-guide, "backward pass"] (as symbols
-    or as sizes)."""
-    return {"fwd": (m, n, k), "dgrad": (m, k, n), "wgrad": (k, n, m)}
+def _backward(m: _D, n: _D, k: _D) -> tuple[tuple[str, tuple[_D, _D, _D]], ...]:
+    """(pass, (M, N, K)) of the forward GEMM and its two backward GEMMs [nvidia-matmul-guide, "backward pass"] (as
+    symbols or as sizes)."""
+    return ("fwd", (m, n, k)), ("dgrad", (m, k, n)), ("wgrad", (k, n, m))
 
 
 ForwardSpec = tuple[str, str, str | None, int, Dim, Dim, Dim]
@@ -360,7 +365,7 @@ def _layer_gemms(model: ModelSpec, parallel: ParallelSpec | None = None, *, laye
     if logits:
         return tuple(_build(name, part, pass_, d3, values, batch, num, "model", attention)
                      for name, part, batch, num, fwd in _batched_specs(model, par, _LOGITS_SPECS, core)
-                     for pass_, d3 in _backward(*fwd).items())
+                     for pass_, d3 in _backward(*fwd))
     kind = layer_kind or ("moe" if model.is_moe else "dense")
     if kind not in ("dense", "moe"):
         raise ConfigError("layer_kind", kind, "valid: dense, moe")
@@ -368,7 +373,7 @@ def _layer_gemms(model: ModelSpec, parallel: ParallelSpec | None = None, *, laye
         raise ConfigError("layer_kind", kind, f"{model.name} has no MoE layers")
     return tuple(_build(name, part, pass_, d3, values, batch, num, kind, attention)
                  for name, part, batch, num, fwd in _batched_specs(model, par, _forward_specs(model, kind), core)
-                 for pass_, d3 in _backward(*fwd).items())
+                 for pass_, d3 in _backward(*fwd))
 
 
 def _gemm_rows(model: ModelSpec, parallel: ParallelSpec, dims: dict[str, int], *, part: str,
@@ -377,18 +382,19 @@ def _gemm_rows(model: ModelSpec, parallel: ParallelSpec, dims: dict[str, int], *
     core, the projection; ``core=False`` leaves the core out), ``dense`` or ``moe`` (the MLP, or the router and
     experts: the rest of a layer of that kind), ``logits`` (the output layer). ``dims``: :func:`layer_dims`."""
     forward = _ATTENTION_SPECS if part == "attention" else _LOGITS_SPECS if part == "logits" else _body_specs(model, part)
+    row = _GemmRow._make  # (tuple's own constructor: the named one is a Python function)
     out = []
     for name, _, batch, num, fwd in _batched_specs(model, parallel, forward, core):
         if attention == "flash" and (fwd[0][0] in _SEQ or fwd[1][0] in _SEQ or fwd[2][0] in _SEQ):
             # (the passes of a flash core GEMM keep different operands on chip: each pass's own elements)
-            for pass_, d3 in _backward(*fwd).items():
+            for pass_, d3 in _backward(*fwd):
                 m, n, k, io = _sizes(d3, dims, attention)
-                out.append(_GemmRow(name, pass_, (m, n, k, batch, io), num, _gemm_flop(m, n, k, batch, num)))
+                out.append(row((name, pass_, (m, n, k, batch, io), num, _gemm_flop(m, n, k, batch, num))))
             continue
         # the backward GEMMs move the forward's three operands (M K + K N + M N elements whatever the order)
         fm, fn, fk, io = _sizes(fwd, dims, attention)
-        for pass_, (m, n, k) in _backward(fm, fn, fk).items():
-            out.append(_GemmRow(name, pass_, (m, n, k, batch, io), num, _gemm_flop(m, n, k, batch, num)))
+        for pass_, (m, n, k) in _backward(fm, fn, fk):
+            out.append(row((name, pass_, (m, n, k, batch, io), num, _gemm_flop(m, n, k, batch, num))))
     return tuple(out)
 
 
@@ -782,8 +788,8 @@ class GemmTimer:
     def __init__(self, gpu: GpuSpec) -> None:
         self.gpu = gpu
         self._pending: dict[str, dict[ShapeKey, None]] = {}
-        self._index: dict[str, dict[ShapeKey, int]] = {}
         self._time_of: dict[str, dict[ShapeKey, float]] = {}
+        """The time of one call of every timed key, in the order they were timed (their index into ``_timing``)."""
         self._timing: dict[str, GemmTiming] = {}
 
     def prefetch(self, gemms: Sequence[Gemm], dtype: str) -> None:
@@ -796,42 +802,41 @@ class GemmTimer:
     def _announce(self, keys: Sequence[ShapeKey], dtype: str) -> None:
         self._pending.setdefault(dtype, {}).update(dict.fromkeys(keys))
 
-    def _ready(self, keys: Sequence[ShapeKey], dtype: str) -> dict[ShapeKey, int]:
-        """The index of every timed key, ``keys`` among them, timing what is pending first."""
-        index = self._index.get(dtype, {})
-        if self._pending.get(dtype) or any(k not in index for k in keys):
+    def _ready(self, keys: Sequence[ShapeKey], dtype: str) -> dict[ShapeKey, float]:
+        """The time of one call of every timed key, ``keys`` among them, timing what is pending first."""
+        time_of = self._time_of.get(dtype, {})
+        if self._pending.get(dtype) or any(k not in time_of for k in keys):
             self._announce(keys, dtype)
-            index = {k: i for i, k in enumerate({**dict.fromkeys(index), **self._pending.pop(dtype)})}
-            shapes = np.fromiter(itertools.chain.from_iterable(index), np.int64, 5 * len(index)).reshape(-1, 5).T
-            self._index[dtype] = index
-            self._time_of[dtype] = dict(zip(index, _pick(self.gpu, shapes, dtype).time_s.tolist()))
+            pending = self._pending.pop(dtype)
+            timed = [*time_of, *(k for k in pending if k not in time_of)] if time_of else list(pending)
+            shapes = np.fromiter(itertools.chain.from_iterable(timed), np.int64, 5 * len(timed)).reshape(-1, 5).T
+            self._time_of[dtype] = time_of = dict(zip(timed, _pick(self.gpu, shapes, dtype).time_s.tolist()))
             self._timing.pop(dtype, None)
-        return index
+        return time_of
 
     def times_s(self, gemms: Sequence[Gemm], dtype: str) -> list[float]:
         """``time_s`` of :func:`time_gemms`'s result of each GEMM (its ``count`` calls), without the results."""
-        return self._times_s([_shape_key(g) for g in gemms], [g.count for g in gemms], dtype)
+        return self._times_s([(_shape_key(g), g.count) for g in gemms], dtype)
 
     def row_times_s(self, rows: Sequence[_GemmRow], dtype: str) -> list[float]:
         """:meth:`times_s` of the compute model's rows (:func:`_gemm_rows`)."""
-        return self._times_s([r.key for r in rows], [r.calls for r in rows], dtype)
+        return self._times_s(list(map(_KEY_CALLS, rows)), dtype)
 
-    def _times_s(self, keys: Sequence[ShapeKey], counts: Sequence[int], dtype: str) -> list[float]:
-        if self._pending.get(dtype):
-            self._ready((), dtype)
-        time_of = self._time_of.get(dtype, {})
+    def _times_s(self, keyed: Sequence[tuple[ShapeKey, int]], dtype: str) -> list[float]:
+        """The time of each (key, calls) of ``keyed``."""
+        time_of = self._ready((), dtype) if self._pending.get(dtype) else self._time_of.get(dtype, {})
         try:
-            return [time_of[k] * count for k, count in zip(keys, counts)]
+            return [time_of[k] * calls for k, calls in keyed]
         except KeyError:  # (a shape nobody announced: timed now)
-            self._ready(keys, dtype)
-            return self._times_s(keys, counts, dtype)
+            self._ready([k for k, _ in keyed], dtype)
+            return self._times_s(keyed, dtype)
 
     def __call__(self, gemms: Sequence[tuple[Gemm, int]], gpu: GpuSpec, dtype: str) -> tuple[GemmResult, ...]:
         if not gemms:
             return ()
         assert gpu is self.gpu
         keys = [_shape_key(g) for g, _ in gemms]
-        index = self._ready(keys, dtype)
+        index = {k: i for i, k in enumerate(self._ready(keys, dtype))}
         if dtype not in self._timing:
             self._timing[dtype] = _timing(list(index), self.gpu, dtype)
         return _results(gemms, self._timing[dtype], [index[k] for k in keys])

@@ -207,23 +207,19 @@ class _LayerPlan:
     num_fwd: int
     """GEMM calls of the layer's forward."""
 
-    def prefetch(self, timer: GemmTimer, dtype: str) -> None:
-        """Announce every GEMM of the plan to ``timer`` (``dtype``: the model's)."""
-        timer.prefetch_rows(self.linear[:self.num_lin_dtype] + (self.pieces or ()), self.lin_dtype)
-        timer.prefetch_rows(self.linear[self.num_lin_dtype:] + self.core, dtype)
 
-
-def _layer_plan(model: ModelSpec, parallel: ParallelSpec, attention: _AttentionGemms,
-                body: tuple[_GemmRow, ...]) -> _LayerPlan:
+def _layer_plan(parallel: ParallelSpec, attention: _AttentionGemms, body: tuple[_GemmRow, ...],
+                lin_dtype: str) -> _LayerPlan:
     """How the GEMMs of one layer are timed (see :class:`_LayerPlan`): ``attention``, its attention's, ``body`` the
-    rest (:func:`~commscope.estimate.compute.gemm._gemm_rows`)."""
+    rest (:func:`~commscope.estimate.compute.gemm._gemm_rows`); ``lin_dtype``: the linear GEMMs' dtype
+    (:func:`~commscope.estimate.compute.kernels.linear_gemm_dtype`)."""
     router = tuple(g for g in body if g.name == "router")
     body = tuple(g for g in body if g.name != "router") if router else body
     fp8 = attention.linear + body
     pieces = attention.pieces + _pieces(body, parallel) if attention.pieces is not None else None
     return _LayerPlan(linear=fp8 + router, num_lin_dtype=len(fp8), pieces=pieces, core=attention.core,
-                      lin_dtype=linear_gemm_dtype(model, parallel),
-                      num_fwd=sum(g.calls for g in fp8 + router + attention.core if g.pass_ == "fwd"))
+                      lin_dtype=lin_dtype,
+                      num_fwd=attention.num_fwd + sum(g.calls for g in body + router if g.pass_ == "fwd"))
 
 
 def _pieces(gemms: tuple[_GemmRow, ...], parallel: ParallelSpec) -> tuple[_GemmRow, ...]:
@@ -241,13 +237,15 @@ class _AttentionGemms:
     """The core's batched GEMMs (unfused attention only)."""
     pieces: tuple[_GemmRow, ...] | None
     """``linear`` as Transformer Engine's overlap cuts them (None where it overlaps nothing)."""
+    num_fwd: int
+    """GEMM calls of the attention's forward (linear and core)."""
 
 
 def job_gemms(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
               timer: GemmTimer | None) -> tuple[dict[str, _LayerPlan], tuple[_GemmRow, ...]]:
     """The GEMMs of one layer of each kind the model has (dense, moe) as they are timed, and the output layer's,
     all announced to ``timer`` where one is given (so that one call per dtype times them). The attention's GEMMs,
-    alike in every kind, are made once."""
+    alike in every kind, are made and announced once."""
     dims = _dims(model, parallel)
     if parallel.fp8_format is not None and "fp8" not in gpu.peak_flops:
         raise ConfigError("fp8_format", parallel.fp8_format,
@@ -257,16 +255,26 @@ def job_gemms(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
                       core=parallel.attention == "unfused")
     linear = tuple(g for g in rows if g.name not in CORE_GEMMS)
     attention = _AttentionGemms(linear=linear, core=tuple(g for g in rows if g.name in CORE_GEMMS),
-                                pieces=_pieces(linear, parallel) if overlaps_tp_comm(parallel) else None)
-    plans = {}
-    for kind in _layer_kinds(model):
-        plans[kind] = plan = _layer_plan(model, parallel, attention, _gemm_rows(
-            model, parallel, dims, part=kind, attention=parallel.attention))
-        if timer is not None:
-            plan.prefetch(timer, model.dtype)
+                                pieces=_pieces(linear, parallel) if overlaps_tp_comm(parallel) else None,
+                                num_fwd=sum(g.calls for g in rows if g.pass_ == "fwd"))
+    lin_dtype = linear_gemm_dtype(model, parallel)
+    plans = {kind: _layer_plan(parallel, attention, _gemm_rows(model, parallel, dims, part=kind,
+                                                               attention=parallel.attention), lin_dtype)
+             for kind in _layer_kinds(model)}
     logits_gemms = _gemm_rows(model, parallel, dims, part="logits")
     if timer is not None:
-        timer.prefetch_rows(logits_gemms, model.dtype)
+        # every GEMM announced once: the attention's, then each kind's own (its linear GEMMs past the attention's)
+        n = len(linear)
+        in_lin = [*linear, *(attention.pieces or ())]
+        in_model = [*attention.core, *logits_gemms]
+        for plan in plans.values():
+            in_lin += plan.linear[n:plan.num_lin_dtype] + (plan.pieces or ())[n:]
+            in_model += plan.linear[plan.num_lin_dtype:]
+        if lin_dtype == model.dtype:
+            timer.prefetch_rows(in_lin + in_model, lin_dtype)
+        else:
+            timer.prefetch_rows(in_lin, lin_dtype)
+            timer.prefetch_rows(in_model, model.dtype)
     return plans, logits_gemms
 
 
@@ -486,16 +494,23 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, eff
         notes.append(accumulation_note)
     dense_layers, moe_layers, dense_params, expert_params = layers or _stage_layers(model, parallel)
     eff_total = compute_efficiency(parallel, efficiency)
-    arrays = {name: a[0] for name, a in stage_arrays(
+    extra_bytes = np.array([stage_ends_bytes(model, parallel)])
+    logits_a = np.array([[logits["fwd"], logits["dgrad"], logits["wgrad"]]])
+    logits_flop = np.array([sum(g.flop for g in logits_gemms)])
+    params = (dense_params + expert_params)[None]
+    acc_a = np.array([[accumulation_bytes]], dtype=np.float64)
+    optimizer_s = optimizer_step_time_s(model, parallel, gpu, dense_params=dense_params, expert_params=expert_params)[None]
+    eff_a = np.array([[eff_total]])
+    arrays0 = stage_arrays(
         gpu, dense=rows.get("dense", np.zeros((1, len(ROW_FIELDS)))), moe=rows.get("moe"),
         dense_layers=dense_layers[None], moe_layers=moe_layers[None],
-        extra_bytes=np.array([stage_ends_bytes(model, parallel)]),
-        logits=np.array([[logits["fwd"], logits["dgrad"], logits["wgrad"]]]),
-        logits_flop=np.array([sum(g.flop for g in logits_gemms)]), params=(dense_params + expert_params)[None],
-        accumulation_bytes=np.array([[accumulation_bytes]], dtype=np.float64),
-        optimizer_s=optimizer_step_time_s(model, parallel, gpu, dense_params=dense_params,
-                                          expert_params=expert_params)[None],
-        efficiency=np.array([[eff_total]])).items()}
+        extra_bytes=extra_bytes,
+        logits=logits_a,
+        logits_flop=logits_flop, params=params,
+        accumulation_bytes=acc_a,
+        optimizer_s=optimizer_s,
+        efficiency=eff_a)
+    arrays = {name: a[0] for name, a in arrays0.items()}
     crit = int(first_max(arrays["fwd"] + arrays["bwd"]))
     lin_dtype = linear_gemm_dtype(model, parallel)
     peak = gpu.peak_flops_for(lin_dtype)
