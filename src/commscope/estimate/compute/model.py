@@ -302,7 +302,7 @@ def _kinds(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, ti
                for t, c, g in zip(timer.row_times_s(plan.pieces, lin_dtype), plan.pieces, linear)] + whole[n_fp8:]
     else:
         lin = whole
-    cor = timer.row_times_s(core, model.dtype)
+    cor = timer.row_times_s(core, model.dtype) if core else []  # (no core GEMMs under flash attention)
     k: LayerKernels = layer_kernels(model, parallel, gpu, moe=(kind == "moe"), attention=attention)
     clock = gpu.clock_factor
     lp, cp_ = _by_pass(linear, lin), _by_pass(core, cor)
@@ -322,10 +322,11 @@ def _kinds(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, ti
     lin_flop = sum(g.flop for g in linear)
     lin_whole = sum(whole)
     lin_pieces = sum(lin)
+    layer_flop = lin_flop + sum(g.flop for g in core) + (1 + BACKWARD_RATIO) * k.attention_flop
     out = {}
     for recomputation in recomputes:
         recompute_linear = 0.0
-        flop = lin_flop + sum(g.flop for g in core) + (1 + BACKWARD_RATIO) * k.attention_flop
+        flop = layer_flop
         if recomputation == "full":
             recompute, recompute_linear = fwd + gaps_fwd, lin_fwd
             recompute_compute = sum(t for g, t in zip(linear, lin) if g.pass_ == "fwd") + att_compute_fwd
@@ -417,44 +418,46 @@ def stage_ends_bytes(model: ModelSpec, parallel: ParallelSpec) -> list[tuple[flo
 
 
 def stage_arrays(gpu: GpuSpec, *, dense: np.ndarray, moe: np.ndarray | None, dense_layers: np.ndarray,
-                 moe_layers: np.ndarray, extra_bytes: np.ndarray, logits: np.ndarray, logits_flop: np.ndarray,
-                 params: np.ndarray, accumulation_bytes: np.ndarray, optimizer_s: np.ndarray,
-                 efficiency: np.ndarray) -> dict[str, np.ndarray]:
+                 moe_layers: np.ndarray, extra_bytes: np.ndarray, logits: np.ndarray, logits_flop: Any,
+                 params: np.ndarray, accumulation_bytes: Any, optimizer_s: np.ndarray,
+                 efficiency: Any) -> dict[str, np.ndarray]:
     """The per-stage arrays of :class:`StageCompute` of ``n`` configurations with ``p`` stages each, (n, p) each
-    (the optimizer step per iteration, the rest per micro-batch). One function for one configuration
-    (:func:`stage_compute`) and many (:mod:`commscope.estimate.many`), so that both sum in one order.
+    (the optimizer step per iteration, the rest per micro-batch), or of one configuration, (p,) each, where every
+    argument has its leading n left out. One function for one configuration (:func:`stage_compute`) and many
+    (:mod:`commscope.estimate.many`), so that both sum in one order.
 
     ``dense``, ``moe``: (n, :data:`ROW_FIELDS`) one layer of each kind (:meth:`_Kind.row`; ``moe`` None for a dense
     model); ``dense_layers``, ``moe_layers``: (n, p) layers of each kind per stage; ``extra_bytes``: (n, 4, 2)
     memory-bound (forward, backward) bytes of the first stage's ends, a middle stage's, the last's, and the one stage
     of pp 1 (:func:`commscope.estimate.compute.kernels.stage_extra_bytes`); ``logits``: (n, 3) the output layer's
     GEMMs' forward, dgrad, wgrad; ``logits_flop``: (n,); ``params``: (n, p) parameters of a rank of each stage;
-    ``accumulation_bytes``: (n, 1) bytes per parameter of adding a micro-batch's weight gradients; ``optimizer_s``:
-    (n, p); ``efficiency``: (n, 1) the compute efficiency (:func:`compute_efficiency`).
+    ``accumulation_bytes``: (n, 1) bytes per parameter of adding a micro-batch's weight gradients, None where every
+    configuration fuses the add; ``optimizer_s``: (n, p); ``efficiency``: (n, 1) the compute efficiency
+    (:func:`compute_efficiency`), None where every configuration's is 1.
     """
-    p = dense_layers.shape[1]
+    p = dense_layers.shape[-1]
     # (fields, n, p): every quantity of a layer times the layers of its kind on each stage, at once
-    per_stage = dense.T[:, :, None] * dense_layers[None]
+    per_stage = dense.T[..., None] * dense_layers
     if moe is not None:
-        per_stage = per_stage + moe.T[:, :, None] * moe_layers[None]
+        per_stage = per_stage + moe.T[..., None] * moe_layers
     c = dict(zip(ROW_FIELDS, per_stage))
     bw = gpu.streaming_bandwidth_bytes_per_s
     # (n, p, 2): the first stage's ends, a middle stage's, the last's; with pp 1 the one stage is first and last
     ends = np.ones(p, dtype=np.intp)
     ends[0], ends[-1] = (3, 3) if p == 1 else (0, 2)
-    ext = extra_bytes[:, ends]
-    c["fwd"] = c["fwd"] + ext[:, :, 0] / bw
-    c["bwd"] = c["bwd"] + ext[:, :, 1] / bw
-    c["mem"] = c["mem"] + (ext[:, :, 0] + ext[:, :, 1]) / bw
+    ext = extra_bytes[..., ends, :]
+    c["fwd"] = c["fwd"] + ext[..., 0] / bw
+    c["bwd"] = c["bwd"] + ext[..., 1] / bw
+    c["mem"] = c["mem"] + (ext[..., 0] + ext[..., 1]) / bw
     # the output layer's GEMMs on the last stage (added to its column: every other stage's would add 0)
-    lg = logits
-    all_logits = lg[:, 0] + lg[:, 1] + lg[:, 2]
-    c["fwd"][:, -1] += lg[:, 0]
-    c["bwd"][:, -1] += lg[:, 1] + lg[:, 2]
-    c["gemm"][:, -1] += all_logits
-    c["clock"][:, -1] += all_logits * (1.0 - 1.0 / gpu.clock_factor)
-    c["flop"][:, -1] += logits_flop
-    if accumulation_bytes.any():
+    lf, ld, lw = logits.T  # forward, dgrad, wgrad: (n,) each, or numbers
+    all_logits = lf + ld + lw
+    c["fwd"][..., -1] += lf
+    c["bwd"][..., -1] += ld + lw
+    c["gemm"][..., -1] += all_logits
+    c["clock"][..., -1] += all_logits * (1.0 - 1.0 / gpu.clock_factor)
+    c["flop"][..., -1] += logits_flop
+    if accumulation_bytes is not None:
         # without gradient accumulation fusion, each micro-batch's backward adds its weight gradients into the
         # accumulated ones (kernels.grad_accumulation_bytes_per_param)
         accumulate = params * accumulation_bytes / bw
@@ -463,7 +466,7 @@ def stage_arrays(gpu: GpuSpec, *, dense: np.ndarray, moe: np.ndarray | None, den
     c["opt"] = optimizer_s
     # the stack's and the cluster's compute efficiency (apply_efficiency), per configuration (none: what it adds
     # is 0 everywhere)
-    if (efficiency != 1.0).any():
+    if efficiency is not None:
         scale = 1.0 / efficiency
         c["stack"] = (c["fwd"] + c["bwd"]) * (scale - 1.0)
         c["stack_opt"] = c["opt"] * (scale - 1.0)
@@ -485,8 +488,8 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, eff
     timer = GemmTimer(gpu)  # every GEMM of the job timed in one call per dtype
     plans, logits_gemms = job_gemms(model, parallel, gpu, timer)
     attention = attention_core_s(model, parallel, gpu)
-    rows = {kind: np.array([_kinds(model, parallel, gpu, kind, timer, (parallel.recompute,), plan,
-                                   attention)[parallel.recompute].row()]) for kind, plan in plans.items()}
+    rows = {kind: np.array(_kinds(model, parallel, gpu, kind, timer, (parallel.recompute,), plan,
+                                  attention)[parallel.recompute].row()) for kind, plan in plans.items()}
     logits = logits_times(model, parallel, gpu, timer, logits_gemms)
     accumulation_bytes = grad_accumulation_bytes_per_param(model, parallel)
     accumulation_note = grad_accumulation_note(model, parallel)
@@ -494,23 +497,16 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, eff
         notes.append(accumulation_note)
     dense_layers, moe_layers, dense_params, expert_params = layers or _stage_layers(model, parallel)
     eff_total = compute_efficiency(parallel, efficiency)
-    extra_bytes = np.array([stage_ends_bytes(model, parallel)])
-    logits_a = np.array([[logits["fwd"], logits["dgrad"], logits["wgrad"]]])
-    logits_flop = np.array([sum(g.flop for g in logits_gemms)])
-    params = (dense_params + expert_params)[None]
-    acc_a = np.array([[accumulation_bytes]], dtype=np.float64)
-    optimizer_s = optimizer_step_time_s(model, parallel, gpu, dense_params=dense_params, expert_params=expert_params)[None]
-    eff_a = np.array([[eff_total]])
-    arrays0 = stage_arrays(
-        gpu, dense=rows.get("dense", np.zeros((1, len(ROW_FIELDS)))), moe=rows.get("moe"),
-        dense_layers=dense_layers[None], moe_layers=moe_layers[None],
-        extra_bytes=extra_bytes,
-        logits=logits_a,
-        logits_flop=logits_flop, params=params,
-        accumulation_bytes=acc_a,
-        optimizer_s=optimizer_s,
-        efficiency=eff_a)
-    arrays = {name: a[0] for name, a in arrays0.items()}
+    # (one configuration: stage_arrays' arguments without their leading axis of configurations)
+    arrays = stage_arrays(
+        gpu, dense=rows["dense"] if "dense" in rows else np.zeros(len(ROW_FIELDS)), moe=rows.get("moe"),
+        dense_layers=dense_layers, moe_layers=moe_layers,
+        extra_bytes=np.array(stage_ends_bytes(model, parallel)),
+        logits=np.array([logits["fwd"], logits["dgrad"], logits["wgrad"]]),
+        logits_flop=sum(g.flop for g in logits_gemms), params=dense_params + expert_params,
+        accumulation_bytes=float(accumulation_bytes) if accumulation_bytes else None,
+        optimizer_s=optimizer_step_time_s(model, parallel, gpu, dense_params=dense_params, expert_params=expert_params),
+        efficiency=eff_total if eff_total != 1.0 else None)
     crit = int(first_max(arrays["fwd"] + arrays["bwd"]))
     lin_dtype = linear_gemm_dtype(model, parallel)
     peak = gpu.peak_flops_for(lin_dtype)
