@@ -574,26 +574,41 @@ def _pick(gpu: GpuSpec, shapes: np.ndarray, dtype: str) -> _Picked:
     # each GEMM's alignment case (:attr:`_KernelTable.alignment`): which multiples its dimensions miss
     code = kt.case_weights @ _misses(kt.multiples_elements, shapes[:3])
     t_mem = kt.elem_bytes * batch * io / kt.bandwidth
+    # M, N, K and the batch as floats, converted once (each operation with a float converted them again, to the
+    # same floats); the steps below work in place where what they replace is read no more (the same floats)
+    mnkb = shapes[:4].astype(np.float64)
 
     # every (tile, split-K) candidate on a last axis, in the order cuBLAS's heuristics are read here (tiles outer,
     # splits inner): the first fastest allowed candidate is the one picked. The counts are integers held in float64,
     # the ceilings taken of float quotients (cheaper than integer division): exact while the integers stay below 2^52
     # (a quotient of such integers that is not whole lies at least 1/b from every integer, beyond its rounding)
-    tiles_m, tiles_n, k_split = np.ceil(shapes[:3, :, None] / kt.divisors)  # (n, C) each: M / tile_m, N / tile_n, K / split
-    tiles = tiles_m * tiles_n * batch[:, None]
-    k_steps = np.ceil(k_split / kt.k_step)
-    # split-K only where the tiles fill less than a wave and each split keeps two K steps (unsplit: always)
-    allowed = (tiles < kt.split_below_tiles) & (k_split >= kt.split_from_k)
-    waves = np.ceil(tiles * kt.splits / kt.slots)
+    quotients = mnkb[:3, :, None] / kt.divisors
+    tiles_m, tiles_n, k_split = np.ceil(quotients, out=quotients)  # (n, C) each: M / tile_m, N / tile_n, K / split
+    tiles = tiles_m * tiles_n
+    tiles *= mnkb[3][:, None]
+    # split-K only where the tiles fill less than a wave and each split keeps two K steps (unsplit: always, so that
+    # every GEMM has a candidate)
+    refused = (tiles >= kt.split_below_tiles) | (k_split < kt.split_from_k)
+    waves = tiles * kt.splits
+    waves /= kt.slots
+    np.ceil(waves, out=waves)
     # one CTA per tile fills its pipeline and writes its tile alone (steps beside each tile's K steps: the fill; none
     # once per kernel); a persistent kernel's CTA fills once and hides all but epilogue_steps of each tile's epilogue
     # under the next tile's main loop (kt.steps)
     steps = kt.steps[code]
-    t_comp = (waves * (k_steps + steps[:, 0:1]) + steps[:, 1:2]) * kt.t_step[code]
+    t_comp = k_split / kt.k_step  # the K steps of each split, then (waves x (them + fill) + once) x a step's time
+    np.ceil(t_comp, out=t_comp)
+    t_comp += steps[:, 0:1]
+    t_comp *= waves
+    t_comp += steps[:, 1:2]
+    t_comp *= kt.t_step[code]
     # split-K: every split writes fp32 partial tiles that a reduction reads back and sums (kt.reduce_tiles: 0 unsplit)
-    t_reduce = (4.0 * batch * m * n)[:, None] * kt.reduce_tiles / kt.bandwidth
-    t = np.maximum(t_comp, t_mem[:, None]) + t_reduce + gpu.kernel_overhead_s
-    i = np.argmin(np.where(allowed, t, np.inf), axis=-1)  # the picked candidate of each GEMM
+    t = (4.0 * mnkb[3] * mnkb[0] * mnkb[1])[:, None] * kt.reduce_tiles
+    t /= kt.bandwidth
+    t += np.maximum(t_comp, t_mem[:, None])
+    t += gpu.kernel_overhead_s
+    t[refused] = np.inf
+    i = t.argmin(axis=-1)  # the picked candidate of each GEMM (allowed: a refused one is inf)
     return _Picked(time_s=t[np.arange(len(i)), i], compute_times_s=t_comp, memory_time_s=t_mem, index=i,
                    alignment_factor=kt.alignment[code], candidates=kt.candidates, elem_bytes=kt.elem_bytes,
                    peak_flops=kt.peak_flops, slots=kt.slots, k_step=kt.k_step)
