@@ -378,7 +378,8 @@ def _layer_gemms(model: ModelSpec, parallel: ParallelSpec | None = None, *, laye
 
 def _gemm_rows(model: ModelSpec, parallel: ParallelSpec, dims: dict[str, int], *, part: str,
               attention: str = "flash", core: bool = True) -> tuple[_GemmRow, ...]:
-    """The rows (:class:`_GemmRow`) of one part of a layer, in :func:`layer_gemms`' order: ``attention`` (QKV, the
+    """The rows (:class:`_GemmRow`) of one part of a layer, in :func:`layer_gemms`' order (each forward GEMM and its
+    dgrad and wgrad, in :data:`PASSES`' order, which the compute model's sums by pass read): ``attention`` (QKV, the
     core, the projection; ``core=False`` leaves the core out), ``dense`` or ``moe`` (the MLP, or the router and
     experts: the rest of a layer of that kind), ``logits`` (the output layer). ``dims``: :func:`layer_dims`."""
     forward = _ATTENTION_SPECS if part == "attention" else _LOGITS_SPECS if part == "logits" else _body_specs(model, part)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -159,11 +160,14 @@ ROW_FIELDS = ("fwd", "bwd", "rec", "gemm", "att", "mem", "lin_f", "lin_b", "flop
               "chunks", "gaps")
 
 
-def _by_pass(gemms: Sequence[_GemmRow], times_s: Sequence[float]) -> dict[str, float]:
-    out = {"fwd": 0.0, "dgrad": 0.0, "wgrad": 0.0}
-    for g, t in zip(gemms, times_s):
-        out[g.pass_] += t
-    return out
+def _by_pass(times_s: Sequence[float]) -> dict[str, float]:
+    """The seconds of each pass of GEMM rows' ``times_s``, summed in row order: the rows of the compute model come as
+    each forward GEMM's three passes in :data:`~commscope.estimate.compute.gemm.PASSES`' order (:func:`_gemm_rows`)."""
+    return {"fwd": sum(times_s[0::3], 0.0), "dgrad": sum(times_s[1::3], 0.0), "wgrad": sum(times_s[2::3], 0.0)}
+
+
+#: A GEMM row's FLOP (:attr:`_GemmRow.flop`), and its calls.
+_FLOP, _CALLS = itemgetter(4), itemgetter(3)
 
 
 def _chunked(g: _GemmRow, parallel: ParallelSpec) -> _GemmRow:
@@ -183,7 +187,7 @@ def logits_times(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, timer: 
     output layer's, where the caller has them; ``timer``: the caller's, where it has announced them to one)."""
     if gemms is None:
         gemms = _gemm_rows(model, parallel, _dims(model, parallel), part="logits")
-    out = _by_pass(gemms, (timer or GemmTimer(gpu)).row_times_s(gemms, model.dtype))
+    out = _by_pass((timer or GemmTimer(gpu)).row_times_s(gemms, model.dtype))
     return {k: v * gpu.clock_factor for k, v in out.items()}
 
 
@@ -219,7 +223,7 @@ def _layer_plan(parallel: ParallelSpec, attention: _AttentionGemms, body: tuple[
     pieces = attention.pieces + _pieces(body, parallel) if attention.pieces is not None else None
     return _LayerPlan(linear=fp8 + router, num_lin_dtype=len(fp8), pieces=pieces, core=attention.core,
                       lin_dtype=lin_dtype,
-                      num_fwd=attention.num_fwd + sum(g.calls for g in body + router if g.pass_ == "fwd"))
+                      num_fwd=attention.num_fwd + sum(map(_CALLS, (body + router)[0::3])))
 
 
 def _pieces(gemms: tuple[_GemmRow, ...], parallel: ParallelSpec) -> tuple[_GemmRow, ...]:
@@ -256,7 +260,7 @@ def job_gemms(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
     linear = tuple(g for g in rows if g.name not in CORE_GEMMS)
     attention = _AttentionGemms(linear=linear, core=tuple(g for g in rows if g.name in CORE_GEMMS),
                                 pieces=_pieces(linear, parallel) if overlaps_tp_comm(parallel) else None,
-                                num_fwd=sum(g.calls for g in rows if g.pass_ == "fwd"))
+                                num_fwd=sum(map(_CALLS, rows[0::3])))
     lin_dtype = linear_gemm_dtype(model, parallel)
     plans = {kind: _layer_plan(parallel, attention, _gemm_rows(model, parallel, dims, part=kind,
                                                                attention=parallel.attention), lin_dtype)
@@ -305,7 +309,7 @@ def _kinds(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, ti
     cor = timer.row_times_s(core, model.dtype) if core else []  # (no core GEMMs under flash attention)
     k: LayerKernels = layer_kernels(model, parallel, gpu, moe=(kind == "moe"), attention=attention)
     clock = gpu.clock_factor
-    lp, cp_ = _by_pass(linear, lin), _by_pass(core, cor)
+    lp, cp_ = _by_pass(lin), _by_pass(cor)
     lp = {p: t * clock for p, t in lp.items()}
     flash = parallel.attention == "flash"
     # compute-bound at the sustained clock: the GEMMs and the fused kernel; unfused softmax/dropout are memory-bound
@@ -319,21 +323,21 @@ def _kinds(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, ti
     n_fwd, n_bwd = layer_kernel_count(gemms=plan.num_fwd, attention_fused=flash,
                                       rope=model.position_embedding == "rope", gated=model.gated_mlp)
     gaps_fwd = float(launch_gap_s(n_fwd, fwd))
-    lin_flop = sum(g.flop for g in linear)
+    lin_flop = sum(map(_FLOP, linear))
     lin_whole = sum(whole)
     lin_pieces = sum(lin)
-    layer_flop = lin_flop + sum(g.flop for g in core) + (1 + BACKWARD_RATIO) * k.attention_flop
+    layer_flop = lin_flop + sum(map(_FLOP, core)) + (1 + BACKWARD_RATIO) * k.attention_flop
     out = {}
     for recomputation in recomputes:
         recompute_linear = 0.0
         flop = layer_flop
         if recomputation == "full":
             recompute, recompute_linear = fwd + gaps_fwd, lin_fwd
-            recompute_compute = sum(t for g, t in zip(linear, lin) if g.pass_ == "fwd") + att_compute_fwd
-            flop += sum(g.flop for g in linear + core if g.pass_ == "fwd") + k.attention_flop
+            recompute_compute = sum(lin[0::3]) + att_compute_fwd  # (the forward rows: the first of each three)
+            flop += sum(map(_FLOP, (linear + core)[0::3])) + k.attention_flop
         elif recomputation == "selective":
             recompute, recompute_compute = att_fwd, att_compute_fwd
-            flop += sum(g.flop for g in core if g.pass_ == "fwd") + k.attention_flop
+            flop += sum(map(_FLOP, core[0::3])) + k.attention_flop
         else:
             recompute, recompute_compute = 0.0, 0.0
         bwd_kernels = lin_bwd + att_bwd + k.memory_bwd_s + recompute
@@ -503,7 +507,7 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, eff
         dense_layers=dense_layers, moe_layers=moe_layers,
         extra_bytes=np.array(stage_ends_bytes(model, parallel)),
         logits=np.array([logits["fwd"], logits["dgrad"], logits["wgrad"]]),
-        logits_flop=sum(g.flop for g in logits_gemms), params=dense_params + expert_params,
+        logits_flop=sum(map(_FLOP, logits_gemms)), params=dense_params + expert_params,
         accumulation_bytes=float(accumulation_bytes) if accumulation_bytes else None,
         optimizer_s=optimizer_step_time_s(model, parallel, gpu, dense_params=dense_params, expert_params=expert_params),
         efficiency=eff_total if eff_total != 1.0 else None)
