@@ -67,7 +67,7 @@ import itertools
 import math
 import operator
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeVar
 
@@ -194,8 +194,8 @@ class _GemmRow(NamedTuple):
     """:attr:`Gemm.flop`."""
 
 
-#: A row's (key, calls).
-_KEY_CALLS = operator.itemgetter(2, 3)
+#: A row's key, and its (key, calls).
+_KEY, _KEY_CALLS = operator.itemgetter(2), operator.itemgetter(2, 3)
 
 
 def layer_dims(model: ModelSpec, *, tp: int = 1, cp: int = 1, ep: int = 1, micro_batch_size: int = 1) -> dict[str, int]:
@@ -809,14 +809,18 @@ class GemmTimer:
         self._timing: dict[str, GemmTiming] = {}
 
     def prefetch(self, gemms: Sequence[Gemm], dtype: str) -> None:
-        self._announce(list(map(_shape_key, gemms)), dtype)
+        self._announce(map(_shape_key, gemms), dtype)
 
     def prefetch_rows(self, rows: Sequence[_GemmRow], dtype: str) -> None:
         """:meth:`prefetch` of the compute model's rows (:func:`_gemm_rows`)."""
-        self._announce([r.key for r in rows], dtype)
+        self._announce(map(_KEY, rows), dtype)
 
-    def _announce(self, keys: Sequence[ShapeKey], dtype: str) -> None:
-        self._pending.setdefault(dtype, {}).update(dict.fromkeys(keys))
+    def _announce(self, keys: Iterable[ShapeKey], dtype: str) -> None:
+        pending = self._pending.get(dtype)
+        if pending is None:
+            self._pending[dtype] = dict.fromkeys(keys)
+        else:
+            pending.update(dict.fromkeys(keys))
 
     def _ready(self, keys: Sequence[ShapeKey], dtype: str) -> dict[ShapeKey, float]:
         """The time of one call of every timed key, ``keys`` among them, timing what is pending first."""

@@ -358,13 +358,17 @@ def first_max(x: Any, rel: float = 1e-9) -> Any:
     stages pick either, and the scalar and the many-configuration paths sum in different orders)."""
     x = np.asarray(x)
     if x.ndim <= 2 and x.size == x.shape[-1]:  # one row (one configuration): the same test on numbers
-        row = x.reshape(-1).tolist()
-        top1 = max(row)
-        bar = top1 - rel * abs(top1)
-        i = next((j for j, value in enumerate(row) if value >= bar), 0)
+        i = _first_max_of(x.reshape(-1).tolist(), rel)
         return np.intp(i) if x.ndim == 1 else np.array([i], dtype=np.intp)
     top = x.max(axis=-1, keepdims=True)
     return np.argmax(x >= top - rel * np.abs(top), axis=-1)
+
+
+def _first_max_of(row: list[float], rel: float = 1e-9) -> int:
+    """:func:`first_max` of one row of numbers."""
+    top = max(row)
+    bar = top - rel * abs(top)
+    return next((j for j, value in enumerate(row) if value >= bar), 0)
 
 
 def _softmax_fallback_note(model: ModelSpec, parallel: ParallelSpec) -> str:
@@ -511,7 +515,7 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, eff
         accumulation_bytes=float(accumulation_bytes) if accumulation_bytes else None,
         optimizer_s=optimizer_step_time_s(model, parallel, gpu, dense_params=dense_params, expert_params=expert_params),
         efficiency=eff_total if eff_total != 1.0 else None)
-    crit = int(first_max(arrays["fwd"] + arrays["bwd"]))
+    crit = _first_max_of((arrays["fwd"] + arrays["bwd"]).tolist())
     lin_dtype = linear_gemm_dtype(model, parallel)
     peak = gpu.peak_flops_for(lin_dtype)
     eff = float(arrays["lin_flop"][crit] / (arrays["lin_time"][crit] * peak)) if arrays["lin_time"][crit] else 0.0
