@@ -67,7 +67,7 @@ import itertools
 import math
 import operator
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeVar
 
@@ -783,6 +783,10 @@ def _shape_key(g: Gemm) -> ShapeKey:
     return (g.m, g.n, g.k, g.batch, g.io_elements)
 
 
+def _gemm_key_calls(g: Gemm) -> tuple[ShapeKey, int]:
+    return _shape_key(g), g.count
+
+
 def _timing(keys: Sequence[ShapeKey], gpu: GpuSpec, dtype: str) -> GemmTiming:
     arr = np.array(keys, dtype=np.int64).reshape(-1, 5)
     return gemm_timing(gpu, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], dtype=dtype, io_elements=arr[:, 4])
@@ -836,20 +840,21 @@ class GemmTimer:
 
     def times_s(self, gemms: Sequence[Gemm], dtype: str) -> list[float]:
         """``time_s`` of :func:`time_gemms`'s result of each GEMM (its ``count`` calls), without the results."""
-        return self._times_s([(_shape_key(g), g.count) for g in gemms], dtype)
+        return self._times_s(gemms, _gemm_key_calls, dtype)
 
     def row_times_s(self, rows: Sequence[_GemmRow], dtype: str) -> list[float]:
         """:meth:`times_s` of the compute model's rows (:func:`_gemm_rows`)."""
-        return self._times_s(list(map(_KEY_CALLS, rows)), dtype)
+        return self._times_s(rows, _KEY_CALLS, dtype)
 
-    def _times_s(self, keyed: Sequence[tuple[ShapeKey, int]], dtype: str) -> list[float]:
-        """The time of each (key, calls) of ``keyed``."""
+    def _times_s(self, items: Sequence[Any], key_calls: Callable[[Any], tuple[ShapeKey, int]],
+                 dtype: str) -> list[float]:
+        """The time of each of ``items``, whose (key, calls) ``key_calls`` reads."""
         time_of = self._ready((), dtype) if self._pending.get(dtype) else self._time_of.get(dtype, {})
         try:
-            return [time_of[k] * calls for k, calls in keyed]
+            return [time_of[k] * calls for k, calls in map(key_calls, items)]
         except KeyError:  # (a shape nobody announced: timed now)
-            self._ready([k for k, _ in keyed], dtype)
-            return self._times_s(keyed, dtype)
+            self._ready([k for k, _ in map(key_calls, items)], dtype)
+            return self._times_s(items, key_calls, dtype)
 
     def __call__(self, gemms: Sequence[tuple[Gemm, int]], gpu: GpuSpec, dtype: str) -> tuple[GemmResult, ...]:
         if not gemms:
