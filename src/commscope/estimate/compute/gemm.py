@@ -571,7 +571,7 @@ def _pick(gpu: GpuSpec, shapes: np.ndarray, dtype: str) -> _Picked:
         m, n, k = shapes[0], shapes[1], shapes[2]
         raise ConfigError("gemm", (m.tolist(), n.tolist(), k.tolist()), "GEMM dimensions must be positive")
     kt = _kernel_table(gpu, dtype)
-    m, n, k, batch, io = shapes
+    batch, io = shapes[3], shapes[4]
     # each GEMM's alignment case (:attr:`_KernelTable.alignment`): which multiples its dimensions miss
     code = kt.case_weights @ _misses(kt.multiples_elements, shapes[:3])
     t_mem = kt.elem_bytes * batch * io / kt.bandwidth
