@@ -253,16 +253,19 @@ def _gpu_compute(model: ModelSpec, a: _Arrays, gpu: Any, lc: _LayerCompute,
                     for akey, j in _firsts(akeys).items()}
     stacks = a.values("stack")
     efficiency = {st: compute_efficiency(a.pars[j], cluster_efficiency) for st, j in _firsts(stacks).items()}
-    # (a dense model's MoE term is 0.0 everywhere, and adding it changes no time: left out)
+    accumulation_bytes = [accumulation[k][0] for k in akeys]
+    # (a dense model's MoE term is 0.0 everywhere, and adding it changes no time: left out; so are the gradient
+    # accumulation where every configuration fuses it and the efficiency where every one's is 1)
     c = stage_arrays(
         gpu, dense=lc.dense[key], moe=lc.moe[key] if model.is_moe else None, dense_layers=a.st_layers - a.st_moe_layers,
         moe_layers=a.st_moe_layers, extra_bytes=lc.extra[key], logits=lc.logits[key], logits_flop=lc.logits_flop[key],
         params=a.st_dense_params + a.st_expert_params,
-        accumulation_bytes=np.array([accumulation[k][0] for k in akeys], dtype=np.float64)[:, None],
+        accumulation_bytes=np.array(accumulation_bytes, dtype=np.float64)[:, None] if any(accumulation_bytes) else None,
         optimizer_s=adam_step_time_s(model, gpu, dense_params=a.st_dense_params, expert_params=a.st_expert_params,
                                      dense_shard=np.where(a.shards, a.dp * a.cp, 1),
                                      expert_shard=np.where(a.shards, a.dp * a.cp // a.ep, 1)),
-        efficiency=np.array([efficiency[st] for st in stacks])[:, None])
+        efficiency=np.array([efficiency[st] for st in stacks])[:, None]
+        if any(e != 1.0 for e in efficiency.values()) else None)
     lin_flop, lin_time = c.pop("lin_flop"), c.pop("lin_time")
     # the compute model's notes: FLOP-weighted GEMM efficiency of its slowest stage (one note per whole percent, as
     # "{:.0%}" formats it: the product by 100 rounded half to even), and the in-training effects on that stage

@@ -431,6 +431,24 @@ def test_a_gemm_timer_times_each_gemm_as_time_gemms_does(shapes, gpu_name, dtype
     assert timer([(g, 1) for g in gemms], gpu, dtype) == want
 
 
+def test_a_gemm_timer_times_shapes_announced_after_it_has_timed_others():
+    """A shape the timer has not seen (asked for, or announced after a first timing) is timed with those it has:
+    every shape's time stays time_gemms', those timed first included."""
+    from commscope.estimate.compute.gemm import Gemm, GemmTimer, time_gemms
+
+    gpu = gpu_preset("H100")
+    dims = (("tokens", 1), ("hidden", 1), ("hidden", 1))
+    gemms = [Gemm(name="qkv", pass_="fwd", m=m, n=n, k=k, count=2, dims=dims, part="attention",
+                  io_elements=m * k + k * n + m * n) for m, n, k in ((4096, 4096, 4096), (8, 100, 7), (512, 3072, 1024))]
+    want = [r.time_s for r in time_gemms([(g, 1) for g in gemms], gpu, "bf16")]
+    timer = GemmTimer(gpu)
+    timer.prefetch(gemms[:1], "bf16")
+    assert timer.times_s(gemms[:1], "bf16") == want[:1]
+    assert timer.times_s(gemms[1:2], "bf16") == want[1:2]  # never announced
+    timer.prefetch(gemms[2:], "bf16")
+    assert timer.times_s(gemms, "bf16") == want
+
+
 def test_first_max_of_one_row_is_that_row_among_many():
     """first_max of one configuration (a row read as numbers) picks the stage it picks for that row among others
     (numpy on the stacked rows): near-ties within 1e-9 go to the first, as the scalar and many paths need."""

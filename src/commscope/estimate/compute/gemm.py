@@ -65,8 +65,9 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import operator
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeVar
 
@@ -193,6 +194,10 @@ class _GemmRow(NamedTuple):
     """:attr:`Gemm.flop`."""
 
 
+#: A row's key, and its (key, calls).
+_KEY, _KEY_CALLS = operator.itemgetter(2), operator.itemgetter(2, 3)
+
+
 def layer_dims(model: ModelSpec, *, tp: int = 1, cp: int = 1, ep: int = 1, micro_batch_size: int = 1) -> dict[str, int]:
     """The size of every dimension symbol for one GPU (see :data:`SYMBOL_TEXT`).
 
@@ -242,10 +247,10 @@ _ATTENTION = (
 )
 
 
-def _backward(m: _D, n: _D, k: _D) -> dict[str, tuple[_D, _D, _D]]:
-    """(M, N, K) of the forward GEMM and its two backward GEMMs [nvidia-matmul-guide, "backward pass"] (as symbols
-    or as sizes)."""
-    return {"fwd": (m, n, k), "dgrad": (m, k, n), "wgrad": (k, n, m)}
+def _backward(m: _D, n: _D, k: _D) -> tuple[tuple[str, tuple[_D, _D, _D]], ...]:
+    """(pass, (M, N, K)) of the forward GEMM and its two backward GEMMs [nvidia-matmul-guide, "backward pass"] (as
+    symbols or as sizes)."""
+    return ("fwd", (m, n, k)), ("dgrad", (m, k, n)), ("wgrad", (k, n, m))
 
 
 ForwardSpec = tuple[str, str, str | None, int, Dim, Dim, Dim]
@@ -360,7 +365,7 @@ def _layer_gemms(model: ModelSpec, parallel: ParallelSpec | None = None, *, laye
     if logits:
         return tuple(_build(name, part, pass_, d3, values, batch, num, "model", attention)
                      for name, part, batch, num, fwd in _batched_specs(model, par, _LOGITS_SPECS, core)
-                     for pass_, d3 in _backward(*fwd).items())
+                     for pass_, d3 in _backward(*fwd))
     kind = layer_kind or ("moe" if model.is_moe else "dense")
     if kind not in ("dense", "moe"):
         raise ConfigError("layer_kind", kind, "valid: dense, moe")
@@ -368,27 +373,29 @@ def _layer_gemms(model: ModelSpec, parallel: ParallelSpec | None = None, *, laye
         raise ConfigError("layer_kind", kind, f"{model.name} has no MoE layers")
     return tuple(_build(name, part, pass_, d3, values, batch, num, kind, attention)
                  for name, part, batch, num, fwd in _batched_specs(model, par, _forward_specs(model, kind), core)
-                 for pass_, d3 in _backward(*fwd).items())
+                 for pass_, d3 in _backward(*fwd))
 
 
 def _gemm_rows(model: ModelSpec, parallel: ParallelSpec, dims: dict[str, int], *, part: str,
               attention: str = "flash", core: bool = True) -> tuple[_GemmRow, ...]:
-    """The rows (:class:`_GemmRow`) of one part of a layer, in :func:`layer_gemms`' order: ``attention`` (QKV, the
+    """The rows (:class:`_GemmRow`) of one part of a layer, in :func:`layer_gemms`' order (each forward GEMM and its
+    dgrad and wgrad, in :data:`PASSES`' order, which the compute model's sums by pass read): ``attention`` (QKV, the
     core, the projection; ``core=False`` leaves the core out), ``dense`` or ``moe`` (the MLP, or the router and
     experts: the rest of a layer of that kind), ``logits`` (the output layer). ``dims``: :func:`layer_dims`."""
     forward = _ATTENTION_SPECS if part == "attention" else _LOGITS_SPECS if part == "logits" else _body_specs(model, part)
+    row = _GemmRow._make  # (tuple's own constructor: the named one is a Python function)
     out = []
     for name, _, batch, num, fwd in _batched_specs(model, parallel, forward, core):
         if attention == "flash" and (fwd[0][0] in _SEQ or fwd[1][0] in _SEQ or fwd[2][0] in _SEQ):
             # (the passes of a flash core GEMM keep different operands on chip: each pass's own elements)
-            for pass_, d3 in _backward(*fwd).items():
+            for pass_, d3 in _backward(*fwd):
                 m, n, k, io = _sizes(d3, dims, attention)
-                out.append(_GemmRow(name, pass_, (m, n, k, batch, io), num, _gemm_flop(m, n, k, batch, num)))
+                out.append(row((name, pass_, (m, n, k, batch, io), num, _gemm_flop(m, n, k, batch, num))))
             continue
         # the backward GEMMs move the forward's three operands (M K + K N + M N elements whatever the order)
         fm, fn, fk, io = _sizes(fwd, dims, attention)
-        for pass_, (m, n, k) in _backward(fm, fn, fk).items():
-            out.append(_GemmRow(name, pass_, (m, n, k, batch, io), num, _gemm_flop(m, n, k, batch, num)))
+        for pass_, (m, n, k) in _backward(fm, fn, fk):
+            out.append(row((name, pass_, (m, n, k, batch, io), num, _gemm_flop(m, n, k, batch, num))))
     return tuple(out)
 
 
@@ -564,30 +571,45 @@ def _pick(gpu: GpuSpec, shapes: np.ndarray, dtype: str) -> _Picked:
         m, n, k = shapes[0], shapes[1], shapes[2]
         raise ConfigError("gemm", (m.tolist(), n.tolist(), k.tolist()), "GEMM dimensions must be positive")
     kt = _kernel_table(gpu, dtype)
-    m, n, k, batch, io = shapes
+    batch, io = shapes[3], shapes[4]
     # each GEMM's alignment case (:attr:`_KernelTable.alignment`): which multiples its dimensions miss
     code = kt.case_weights @ _misses(kt.multiples_elements, shapes[:3])
     t_mem = kt.elem_bytes * batch * io / kt.bandwidth
+    # M, N, K and the batch as floats, converted once (each operation with a float converted them again, to the
+    # same floats); the steps below work in place where what they replace is read no more (the same floats)
+    mnkb = shapes[:4].astype(np.float64)
 
     # every (tile, split-K) candidate on a last axis, in the order cuBLAS's heuristics are read here (tiles outer,
     # splits inner): the first fastest allowed candidate is the one picked. The counts are integers held in float64,
     # the ceilings taken of float quotients (cheaper than integer division): exact while the integers stay below 2^52
     # (a quotient of such integers that is not whole lies at least 1/b from every integer, beyond its rounding)
-    tiles_m, tiles_n, k_split = np.ceil(shapes[:3, :, None] / kt.divisors)  # (n, C) each: M / tile_m, N / tile_n, K / split
-    tiles = tiles_m * tiles_n * batch[:, None]
-    k_steps = np.ceil(k_split / kt.k_step)
-    # split-K only where the tiles fill less than a wave and each split keeps two K steps (unsplit: always)
-    allowed = (tiles < kt.split_below_tiles) & (k_split >= kt.split_from_k)
-    waves = np.ceil(tiles * kt.splits / kt.slots)
+    quotients = mnkb[:3, :, None] / kt.divisors
+    tiles_m, tiles_n, k_split = np.ceil(quotients, out=quotients)  # (n, C) each: M / tile_m, N / tile_n, K / split
+    tiles = tiles_m * tiles_n
+    tiles *= mnkb[3][:, None]
+    # split-K only where the tiles fill less than a wave and each split keeps two K steps (unsplit: always, so that
+    # every GEMM has a candidate)
+    refused = (tiles >= kt.split_below_tiles) | (k_split < kt.split_from_k)
+    waves = tiles * kt.splits
+    waves /= kt.slots
+    np.ceil(waves, out=waves)
     # one CTA per tile fills its pipeline and writes its tile alone (steps beside each tile's K steps: the fill; none
     # once per kernel); a persistent kernel's CTA fills once and hides all but epilogue_steps of each tile's epilogue
     # under the next tile's main loop (kt.steps)
     steps = kt.steps[code]
-    t_comp = (waves * (k_steps + steps[:, 0:1]) + steps[:, 1:2]) * kt.t_step[code]
+    t_comp = k_split / kt.k_step  # the K steps of each split, then (waves x (them + fill) + once) x a step's time
+    np.ceil(t_comp, out=t_comp)
+    t_comp += steps[:, 0:1]
+    t_comp *= waves
+    t_comp += steps[:, 1:2]
+    t_comp *= kt.t_step[code]
     # split-K: every split writes fp32 partial tiles that a reduction reads back and sums (kt.reduce_tiles: 0 unsplit)
-    t_reduce = (4.0 * batch * m * n)[:, None] * kt.reduce_tiles / kt.bandwidth
-    t = np.maximum(t_comp, t_mem[:, None]) + t_reduce + gpu.kernel_overhead_s
-    i = np.argmin(np.where(allowed, t, np.inf), axis=-1)  # the picked candidate of each GEMM
+    t = (4.0 * mnkb[3] * mnkb[0] * mnkb[1])[:, None] * kt.reduce_tiles
+    t /= kt.bandwidth
+    t += np.maximum(t_comp, t_mem[:, None])
+    t += gpu.kernel_overhead_s
+    t[refused] = np.inf
+    i = t.argmin(axis=-1)  # the picked candidate of each GEMM (allowed: a refused one is inf)
     return _Picked(time_s=t[np.arange(len(i)), i], compute_times_s=t_comp, memory_time_s=t_mem, index=i,
                    alignment_factor=kt.alignment[code], candidates=kt.candidates, elem_bytes=kt.elem_bytes,
                    peak_flops=kt.peak_flops, slots=kt.slots, k_step=kt.k_step)
@@ -761,6 +783,10 @@ def _shape_key(g: Gemm) -> ShapeKey:
     return (g.m, g.n, g.k, g.batch, g.io_elements)
 
 
+def _gemm_key_calls(g: Gemm) -> tuple[ShapeKey, int]:
+    return _shape_key(g), g.count
+
+
 def _timing(keys: Sequence[ShapeKey], gpu: GpuSpec, dtype: str) -> GemmTiming:
     arr = np.array(keys, dtype=np.int64).reshape(-1, 5)
     return gemm_timing(gpu, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], dtype=dtype, io_elements=arr[:, 4])
@@ -782,56 +808,60 @@ class GemmTimer:
     def __init__(self, gpu: GpuSpec) -> None:
         self.gpu = gpu
         self._pending: dict[str, dict[ShapeKey, None]] = {}
-        self._index: dict[str, dict[ShapeKey, int]] = {}
         self._time_of: dict[str, dict[ShapeKey, float]] = {}
+        """The time of one call of every timed key, in the order they were timed (their index into ``_timing``)."""
         self._timing: dict[str, GemmTiming] = {}
 
     def prefetch(self, gemms: Sequence[Gemm], dtype: str) -> None:
-        self._announce(list(map(_shape_key, gemms)), dtype)
+        self._announce(map(_shape_key, gemms), dtype)
 
     def prefetch_rows(self, rows: Sequence[_GemmRow], dtype: str) -> None:
         """:meth:`prefetch` of the compute model's rows (:func:`_gemm_rows`)."""
-        self._announce([r.key for r in rows], dtype)
+        self._announce(map(_KEY, rows), dtype)
 
-    def _announce(self, keys: Sequence[ShapeKey], dtype: str) -> None:
-        self._pending.setdefault(dtype, {}).update(dict.fromkeys(keys))
+    def _announce(self, keys: Iterable[ShapeKey], dtype: str) -> None:
+        pending = self._pending.get(dtype)
+        if pending is None:
+            self._pending[dtype] = dict.fromkeys(keys)
+        else:
+            pending.update(dict.fromkeys(keys))
 
-    def _ready(self, keys: Sequence[ShapeKey], dtype: str) -> dict[ShapeKey, int]:
-        """The index of every timed key, ``keys`` among them, timing what is pending first."""
-        index = self._index.get(dtype, {})
-        if self._pending.get(dtype) or any(k not in index for k in keys):
+    def _ready(self, keys: Sequence[ShapeKey], dtype: str) -> dict[ShapeKey, float]:
+        """The time of one call of every timed key, ``keys`` among them, timing what is pending first."""
+        time_of = self._time_of.get(dtype, {})
+        if self._pending.get(dtype) or any(k not in time_of for k in keys):
             self._announce(keys, dtype)
-            index = {k: i for i, k in enumerate({**dict.fromkeys(index), **self._pending.pop(dtype)})}
-            shapes = np.fromiter(itertools.chain.from_iterable(index), np.int64, 5 * len(index)).reshape(-1, 5).T
-            self._index[dtype] = index
-            self._time_of[dtype] = dict(zip(index, _pick(self.gpu, shapes, dtype).time_s.tolist()))
+            pending = self._pending.pop(dtype)
+            timed = [*time_of, *(k for k in pending if k not in time_of)] if time_of else list(pending)
+            shapes = np.fromiter(itertools.chain.from_iterable(timed), np.int64, 5 * len(timed)).reshape(-1, 5).T
+            self._time_of[dtype] = time_of = dict(zip(timed, _pick(self.gpu, shapes, dtype).time_s.tolist()))
             self._timing.pop(dtype, None)
-        return index
+        return time_of
 
     def times_s(self, gemms: Sequence[Gemm], dtype: str) -> list[float]:
         """``time_s`` of :func:`time_gemms`'s result of each GEMM (its ``count`` calls), without the results."""
-        return self._times_s([_shape_key(g) for g in gemms], [g.count for g in gemms], dtype)
+        return self._times_s(gemms, _gemm_key_calls, dtype)
 
     def row_times_s(self, rows: Sequence[_GemmRow], dtype: str) -> list[float]:
         """:meth:`times_s` of the compute model's rows (:func:`_gemm_rows`)."""
-        return self._times_s([r.key for r in rows], [r.calls for r in rows], dtype)
+        return self._times_s(rows, _KEY_CALLS, dtype)
 
-    def _times_s(self, keys: Sequence[ShapeKey], counts: Sequence[int], dtype: str) -> list[float]:
-        if self._pending.get(dtype):
-            self._ready((), dtype)
-        time_of = self._time_of.get(dtype, {})
+    def _times_s(self, items: Sequence[Any], key_calls: Callable[[Any], tuple[ShapeKey, int]],
+                 dtype: str) -> list[float]:
+        """The time of each of ``items``, whose (key, calls) ``key_calls`` reads."""
+        time_of = self._ready((), dtype) if self._pending.get(dtype) else self._time_of.get(dtype, {})
         try:
-            return [time_of[k] * count for k, count in zip(keys, counts)]
+            return [time_of[k] * calls for k, calls in map(key_calls, items)]
         except KeyError:  # (a shape nobody announced: timed now)
-            self._ready(keys, dtype)
-            return self._times_s(keys, counts, dtype)
+            self._ready([k for k, _ in map(key_calls, items)], dtype)
+            return self._times_s(items, key_calls, dtype)
 
     def __call__(self, gemms: Sequence[tuple[Gemm, int]], gpu: GpuSpec, dtype: str) -> tuple[GemmResult, ...]:
         if not gemms:
             return ()
         assert gpu is self.gpu
         keys = [_shape_key(g) for g, _ in gemms]
-        index = self._ready(keys, dtype)
+        index = {k: i for i, k in enumerate(self._ready(keys, dtype))}
         if dtype not in self._timing:
             self._timing[dtype] = _timing(list(index), self.gpu, dtype)
         return _results(gemms, self._timing[dtype], [index[k] for k in keys])

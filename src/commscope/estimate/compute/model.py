@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -159,11 +160,14 @@ ROW_FIELDS = ("fwd", "bwd", "rec", "gemm", "att", "mem", "lin_f", "lin_b", "flop
               "chunks", "gaps")
 
 
-def _by_pass(gemms: Sequence[_GemmRow], times_s: Sequence[float]) -> dict[str, float]:
-    out = {"fwd": 0.0, "dgrad": 0.0, "wgrad": 0.0}
-    for g, t in zip(gemms, times_s):
-        out[g.pass_] += t
-    return out
+def _by_pass(times_s: Sequence[float]) -> dict[str, float]:
+    """The seconds of each pass of GEMM rows' ``times_s``, summed in row order: the rows of the compute model come as
+    each forward GEMM's three passes in :data:`~commscope.estimate.compute.gemm.PASSES`' order (:func:`_gemm_rows`)."""
+    return {"fwd": sum(times_s[0::3], 0.0), "dgrad": sum(times_s[1::3], 0.0), "wgrad": sum(times_s[2::3], 0.0)}
+
+
+#: A GEMM row's FLOP (:attr:`_GemmRow.flop`), and its calls.
+_FLOP, _CALLS = itemgetter(4), itemgetter(3)
 
 
 def _chunked(g: _GemmRow, parallel: ParallelSpec) -> _GemmRow:
@@ -183,7 +187,7 @@ def logits_times(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, timer: 
     output layer's, where the caller has them; ``timer``: the caller's, where it has announced them to one)."""
     if gemms is None:
         gemms = _gemm_rows(model, parallel, _dims(model, parallel), part="logits")
-    out = _by_pass(gemms, (timer or GemmTimer(gpu)).row_times_s(gemms, model.dtype))
+    out = _by_pass((timer or GemmTimer(gpu)).row_times_s(gemms, model.dtype))
     return {k: v * gpu.clock_factor for k, v in out.items()}
 
 
@@ -207,23 +211,19 @@ class _LayerPlan:
     num_fwd: int
     """GEMM calls of the layer's forward."""
 
-    def prefetch(self, timer: GemmTimer, dtype: str) -> None:
-        """Announce every GEMM of the plan to ``timer`` (``dtype``: the model's)."""
-        timer.prefetch_rows(self.linear[:self.num_lin_dtype] + (self.pieces or ()), self.lin_dtype)
-        timer.prefetch_rows(self.linear[self.num_lin_dtype:] + self.core, dtype)
 
-
-def _layer_plan(model: ModelSpec, parallel: ParallelSpec, attention: _AttentionGemms,
-                body: tuple[_GemmRow, ...]) -> _LayerPlan:
+def _layer_plan(parallel: ParallelSpec, attention: _AttentionGemms, body: tuple[_GemmRow, ...],
+                lin_dtype: str) -> _LayerPlan:
     """How the GEMMs of one layer are timed (see :class:`_LayerPlan`): ``attention``, its attention's, ``body`` the
-    rest (:func:`~commscope.estimate.compute.gemm._gemm_rows`)."""
+    rest (:func:`~commscope.estimate.compute.gemm._gemm_rows`); ``lin_dtype``: the linear GEMMs' dtype
+    (:func:`~commscope.estimate.compute.kernels.linear_gemm_dtype`)."""
     router = tuple(g for g in body if g.name == "router")
     body = tuple(g for g in body if g.name != "router") if router else body
     fp8 = attention.linear + body
     pieces = attention.pieces + _pieces(body, parallel) if attention.pieces is not None else None
     return _LayerPlan(linear=fp8 + router, num_lin_dtype=len(fp8), pieces=pieces, core=attention.core,
-                      lin_dtype=linear_gemm_dtype(model, parallel),
-                      num_fwd=sum(g.calls for g in fp8 + router + attention.core if g.pass_ == "fwd"))
+                      lin_dtype=lin_dtype,
+                      num_fwd=attention.num_fwd + sum(map(_CALLS, (body + router)[0::3])))
 
 
 def _pieces(gemms: tuple[_GemmRow, ...], parallel: ParallelSpec) -> tuple[_GemmRow, ...]:
@@ -241,13 +241,15 @@ class _AttentionGemms:
     """The core's batched GEMMs (unfused attention only)."""
     pieces: tuple[_GemmRow, ...] | None
     """``linear`` as Transformer Engine's overlap cuts them (None where it overlaps nothing)."""
+    num_fwd: int
+    """GEMM calls of the attention's forward (linear and core)."""
 
 
 def job_gemms(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
               timer: GemmTimer | None) -> tuple[dict[str, _LayerPlan], tuple[_GemmRow, ...]]:
     """The GEMMs of one layer of each kind the model has (dense, moe) as they are timed, and the output layer's,
     all announced to ``timer`` where one is given (so that one call per dtype times them). The attention's GEMMs,
-    alike in every kind, are made once."""
+    alike in every kind, are made and announced once."""
     dims = _dims(model, parallel)
     if parallel.fp8_format is not None and "fp8" not in gpu.peak_flops:
         raise ConfigError("fp8_format", parallel.fp8_format,
@@ -257,16 +259,26 @@ def job_gemms(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec,
                       core=parallel.attention == "unfused")
     linear = tuple(g for g in rows if g.name not in CORE_GEMMS)
     attention = _AttentionGemms(linear=linear, core=tuple(g for g in rows if g.name in CORE_GEMMS),
-                                pieces=_pieces(linear, parallel) if overlaps_tp_comm(parallel) else None)
-    plans = {}
-    for kind in _layer_kinds(model):
-        plans[kind] = plan = _layer_plan(model, parallel, attention, _gemm_rows(
-            model, parallel, dims, part=kind, attention=parallel.attention))
-        if timer is not None:
-            plan.prefetch(timer, model.dtype)
+                                pieces=_pieces(linear, parallel) if overlaps_tp_comm(parallel) else None,
+                                num_fwd=sum(map(_CALLS, rows[0::3])))
+    lin_dtype = linear_gemm_dtype(model, parallel)
+    plans = {kind: _layer_plan(parallel, attention, _gemm_rows(model, parallel, dims, part=kind,
+                                                               attention=parallel.attention), lin_dtype)
+             for kind in _layer_kinds(model)}
     logits_gemms = _gemm_rows(model, parallel, dims, part="logits")
     if timer is not None:
-        timer.prefetch_rows(logits_gemms, model.dtype)
+        # every GEMM announced once: the attention's, then each kind's own (its linear GEMMs past the attention's)
+        n = len(linear)
+        in_lin = [*linear, *(attention.pieces or ())]
+        in_model = [*attention.core, *logits_gemms]
+        for plan in plans.values():
+            in_lin += plan.linear[n:plan.num_lin_dtype] + (plan.pieces or ())[n:]
+            in_model += plan.linear[plan.num_lin_dtype:]
+        if lin_dtype == model.dtype:
+            timer.prefetch_rows(in_lin + in_model, lin_dtype)
+        else:
+            timer.prefetch_rows(in_lin, lin_dtype)
+            timer.prefetch_rows(in_model, model.dtype)
     return plans, logits_gemms
 
 
@@ -294,10 +306,10 @@ def _kinds(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, ti
                for t, c, g in zip(timer.row_times_s(plan.pieces, lin_dtype), plan.pieces, linear)] + whole[n_fp8:]
     else:
         lin = whole
-    cor = timer.row_times_s(core, model.dtype)
+    cor = timer.row_times_s(core, model.dtype) if core else []  # (no core GEMMs under flash attention)
     k: LayerKernels = layer_kernels(model, parallel, gpu, moe=(kind == "moe"), attention=attention)
     clock = gpu.clock_factor
-    lp, cp_ = _by_pass(linear, lin), _by_pass(core, cor)
+    lp, cp_ = _by_pass(lin), _by_pass(cor)
     lp = {p: t * clock for p, t in lp.items()}
     flash = parallel.attention == "flash"
     # compute-bound at the sustained clock: the GEMMs and the fused kernel; unfused softmax/dropout are memory-bound
@@ -311,20 +323,21 @@ def _kinds(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, kind: str, ti
     n_fwd, n_bwd = layer_kernel_count(gemms=plan.num_fwd, attention_fused=flash,
                                       rope=model.position_embedding == "rope", gated=model.gated_mlp)
     gaps_fwd = float(launch_gap_s(n_fwd, fwd))
-    lin_flop = sum(g.flop for g in linear)
+    lin_flop = sum(map(_FLOP, linear))
     lin_whole = sum(whole)
     lin_pieces = sum(lin)
+    layer_flop = lin_flop + sum(map(_FLOP, core)) + (1 + BACKWARD_RATIO) * k.attention_flop
     out = {}
     for recomputation in recomputes:
         recompute_linear = 0.0
-        flop = lin_flop + sum(g.flop for g in core) + (1 + BACKWARD_RATIO) * k.attention_flop
+        flop = layer_flop
         if recomputation == "full":
             recompute, recompute_linear = fwd + gaps_fwd, lin_fwd
-            recompute_compute = sum(t for g, t in zip(linear, lin) if g.pass_ == "fwd") + att_compute_fwd
-            flop += sum(g.flop for g in linear + core if g.pass_ == "fwd") + k.attention_flop
+            recompute_compute = sum(lin[0::3]) + att_compute_fwd  # (the forward rows: the first of each three)
+            flop += sum(map(_FLOP, (linear + core)[0::3])) + k.attention_flop
         elif recomputation == "selective":
             recompute, recompute_compute = att_fwd, att_compute_fwd
-            flop += sum(g.flop for g in core if g.pass_ == "fwd") + k.attention_flop
+            flop += sum(map(_FLOP, core[0::3])) + k.attention_flop
         else:
             recompute, recompute_compute = 0.0, 0.0
         bwd_kernels = lin_bwd + att_bwd + k.memory_bwd_s + recompute
@@ -345,13 +358,17 @@ def first_max(x: Any, rel: float = 1e-9) -> Any:
     stages pick either, and the scalar and the many-configuration paths sum in different orders)."""
     x = np.asarray(x)
     if x.ndim <= 2 and x.size == x.shape[-1]:  # one row (one configuration): the same test on numbers
-        row = x.reshape(-1).tolist()
-        top1 = max(row)
-        bar = top1 - rel * abs(top1)
-        i = next((j for j, value in enumerate(row) if value >= bar), 0)
+        i = _first_max_of(x.reshape(-1).tolist(), rel)
         return np.intp(i) if x.ndim == 1 else np.array([i], dtype=np.intp)
     top = x.max(axis=-1, keepdims=True)
     return np.argmax(x >= top - rel * np.abs(top), axis=-1)
+
+
+def _first_max_of(row: list[float], rel: float = 1e-9) -> int:
+    """:func:`first_max` of one row of numbers."""
+    top = max(row)
+    bar = top - rel * abs(top)
+    return next((j for j, value in enumerate(row) if value >= bar), 0)
 
 
 def _softmax_fallback_note(model: ModelSpec, parallel: ParallelSpec) -> str:
@@ -409,44 +426,46 @@ def stage_ends_bytes(model: ModelSpec, parallel: ParallelSpec) -> list[tuple[flo
 
 
 def stage_arrays(gpu: GpuSpec, *, dense: np.ndarray, moe: np.ndarray | None, dense_layers: np.ndarray,
-                 moe_layers: np.ndarray, extra_bytes: np.ndarray, logits: np.ndarray, logits_flop: np.ndarray,
-                 params: np.ndarray, accumulation_bytes: np.ndarray, optimizer_s: np.ndarray,
-                 efficiency: np.ndarray) -> dict[str, np.ndarray]:
+                 moe_layers: np.ndarray, extra_bytes: np.ndarray, logits: np.ndarray, logits_flop: Any,
+                 params: np.ndarray, accumulation_bytes: Any, optimizer_s: np.ndarray,
+                 efficiency: Any) -> dict[str, np.ndarray]:
     """The per-stage arrays of :class:`StageCompute` of ``n`` configurations with ``p`` stages each, (n, p) each
-    (the optimizer step per iteration, the rest per micro-batch). One function for one configuration
-    (:func:`stage_compute`) and many (:mod:`commscope.estimate.many`), so that both sum in one order.
+    (the optimizer step per iteration, the rest per micro-batch), or of one configuration, (p,) each, where every
+    argument has its leading n left out. One function for one configuration (:func:`stage_compute`) and many
+    (:mod:`commscope.estimate.many`), so that both sum in one order.
 
     ``dense``, ``moe``: (n, :data:`ROW_FIELDS`) one layer of each kind (:meth:`_Kind.row`; ``moe`` None for a dense
     model); ``dense_layers``, ``moe_layers``: (n, p) layers of each kind per stage; ``extra_bytes``: (n, 4, 2)
     memory-bound (forward, backward) bytes of the first stage's ends, a middle stage's, the last's, and the one stage
     of pp 1 (:func:`commscope.estimate.compute.kernels.stage_extra_bytes`); ``logits``: (n, 3) the output layer's
     GEMMs' forward, dgrad, wgrad; ``logits_flop``: (n,); ``params``: (n, p) parameters of a rank of each stage;
-    ``accumulation_bytes``: (n, 1) bytes per parameter of adding a micro-batch's weight gradients; ``optimizer_s``:
-    (n, p); ``efficiency``: (n, 1) the compute efficiency (:func:`compute_efficiency`).
+    ``accumulation_bytes``: (n, 1) bytes per parameter of adding a micro-batch's weight gradients, None where every
+    configuration fuses the add; ``optimizer_s``: (n, p); ``efficiency``: (n, 1) the compute efficiency
+    (:func:`compute_efficiency`), None where every configuration's is 1.
     """
-    p = dense_layers.shape[1]
+    p = dense_layers.shape[-1]
     # (fields, n, p): every quantity of a layer times the layers of its kind on each stage, at once
-    per_stage = dense.T[:, :, None] * dense_layers[None]
+    per_stage = dense.T[..., None] * dense_layers
     if moe is not None:
-        per_stage = per_stage + moe.T[:, :, None] * moe_layers[None]
+        per_stage = per_stage + moe.T[..., None] * moe_layers
     c = dict(zip(ROW_FIELDS, per_stage))
     bw = gpu.streaming_bandwidth_bytes_per_s
     # (n, p, 2): the first stage's ends, a middle stage's, the last's; with pp 1 the one stage is first and last
     ends = np.ones(p, dtype=np.intp)
     ends[0], ends[-1] = (3, 3) if p == 1 else (0, 2)
-    ext = extra_bytes[:, ends]
-    c["fwd"] = c["fwd"] + ext[:, :, 0] / bw
-    c["bwd"] = c["bwd"] + ext[:, :, 1] / bw
-    c["mem"] = c["mem"] + (ext[:, :, 0] + ext[:, :, 1]) / bw
+    ext = extra_bytes[..., ends, :]
+    c["fwd"] = c["fwd"] + ext[..., 0] / bw
+    c["bwd"] = c["bwd"] + ext[..., 1] / bw
+    c["mem"] = c["mem"] + (ext[..., 0] + ext[..., 1]) / bw
     # the output layer's GEMMs on the last stage (added to its column: every other stage's would add 0)
-    lg = logits
-    all_logits = lg[:, 0] + lg[:, 1] + lg[:, 2]
-    c["fwd"][:, -1] += lg[:, 0]
-    c["bwd"][:, -1] += lg[:, 1] + lg[:, 2]
-    c["gemm"][:, -1] += all_logits
-    c["clock"][:, -1] += all_logits * (1.0 - 1.0 / gpu.clock_factor)
-    c["flop"][:, -1] += logits_flop
-    if accumulation_bytes.any():
+    lf, ld, lw = logits.T  # forward, dgrad, wgrad: (n,) each, or numbers
+    all_logits = lf + ld + lw
+    c["fwd"][..., -1] += lf
+    c["bwd"][..., -1] += ld + lw
+    c["gemm"][..., -1] += all_logits
+    c["clock"][..., -1] += all_logits * (1.0 - 1.0 / gpu.clock_factor)
+    c["flop"][..., -1] += logits_flop
+    if accumulation_bytes is not None:
         # without gradient accumulation fusion, each micro-batch's backward adds its weight gradients into the
         # accumulated ones (kernels.grad_accumulation_bytes_per_param)
         accumulate = params * accumulation_bytes / bw
@@ -455,7 +474,7 @@ def stage_arrays(gpu: GpuSpec, *, dense: np.ndarray, moe: np.ndarray | None, den
     c["opt"] = optimizer_s
     # the stack's and the cluster's compute efficiency (apply_efficiency), per configuration (none: what it adds
     # is 0 everywhere)
-    if (efficiency != 1.0).any():
+    if efficiency is not None:
         scale = 1.0 / efficiency
         c["stack"] = (c["fwd"] + c["bwd"]) * (scale - 1.0)
         c["stack_opt"] = c["opt"] * (scale - 1.0)
@@ -477,8 +496,8 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, eff
     timer = GemmTimer(gpu)  # every GEMM of the job timed in one call per dtype
     plans, logits_gemms = job_gemms(model, parallel, gpu, timer)
     attention = attention_core_s(model, parallel, gpu)
-    rows = {kind: np.array([_kinds(model, parallel, gpu, kind, timer, (parallel.recompute,), plan,
-                                   attention)[parallel.recompute].row()]) for kind, plan in plans.items()}
+    rows = {kind: np.array(_kinds(model, parallel, gpu, kind, timer, (parallel.recompute,), plan,
+                                  attention)[parallel.recompute].row()) for kind, plan in plans.items()}
     logits = logits_times(model, parallel, gpu, timer, logits_gemms)
     accumulation_bytes = grad_accumulation_bytes_per_param(model, parallel)
     accumulation_note = grad_accumulation_note(model, parallel)
@@ -486,17 +505,17 @@ def stage_compute(model: ModelSpec, parallel: ParallelSpec, gpu: GpuSpec, *, eff
         notes.append(accumulation_note)
     dense_layers, moe_layers, dense_params, expert_params = layers or _stage_layers(model, parallel)
     eff_total = compute_efficiency(parallel, efficiency)
-    arrays = {name: a[0] for name, a in stage_arrays(
-        gpu, dense=rows.get("dense", np.zeros((1, len(ROW_FIELDS)))), moe=rows.get("moe"),
-        dense_layers=dense_layers[None], moe_layers=moe_layers[None],
-        extra_bytes=np.array([stage_ends_bytes(model, parallel)]),
-        logits=np.array([[logits["fwd"], logits["dgrad"], logits["wgrad"]]]),
-        logits_flop=np.array([sum(g.flop for g in logits_gemms)]), params=(dense_params + expert_params)[None],
-        accumulation_bytes=np.array([[accumulation_bytes]], dtype=np.float64),
-        optimizer_s=optimizer_step_time_s(model, parallel, gpu, dense_params=dense_params,
-                                          expert_params=expert_params)[None],
-        efficiency=np.array([[eff_total]])).items()}
-    crit = int(first_max(arrays["fwd"] + arrays["bwd"]))
+    # (one configuration: stage_arrays' arguments without their leading axis of configurations)
+    arrays = stage_arrays(
+        gpu, dense=rows["dense"] if "dense" in rows else np.zeros(len(ROW_FIELDS)), moe=rows.get("moe"),
+        dense_layers=dense_layers, moe_layers=moe_layers,
+        extra_bytes=np.array(stage_ends_bytes(model, parallel)),
+        logits=np.array([logits["fwd"], logits["dgrad"], logits["wgrad"]]),
+        logits_flop=sum(map(_FLOP, logits_gemms)), params=dense_params + expert_params,
+        accumulation_bytes=float(accumulation_bytes) if accumulation_bytes else None,
+        optimizer_s=optimizer_step_time_s(model, parallel, gpu, dense_params=dense_params, expert_params=expert_params),
+        efficiency=eff_total if eff_total != 1.0 else None)
+    crit = _first_max_of((arrays["fwd"] + arrays["bwd"]).tolist())
     lin_dtype = linear_gemm_dtype(model, parallel)
     peak = gpu.peak_flops_for(lin_dtype)
     eff = float(arrays["lin_flop"][crit] / (arrays["lin_time"][crit] * peak)) if arrays["lin_time"][crit] else 0.0
