@@ -8,6 +8,7 @@ Shared by every framework's communication rules, the compute model, the estimate
 from __future__ import annotations
 
 import functools
+import itertools
 
 from commscope.errors import ConfigError, check
 from commscope.spec.model import ModelSpec
@@ -131,13 +132,10 @@ def stage_layers(model: ModelSpec, parallel: ParallelSpec, stage: int) -> list[r
 
 def run_lengths(sizes: list[int]) -> str:
     """``7,8x14,7``: a split written with runs of three or more equal entries as value x count."""
-    out, i = [], 0
-    while i < len(sizes):
-        j = i
-        while j < len(sizes) and sizes[j] == sizes[i]:
-            j += 1
-        out += [f"{sizes[i]}x{j - i}"] if j - i >= 3 else [str(sizes[i])] * (j - i)
-        i = j
+    out: list[str] = []
+    for size, run in itertools.groupby(sizes):
+        count = sum(1 for _ in run)
+        out += [f"{size}x{count}"] if count >= 3 else [str(size)] * count
     return ",".join(out)
 
 
@@ -166,7 +164,7 @@ def _split_label(split: list[int], p: int, v: int) -> str:
 
 def _stage_totals(split: list[int], p: int, v: int) -> list[int]:
     """Layers of each stage: the sum over its chunks (virtual stages chunk x pp + stage)."""
-    return [sum(split[c * p + s] for c in range(v)) for s in range(p)]
+    return list(map(sum, zip(*(split[c * p:(c + 1) * p] for c in range(v))))) if v > 1 else list(split)
 
 
 def _megatron_flags(num_layers: int, p: int, v: int) -> str | None:
