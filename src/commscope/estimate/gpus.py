@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from commscope.errors import ConfigError, check
+from commscope.estimate.plain import held_by_object
 from commscope.spec.cluster import ClusterSpec
 from commscope.units import GB, TFLOP, US, GiB, MiB, canonical_dtype
 
@@ -546,20 +547,13 @@ def gpu_for_cluster(cluster: ClusterSpec, gpu: str | os.PathLike[str] | GpuSpec 
     peak FLOP/s and memory bandwidth where it states them, so that the GEMM model and
     :func:`commscope.estimate.estimate` use the same peak."""
     if gpu is None:
-        # the cluster's own GPU: worked out once per (frozen) cluster object, which the entry keeps alive, so that
-        # its id names it for as long as the entry stands (every estimate asks; a GpuSpec checks all its fields)
-        held = _CLUSTER_GPUS.get(id(cluster))
-        if held is not None and held[0] is cluster:
-            return held[1]
-        out = _gpu_for_cluster(cluster, None)
-        if len(_CLUSTER_GPUS) >= 64:
-            _CLUSTER_GPUS.clear()
-        _CLUSTER_GPUS[id(cluster)] = (cluster, out)
-        return out
+        # the cluster's own GPU: worked out once per (frozen) cluster object (every estimate asks; a GpuSpec checks
+        # all its fields)
+        return held_by_object(_CLUSTER_GPUS, cluster, None, lambda: _gpu_for_cluster(cluster, None))
     return _gpu_for_cluster(cluster, gpu)
 
 
-_CLUSTER_GPUS: dict[int, tuple[ClusterSpec, GpuSpec]] = {}
+_CLUSTER_GPUS: dict[tuple[int, Any], tuple[ClusterSpec, GpuSpec]] = {}
 
 
 def _gpu_for_cluster(cluster: ClusterSpec, gpu: str | os.PathLike[str] | GpuSpec | None) -> GpuSpec:

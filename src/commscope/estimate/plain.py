@@ -1,4 +1,5 @@
-"""Frozen dataclasses built in bulk: a plain slotted twin filled, then given the frozen class.
+"""What every estimate builds or looks up, made cheap: frozen dataclasses built in bulk, and constants of an object
+held by that object.
 
 A frozen dataclass's own ``__init__`` sets each field through ``object.__setattr__`` (how a frozen dataclass
 initialises): for the thousands of :class:`~commscope.estimate.terms.Estimate` objects of a sweep, or the GEMMs of
@@ -8,16 +9,24 @@ class (:func:`frozen`), is the object the frozen constructor would have built, f
 (tests/estimate/test_estimate_many.py::test_estimates_built_in_bulk_are_the_frozen_dataclass holds the two equal).
 It runs none of the frozen class's own initialisation beyond setting its fields: a class with a ``__post_init__``
 is refused at import.
+
+:func:`held_by_object` keeps a constant worked out of a frozen object (a cluster's GPU, a GPU's kernel table) for
+as long as the object is the one asked about: keyed by its id, the entry holding the object so that the id cannot
+name another one meanwhile.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import fields, make_dataclass
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["frozen", "plain_twin"]
+__all__ = ["frozen", "held_by_object", "plain_twin"]
+
+#: The most entries a table of :func:`held_by_object` keeps (a new batch of objects clears it).
+MAX_HELD = 64
 
 
 def plain_twin(cls: type) -> type:
@@ -34,4 +43,18 @@ def frozen(obj: Any, cls: type[T]) -> T:
     """``obj`` (an instance of ``plain_twin(cls)``) as the ``cls`` it holds."""
     obj.__class__ = cls
     out: T = obj
+    return out
+
+
+def held_by_object(table: dict[tuple[int, Hashable], tuple[Any, T]], obj: Any, key: Hashable,
+                   make: Callable[[], T]) -> T:
+    """``make()``, a constant of the frozen object ``obj`` (and ``key``), worked out once per object and kept in
+    ``table`` with the object itself, so that its id names it for as long as the entry stands."""
+    held = table.get((id(obj), key))
+    if held is not None and held[0] is obj:
+        return held[1]
+    out = make()
+    if len(table) >= MAX_HELD:
+        table.clear()
+    table[(id(obj), key)] = (obj, out)
     return out

@@ -62,7 +62,6 @@ The functions import numpy only.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import operator
@@ -75,7 +74,7 @@ import numpy as np
 
 from commscope.errors import ConfigError
 from commscope.estimate.gpus import GpuSpec
-from commscope.estimate.plain import frozen, plain_twin
+from commscope.estimate.plain import frozen, held_by_object, plain_twin
 from commscope.spec.model import ModelSpec
 from commscope.spec.parallel import ParallelSpec
 from commscope.units import TFLOP, dtype_bytes
@@ -657,17 +656,10 @@ class _KernelTable:
 def _kernel_table(gpu: GpuSpec, dtype: str) -> _KernelTable:
     """:class:`_KernelTable` of ``gpu`` and ``dtype``: a constant of the GPU object (as its preset is), made once
     per object and dtype, whose entry holds the object so that its id names it for as long as the entry stands."""
-    held = _KERNEL_TABLES.get((id(gpu), dtype))
-    if held is not None and held[0] is gpu:
-        return held[1]
-    table = _make_kernel_table(gpu, dtype)
-    if len(_KERNEL_TABLES) >= 64:
-        _KERNEL_TABLES.clear()
-    _KERNEL_TABLES[(id(gpu), dtype)] = (gpu, table)
-    return table
+    return held_by_object(_KERNEL_TABLES, gpu, dtype, lambda: _make_kernel_table(gpu, dtype))
 
 
-_KERNEL_TABLES: dict[tuple[int, str], tuple[GpuSpec, _KernelTable]] = {}
+_KERNEL_TABLES: dict[tuple[int, Any], tuple[GpuSpec, _KernelTable]] = {}
 
 
 def _make_kernel_table(gpu: GpuSpec, dtype: str) -> _KernelTable:
@@ -705,17 +697,10 @@ def _make_kernel_table(gpu: GpuSpec, dtype: str) -> _KernelTable:
 
 
 def _candidates(gpu: GpuSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(tile_m, tile_n, relative throughput, split-K) of every candidate kernel of ``gpu``, tiles outer."""
-    return _candidate_table(tuple(gpu.tile_sizes), tuple(gpu.tile_throughputs), tuple(gpu.split_k))
-
-
-@functools.lru_cache(maxsize=16)
-def _candidate_table(tile_sizes: tuple[tuple[int, int], ...], tile_throughputs: tuple[float, ...],
-                     split_k: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_candidates` of a GPU's kernel table: a constant of the GPU (as its preset is), made once per table
-    rather than once per timing call, read-only."""
-    ints = np.array([(t[0], t[1], sk) for t in tile_sizes for sk in split_k], dtype=np.int64).T
-    thr = np.repeat(np.array(tile_throughputs, dtype=float), len(split_k))
+    """(tile_m, tile_n, relative throughput, split-K) of every candidate kernel of ``gpu``, tiles outer, read-only
+    (made once per GPU object and dtype, with its :func:`_kernel_table`)."""
+    ints = np.array([(t[0], t[1], sk) for t in gpu.tile_sizes for sk in gpu.split_k], dtype=np.int64).T
+    thr = np.repeat(np.array(gpu.tile_throughputs, dtype=float), len(gpu.split_k))
     out = (ints[0].copy(), ints[1].copy(), thr, ints[2].copy())
     for x in out:
         x.setflags(write=False)
